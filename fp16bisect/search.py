@@ -1,0 +1,297 @@
+"""Find a smallest set of candidates that must stay in FP32.
+
+Pure Python: the search sees candidate ids, an optional suspicion order and a
+test predicate ``test(plan) -> bool`` (``plan`` is the frozenset of ids kept in
+FP32; True means the outputs meet the tolerance). Nothing here knows about
+ONNX or TensorRT, so the algorithm can be property-tested on synthetic
+predicates in milliseconds.
+
+Algorithm
+---------
+1. Preconditions: the all-FP32 plan must pass, the all-FP16 (empty) plan must
+   fail.
+2. Suspicion first (only when the caller flags ``suspects``, the leading ids of
+   ``order`` whose FP32 activations come near the FP16 limits): test growing
+   prefixes of the order, of sizes 1, 2, 4, ..., up to all suspects. A passing
+   prefix bounds the search to that prefix; the common one-site overflow then
+   costs a handful of evaluations.
+3. QuickXplain (Junker 2004, divide and conquer) over the passing prefix, or
+   over all candidates in suspicion order: at most 2k*log2(n/k) + 2k tests for
+   a set of k among n under monotonicity. It prefers earlier ids of the order.
+4. Verification: the final set is evaluated (unless it already was), and each
+   member must have a failing witness: a failed plan that contains every other
+   member but not this one. Under monotonicity (more FP32 never hurts) such a
+   witness proves that removing the member fails; QuickXplain leaves one for
+   every member, so this costs nothing. ``check_minimal=True`` evaluates each
+   ``set - {member}`` directly instead of trusting monotonicity.
+
+When the oracle contradicts monotonicity (a plan fails while a subset of it
+passed), the search says so and returns the smallest set it has actually seen
+pass, marked not minimal.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Iterable, Sequence
+
+Plan = frozenset
+
+
+class SearchError(Exception):
+    """The predicate raised or the arguments are inconsistent."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One evaluation made by the search."""
+
+    index: int  # 1-based count of distinct evaluations so far
+    plan: frozenset
+    passed: bool
+    phase: str  # precondition | suspects | split | verify | minimality
+
+
+@dataclass
+class SearchResult:
+    status: str  # found | fp16_passes | fp32_fails
+    fp32: tuple = ()  # the set, in suspicion order
+    passed: bool = False  # the returned set was seen to pass
+    minimal: bool = False  # 1-minimal (see ``minimality`` for how it is known)
+    minimality: str = ""  # how 1-minimality is known, or why it is not claimed
+    evaluations: int = 0  # distinct plans evaluated
+    trace: list = field(default_factory=list)  # list[Step]
+    contradictions: list = field(default_factory=list)  # (passing plan, failing superset)
+
+    def __str__(self) -> str:
+        if self.status == "fp32_fails":
+            return f"all-FP32 plan fails the tolerance ({self.evaluations} evaluations)"
+        if self.status == "fp16_passes":
+            return f"all-FP16 plan passes: nothing to keep in FP32 ({self.evaluations} evaluations)"
+        kind = "1-minimal" if self.minimal else "NOT minimal"
+        return f"{len(self.fp32)} node(s) in FP32, {kind}, {self.evaluations} evaluations"
+
+
+def group_testing_bound(n: int, k: int) -> float:
+    """log2 C(n, k): information-theoretic lower bound on adaptive tests."""
+    if k <= 0 or k >= n:
+        return 0.0
+    return (math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)) / math.log(2)
+
+
+def quickxplain_bound(n: int, k: int) -> float:
+    """2k*log2(n/k) + 2k: QuickXplain's worst case for k elements among n."""
+    if k <= 0:
+        return 0.0
+    return 2 * k * math.log2(max(n / k, 1.0)) + 2 * k
+
+
+class _Memo:
+    """Evaluates each distinct plan once and records the trace."""
+
+    def __init__(self, test, on_step, n_total):
+        self._test = test
+        self._on_step = on_step
+        self.results: dict[frozenset, bool] = {}
+        self.trace: list[Step] = []
+        self.contradictions: list[tuple[frozenset, frozenset]] = []
+        self.phase = "precondition"
+        self.n_total = n_total
+        self.remaining = n_total  # size of the set still being searched (for progress)
+        self.found = 0
+
+    def __call__(self, plan: Iterable[Hashable]) -> bool:
+        plan = frozenset(plan)
+        if plan in self.results:
+            return self.results[plan]
+        passed = bool(self._test(plan))
+        self.results[plan] = passed
+        self._note_contradictions(plan, passed)
+        step = Step(len(self.trace) + 1, plan, passed, self.phase)
+        self.trace.append(step)
+        if self._on_step is not None:
+            self._on_step(step, self.progress())
+        return passed
+
+    def progress(self) -> dict:
+        left = quickxplain_bound(max(self.remaining, 1), max(self.found, 1)) if self.remaining else 0
+        return {
+            "evaluations": len(self.trace),
+            "phase": self.phase,
+            "searching": self.remaining,
+            "found": self.found,
+            "estimate_left": int(math.ceil(left)),
+        }
+
+    def _note_contradictions(self, plan: frozenset, passed: bool) -> None:
+        for other, other_passed in self.results.items():
+            if passed and not other_passed and plan < other:
+                self.contradictions.append((plan, other))
+            elif not passed and other_passed and other < plan:
+                self.contradictions.append((other, plan))
+
+    def failing_witness(self, without: Hashable, keep: frozenset) -> frozenset | None:
+        for plan, passed in self.results.items():
+            if not passed and without not in plan and keep <= plan:
+                return plan
+        return None
+
+
+def _quickxplain(memo: _Memo, background: frozenset, changed: bool, cands: list) -> list:
+    """Smallest subset D of ``cands`` such that background | D passes.
+
+    Precondition: background | cands passes. Junker's QuickXplain with the
+    usual split in halves; the first half is preferred.
+    """
+    if changed and memo(background):
+        return []
+    if len(cands) == 1:
+        memo.found += 1
+        return list(cands)
+    half = len(cands) // 2
+    first, second = cands[:half], cands[half:]
+    memo.remaining = len(cands)
+    found_second = _quickxplain(memo, background | frozenset(first), bool(first), second)
+    found_first = _quickxplain(memo, background | frozenset(found_second), bool(found_second), first)
+    return found_first + found_second
+
+
+def _bisect(memo: _Memo, pool: list) -> list:
+    """Smallest subset of ``pool`` that passes, one member at a time.
+
+    Precondition: ``pool`` passes and the empty plan fails. Each round binary
+    searches the shortest passing prefix of what is left (with the members
+    found so far); its last element is a member. About log2(n) + 1 tests a
+    member, close to the group-testing bound when members are few. When
+    members turn out dense (see ``_dense``), QuickXplain takes over for the
+    rest, which is cheaper there.
+    """
+    found: list = []
+    base: frozenset = frozenset()
+    rest = list(pool)
+    while rest:
+        if found and _dense(len(found), len(pool) - len(rest), len(rest)):
+            return found + _quickxplain(memo, base, True, rest)
+        if found and memo(base):
+            break
+        memo.remaining = len(rest)
+        fails, passes = 0, len(rest)  # prefix lengths: base | rest[:fails] fails, base | rest[:passes] passes
+        while passes - fails > 1:
+            mid = (fails + passes) // 2
+            if memo(base | frozenset(rest[:mid])):
+                passes = mid
+            else:
+                fails = mid
+        member = rest[passes - 1]
+        found.append(member)
+        memo.found = len(found)
+        base = base | {member}
+        rest = rest[: passes - 1]
+    return found
+
+
+def _dense(found: int, consumed: int, left: int) -> bool:
+    """True when QuickXplain should be cheaper than bisection for the rest.
+
+    Bisection costs about log2(left) + 1 tests a member; QuickXplain about
+    2*log2(gap) + 2, where gap (candidates consumed a member found so far)
+    estimates the spacing of the members still to find.
+    """
+    gap = max(consumed / found, 1.0)
+    return math.log2(left) + 1 > 2 * math.log2(gap) + 2
+
+
+def search(
+    candidates: Sequence[Hashable],
+    test: Callable[[frozenset], bool],
+    *,
+    order: Sequence[Hashable] | None = None,
+    suspects: int = 0,
+    check_minimal: bool = False,
+    on_step: Callable[[Step, dict], None] | None = None,
+) -> SearchResult:
+    """Search a 1-minimal FP32 set; see the module docstring."""
+    ids = list(dict.fromkeys(candidates))
+    if len(ids) != len(candidates):
+        raise SearchError("candidate ids must be unique")
+    if order is None:
+        order = ids
+    order = list(order)
+    if sorted(map(repr, order)) != sorted(map(repr, ids)) or len(order) != len(ids):
+        raise SearchError("order must be a permutation of the candidates")
+    suspects = max(0, min(int(suspects), len(order)))
+
+    memo = _Memo(test, on_step, len(ids))
+    everything = frozenset(ids)
+    rank = {c: i for i, c in enumerate(order)}
+
+    def result(status, fp32=(), **kw) -> SearchResult:
+        return SearchResult(
+            status=status,
+            fp32=tuple(sorted(fp32, key=rank.__getitem__)),
+            evaluations=len(memo.trace),
+            trace=memo.trace,
+            contradictions=memo.contradictions,
+            **kw,
+        )
+
+    if not memo(everything):
+        return result("fp32_fails")
+    if memo(frozenset()):
+        return result("fp16_passes", passed=True, minimal=True, minimality="empty set")
+
+    # Suspicion first: growing prefixes of the flagged part of the order.
+    pool = order
+    if suspects:
+        memo.phase = "suspects"
+        size = 1
+        while True:
+            size = min(size, suspects)
+            memo.remaining = size
+            if memo(frozenset(order[:size])):
+                pool = order[:size]
+                break
+            if size == suspects:
+                break
+            size *= 2
+
+    memo.phase = "split"
+    memo.remaining = len(pool)
+    found = frozenset(_bisect(memo, list(pool)))
+
+    memo.phase = "verify"
+    memo.remaining = 0
+    if not memo(found):
+        return _fallback(memo, result, "the set found fails when evaluated")
+
+    memo.phase = "minimality"
+    direct = 0
+    for member in sorted(found, key=rank.__getitem__):
+        rest = found - {member}
+        if check_minimal or memo.failing_witness(member, rest) is None:
+            if memo(rest):
+                return _fallback(memo, result, f"removing {member!r} still passes")
+            direct += 1
+        elif rest in memo.results:
+            direct += 1
+    if memo.contradictions:
+        return _fallback(memo, result, "the oracle contradicted monotonicity")
+    how = (
+        "each removal evaluated and failed"
+        if direct == len(found)
+        else f"{direct} removal(s) evaluated, {len(found) - direct} implied by a failing superset (monotonicity)"
+    )
+    return result("found", found, passed=True, minimal=True, minimality=how)
+
+
+def _fallback(memo: _Memo, result, why: str) -> SearchResult:
+    """Smallest plan actually seen to pass; never claims minimality."""
+    passing = [plan for plan, passed in memo.results.items() if passed]
+    best = min(passing, key=len)
+    names = "; ".join(
+        f"{sorted(map(repr, small))} passed but {sorted(map(repr, big))} failed"
+        for small, big in memo.contradictions[:3]
+    )
+    detail = f"not minimal: {why}" + (f" ({names})" if names else "")
+    return result("found", best, passed=True, minimal=False, minimality=detail)

@@ -1,0 +1,159 @@
+"""FP16 emulated on ONNX Runtime CPU.
+
+Semantics (ARCHITECTURE.md): with ``r(x) = float32(float16(x))``, a candidate in
+FP16 computes ``r`` of its float outputs from ``r`` of its float inputs
+(initializers included); a candidate in FP32 computes on its inputs as they
+arrive; graph inputs arrive in FP32; transparent ops never round.
+
+One session serves every plan: each rounding site is
+``Where(fp32[i], x, Cast(Cast(x, FLOAT16), FLOAT))`` where ``fp32`` is a bool
+graph input with one entry per candidate, so evaluating a plan is one run.
+ONNX Runtime keeps explicit Cast pairs in an FP32 graph (bit-exact with
+NumPy); the start-up self-test proves it on this machine (70000 -> inf).
+
+Not emulated: FP16 accumulation inside GEMMs, convolutions and reductions,
+and TensorRT's fused kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from ..errors import UsageError
+from ..graph import Graph
+
+MASK = "fp16bisect_fp32_mask"
+_PREFIX = "fp16bisect/"
+
+
+def _session(model: onnx.ModelProto):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def emulation_model(graph: Graph) -> onnx.ModelProto:
+    """The model with a rounding site at every float input and output of every candidate."""
+    model = onnx.ModelProto()
+    model.CopyFrom(graph.model)
+    g = model.graph
+    originals = list(g.node)
+    del g.node[:]
+    index = {n.id: i for i, n in enumerate(graph.candidates)}
+    rounded: dict[str, str] = {}  # tensor -> its FP16-rounded twin
+
+    def rounding_of(tensor: str) -> str:
+        if tensor not in rounded:
+            half, back = f"{_PREFIX}h/{tensor}", f"{_PREFIX}r/{tensor}"
+            g.node.append(helper.make_node("Cast", [tensor], [half], name=half, to=TensorProto.FLOAT16))
+            g.node.append(helper.make_node("Cast", [half], [back], name=back, to=TensorProto.FLOAT))
+            rounded[tensor] = back
+        return rounded[tensor]
+
+    for node in graph.nodes:
+        proto = onnx.NodeProto()
+        proto.CopyFrom(originals[node.index])
+        i = index.get(node.id)
+        if i is None:
+            g.node.append(proto)
+            continue
+        keep = f"{_PREFIX}m{i}"
+        g.initializer.append(helper.make_tensor(f"{_PREFIX}i{i}", TensorProto.INT64, [], [i]))
+        g.node.append(helper.make_node("Gather", [MASK, f"{_PREFIX}i{i}"], [keep], name=keep, axis=0))
+        selected: dict[str, str] = {}
+        for pos, tensor in graph.rounded_inputs(node):
+            if tensor not in selected:
+                sel = f"{_PREFIX}in{i}/{tensor}"
+                g.node.append(helper.make_node("Where", [keep, tensor, rounding_of(tensor)], [sel], name=sel))
+                selected[tensor] = sel
+            proto.input[pos] = selected[tensor]
+        outs = []
+        for pos, tensor in enumerate(node.outputs):
+            if graph.is_float(tensor):
+                raw = f"{_PREFIX}raw/{tensor}"
+                proto.output[pos] = raw
+                outs.append((raw, tensor))
+        g.node.append(proto)
+        for raw, tensor in outs:
+            g.node.append(helper.make_node("Where", [keep, raw, rounding_of(raw)], [tensor], name=f"{_PREFIX}out/{tensor}"))
+    g.input.append(helper.make_tensor_value_info(MASK, TensorProto.BOOL, [len(graph.candidates)]))
+    return model
+
+
+class EmulateBackend:
+    """Runs plans on one ONNX Runtime session; a plan is a set of candidate ids kept in FP32."""
+
+    name = "emulate"
+
+    def __init__(self, graph: Graph):
+        self_test()
+        self.graph = graph
+        self.index = {n.id: i for i, n in enumerate(graph.candidates)}
+        try:
+            self.session = _session(emulation_model(graph))
+        except Exception as exc:
+            raise UsageError(
+                f"ONNX Runtime cannot load the model: {_first_line(exc)}; check that the model runs in ONNX Runtime"
+            ) from None
+        self.output_names = [o.name for o in graph.outputs]
+
+    @staticmethod
+    def versions() -> dict:
+        import onnxruntime as ort
+
+        return {"onnxruntime": ort.__version__, "onnx": onnx.__version__}
+
+    def mask(self, plan) -> np.ndarray:
+        mask = np.zeros(len(self.index), dtype=bool)
+        for node_id in plan:
+            mask[self.index[node_id]] = True
+        return mask
+
+    def run(self, plan, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        feed = dict(inputs)
+        feed[MASK] = self.mask(plan)
+        try:
+            values = self.session.run(self.output_names, feed)
+        except Exception as exc:
+            raise UsageError(f"ONNX Runtime failed to run the model: {_first_line(exc)}") from None
+        return dict(zip(self.output_names, values))
+
+
+_SELF_TEST_DONE = False
+
+
+def self_test() -> None:
+    """Prove on this machine that rounding sites survive ONNX Runtime's optimisations."""
+    global _SELF_TEST_DONE
+    if _SELF_TEST_DONE:
+        return
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    model = helper.make_model(
+        helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "self_test", [x], [y]),
+        opset_imports=[helper.make_opsetid("", 13)],
+    )
+    model.ir_version = 7
+    graph = Graph(model)
+    session = _session(emulation_model(graph))
+    probe = np.array([70000.0, 1e-8, 2049.0, 65519.0], dtype=np.float32)
+    half = session.run(None, {"x": probe, MASK: np.array([False])})[0]
+    full = session.run(None, {"x": probe, MASK: np.array([True])})[0]
+    expected = np.array([np.inf, 0.0, 2048.0, 65504.0], dtype=np.float32)
+    if not (np.array_equal(half, expected) and np.array_equal(full, probe)):
+        raise RuntimeError(
+            f"FP16 emulation self-test failed: ONNX Runtime turned {probe.tolist()} into {half.tolist()} "
+            f"in FP16 (expected {expected.tolist()}) and {full.tolist()} in FP32; this onnxruntime "
+            "folds Cast pairs, so the emulate backend cannot be trusted: install another onnxruntime version"
+        )
+    _SELF_TEST_DONE = True
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

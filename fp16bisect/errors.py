@@ -1,0 +1,13 @@
+"""Errors the command line turns into exit codes and one-line messages."""
+
+
+class UsageError(Exception):
+    """Bad input or usage: exit code 2. The message says what is wrong and how to fix it."""
+
+    exit_code = 2
+
+
+class ToleranceUnreachable(Exception):
+    """The all-FP32 plan misses the tolerance on this backend: exit code 3."""
+
+    exit_code = 3

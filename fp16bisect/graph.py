@@ -1,0 +1,254 @@
+"""A read-only view of an ONNX model: node ids, topological order, candidates.
+
+Node identity (a public interface): a node is named by its ONNX ``name`` when
+that is non-empty and unique in the graph, else by its first output tensor's
+name (unique in ONNX).
+
+Candidates are the nodes that compute floating-point tensors: not transparent
+(data movement and shape ops take the precision of their producer and never
+round a value themselves), in the default ONNX domain, with at least one
+float32 output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from .errors import UsageError
+
+FLOAT = TensorProto.FLOAT
+
+# Ops that move or reshape data, compute shapes, or only change types.
+TRANSPARENT_OPS = frozenset(
+    """
+    Reshape Transpose Squeeze Unsqueeze Flatten Identity Concat Split SplitToSequence
+    Slice Gather GatherElements GatherND Expand Tile Shape Size Constant ConstantOfShape
+    Cast CastLike Dropout DepthToSpace SpaceToDepth Pad NonZero Range Optional
+    OptionalGetElement OptionalHasElement SequenceAt SequenceConstruct SequenceEmpty
+    SequenceInsert SequenceErase SequenceLength ConcatFromSequence EyeLike Trilu
+    """.split()
+)
+
+# Float inputs that are parameters, not data: rounding them could change a shape.
+PARAMETER_INPUTS = {"Resize": {1, 2}, "Upsample": {1}}
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+@dataclass(frozen=True)
+class Node:
+    index: int  # position in the model's graph.node
+    id: str
+    name: str
+    op_type: str
+    domain: str
+    inputs: tuple
+    outputs: tuple
+    implicit: tuple = ()  # outer-scope tensors read by its subgraphs (If, Loop, Scan)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    elem_type: int
+    shape: tuple  # ints, strings for symbolic dims, None for unknown
+
+    @property
+    def dtype_name(self) -> str:
+        return onnx.helper.tensor_dtype_to_np_dtype(self.elem_type).name
+
+
+class Graph:
+    """Load once, ask many questions."""
+
+    def __init__(self, model: onnx.ModelProto, path: Path | None = None, sha256: str = ""):
+        self.model = model
+        self.path = path
+        self.sha256 = sha256
+        graph = model.graph
+        if len(graph.node) == 0:
+            raise UsageError("the model's graph has no nodes: export the model again with its operators")
+        self.initializers = {t.name for t in graph.initializer}
+        self.inputs = [_spec(v) for v in graph.input if v.name not in self.initializers]
+        self.outputs = [_spec(v) for v in graph.output]
+        self.dtypes = _tensor_types(model)
+
+        names = Counter(n.name for n in graph.node if n.name)
+        self.duplicate_names = {name for name, count in names.items() if count > 1}
+        raw = []
+        for i, n in enumerate(graph.node):
+            if n.name and names[n.name] == 1:
+                node_id = n.name
+            elif n.output and n.output[0]:
+                node_id = n.output[0]
+            else:
+                node_id = f"#{i}"
+            raw.append(
+                Node(i, node_id, n.name, n.op_type, n.domain, tuple(n.input), tuple(n.output), _outer_reads(n))
+            )
+        self.nodes = _toposort(raw, {v.name for v in graph.input} | self.initializers)
+        self.by_id = {n.id: n for n in self.nodes}
+        self.producer = {t: n for n in self.nodes for t in n.outputs if t}
+        self.skipped: dict[str, str] = {}
+        self.candidates = [n for n in self.nodes if self._is_candidate(n)]
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Graph":
+        return cls(*load_model(path))
+
+    def is_float(self, tensor: str) -> bool:
+        return bool(tensor) and self.dtypes.get(tensor) == FLOAT
+
+    def float_outputs(self, node: Node) -> list[str]:
+        return [t for t in node.outputs if self.is_float(t)]
+
+    def rounded_inputs(self, node: Node) -> list[tuple[int, str]]:
+        """(position, tensor) of the float data inputs an FP16 node would read in FP16."""
+        params = PARAMETER_INPUTS.get(node.op_type, set())
+        return [(i, t) for i, t in enumerate(node.inputs) if i not in params and self.is_float(t)]
+
+    def float_output_names(self) -> list[str]:
+        return [o.name for o in self.outputs if o.elem_type == FLOAT]
+
+    def _is_candidate(self, node: Node) -> bool:
+        if node.op_type in TRANSPARENT_OPS:
+            return False
+        if not self.float_outputs(node):
+            return False
+        if node.domain not in DEFAULT_DOMAINS:
+            self.skipped[node.id] = f"custom domain {node.domain!r}"
+            return False
+        return True
+
+
+def load_model(path: str | Path) -> tuple[onnx.ModelProto, Path, str]:
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"model file {str(path)!r} not found: pass the path of an .onnx file")
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception as exc:  # protobuf raises DecodeError and friends
+        raise UsageError(f"{str(path)!r} is not an ONNX model ({type(exc).__name__}): pass an .onnx file") from None
+    if not model.graph.node and not model.graph.output:
+        raise UsageError(f"{str(path)!r} is not an ONNX model (no graph found): pass an .onnx file")
+    try:
+        onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"cannot read the external data of {str(path)!r} ({exc}): keep the weight files beside the model"
+        ) from None
+    return model, path, digest
+
+
+def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
+    t = value.type.tensor_type
+    dims = []
+    if t.HasField("shape"):
+        for d in t.shape.dim:
+            dims.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or None))
+    shape = tuple(dims) if t.HasField("shape") else None
+    return TensorSpec(value.name, t.elem_type, shape)
+
+
+def _tensor_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element type of every tensor: declared, initializer, Constant, or inferred."""
+    graph = model.graph
+    types: dict[str, int] = {}
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+        infos = list(inferred.graph.value_info)
+    except Exception:
+        infos = []
+    for v in [*graph.input, *graph.output, *graph.value_info, *infos]:
+        if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
+            types.setdefault(v.name, v.type.tensor_type.elem_type)
+    for t in graph.initializer:
+        types[t.name] = t.data_type
+    for n in graph.node:
+        if n.op_type == "Constant" and n.output:
+            for a in n.attribute:
+                if a.name == "value":
+                    types[n.output[0]] = a.t.data_type
+                elif a.name in ("value_float", "value_floats"):
+                    types[n.output[0]] = FLOAT
+    unknown = [t for n in graph.node for t in n.output if t and t not in types]
+    if unknown:
+        types.update(_types_from_runtime(model, unknown))
+    return types
+
+
+def _types_from_runtime(model: onnx.ModelProto, tensors: list[str]) -> dict[str, int]:
+    """Ask ONNX Runtime for the types shape inference could not find."""
+    import onnxruntime as ort
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.ValueInfoProto(name=t) for t in tensors)
+    try:
+        session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception:
+        return {}
+    found = {}
+    for out in session.get_outputs():
+        kind = out.type  # e.g. "tensor(float)"
+        if kind.startswith("tensor(") and kind.endswith(")"):
+            np_name = {"float": "float32", "double": "float64"}.get(kind[7:-1], kind[7:-1])
+            try:
+                found[out.name] = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(np_name))
+            except TypeError:
+                pass
+    return found
+
+
+def _toposort(nodes: list[Node], available: set[str]) -> list[Node]:
+    """Kahn's algorithm; stable (keeps file order among ready nodes)."""
+    produced = {t: n.index for n in nodes for t in n.outputs if t}
+    waiting: dict[int, int] = {}
+    consumers: dict[int, list[int]] = {n.index: [] for n in nodes}
+    for n in nodes:
+        deps = {produced[t] for t in (*n.inputs, *n.implicit) if t in produced and t not in available}
+        deps.discard(n.index)
+        waiting[n.index] = len(deps)
+        for d in deps:
+            consumers[d].append(n.index)
+    by_index = {n.index: n for n in nodes}
+    ready = [i for i, w in waiting.items() if w == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(by_index[i])
+        for c in consumers[i]:
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                heapq.heappush(ready, c)
+    if len(order) != len(nodes):
+        stuck = sorted(set(by_index) - {n.index for n in order})[:3]
+        names = ", ".join(by_index[i].id for i in stuck)
+        raise UsageError(f"the graph has a cycle (through {names}): export an acyclic ONNX graph")
+    return order
+
+
+def _outer_reads(node: onnx.NodeProto) -> tuple:
+    """Tensors a node's subgraphs read from the enclosing graph."""
+    reads: list[str] = []
+    for attr in node.attribute:
+        for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+            local = {v.name for v in sub.input} | {t.name for t in sub.initializer}
+            local |= {t for n in sub.node for t in n.output}
+            for n in sub.node:
+                reads += [t for t in n.input if t and t not in local]
+                reads += [t for t in _outer_reads(n) if t not in local]
+            reads += [v.name for v in sub.output if v.name not in local]
+    return tuple(dict.fromkeys(reads))

@@ -1,0 +1,168 @@
+"""The precision-override JSON that build pipelines read, and its exports.
+
+Schema ``fp16bisect.overrides/1`` (a public interface; change deliberately):
+
+    schema      "fp16bisect.overrides/1"
+    model       {path, sha256}
+    backend     {name, versions}
+    tolerance   {atol, rtol, min_cosine, max_mismatch}
+    fp32_nodes  [{name, op_type, outputs, reason}]   name = fp16bisect node id
+    search      {status, candidates, evaluations, minimal, minimality, seconds, trace}
+    metrics     {fp32, fp16, with_overrides}: output -> worst metrics over samples
+    exports     {trtexec: {...}, modelopt_autocast: {...}}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import tempfile
+from pathlib import Path
+
+from .errors import UsageError
+from .graph import Graph, Node
+
+SCHEMA = "fp16bisect.overrides/1"
+REQUIRED = ("schema", "model", "backend", "tolerance", "fp32_nodes", "search", "metrics", "exports")
+
+
+def trtexec_layer_name(node: Node) -> str:
+    """The name TensorRT's ONNX parser gives a node's first layer (onnx-tensorrt ``getNodeName``)."""
+    return node.name if node.name else f"node_of_{node.outputs[0]}"
+
+
+def trtexec_export(graph: Graph, nodes: list[Node]) -> dict:
+    """TensorRT 10 trtexec flags that keep these nodes' layers in FP32."""
+    warnings = []
+    names = []
+    for node in nodes:
+        layer = trtexec_layer_name(node)
+        if "," in layer or "'" in layer:
+            warnings.append(
+                f"node {node.id!r}: trtexec cannot express a layer name containing ',' or \"'\"; "
+                "pin it through the TensorRT API instead"
+            )
+            continue
+        if node.name in graph.duplicate_names:
+            warnings.append(
+                f"node {node.id!r}: its name {node.name!r} is shared by several nodes, so TensorRT renames "
+                "all but one layer; rename the nodes in the model, or pin through the TensorRT API"
+            )
+        names.append(layer)
+    if nodes:
+        warnings.append(
+            "trtexec names only the first layer of each node; a node TensorRT imports as several layers "
+            "has more (named <node>_<n>), which these flags do not pin"
+        )
+    precisions = ",".join(f"{n}:fp32" for n in names)
+    args = ["--fp16", "--precisionConstraints=obey"]
+    if names:
+        args += [f"--layerPrecisions={precisions}", f"--layerOutputTypes={precisions}"]
+    model = str(graph.path) if graph.path else "model.onnx"
+    return {
+        "tensorrt": "10.x (weakly typed; TensorRT 11 removed these flags)",
+        "args": args,
+        "command": shlex.join(["trtexec", f"--onnx={model}", *args]),
+        "warnings": warnings,
+    }
+
+
+LAYERNORM_PARTS = {"ReduceMean", "Pow", "Sqrt", "Div", "Sub", "Reciprocal"}
+
+
+def autocast_export(graph: Graph, nodes: list[Node]) -> dict:
+    """ModelOpt AutoCast arguments for TensorRT 11 strongly typed builds."""
+    warnings = []
+    patterns = []
+    for node in nodes:
+        if not node.name:
+            warnings.append(
+                f"node {node.id!r} has no name in the model: AutoCast names such nodes itself "
+                "(<OpType>_<N>), so no pattern can select it; give the model's nodes names first"
+            )
+            continue
+        if node.name in graph.duplicate_names:
+            warnings.append(
+                f"node {node.id!r}: its name {node.name!r} is shared by several nodes, so the pattern keeps "
+                "all of them in FP32; give the model's nodes unique names to pin only this one"
+            )
+        pattern = f"^{re.escape(node.name)}$"
+        if pattern not in patterns:
+            patterns.append(pattern)
+    if any(n.op_type in LAYERNORM_PARTS for n in nodes):
+        warnings.append(
+            "AutoCast may fuse a decomposed LayerNorm into one new node with a new name; if a pinned node "
+            "is part of one, also pass --op_types_to_exclude LayerNormalization"
+        )
+    model = str(graph.path) if graph.path else "model.onnx"
+    output = re.sub(r"\.onnx$", "", model) + ".fp16.onnx"
+    args = [
+        "--low_precision_type", "fp16",
+        "--keep_io_types",
+        "--data_max", "inf",
+        "--init_max", "inf",
+    ]
+    if patterns:
+        args += ["--nodes_to_exclude", *patterns]
+    return {
+        "nodes_to_exclude": patterns,
+        "args": args,
+        "command": shlex.join(
+            ["python", "-m", "modelopt.onnx.autocast", "--onnx_path", model, "--output_path", output, *args]
+        ),
+        "warnings": warnings,
+    }
+
+
+def node_entry(graph: Graph, node: Node, reason: str = "") -> dict:
+    return {"name": node.id, "op_type": node.op_type, "outputs": list(node.outputs), "reason": reason}
+
+
+def write_json(path: str | Path, data: dict) -> None:
+    """Atomic: a reader sees the old file or the whole new one, never half."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise UsageError(f"cannot write {str(path)!r} ({exc.strerror}): choose another -o path") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, allow_nan=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read(path: str | Path, model_path: str | Path | None = None, force: bool = False) -> dict:
+    """Read and validate an override file; refuse one made for another model unless ``force``."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"override file {str(path)!r} not found: run 'fp16bisect search' to make one") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{str(path)!r} is not an override file ({exc}): run 'fp16bisect search' again") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise UsageError(f"{str(path)!r} is not an fp16bisect override file (schema {SCHEMA!r} expected)")
+    missing = [k for k in REQUIRED if k not in data]
+    if missing:
+        raise UsageError(f"{str(path)!r} lacks key(s) {', '.join(missing)}: run 'fp16bisect search' again")
+    nodes = data["fp32_nodes"]
+    if not isinstance(nodes, list) or not all(isinstance(n, dict) and isinstance(n.get("name"), str) for n in nodes):
+        raise UsageError(f"{str(path)!r}: fp32_nodes must be a list of objects with a 'name'")
+    if model_path is not None and not force:
+        digest = hashlib.sha256(Path(model_path).read_bytes()).hexdigest()
+        if digest != data["model"].get("sha256"):
+            raise UsageError(
+                f"{str(path)!r} was made for another model (sha256 {str(data['model'].get('sha256'))[:12]}..., "
+                f"this one is {digest[:12]}...): rerun 'fp16bisect search' on this model, or pass --force"
+            )
+    return data

@@ -1,0 +1,133 @@
+"""``search`` end to end: model + samples -> verified minimal FP32 set -> override JSON."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from . import __version__
+from .backends import make_backend
+from .errors import ToleranceUnreachable, UsageError
+from .graph import Graph
+from .oracle import Evaluation, Oracle
+from .overrides import SCHEMA, autocast_export, node_entry, trtexec_export
+from .profile import Profile, profile
+from .samples import add_fp32_references, load_samples
+from .search import SearchResult, Step, search
+from .tolerance import Tolerance
+
+
+class Listener:
+    """What a long search tells the person waiting (see report.py)."""
+
+    def stage(self, text: str) -> None: ...
+
+    def step(self, step: Step, progress: dict) -> None: ...
+
+
+@dataclass
+class Outcome:
+    graph: Graph
+    tolerance: Tolerance
+    backend: str
+    result: SearchResult
+    oracle: Oracle
+    profile: Profile
+    seconds: float
+    data: dict = field(default_factory=dict)  # the override JSON
+
+    @property
+    def fp16(self) -> Evaluation:
+        return self.oracle.memo[frozenset()]
+
+    @property
+    def final(self) -> Evaluation:
+        return self.oracle.memo[frozenset(self.result.fp32)]
+
+
+def prepare(model: str, inputs: list[str], references: list[str] | None, backend: str, tolerance: Tolerance,
+            listener: Listener):
+    listener.stage(f"loading {model}")
+    graph = Graph.load(model)
+    outputs = graph.float_output_names()
+    if not outputs:
+        raise UsageError(
+            f"{model!r} has no float32 output, so there is nothing FP16 could make wrong: pass a model with float outputs"
+        )
+    if not graph.candidates:
+        raise UsageError(f"{model!r} has no node that computes float32 values: nothing to search")
+    samples = load_samples(graph, inputs, references)
+    if not references:
+        listener.stage("computing FP32 references with ONNX Runtime")
+    add_fp32_references(graph, samples)
+    chosen = make_backend(backend, graph)
+    oracle = Oracle(chosen, samples, tolerance, outputs)
+    return graph, samples, chosen, oracle
+
+
+def search_model(
+    model: str,
+    inputs: list[str],
+    references: list[str] | None = None,
+    tolerance: Tolerance = Tolerance(),
+    backend: str = "auto",
+    check_minimal: bool = False,
+    listener: Listener | None = None,
+) -> Outcome:
+    listener = listener or Listener()
+    start = time.perf_counter()
+    graph, samples, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener)
+    listener.stage(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s)")
+    prof = profile(graph, samples)
+    listener.stage(f"searching on the {chosen.name} backend ({prof.suspects} suspect(s) first)")
+    result = search(
+        [n.id for n in graph.candidates],
+        oracle,
+        order=prof.order,
+        suspects=prof.suspects,
+        check_minimal=check_minimal,
+        on_step=listener.step,
+    )
+    if result.status == "fp32_fails":
+        everything = oracle.memo[frozenset(n.id for n in graph.candidates)]
+        worst = max((m for m in everything.metrics if not m.passed), key=lambda m: m.excess)
+        raise ToleranceUnreachable(
+            f"the tolerance is unreachable even in FP32 on the {chosen.name} backend: {worst.why(tolerance)}; "
+            f"loosen --atol/--rtol by at least {worst.excess:.3g}x or check --reference"
+        )
+    outcome = Outcome(graph, tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start)
+    outcome.data = overrides_json(outcome, chosen.versions())
+    return outcome
+
+
+def overrides_json(o: Outcome, versions: dict) -> dict:
+    graph, result = o.graph, o.result
+    reasons = {r.node: r.reason for r in o.profile.risks}
+    nodes = [graph.by_id[i] for i in result.fp32]
+    everything = frozenset(n.id for n in graph.candidates)
+
+    def worst(plan) -> dict:
+        evaluation = o.oracle.memo.get(frozenset(plan))
+        return {k: m.to_json() for k, m in evaluation.worst().items()} if evaluation else {}
+
+    return {
+        "schema": SCHEMA,
+        "model": {"path": str(graph.path), "sha256": graph.sha256},
+        "backend": {"name": o.backend, "versions": {"fp16bisect": __version__, **versions}},
+        "tolerance": o.tolerance.to_json(),
+        "fp32_nodes": [node_entry(graph, n, reasons.get(n.id, "")) for n in nodes],
+        "search": {
+            "status": result.status,
+            "candidates": len(graph.candidates),
+            "evaluations": result.evaluations,
+            "minimal": result.minimal,
+            "minimality": result.minimality,
+            "verified": result.passed,
+            "contradictions": [[sorted(a), sorted(b)] for a, b in result.contradictions],
+            "seconds": round(o.seconds, 3),
+            "trace": [{"fp32": len(s.plan), "passed": s.passed, "phase": s.phase} for s in result.trace],
+        },
+        "metrics": {"fp32": worst(everything), "fp16": worst(()), "with_overrides": worst(result.fp32)},
+        "skipped_nodes": graph.skipped,
+        "exports": {"trtexec": trtexec_export(graph, nodes), "modelopt_autocast": autocast_export(graph, nodes)},
+    }

@@ -1,0 +1,169 @@
+"""FP32 activation profile and the FP16 risk ranking built on it.
+
+One FP32 ONNX Runtime run records every float tensor (and the initializers);
+each tensor gets a risk tier:
+
+    3 overflow    |x| rounds to inf in FP16 (|x| >= 65520)
+    2 near        |x| within a factor of 2 of 65504, or nonzero values that
+                  flush to zero in FP16 (|x| < ~3e-8)
+    1 subnormal   nonzero values below the FP16 normal range (6.1e-5)
+    0 fine
+
+A candidate's risk is the worst of the tensors it reads (in FP16 it would read
+them rounded) and writes. The suspicion order sorts candidates by risk, worst
+first, ties in topological order; candidates of tier 2 and 3 are the suspects
+the search tries first. This one ranking is what ``scan`` prints and what the
+search uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from .errors import UsageError
+from .graph import Graph
+
+FP16_MAX = 65504.0
+FP16_MIN_NORMAL = 6.103515625e-05
+TIERS = {3: "overflow", 2: "near limit", 1: "subnormal", 0: "fine"}
+
+
+@dataclass
+class TensorStats:
+    name: str
+    max_abs: float = 0.0
+    min_nonzero: float = float("inf")
+    overflow: int = 0  # elements that become inf in FP16
+    flushed: int = 0  # nonzero elements that become 0 in FP16
+    subnormal: int = 0  # nonzero elements below the FP16 normal range
+    size: int = 0
+    initializer: bool = False
+
+    def add(self, values: np.ndarray) -> None:
+        a = np.abs(values[np.isfinite(values)].astype(np.float32, copy=False))
+        self.size += int(values.size)
+        if a.size == 0:
+            return
+        self.max_abs = max(self.max_abs, float(a.max()))
+        nonzero = a[a > 0]
+        if nonzero.size:
+            self.min_nonzero = min(self.min_nonzero, float(nonzero.min()))
+        with np.errstate(over="ignore"):
+            half = a.astype(np.float16)
+        self.overflow += int(np.count_nonzero(np.isinf(half)))
+        self.flushed += int(np.count_nonzero((half == 0) & (a > 0)))
+        self.subnormal += int(np.count_nonzero((a > 0) & (a < FP16_MIN_NORMAL)))
+
+    @property
+    def tier(self) -> int:
+        if self.overflow:
+            return 3
+        if self.max_abs >= FP16_MAX / 2 or self.flushed:
+            return 2
+        if self.subnormal:
+            return 1
+        return 0
+
+    @property
+    def severity(self) -> float:
+        """Orders tensors within a tier: how far past the limit, or how much is lost."""
+        if self.tier >= 2 and self.max_abs >= FP16_MAX / 2:
+            return self.max_abs / FP16_MAX
+        if self.size:
+            return (self.flushed or self.subnormal) / self.size
+        return 0.0
+
+    def describe(self) -> str:
+        if self.overflow:
+            return f"max |x| {self.max_abs:.4g} > 65504 ({self.overflow} element(s) become inf)"
+        if self.max_abs >= FP16_MAX / 2:
+            return f"max |x| {self.max_abs:.4g} within 2x of 65504"
+        if self.flushed:
+            return f"{self.flushed} nonzero element(s) flush to 0 (min |x| {self.min_nonzero:.3g})"
+        if self.subnormal:
+            return f"{self.subnormal} element(s) subnormal in FP16 (min |x| {self.min_nonzero:.3g})"
+        return f"max |x| {self.max_abs:.4g}"
+
+
+@dataclass
+class NodeRisk:
+    node: str
+    op_type: str
+    tier: int
+    severity: float
+    tensor: str  # the tensor that sets the risk
+    reason: str
+
+
+@dataclass
+class Profile:
+    tensors: dict[str, TensorStats]
+    risks: list[NodeRisk] = field(default_factory=list)  # candidates, most suspicious first
+
+    @property
+    def order(self) -> list[str]:
+        return [r.node for r in self.risks]
+
+    @property
+    def suspects(self) -> int:
+        return sum(1 for r in self.risks if r.tier >= 2)
+
+
+def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
+    """Run the model in FP32 on every sample, recording every float tensor."""
+    import onnxruntime as ort
+
+    names = [t for n in graph.nodes for t in n.outputs if graph.is_float(t)]
+    names = list(dict.fromkeys([*graph.float_output_names(), *names]))
+    model = onnx.ModelProto()
+    model.CopyFrom(graph.model)
+    declared = {o.name for o in model.graph.output}
+    model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in names if t not in declared)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise UsageError(f"ONNX Runtime cannot load the model: {str(exc).splitlines()[0]}") from None
+
+    stats = {t: TensorStats(t) for t in names}
+    for init in graph.model.graph.initializer:
+        if init.data_type == onnx.TensorProto.FLOAT:
+            s = stats.setdefault(init.name, TensorStats(init.name, initializer=True))
+            s.initializer = True
+            s.add(onnx.numpy_helper.to_array(init))
+    for sample in samples:
+        for start in range(0, len(names), chunk):
+            part = names[start : start + chunk]
+            try:
+                values = session.run(part, sample.inputs)
+            except Exception as exc:
+                raise UsageError(f"ONNX Runtime failed to run the model in FP32: {str(exc).splitlines()[0]}") from None
+            for t, v in zip(part, values):
+                if isinstance(v, np.ndarray) and v.dtype == np.float32:
+                    stats[t].add(v)
+    return Profile(stats, rank(graph, stats))
+
+
+def rank(graph: Graph, stats: dict[str, TensorStats]) -> list[NodeRisk]:
+    risks = []
+    for topo, node in enumerate(graph.candidates):
+        touched = [t for _, t in graph.rounded_inputs(node)] + graph.float_outputs(node)
+        best = None
+        for t in touched:
+            s = stats.get(t)
+            if s is not None and (best is None or (s.tier, s.severity) > (best.tier, best.severity)):
+                best = s
+        if best is None:
+            risks.append(NodeRisk(node.id, node.op_type, 0, 0.0, "", "no float tensor recorded"))
+            continue
+        role = "reads" if best.name not in node.outputs else "writes"
+        what = "weight" if best.initializer else "tensor"
+        reason = f"{role} {what} {best.name!r}: {best.describe()}"
+        risks.append(NodeRisk(node.id, node.op_type, best.tier, best.severity, best.name, reason))
+    position = {n.id: i for i, n in enumerate(graph.candidates)}
+    risks.sort(key=lambda r: (-r.tier, -r.severity if r.tier >= 2 else 0.0, position[r.node]))
+    return risks

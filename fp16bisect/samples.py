@@ -1,0 +1,140 @@
+"""Read and validate ``.npz`` inputs and references; compute FP32 references."""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from .errors import UsageError
+from .graph import Graph, TensorSpec
+
+
+@dataclass
+class Sample:
+    source: str  # the npz it came from
+    inputs: dict[str, np.ndarray]
+    reference: dict[str, np.ndarray] | None = None
+
+
+def load_samples(graph: Graph, input_paths: list[str], reference_paths: list[str] | None = None) -> list[Sample]:
+    if not input_paths:
+        raise UsageError("no inputs given: pass --inputs FILE.npz with one array per model input")
+    reference_paths = reference_paths or []
+    if reference_paths and len(reference_paths) != len(input_paths):
+        raise UsageError(
+            f"{len(input_paths)} --inputs file(s) but {len(reference_paths)} --reference file(s): "
+            "pass one reference per inputs file, in the same order"
+        )
+    samples = []
+    for i, path in enumerate(input_paths):
+        arrays = _read_npz(path)
+        _check_inputs(graph, arrays, path)
+        ref = None
+        if reference_paths:
+            ref = _read_npz(reference_paths[i])
+            _check_reference(graph, ref, reference_paths[i])
+        samples.append(Sample(str(path), arrays, ref))
+    return samples
+
+
+def _read_npz(path: str) -> dict[str, np.ndarray]:
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"file {path!r} not found: pass an .npz made with numpy.savez(path, name=array, ...)")
+    try:
+        with np.load(p, allow_pickle=False) as data:
+            if not isinstance(data, np.lib.npyio.NpzFile):
+                raise ValueError("a single .npy array, not an .npz archive")
+            return {k: np.asarray(data[k]) for k in data.files}
+    except UsageError:
+        raise
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError, KeyError) as exc:
+        raise UsageError(
+            f"{path!r} is not a readable .npz ({exc}): write it with numpy.savez(path, name=array, ...)"
+        ) from None
+
+
+def _check_inputs(graph: Graph, arrays: dict[str, np.ndarray], path: str) -> None:
+    expected = {spec.name: spec for spec in graph.inputs}
+    missing = [n for n in expected if n not in arrays]
+    extra = [n for n in arrays if n not in expected]
+    if missing:
+        raise UsageError(
+            f"{path!r} has no array for model input(s) {', '.join(map(repr, missing))}: "
+            f"save one per input ({', '.join(map(repr, expected))})"
+        )
+    if extra:
+        raise UsageError(
+            f"{path!r} has array(s) {', '.join(map(repr, extra))} that are not model inputs: "
+            f"keep only {', '.join(map(repr, expected))}"
+        )
+    for name, spec in expected.items():
+        _check_array(arrays[name], spec, f"input {name!r} in {path!r}")
+
+
+def _check_reference(graph: Graph, arrays: dict[str, np.ndarray], path: str) -> None:
+    for spec in graph.outputs:
+        if spec.name not in arrays:
+            raise UsageError(
+                f"reference {path!r} has no array for model output {spec.name!r}: save one per output"
+            )
+        ref = arrays[spec.name]
+        _check_array(ref, spec, f"reference for output {spec.name!r} in {path!r}")
+        if ref.dtype.kind == "f" and np.isnan(ref).any():
+            raise UsageError(
+                f"reference for output {spec.name!r} in {path!r} contains NaN: compute the reference again"
+            )
+
+
+def _check_array(array: np.ndarray, spec: TensorSpec, what: str) -> None:
+    want = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(spec.elem_type)) if spec.elem_type else None
+    if want is not None and array.dtype != want:
+        raise UsageError(f"{what} is {array.dtype}, the model expects {want}: convert it with .astype({want.name})")
+    if spec.shape is None:
+        return
+    if array.ndim != len(spec.shape):
+        raise UsageError(
+            f"{what} has rank {array.ndim} (shape {tuple(array.shape)}), the model expects rank "
+            f"{len(spec.shape)} {_shape_text(spec.shape)}: reshape it"
+        )
+    for got, dim in zip(array.shape, spec.shape):
+        if isinstance(dim, int) and dim > 0 and got != dim:
+            raise UsageError(
+                f"{what} has shape {tuple(array.shape)}, the model expects {_shape_text(spec.shape)}: reshape it"
+            )
+
+
+def _shape_text(shape: tuple) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def add_fp32_references(graph: Graph, samples: list[Sample]) -> None:
+    """Reference outputs from an FP32 ONNX Runtime run of the original model, where none were given."""
+    todo = [s for s in samples if s.reference is None]
+    if not todo:
+        return
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(graph.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        names = [o.name for o in graph.outputs]
+        for s in todo:
+            s.reference = dict(zip(names, session.run(names, s.inputs)))
+    except Exception as exc:
+        raise UsageError(
+            f"ONNX Runtime cannot run the model in FP32: {str(exc).strip().splitlines()[0]}; "
+            "check the model and inputs, or pass --reference"
+        ) from None
+    for s in todo:
+        for name, value in s.reference.items():
+            if np.issubdtype(value.dtype, np.floating) and np.isnan(value).any():
+                raise UsageError(
+                    f"the FP32 reference for output {name!r} contains NaN on {s.source!r}: "
+                    "check the inputs, or pass --reference"
+                )

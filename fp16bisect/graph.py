@@ -100,6 +100,20 @@ class Graph:
         self.skipped: dict[str, str] = {}
         self.candidates = [n for n in self.nodes if self._is_candidate(n)]
 
+    def runnable_copy(self) -> onnx.ModelProto:
+        """A copy of the model ONNX Runtime accepts: nodes that share a name are renamed to their id."""
+        model = onnx.ModelProto()
+        model.CopyFrom(self.model)
+        taken = {n.name for n in model.graph.node if n.name and n.name not in self.duplicate_names}
+        for node in self.nodes:
+            if node.name in self.duplicate_names:
+                name = node.id
+                while name in taken:
+                    name += "_"
+                taken.add(name)
+                model.graph.node[node.index].name = name
+        return model
+
     @classmethod
     def load(cls, path: str | Path) -> "Graph":
         return cls(*load_model(path))
@@ -143,7 +157,7 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, Path, str]:
         raise UsageError(f"{str(path)!r} is not an ONNX model (no graph found): pass an .onnx file")
     try:
         onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, onnx.checker.ValidationError) as exc:
         raise UsageError(
             f"cannot read the external data of {str(path)!r} ({exc}): keep the weight files beside the model"
         ) from None

@@ -118,8 +118,7 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
 
     names = [t for n in graph.nodes for t in n.outputs if graph.is_float(t)]
     names = list(dict.fromkeys([*graph.float_output_names(), *names]))
-    model = onnx.ModelProto()
-    model.CopyFrom(graph.model)
+    model = graph.runnable_copy()
     declared = {o.name for o in model.graph.output}
     model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in names if t not in declared)
     options = ort.SessionOptions()

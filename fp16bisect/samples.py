@@ -122,7 +122,7 @@ def add_fp32_references(graph: Graph, samples: list[Sample]) -> None:
     options = ort.SessionOptions()
     options.log_severity_level = 3
     try:
-        session = ort.InferenceSession(graph.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(graph.runnable_copy().SerializeToString(), options, providers=["CPUExecutionProvider"])
         names = [o.name for o in graph.outputs]
         for s in todo:
             s.reference = dict(zip(names, session.run(names, s.inputs)))

@@ -14,10 +14,14 @@ Algorithm
    ``order`` whose FP32 activations come near the FP16 limits): test growing
    prefixes of the order, of sizes 1, 2, 4, ..., up to all suspects. A passing
    prefix bounds the search to that prefix; the common one-site overflow then
-   costs a handful of evaluations.
-3. QuickXplain (Junker 2004, divide and conquer) over the passing prefix, or
-   over all candidates in suspicion order: at most 2k*log2(n/k) + 2k tests for
-   a set of k among n under monotonicity. It prefers earlier ids of the order.
+   costs a handful of evaluations. A passing prefix of at most ``SMALL_POOL``
+   suspects is reduced by dropping its members one by one.
+3. Otherwise bisection over the pool (the passing prefix, or all candidates
+   in suspicion order): each member found costs one binary search for the
+   shortest passing prefix, about log2(n) + 1 tests, near the group-testing
+   bound log2 C(n, k) when members are few. When they turn out dense, the
+   rest goes to QuickXplain (Junker 2004), whose worst case is
+   2k*log2(n/k) + 2k tests for k members among n.
 4. Verification: the final set is evaluated (unless it already was), and each
    member must have a failing witness: a failed plan that contains every other
    member but not this one. Under monotonicity (more FP32 never hurts) such a
@@ -157,6 +161,24 @@ def _quickxplain(memo: _Memo, background: frozenset, changed: bool, cands: list)
     return found_first + found_second
 
 
+# A passing prefix of suspects this small is mostly culprits (an overflow site
+# flags its producer and its readers): trying to drop each one is cheapest.
+SMALL_POOL = 6
+
+
+def _drop_one_by_one(memo: _Memo, pool: list) -> list:
+    """Drop members from the least suspicious end while the rest still passes."""
+    keep = list(pool)
+    for member in reversed(pool):
+        trial = [x for x in keep if x != member]
+        if trial and memo(frozenset(trial)):
+            keep = trial
+        else:
+            memo.found += 1
+        memo.remaining -= 1
+    return keep
+
+
 def _bisect(memo: _Memo, pool: list) -> list:
     """Smallest subset of ``pool`` that passes, one member at a time.
 
@@ -258,7 +280,10 @@ def search(
 
     memo.phase = "split"
     memo.remaining = len(pool)
-    found = frozenset(_bisect(memo, list(pool)))
+    if pool is not order and len(pool) <= SMALL_POOL:
+        found = frozenset(_drop_one_by_one(memo, list(pool)))
+    else:
+        found = frozenset(_bisect(memo, list(pool)))
 
     memo.phase = "verify"
     memo.remaining = 0

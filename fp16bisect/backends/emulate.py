@@ -39,8 +39,7 @@ def _session(model: onnx.ModelProto):
 
 def emulation_model(graph: Graph) -> onnx.ModelProto:
     """The model with a rounding site at every float input and output of every candidate."""
-    model = onnx.ModelProto()
-    model.CopyFrom(graph.model)
+    model = graph.runnable_copy()
     g = model.graph
     originals = list(g.node)
     del g.node[:]
@@ -157,3 +156,44 @@ def self_test() -> None:
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def plan_model(graph: Graph, plan) -> onnx.ModelProto:
+    """One plan baked into the graph (no mask input): the fresh-session-per-plan way.
+
+    Kept as the baseline the benchmark compares the one-session design with,
+    and as an independent construction the tests check it against.
+    """
+    model = graph.runnable_copy()
+    g = model.graph
+    originals = list(g.node)
+    del g.node[:]
+    fp16 = {n.id for n in graph.candidates} - set(plan)
+    for node in graph.nodes:
+        proto = onnx.NodeProto()
+        proto.CopyFrom(originals[node.index])
+        if node.id not in fp16:
+            g.node.append(proto)
+            continue
+        for pos, tensor in graph.rounded_inputs(node):
+            half, back = f"{_PREFIX}{node.index}/h{pos}", f"{_PREFIX}{node.index}/r{pos}"
+            g.node.append(helper.make_node("Cast", [tensor], [half], to=TensorProto.FLOAT16))
+            g.node.append(helper.make_node("Cast", [half], [back], to=TensorProto.FLOAT))
+            proto.input[pos] = back
+        tails = []
+        for pos, tensor in enumerate(node.outputs):
+            if graph.is_float(tensor):
+                raw, half = f"{_PREFIX}{node.index}/o{pos}", f"{_PREFIX}{node.index}/oh{pos}"
+                proto.output[pos] = raw
+                tails.append(helper.make_node("Cast", [raw], [half], to=TensorProto.FLOAT16))
+                tails.append(helper.make_node("Cast", [half], [tensor], to=TensorProto.FLOAT))
+        g.node.append(proto)
+        g.node.extend(tails)
+    return model
+
+
+def run_plan_model(graph: Graph, plan, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Build a session for one plan and run it (slow on purpose: see ``plan_model``)."""
+    session = _session(plan_model(graph, plan))
+    names = [o.name for o in graph.outputs]
+    return dict(zip(names, session.run(names, inputs)))

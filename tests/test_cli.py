@@ -1,0 +1,193 @@
+"""The command line as a user meets it: exit codes, one-line errors, the JSON it writes."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from conftest import SAMPLES, F, make_model
+from onnx import TensorProto, helper
+
+from fp16bisect.cli import main
+
+LN = SAMPLES / "transformer_block.onnx"
+LN_IN = SAMPLES / "transformer_block.npz"
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_error(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.startswith("fp16bisect: error:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", ["transformer_block", "cnn_batchnorm", "attention_unscaled", "log_underflow",
+                                  "two_branches", "fp16_safe", "accumulation"])
+def test_search_finds_the_known_set_on_every_sample_model(name, known, tmp_path, capsys):
+    spec = known[name]
+    out = tmp_path / "o.json"
+    code, stdout, _ = run(capsys, "search", SAMPLES / f"{name}.onnx", "--inputs", SAMPLES / f"{name}.npz",
+                          "--atol", spec.get("atol", 1e-2), "--rtol", spec.get("rtol", 1e-2), "-o", out, "-q")
+    assert code == 0
+    data = json.loads(out.read_text())
+    found = [n["name"] for n in data["fp32_nodes"]]
+    if spec.get("minimal_size") is not None:
+        assert len(found) == spec["minimal_size"]
+    else:
+        assert sorted(found) == sorted(spec["culprits"])
+    assert data["search"]["minimal"] is True
+    assert data["search"]["verified"] is True
+    if found:
+        assert all(m["passed"] for m in data["metrics"]["with_overrides"].values())
+        assert not all(m["passed"] for m in data["metrics"]["fp16"].values())
+    else:
+        assert data["search"]["status"] == "fp16_passes"
+    assert "evaluation(s)" in stdout
+
+
+def test_json_has_the_documented_keys_and_exports(tmp_path, capsys, known):
+    out = tmp_path / "o.json"
+    code, _, _ = run(capsys, "search", LN, "--inputs", LN_IN, "-o", out, "-q")
+    assert code == 0
+    data = json.loads(out.read_text())
+    for key in ("schema", "model", "backend", "tolerance", "fp32_nodes", "search", "metrics", "exports"):
+        assert key in data
+    assert data["model"]["sha256"] and data["backend"]["name"] == "emulate"
+    assert set(data["search"]) >= {"evaluations", "minimal", "seconds"}
+    assert set(data["metrics"]) >= {"fp16", "with_overrides"}
+    names = [n["name"] for n in data["fp32_nodes"]]
+    assert all(set(n) >= {"name", "op_type", "outputs"} for n in data["fp32_nodes"])
+    trt = data["exports"]["trtexec"]["args"]
+    assert trt[:2] == ["--fp16", "--precisionConstraints=obey"]
+    assert trt[2] == "--layerPrecisions=" + ",".join(f"{n}:fp32" for n in names)
+    assert trt[3] == "--layerOutputTypes=" + ",".join(f"{n}:fp32" for n in names)
+    ac = data["exports"]["modelopt_autocast"]
+    assert all(p.startswith("^") and p.endswith("$") for p in ac["nodes_to_exclude"])
+    assert ac["args"][ac["args"].index("--data_max") + 1] == "inf"
+    assert ac["args"][ac["args"].index("--init_max") + 1] == "inf"
+
+
+def test_several_samples_must_all_pass(tmp_path, capsys):
+    with np.load(LN_IN) as d:
+        arrays = {k: d[k] for k in d.files}
+    second = tmp_path / "second.npz"
+    np.savez(second, **{k: v * 0.5 for k, v in arrays.items()})
+    out = tmp_path / "o.json"
+    code, _, _ = run(capsys, "search", LN, "--inputs", LN_IN, "--inputs", second, "-o", out, "-q")
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert data["fp32_nodes"]
+
+
+def test_unreachable_tolerance_exits_3_and_says_by_how_much(tmp_path, capsys):
+    model = SAMPLES / "fp16_safe.onnx"
+    inputs = SAMPLES / "fp16_safe.npz"
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    with np.load(inputs) as d:
+        feed = {k: d[k] for k in d.files}
+    names = [o.name for o in session.get_outputs()]
+    ref = tmp_path / "ref.npz"
+    np.savez(ref, **{n: v + 1.0 for n, v in zip(names, session.run(names, feed))})
+    code, _, err = run(capsys, "search", model, "--inputs", inputs, "--reference", ref, "-o", tmp_path / "o.json")
+    assert code == 3
+    line = one_line_error(err)
+    assert "unreachable even in FP32" in line and "x" in line.split("at least")[1]
+    assert not (tmp_path / "o.json").exists()
+
+
+def _bad_inputs(tmp_path):
+    with np.load(LN_IN) as d:
+        good = {k: d[k] for k in d.files}
+    name, value = next(iter(good.items()))
+    cases = {}
+    cases["missing input"] = ({}, "no array for model input")
+    cases["extra input"] = ({**good, "bogus": value}, "not model inputs")
+    cases["wrong dtype"] = ({name: value.astype(np.float64)}, "float64")
+    cases["wrong rank"] = ({name: value[None]}, "rank")
+    files = {}
+    for label, (arrays, expect) in cases.items():
+        path = tmp_path / f"{label.replace(' ', '_')}.npz"
+        np.savez(path, **arrays)
+        files[label] = (path, expect)
+    return files
+
+
+def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys):
+    for label, (path, expect) in _bad_inputs(tmp_path).items():
+        code, _, err = run(capsys, "search", LN, "--inputs", path, "-o", tmp_path / "o.json")
+        assert code == 2, label
+        assert expect in one_line_error(err), label
+
+
+def test_bad_files_and_flags_exit_2(tmp_path, capsys):
+    not_onnx = tmp_path / "x.onnx"
+    not_onnx.write_text("hello, not a model")
+    not_npz = tmp_path / "x.npz"
+    not_npz.write_text("not a zip")
+    cases = [
+        (["search", tmp_path / "missing.onnx", "--inputs", LN_IN], "not found"),
+        (["search", not_onnx, "--inputs", LN_IN], "not an ONNX model"),
+        (["search", LN, "--inputs", tmp_path / "missing.npz"], "not found"),
+        (["search", LN, "--inputs", not_npz], "not a readable .npz"),
+        (["search", LN, "--inputs", LN_IN, "--atol", "-1"], "--atol"),
+        (["search", LN, "--inputs", LN_IN, "--backend", "cuda"], "--backend"),
+        (["search", LN], "--inputs"),
+        (["search", LN, "--inputs", LN_IN, "--backend", "tensorrt"], "tensorrt backend"),
+        ([], "no command"),
+    ]
+    for argv, expect in cases:
+        code, _, err = run(capsys, *argv, "-o", tmp_path / "o.json") if argv else run(capsys)
+        assert code == 2, argv
+        assert expect in one_line_error(err), argv
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_nan_in_reference_exits_2(tmp_path, capsys):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(LN), providers=["CPUExecutionProvider"])
+    with np.load(LN_IN) as d:
+        feed = {k: d[k] for k in d.files}
+    names = [o.name for o in session.get_outputs()]
+    values = session.run(names, feed)
+    values[0] = values[0].copy()
+    values[0].flat[0] = np.nan
+    ref = tmp_path / "ref.npz"
+    np.savez(ref, **dict(zip(names, values)))
+    code, _, err = run(capsys, "search", LN, "--inputs", LN_IN, "--reference", ref, "-o", tmp_path / "o.json")
+    assert code == 2
+    assert "NaN" in one_line_error(err)
+
+
+def test_model_without_float_outputs_exits_2(tmp_path, capsys):
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("ArgMax", ["r"], ["y"], name="argmax", axis=0),
+    ]
+    model = make_model(nodes, [("x", F, [4])], [("y", TensorProto.INT64, [1])])
+    path = tmp_path / "int.onnx"
+    onnx.save(model, path)
+    inputs = tmp_path / "int.npz"
+    np.savez(inputs, x=np.ones(4, np.float32))
+    code, _, err = run(capsys, "search", path, "--inputs", inputs, "-o", tmp_path / "o.json")
+    assert code == 2
+    assert "no float32 output" in one_line_error(err)
+
+
+def test_console_script_prints_no_traceback(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "fp16bisect.cli", "search", str(tmp_path / "nope.onnx"), "--inputs", str(LN_IN)],
+        capture_output=True, text=True,
+    )
+    assert proc.returncode == 2
+    assert "nope.onnx' not found" in one_line_error(proc.stderr)

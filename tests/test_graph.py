@@ -1,0 +1,82 @@
+"""Node identity, candidates and loading errors."""
+
+import numpy as np
+import onnx
+import pytest
+from conftest import F, make_model
+from onnx import TensorProto, helper
+
+from fp16bisect.errors import UsageError
+from fp16bisect.graph import Graph
+
+
+def test_unnamed_and_duplicate_nodes_get_stable_unique_ids():
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r1"], name="act"),
+        helper.make_node("Relu", ["r1"], ["r2"], name="act"),  # duplicate name
+        helper.make_node("Exp", ["r2"], ["e"]),  # unnamed
+        helper.make_node("Neg", ["e"], ["y"], name="neg"),
+    ]
+    graph = Graph(make_model(nodes, [("x", F, [2])], [("y", F, [2])]))
+    assert [n.id for n in graph.candidates] == ["r1", "r2", "e", "neg"]
+    assert graph.duplicate_names == {"act"}
+
+
+def test_topological_order_even_when_the_file_is_not_sorted():
+    nodes = [
+        helper.make_node("Neg", ["a"], ["y"], name="second"),
+        helper.make_node("Relu", ["x"], ["a"], name="first"),
+    ]
+    model = make_model(nodes, [("x", F, [2])], [("y", F, [2])])
+    assert [n.id for n in Graph(model).nodes] == ["first", "second"]
+
+
+def test_cycle_is_a_usage_error():
+    nodes = [
+        helper.make_node("Add", ["x", "b"], ["a"], name="p"),
+        helper.make_node("Relu", ["a"], ["b"], name="q"),
+    ]
+    model = make_model(nodes, [("x", F, [2])], [("a", F, [2])])
+    with pytest.raises(UsageError, match="cycle"):
+        Graph(model)
+
+
+def test_shape_and_integer_nodes_are_not_candidates():
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Add", ["s", "one"], ["s1"], name="int_add"),
+        helper.make_node("Reshape", ["x", "s1m"], ["xr"], name="reshape"),
+        helper.make_node("Cast", ["xr"], ["xc"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Sigmoid", ["xc"], ["y"], name="sig"),
+        helper.make_node("Custom", ["y"], ["z"], name="mine", domain="com.example"),
+    ]
+    inits = {"one": np.array([0, 0], dtype=np.int64), "s1m": np.array([2, 2], dtype=np.int64)}
+    model = make_model(nodes, [("x", F, [2, 2])], [("y", F, [2, 2]), ("z", F, [2, 2])], inits)
+    model.opset_import.append(helper.make_opsetid("com.example", 1))
+    graph = Graph(model)
+    assert [n.id for n in graph.candidates] == ["sig"]
+    assert "mine" in graph.skipped
+
+
+def test_external_data_is_loaded(tmp_path):
+    w = np.arange(4096, dtype=np.float32).reshape(64, 64)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    model = make_model(nodes, [("x", F, [1, 64])], [("y", F, [1, 64])], {"w": w})
+    path = tmp_path / "m.onnx"
+    onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location="m.data",
+                    size_threshold=0)
+    assert (tmp_path / "m.data").exists()
+    graph = Graph.load(path)
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(graph.model.graph.initializer[0]), w)
+    (tmp_path / "m.data").unlink()
+    with pytest.raises(UsageError, match="external data"):
+        Graph.load(path)
+
+
+def test_not_an_onnx_file(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00\xffnot a protobuf at all" * 10)
+    with pytest.raises(UsageError, match="not an ONNX model"):
+        Graph.load(bad)
+    with pytest.raises(UsageError, match="not found"):
+        Graph.load(tmp_path / "missing.onnx")

@@ -1,0 +1,82 @@
+"""The override file: round trip, model hash, export quoting."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+from conftest import F, make_model
+from onnx import helper
+
+from fp16bisect.errors import UsageError
+from fp16bisect.graph import Graph
+from fp16bisect.overrides import autocast_export, read, trtexec_export, write_json
+
+
+def graph():
+    nodes = [
+        helper.make_node("Add", ["x", "x"], ["a"], name="add"),
+        helper.make_node("Add", ["a", "x"], ["b"], name="add_eps"),
+        helper.make_node("Mul", ["b", "b"], ["c"]),  # unnamed
+        helper.make_node("Relu", ["c"], ["y"], name="layers.0/attn:qk"),
+    ]
+    return Graph(make_model(nodes, [("x", F, [2])], [("y", F, [2])]))
+
+
+def test_autocast_patterns_are_escaped_and_anchored():
+    g = graph()
+    export = autocast_export(g, [g.by_id["add"], g.by_id["layers.0/attn:qk"], g.by_id["c"]])
+    pats = export["nodes_to_exclude"]
+    assert pats == ["^add$", "^" + re.escape("layers.0/attn:qk") + "$"]
+    assert re.match(pats[0], "add") and not re.match(pats[0], "add_eps")  # the AutoCast prefix trap
+    assert any("'c' has no name" in w for w in export["warnings"])
+
+
+def test_trtexec_names_unnamed_nodes_as_the_onnx_parser_does():
+    g = graph()
+    export = trtexec_export(g, [g.by_id["c"], g.by_id["add"]])
+    assert "--layerPrecisions=node_of_c:fp32,add:fp32" in export["args"]
+    assert "--layerOutputTypes=node_of_c:fp32,add:fp32" in export["args"]
+
+
+def test_round_trip_and_hash_check(tmp_path):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"model bytes")
+    import hashlib
+
+    data = {
+        "schema": "fp16bisect.overrides/1",
+        "model": {"path": str(model), "sha256": hashlib.sha256(b"model bytes").hexdigest()},
+        "backend": {"name": "emulate", "versions": {}},
+        "tolerance": {"atol": 0.01, "rtol": 0.01},
+        "fp32_nodes": [{"name": "add", "op_type": "Add", "outputs": ["a"]}],
+        "search": {"evaluations": 3, "minimal": True, "seconds": 0.1},
+        "metrics": {"fp16": {}, "with_overrides": {}},
+        "exports": {},
+    }
+    path = tmp_path / "o.json"
+    write_json(path, data)
+    assert read(path, model) == data
+    assert not list(tmp_path.glob(".o.json.*"))  # no temp file left behind
+    other = tmp_path / "other.onnx"
+    other.write_bytes(b"retrained model")
+    with pytest.raises(UsageError, match="another model"):
+        read(path, other)
+    assert read(path, other, force=True) == data
+
+
+def test_write_refuses_nan_and_keeps_the_old_file(tmp_path):
+    path = tmp_path / "o.json"
+    write_json(path, {"a": 1})
+    with pytest.raises(ValueError):
+        write_json(path, {"a": float("nan")})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert not list(tmp_path.glob(".o.json.*"))
+
+
+@pytest.mark.parametrize("text", ["", "{", "[]", '{"schema": "other"}', '{"schema": "fp16bisect.overrides/1"}'])
+def test_read_rejects_what_is_not_an_override_file(tmp_path, text):
+    path = tmp_path / "o.json"
+    path.write_text(text)
+    with pytest.raises(UsageError):
+        read(path)

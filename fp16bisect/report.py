@@ -70,7 +70,11 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
     result = outcome.result
     fp16 = outcome.fp16.worst()
     final = outcome.final.worst()
-    table = Table(title=f"fp16bisect on {outcome.graph.path} ({outcome.backend} backend; {outcome.tolerance})")
+    console.print(
+        f"fp16bisect on {outcome.graph.path} ({outcome.backend} backend; {outcome.tolerance})",
+        highlight=False, soft_wrap=True,
+    )
+    table = Table()
     table.add_column("output")
     table.add_column("all FP16: max error")
     table.add_column("with overrides: max error")

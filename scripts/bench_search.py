@@ -73,7 +73,7 @@ def sample_models() -> list[str]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     rows = [
-        "| model | candidates | FP32 set found | known set | evaluations | 2k+6 | seconds |",
+        "| model | candidates | FP32 set found | known set | evaluations | one-site target 2k+6 | seconds |",
         "|---|---:|---|---|---:|---:|---:|",
     ]
     for name, known in module.KNOWN.items():
@@ -84,10 +84,11 @@ def sample_models() -> list[str]:
         seconds = time.perf_counter() - start
         found = list(outcome.result.fp32)
         k = len(found)
+        one_site = 0 < k <= 3  # the "one overflow site" target applies
         rows.append(
             f"| {name} | {len(outcome.graph.candidates)} | {', '.join(found) or '(none)'} "
             f"| {'same' if sorted(found) == sorted(known['culprits']) else ', '.join(known['culprits'])} "
-            f"| {outcome.result.evaluations} | {2 * k + 6} | {seconds:.2f} |"
+            f"| {outcome.result.evaluations} | {2 * k + 6 if one_site else '-'} | {seconds:.2f} |"
         )
     return rows
 

@@ -1,0 +1,472 @@
+"""Property tests for the pure-Python minimal-set search (fp16bisect.search).
+
+Every oracle here is wrapped by ``Recorder``, which counts the calls the search
+makes, so the tests can check the memo (no plan evaluated twice), the reported
+evaluation count and which plans were actually looked at.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fp16bisect.search import SearchError, quickxplain_bound, search
+
+PHASES = {"precondition", "suspects", "split", "verify", "minimality"}
+
+
+class Recorder:
+    """Wraps an oracle; remembers every plan it was asked about, in order."""
+
+    def __init__(self, oracle):
+        self.oracle = oracle
+        self.calls: list[frozenset] = []
+        self.answers: dict[frozenset, bool] = {}
+
+    def __call__(self, plan):
+        assert isinstance(plan, frozenset)
+        self.calls.append(plan)
+        passed = bool(self.oracle(plan))
+        self.answers[plan] = passed
+        return passed
+
+    def check_bookkeeping(self, result):
+        """Memo: each plan at most once; evaluations and trace match the calls."""
+        assert len(self.calls) == len(set(self.calls)), "a plan was passed to test twice"
+        assert result.evaluations == len(self.calls)
+        assert [s.plan for s in result.trace] == self.calls
+        assert [s.passed for s in result.trace] == [self.answers[p] for p in self.calls]
+        assert [s.index for s in result.trace] == list(range(1, len(self.calls) + 1))
+
+
+def shuffled(rng: random.Random, n: int) -> list[int]:
+    order = list(range(n))
+    rng.shuffle(order)
+    return order
+
+
+def assert_one_minimal(found: frozenset, oracle):
+    assert oracle(found), "the returned set does not pass"
+    for member in found:
+        assert not oracle(found - {member}), f"removing {member!r} still passes"
+
+
+# --------------------------------------------------------------------------
+# 1. Planted culprit sets (conjunctive oracle)
+
+
+@st.composite
+def planted(draw, max_n=5000, max_k=12):
+    n = draw(st.integers(1, max_n))
+    k = draw(st.integers(1, min(n, max_k)))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = random.Random(seed)
+    candidates = shuffled(rng, n)
+    order = shuffled(rng, n)
+    culprits = frozenset(rng.sample(range(n), k))
+    return n, k, candidates, order, culprits
+
+
+@settings(max_examples=150, deadline=None)
+@given(planted())
+def test_planted_culprits_are_found_exactly_within_the_budget(case):
+    n, k, candidates, order, culprits = case
+    rec = Recorder(lambda plan: culprits <= plan)
+    result = search(candidates, rec, order=order)
+
+    assert result.status == "found"
+    assert set(result.fp32) == culprits
+    assert len(result.fp32) == k
+    assert result.passed and result.minimal
+    assert not result.contradictions
+    # reported in suspicion order
+    assert list(result.fp32) == sorted(culprits, key=order.index)
+    rec.check_bookkeeping(result)
+
+    if k * k <= n:
+        assert result.evaluations <= quickxplain_bound(n, k) + 3
+    assert result.evaluations <= quickxplain_bound(n, k) + math.ceil(math.log2(n)) + 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 64), st.data())
+def test_dense_culprit_sets_including_everything(n, data):
+    """k close to n (worst case for bisection): still exact and within budget."""
+    k = data.draw(st.integers(max(1, n - 3), n))
+    rng = random.Random(data.draw(st.integers(0, 2**32 - 1)))
+    order = shuffled(rng, n)
+    culprits = frozenset(rng.sample(range(n), k))
+    rec = Recorder(lambda plan: culprits <= plan)
+    result = search(list(range(n)), rec, order=order)
+    assert result.status == "found"
+    assert set(result.fp32) == culprits and result.minimal
+    rec.check_bookkeeping(result)
+    assert result.evaluations <= quickxplain_bound(n, k) + math.ceil(math.log2(max(n, 2))) + 3
+
+
+@pytest.mark.parametrize("block", range(4))
+def test_planted_sweep_large_n(block):
+    """Seeded sweep so large n and all k up to 12 are covered every run."""
+    rng = random.Random(1000 + block)
+    for _ in range(40):
+        n = rng.randint(500, 5000)
+        k = rng.randint(1, 12)
+        order = shuffled(rng, n)
+        culprits = frozenset(rng.sample(range(n), k))
+        rec = Recorder(lambda plan: culprits <= plan)
+        result = search(list(range(n)), rec, order=order)
+        assert result.status == "found" and set(result.fp32) == culprits and result.minimal
+        rec.check_bookkeeping(result)
+        assert result.evaluations <= quickxplain_bound(n, k) + 3  # k*k <= n here
+
+
+def test_non_integer_ids_work():
+    names = [f"/model/layer{i}/MatMul" for i in range(200)]
+    culprits = {names[17], names[150]}
+    result = search(names, lambda plan: culprits <= plan)
+    assert result.status == "found" and set(result.fp32) == culprits and result.minimal
+
+
+# --------------------------------------------------------------------------
+# 2. Interactions: monotone oracles that are not one conjunction
+
+
+def small_set(rng: random.Random, n: int, lo: int = 1, hi: int = 4) -> frozenset:
+    return frozenset(rng.sample(range(n), rng.randint(lo, min(hi, n))))
+
+
+def check_monotone_case(n, order, oracle):
+    rec = Recorder(oracle)
+    result = search(list(range(n)), rec, order=order)
+    assert result.status == "found"
+    found = frozenset(result.fp32)
+    assert_one_minimal(found, oracle)
+    assert result.minimal and result.passed
+    assert not result.contradictions
+    rec.check_bookkeeping(result)
+    return found
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 300), st.integers(0, 2**32 - 1))
+def test_two_alternative_culprit_sets(n, seed):
+    rng = random.Random(seed)
+    a, b = small_set(rng, n), small_set(rng, n)
+    found = check_monotone_case(n, shuffled(rng, n), lambda plan: a <= plan or b <= plan)
+    # a 1-minimal set under "contains A or B" is A or B itself
+    assert found in (a, b)
+    if a < b:
+        assert found == a
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 300), st.integers(0, 2**32 - 1))
+def test_accumulation_at_least_m_of_a_planted_set(n, seed):
+    rng = random.Random(seed)
+    planted_set = small_set(rng, n, 1, 10)
+    m = rng.randint(1, len(planted_set))
+    found = check_monotone_case(n, shuffled(rng, n), lambda plan: len(planted_set & plan) >= m)
+    assert len(found) == m and found <= planted_set
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 6), st.integers(0, 2**32 - 1))
+def test_dnf_of_random_small_sets(n, terms_count, seed):
+    rng = random.Random(seed)
+    terms = [small_set(rng, n) for _ in range(terms_count)]
+    found = check_monotone_case(n, shuffled(rng, n), lambda plan: any(t <= plan for t in terms))
+    # 1-minimal under a DNF means: one of the terms, and no term strictly inside it
+    assert found in terms
+    assert not any(t < found for t in terms)
+
+
+# --------------------------------------------------------------------------
+# 3. Suspicion order
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 3), st.integers(3, 40), st.integers(0, 2**32 - 1))
+def test_correct_suspects_make_the_search_cheap(k, suspects, seed):
+    n = 1000
+    rng = random.Random(seed)
+    order = shuffled(rng, n)
+    start = rng.randrange(n - k + 1)
+    chain = list(range(start, start + k))  # consecutive nodes of a chain
+    rest = [c for c in order if c not in chain]
+    order = chain + rest
+    rec = Recorder(lambda plan: set(chain) <= plan)
+    result = search(list(range(n)), rec, order=order, suspects=suspects)
+    assert result.status == "found" and list(result.fp32) == chain and result.minimal
+    rec.check_bookkeeping(result)
+    assert result.evaluations <= 2 * k + 6
+    assert any(s.phase == "suspects" for s in result.trace)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 60), st.integers(0, 2**32 - 1))
+def test_wrong_suspects_do_not_change_the_answer(k, suspects, seed):
+    n = 1000
+    rng = random.Random(seed)
+    order = shuffled(rng, n)
+    culprits = frozenset(order[-k:])  # adversarial: at the very end of the order
+    rec = Recorder(lambda plan: culprits <= plan)
+    result = search(list(range(n)), rec, order=order, suspects=suspects)
+    assert result.status == "found"
+    assert set(result.fp32) == culprits and result.minimal
+    rec.check_bookkeeping(result)
+    # a wrong order costs at most the suspect probes on top of the plain budget
+    probes = math.ceil(math.log2(suspects)) + 1
+    assert result.evaluations <= quickxplain_bound(n, k) + math.ceil(math.log2(n)) + 3 + probes
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(2, 6), st.integers(0, 2**32 - 1))
+def test_half_right_suspects(k, seed):
+    """Some culprits flagged, some far away in the order: still exact."""
+    n = 500
+    rng = random.Random(seed)
+    order = shuffled(rng, n)
+    culprits = frozenset(order[: k // 2] + order[-(k - k // 2):])
+    result = search(list(range(n)), lambda plan: culprits <= plan, order=order, suspects=10)
+    assert set(result.fp32) == culprits and result.minimal
+
+
+# --------------------------------------------------------------------------
+# 4. Preconditions
+
+
+@pytest.mark.parametrize("n", [1, 2, 50])
+def test_all_fp32_failing(n):
+    rec = Recorder(lambda plan: False)
+    result = search(list(range(n)), rec, order=list(reversed(range(n))), suspects=3)
+    assert result.status == "fp32_fails"
+    assert result.fp32 == () and not result.passed and not result.minimal
+    assert rec.calls == [frozenset(range(n))]
+    assert result.evaluations == 1
+    assert "all-FP32" in str(result)
+
+
+def test_all_fp32_failing_with_a_passing_subset_is_still_fp32_fails():
+    result = search(list(range(10)), lambda plan: plan == frozenset({3}))
+    assert result.status == "fp32_fails" and result.fp32 == ()
+
+
+@pytest.mark.parametrize("n", [1, 2, 50])
+def test_empty_plan_passing(n):
+    rec = Recorder(lambda plan: True)
+    result = search(list(range(n)), rec, suspects=5)
+    assert result.status == "fp16_passes"
+    assert result.fp32 == ()
+    assert result.evaluations == 2
+    assert rec.calls == [frozenset(range(n)), frozenset()]
+
+
+# --------------------------------------------------------------------------
+# 5. Non-monotone oracles
+
+
+def noisy_oracle(seed: int, p: float, n: int):
+    """A fixed random table (deterministic per plan); all-FP32 passes, empty fails."""
+    everything = frozenset(range(n))
+
+    def oracle(plan):
+        if plan == everything:
+            return True
+        if not plan:
+            return False
+        return random.Random(f"{seed}:{sorted(plan)}").random() < p
+
+    return oracle
+
+
+def check_non_monotone(n, oracle, order, suspects, check_minimal):
+    rec = Recorder(oracle)
+    result = search(list(range(n)), rec, order=order, suspects=suspects, check_minimal=check_minimal)
+    rec.check_bookkeeping(result)
+    if result.status != "found":
+        return result
+    found = frozenset(result.fp32)
+    assert result.passed
+    assert rec.answers.get(found) is True, "returned a set that test did not pass"
+    if not result.minimal:
+        assert result.minimality.startswith("not minimal")
+    else:
+        assert not result.contradictions
+        if check_minimal:
+            assert result.minimality == "each removal evaluated and failed"
+        if "monotonicity" not in result.minimality:
+            # every removal was evaluated: it really is 1-minimal under the oracle
+            assert_one_minimal(found, oracle)
+    return result
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(1, 80),
+    st.floats(0.05, 0.95),
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 10),
+    st.booleans(),
+)
+def test_noisy_oracle_never_breaks_the_search(n, p, seed, suspects, check_minimal):
+    rng = random.Random(seed)
+    check_non_monotone(n, noisy_oracle(seed, p, n), shuffled(rng, n), suspects, check_minimal)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 120), st.integers(0, 2**32 - 1), st.integers(0, 10), st.booleans())
+def test_parity_oracle_never_breaks_the_search(n, seed, suspects, check_minimal):
+    rng = random.Random(seed)
+    culprit = rng.randrange(n)
+
+    def oracle(plan):
+        return culprit in plan and len(plan) % 2 == 0
+
+    check_non_monotone(n, oracle, shuffled(rng, n), suspects, check_minimal)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 80), st.floats(0.05, 0.95), st.integers(0, 2**32 - 1), st.integers(0, 10))
+def test_check_minimal_claim_holds_for_any_oracle(n, p, seed, suspects):
+    """With check_minimal=True a 'minimal' claim never relies on monotonicity."""
+    rng = random.Random(seed)
+    oracle = noisy_oracle(seed, p, n)
+    result = check_non_monotone(n, oracle, shuffled(rng, n), suspects, True)
+    if result.status == "found" and result.minimal:
+        assert_one_minimal(frozenset(result.fp32), oracle)
+
+
+def test_observed_contradiction_is_reported_not_minimal():
+    # {0} passes, every larger plan except everything fails: bisection on the
+    # order [1, 2, 0, 3] sees {1, 2, 0} fail after {0}... contradiction.
+    everything = frozenset(range(4))
+
+    def oracle(plan):
+        return plan == everything or plan == frozenset({0}) or plan == frozenset({1, 2})
+
+    rec = Recorder(oracle)
+    result = search(list(range(4)), rec, order=[1, 2, 0, 3], check_minimal=True)
+    rec.check_bookkeeping(result)
+    assert result.status == "found" and result.passed
+    assert rec.answers[frozenset(result.fp32)] is True
+    if result.contradictions:
+        assert not result.minimal
+        assert result.minimality.startswith("not minimal")
+        for small, big in result.contradictions:
+            assert small < big and rec.answers[small] and not rec.answers[big]
+
+
+# --------------------------------------------------------------------------
+# 6. check_minimal
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 400), st.integers(1, 8), st.integers(0, 2**32 - 1))
+def test_check_minimal_evaluates_every_removal(n, k, seed):
+    k = min(k, n)
+    rng = random.Random(seed)
+    order = shuffled(rng, n)
+    culprits = frozenset(rng.sample(range(n), k))
+    rec = Recorder(lambda plan: culprits <= plan)
+    result = search(list(range(n)), rec, order=order, check_minimal=True)
+    rec.check_bookkeeping(result)
+    assert set(result.fp32) == culprits and result.minimal
+    assert result.minimality == "each removal evaluated and failed"
+    called = set(rec.calls)
+    for member in culprits:
+        assert culprits - {member} in called
+        assert rec.answers[culprits - {member}] is False
+    # same answer as without the check
+    plain = search(list(range(n)), lambda plan: culprits <= plan, order=order)
+    assert plain.fp32 == result.fp32
+
+
+def test_check_minimal_catches_a_removal_that_still_passes():
+    """Non-monotone: {0, 1} passes, {0} and {1} fail, but {1, ...} fails
+    while {1} alone... the direct removal check is what exposes it."""
+    everything = frozenset(range(6))
+    calls = []
+
+    def oracle(plan):
+        calls.append(plan)
+        return plan == everything or {0, 1} <= plan and len(plan) <= 2 or plan == frozenset({1})
+
+    result = search(list(range(6)), oracle, order=[0, 1, 2, 3, 4, 5], check_minimal=True)
+    found = frozenset(result.fp32)
+    assert oracle(found)
+    if result.minimal:
+        assert_one_minimal(found, oracle)
+    else:
+        assert result.minimality.startswith("not minimal")
+
+
+# --------------------------------------------------------------------------
+# 7. on_step progress
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 2000), st.integers(1, 6), st.integers(0, 30), st.booleans(), st.integers(0, 2**32 - 1))
+def test_on_step_called_once_per_evaluation(n, k, suspects, check_minimal, seed):
+    k = min(k, n)
+    rng = random.Random(seed)
+    order = shuffled(rng, n)
+    culprits = frozenset(rng.sample(range(n), k))
+    events = []
+    rec = Recorder(lambda plan: culprits <= plan)
+    result = search(
+        list(range(n)),
+        rec,
+        order=order,
+        suspects=suspects,
+        check_minimal=check_minimal,
+        on_step=lambda step, progress: events.append((step, dict(progress))),
+    )
+    rec.check_bookkeeping(result)
+    assert len(events) == result.evaluations == len(rec.calls)
+    for i, (step, progress) in enumerate(events, start=1):
+        assert {"evaluations", "phase", "searching", "found", "estimate_left"} <= set(progress)
+        assert progress["evaluations"] == i == step.index
+        assert step == result.trace[i - 1]
+        assert step.plan == rec.calls[i - 1]
+        assert progress["phase"] == step.phase and progress["phase"] in PHASES
+        assert isinstance(progress["estimate_left"], int) and progress["estimate_left"] >= 0
+        assert 0 <= progress["searching"] <= n
+        assert 0 <= progress["found"] <= k
+    assert events[0][1]["phase"] == "precondition"
+
+
+def test_on_step_for_preconditions_only():
+    events = []
+    search([1, 2, 3], lambda plan: True, on_step=lambda s, p: events.append(p))
+    assert [p["evaluations"] for p in events] == [1, 2]
+    assert all(p["phase"] == "precondition" for p in events)
+
+
+# --------------------------------------------------------------------------
+# 8. Invalid arguments
+
+
+def _never_called(plan):
+    raise AssertionError("test must not be evaluated for invalid arguments")
+
+
+@pytest.mark.parametrize(
+    "candidates, order",
+    [
+        ([1, 2, 2], None),  # duplicate candidates
+        (["a", "b", "a"], ["a", "b"]),  # duplicate candidates with an order
+        ([1, 2, 3], [1, 2]),  # order too short
+        ([1, 2, 3], [1, 2, 3, 4]),  # order too long
+        ([1, 2, 3], [1, 2, 2]),  # duplicate in order
+        ([1, 2, 3], [1, 2, 4]),  # unknown id in order
+        ([1, 2, 3], [3, 2, 1, 1]),  # duplicate making it too long
+        (["1", "2"], [1, 2]),  # different types, same str()
+    ],
+)
+def test_invalid_arguments_raise_search_error(candidates, order):
+    with pytest.raises(SearchError):
+        search(candidates, _never_called, order=order)

@@ -6,7 +6,7 @@ Schema ``fp16bisect.overrides/1`` (a public interface; change deliberately):
     model       {path, sha256}
     backend     {name, versions}
     tolerance   {atol, rtol, min_cosine, max_mismatch}
-    fp32_nodes  [{name, op_type, outputs, reason}]   name = fp16bisect node id
+    fp32_nodes  [{name, op_type, outputs, fp32_profile}]   name = fp16bisect node id
     search      {status, candidates, evaluations, minimal, minimality, seconds, trace}
     metrics     {fp32, fp16, with_overrides}: output -> worst metrics over samples
     exports     {trtexec: {...}, modelopt_autocast: {...}}
@@ -117,8 +117,9 @@ def autocast_export(graph: Graph, nodes: list[Node]) -> dict:
     }
 
 
-def node_entry(graph: Graph, node: Node, reason: str = "") -> dict:
-    return {"name": node.id, "op_type": node.op_type, "outputs": list(node.outputs), "reason": reason}
+def node_entry(graph: Graph, node: Node, fp32_profile: str = "") -> dict:
+    """fp32_profile: what the FP32 run saw at this node (why it was suspected, not proof it is needed)."""
+    return {"name": node.id, "op_type": node.op_type, "outputs": list(node.outputs), "fp32_profile": fp32_profile}
 
 
 def write_json(path: str | Path, data: dict) -> None:

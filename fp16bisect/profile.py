@@ -28,6 +28,7 @@ from .graph import Graph
 
 FP16_MAX = 65504.0
 FP16_MIN_NORMAL = 6.103515625e-05
+FP32_MIN_NORMAL = float(np.finfo(np.float32).tiny)
 TIERS = {3: "overflow", 2: "near limit", 1: "subnormal", 0: "fine"}
 
 
@@ -44,6 +45,7 @@ class TensorStats:
 
     def add(self, values: np.ndarray) -> None:
         a = np.abs(values[np.isfinite(values)].astype(np.float32, copy=False))
+        a = a[a >= FP32_MIN_NORMAL]  # FP32 denormals: zeros to a GPU (flush-to-zero), not an FP16 risk
         self.size += int(values.size)
         if a.size == 0:
             return

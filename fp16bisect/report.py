@@ -66,7 +66,10 @@ def _error_cell(m) -> str:
 
 
 def print_summary(outcome: Outcome, output_path: str | None, console: Console | None = None) -> None:
-    console = console or Console()
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # a log file or pipe: do not cut output names at 80 columns
+            console = Console(width=160)
     result = outcome.result
     fp16 = outcome.fp16.worst()
     final = outcome.final.worst()
@@ -96,7 +99,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
         for node_id in result.fp32:
             node = outcome.graph.by_id[node_id]
             console.print(
-                f"  {node_id}  [dim]{node.op_type}; {reasons.get(node_id, '')}[/dim]", highlight=False, soft_wrap=True
+                f"  {node_id}  [dim]{node.op_type}; FP32 run: {reasons.get(node_id, '')}[/dim]", highlight=False, soft_wrap=True
             )
     console.print(
         f"{result.evaluations} evaluation(s) in {outcome.seconds:.1f} s"

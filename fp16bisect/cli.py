@@ -1,7 +1,7 @@
 """Command line: argument parsing and exit codes only.
 
-Exit codes: 0 done; 1 a check failed; 2 bad input or usage; 3 tolerance
-unreachable even in FP32; 130 interrupted.
+Exit codes: 0 done; 1 a check failed, or an internal error; 2 bad input or
+usage; 3 tolerance unreachable even in FP32; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -113,6 +113,15 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except MemoryError:
         print("fp16bisect: error: out of memory: use fewer or smaller samples", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug of ours: one line, the traceback on request
+        if debug:
+            raise
+        print(
+            f"fp16bisect: internal error: {type(exc).__name__}: {exc}; rerun with FP16BISECT_DEBUG=1 "
+            "for the traceback and report it",
+            file=sys.stderr,
+        )
         return 1
 
 

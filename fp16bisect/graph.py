@@ -209,7 +209,7 @@ def _types_from_runtime(model: onnx.ModelProto, tensors: list[str]) -> dict[str,
     probe.CopyFrom(model)
     del probe.graph.output[:]
     probe.graph.output.extend(onnx.ValueInfoProto(name=t) for t in tensors)
-    try:
+    try:  # best effort: a model ONNX Runtime cannot load fails later with a clear message
         session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
     except Exception:
         return {}

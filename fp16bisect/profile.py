@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from .errors import UsageError
 from .graph import Graph
+from .runtime import run, session
 
 FP16_MAX = 65504.0
 FP16_MIN_NORMAL = 6.103515625e-05
@@ -116,19 +116,12 @@ class Profile:
 
 def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
     """Run the model in FP32 on every sample, recording every float tensor."""
-    import onnxruntime as ort
-
     names = [t for n in graph.nodes for t in n.outputs if graph.is_float(t)]
     names = list(dict.fromkeys([*graph.float_output_names(), *names]))
     model = graph.runnable_copy()
     declared = {o.name for o in model.graph.output}
     model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in names if t not in declared)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    try:
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    except Exception as exc:
-        raise UsageError(f"ONNX Runtime cannot load the model: {str(exc).splitlines()[0]}") from None
+    sess = session(model, "the model with every float tensor as an output")
 
     stats = {t: TensorStats(t) for t in names}
     for init in graph.model.graph.initializer:
@@ -139,10 +132,7 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
     for sample in samples:
         for start in range(0, len(names), chunk):
             part = names[start : start + chunk]
-            try:
-                values = session.run(part, sample.inputs)
-            except Exception as exc:
-                raise UsageError(f"ONNX Runtime failed to run the model in FP32: {str(exc).splitlines()[0]}") from None
+            values = run(sess, part, sample.inputs, "the model in FP32")
             for t, v in zip(part, values):
                 if isinstance(v, np.ndarray) and v.dtype == np.float32:
                     stats[t].add(v)

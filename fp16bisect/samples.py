@@ -11,6 +11,7 @@ import onnx
 
 from .errors import UsageError
 from .graph import Graph, TensorSpec
+from .runtime import run, session
 
 
 @dataclass
@@ -117,20 +118,10 @@ def add_fp32_references(graph: Graph, samples: list[Sample]) -> None:
     todo = [s for s in samples if s.reference is None]
     if not todo:
         return
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    try:
-        session = ort.InferenceSession(graph.runnable_copy().SerializeToString(), options, providers=["CPUExecutionProvider"])
-        names = [o.name for o in graph.outputs]
-        for s in todo:
-            s.reference = dict(zip(names, session.run(names, s.inputs)))
-    except Exception as exc:
-        raise UsageError(
-            f"ONNX Runtime cannot run the model in FP32: {str(exc).strip().splitlines()[0]}; "
-            "check the model and inputs, or pass --reference"
-        ) from None
+    sess = session(graph.runnable_copy())
+    names = [o.name for o in graph.outputs]
+    for s in todo:
+        s.reference = dict(zip(names, run(sess, names, s.inputs, f"the model in FP32 on {s.source!r}")))
     for s in todo:
         for name, value in s.reference.items():
             if np.issubdtype(value.dtype, np.floating) and np.isnan(value).any():

@@ -191,3 +191,15 @@ def test_console_script_prints_no_traceback(tmp_path):
     )
     assert proc.returncode == 2
     assert "nope.onnx' not found" in one_line_error(proc.stderr)
+
+
+def test_internal_error_is_one_line_exit_1(monkeypatch, tmp_path, capsys):
+    import fp16bisect.pipeline as pipeline
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(pipeline, "search_model", broken)
+    code, _, err = run(capsys, "search", LN, "--inputs", LN_IN, "-o", tmp_path / "o.json")
+    assert code == 1
+    assert "internal error: ZeroDivisionError: a bug" in err and "Traceback" not in err

@@ -94,3 +94,22 @@ def test_one_session_matches_a_fresh_session_per_plan(plan):
 def test_unknown_node_in_plan_is_an_error():
     with pytest.raises(KeyError):
         BACKEND.run(frozenset({"nope"}), {"x": X})
+
+
+def test_self_test_refuses_a_runtime_that_folds_cast_pairs(monkeypatch):
+    """If ONNX Runtime ever removed the rounding, the backend must refuse to start, not emulate nothing."""
+    import fp16bisect.backends.emulate as emulate
+
+    class Folding:
+        def __init__(self, model, what):
+            pass
+
+        def run(self, names, feed):
+            return [feed["x"]]  # the Cast pair optimised away: 70000 stays 70000
+
+    monkeypatch.setattr(emulate, "_SELF_TEST_DONE", False)
+    monkeypatch.setattr(emulate, "session", Folding)
+    with pytest.raises(RuntimeError, match="self-test failed"):
+        emulate.self_test()
+    monkeypatch.undo()
+    emulate.self_test()

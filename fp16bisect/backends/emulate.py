@@ -21,20 +21,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ..errors import UsageError
 from ..graph import Graph
+from ..runtime import run, session
 
 MASK = "fp16bisect_fp32_mask"
 _PREFIX = "fp16bisect/"
-
-
-def _session(model: onnx.ModelProto):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def emulation_model(graph: Graph) -> onnx.ModelProto:
@@ -93,12 +84,7 @@ class EmulateBackend:
         self_test()
         self.graph = graph
         self.index = {n.id: i for i, n in enumerate(graph.candidates)}
-        try:
-            self.session = _session(emulation_model(graph))
-        except Exception as exc:
-            raise UsageError(
-                f"ONNX Runtime cannot load the model: {_first_line(exc)}; check that the model runs in ONNX Runtime"
-            ) from None
+        self.session = session(emulation_model(graph), "the FP16 emulation of the model")
         self.output_names = [o.name for o in graph.outputs]
 
     @staticmethod
@@ -116,10 +102,7 @@ class EmulateBackend:
     def run(self, plan, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         feed = dict(inputs)
         feed[MASK] = self.mask(plan)
-        try:
-            values = self.session.run(self.output_names, feed)
-        except Exception as exc:
-            raise UsageError(f"ONNX Runtime failed to run the model: {_first_line(exc)}") from None
+        values = run(self.session, self.output_names, feed, "the FP16 emulation of the model")
         return dict(zip(self.output_names, values))
 
 
@@ -139,10 +122,10 @@ def self_test() -> None:
     )
     model.ir_version = 7
     graph = Graph(model)
-    session = _session(emulation_model(graph))
+    emulation = session(emulation_model(graph), "the self-test model")
     probe = np.array([70000.0, 1e-8, 2049.0, 65519.0], dtype=np.float32)
-    half = session.run(None, {"x": probe, MASK: np.array([False])})[0]
-    full = session.run(None, {"x": probe, MASK: np.array([True])})[0]
+    half = emulation.run(None, {"x": probe, MASK: np.array([False])})[0]
+    full = emulation.run(None, {"x": probe, MASK: np.array([True])})[0]
     expected = np.array([np.inf, 0.0, 2048.0, 65504.0], dtype=np.float32)
     if not (np.array_equal(half, expected) and np.array_equal(full, probe)):
         raise RuntimeError(
@@ -151,11 +134,6 @@ def self_test() -> None:
             "folds Cast pairs, so the emulate backend cannot be trusted: install another onnxruntime version"
         )
     _SELF_TEST_DONE = True
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def plan_model(graph: Graph, plan) -> onnx.ModelProto:
@@ -194,6 +172,5 @@ def plan_model(graph: Graph, plan) -> onnx.ModelProto:
 
 def run_plan_model(graph: Graph, plan, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Build a session for one plan and run it (slow on purpose: see ``plan_model``)."""
-    session = _session(plan_model(graph, plan))
     names = [o.name for o in graph.outputs]
-    return dict(zip(names, session.run(names, inputs)))
+    return dict(zip(names, session(plan_model(graph, plan)).run(names, inputs)))

@@ -99,6 +99,9 @@ class Graph:
         self.producer = {t: n for n in self.nodes for t in n.outputs if t}
         self.skipped: dict[str, str] = {}
         self.candidates = [n for n in self.nodes if self._is_candidate(n)]
+        self.nested = {  # control-flow node id -> nodes inside its subgraphs
+            node.id: count for node in self.nodes if (count := _nested_nodes(graph.node[node.index]))
+        }
 
     def runnable_copy(self) -> onnx.ModelProto:
         """A copy of the model ONNX Runtime accepts: nodes that share a name are renamed to their id."""
@@ -252,6 +255,14 @@ def _toposort(nodes: list[Node], available: set[str]) -> list[Node]:
         names = ", ".join(by_index[i].id for i in stuck)
         raise UsageError(f"the graph has a cycle (through {names}): export an acyclic ONNX graph")
     return order
+
+
+def _nested_nodes(node: onnx.NodeProto) -> int:
+    count = 0
+    for attr in node.attribute:
+        for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+            count += sum(1 + _nested_nodes(n) for n in sub.node)
+    return count
 
 
 def _outer_reads(node: onnx.NodeProto) -> tuple:

@@ -60,9 +60,27 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
     if not references:
         listener.stage("computing FP32 references with ONNX Runtime")
     add_fp32_references(graph, samples)
+    for note in notes(graph):
+        listener.stage(f"note: {note}")
     chosen = make_backend(backend, graph)
     oracle = Oracle(chosen, samples, tolerance, outputs)
     return graph, samples, chosen, oracle
+
+
+def notes(graph: Graph) -> list[str]:
+    """What the search does not cover in this model, said up front."""
+    found = []
+    if graph.skipped:
+        names = ", ".join(list(graph.skipped)[:5]) + (", ..." if len(graph.skipped) > 5 else "")
+        found.append(f"{len(graph.skipped)} node(s) of custom domains are not searched and run as in the model: {names}")
+    if graph.nested:
+        inside = sum(graph.nested.values())
+        found.append(
+            f"{inside} node(s) inside the subgraphs of {len(graph.nested)} control-flow node(s) "
+            f"({', '.join(list(graph.nested)[:5])}) are not rounded: each control-flow node is one candidate, "
+            "rounded at its inputs and outputs only"
+        )
+    return found
 
 
 def search_model(
@@ -129,5 +147,6 @@ def overrides_json(o: Outcome, versions: dict) -> dict:
         },
         "metrics": {"fp32": worst(everything), "fp16": worst(()), "with_overrides": worst(result.fp32)},
         "skipped_nodes": graph.skipped,
+        "notes": notes(graph),
         "exports": {"trtexec": trtexec_export(graph, nodes), "modelopt_autocast": autocast_export(graph, nodes)},
     }

@@ -101,6 +101,8 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
             console.print(
                 f"  {node_id}  [dim]{node.op_type}; FP32 run: {reasons.get(node_id, '')}[/dim]", highlight=False, soft_wrap=True
             )
+    for note in outcome.data.get("notes", []):
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
     console.print(
         f"{result.evaluations} evaluation(s) in {outcome.seconds:.1f} s"
         + (f"; overrides written to {output_path}" if output_path else ""),

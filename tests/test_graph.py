@@ -80,3 +80,20 @@ def test_not_an_onnx_file(tmp_path):
         Graph.load(bad)
     with pytest.raises(UsageError, match="not found"):
         Graph.load(tmp_path / "missing.onnx")
+
+
+def test_control_flow_node_is_one_candidate_and_its_subgraph_is_counted():
+    then = helper.make_graph([helper.make_node("Exp", ["x"], ["t"], name="inner_exp")], "then", [],
+                             [helper.make_tensor_value_info("t", F, [2])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"], name="inner_neg")], "else", [],
+                              [helper.make_tensor_value_info("e", F, [2])])
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+        helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other),
+    ]
+    model = make_model(nodes, [("x", F, [2])], [("y", F, [2])], {"zero": np.array(0.0, np.float32)})
+    graph = Graph(model)
+    assert [n.id for n in graph.candidates] == ["sum", "branch"]
+    assert graph.nested == {"branch": 2}
+    assert graph.by_id["branch"].implicit == ("x",)

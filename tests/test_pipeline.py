@@ -1,0 +1,47 @@
+"""The search end to end on the sample models, checked against the oracle directly."""
+
+import pytest
+from conftest import SAMPLES
+
+from fp16bisect.pipeline import search_model
+from fp16bisect.tolerance import Tolerance
+
+ONE_SITE = ["transformer_block", "cnn_batchnorm", "attention_unscaled", "log_underflow"]
+
+
+def searched(name, known):
+    spec = known[name]
+    return search_model(
+        str(SAMPLES / f"{name}.onnx"),
+        [str(SAMPLES / f"{name}.npz")],
+        tolerance=Tolerance(atol=spec["atol"], rtol=spec["rtol"]),
+    )
+
+
+@pytest.mark.parametrize("name", ONE_SITE + ["two_branches", "accumulation"])
+def test_found_set_passes_and_every_removal_fails_when_evaluated(name, known):
+    outcome = searched(name, known)
+    found = frozenset(outcome.result.fp32)
+    assert found
+    assert outcome.oracle.evaluate(found).passed
+    for member in found:
+        assert not outcome.oracle.evaluate(found - {member}).passed, f"{member} is not needed"
+
+
+@pytest.mark.parametrize("name", ONE_SITE)
+def test_one_overflow_site_costs_at_most_2k_plus_6_evaluations(name, known):
+    outcome = searched(name, known)
+    k = len(outcome.result.fp32)
+    assert outcome.result.evaluations <= 2 * k + 6
+    # the suspicion order put the culprits first
+    assert set(outcome.profile.order[:k]) == set(outcome.result.fp32)
+
+
+def test_accumulation_has_no_single_failing_node_yet_needs_a_minimal_set(known):
+    outcome = searched("accumulation", known)
+    spec = known["accumulation"]
+    everything = frozenset(n.id for n in outcome.graph.candidates)
+    for node in spec["branches"]:
+        assert outcome.oracle.evaluate(everything - {node}).passed  # no single node fails alone
+    assert len(outcome.result.fp32) == spec["minimal_size"]
+    assert set(outcome.result.fp32) <= set(spec["branches"])

@@ -61,10 +61,6 @@ class TensorSpec:
     elem_type: int
     shape: tuple  # ints, strings for symbolic dims, None for unknown
 
-    @property
-    def dtype_name(self) -> str:
-        return onnx.helper.tensor_dtype_to_np_dtype(self.elem_type).name
-
 
 class Graph:
     """Load once, ask many questions."""

@@ -23,12 +23,6 @@ class Evaluation:
     def worst(self) -> dict[str, OutputMetrics]:
         return worst_per_output(list(self.metrics))
 
-    def why(self, tol: Tolerance) -> str:
-        failing = [m for m in self.worst().values() if not m.passed]
-        if not failing:
-            return "all outputs pass"
-        return failing[0].why(tol)
-
 
 class Oracle:
     def __init__(self, backend, samples, tolerance: Tolerance, outputs: list[str]):

@@ -109,9 +109,13 @@ def search_model(
     if result.status == "fp32_fails":
         everything = oracle.memo[frozenset(n.id for n in graph.candidates)]
         worst = max((m for m in everything.metrics if not m.passed), key=lambda m: m.excess)
+        fix = (
+            "check --reference and the inputs"
+            if worst.nonfinite or worst.excess <= 1  # NaN/inf, or a cosine/mismatch rule failed
+            else f"loosen --atol/--rtol by at least {worst.excess:.3g}x or check --reference"
+        )
         raise ToleranceUnreachable(
-            f"the tolerance is unreachable even in FP32 on the {chosen.name} backend: {worst.why(tolerance)}; "
-            f"loosen --atol/--rtol by at least {worst.excess:.3g}x or check --reference"
+            f"the tolerance is unreachable even in FP32 on the {chosen.name} backend: {worst.why(tolerance)}; {fix}"
         )
     outcome = Outcome(graph, tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start)
     outcome.data = overrides_json(outcome, chosen.versions())

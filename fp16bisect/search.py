@@ -101,7 +101,6 @@ class _Memo:
         self.trace: list[Step] = []
         self.contradictions: list[tuple[frozenset, frozenset]] = []
         self.phase = "precondition"
-        self.n_total = n_total
         self.remaining = n_total  # size of the set still being searched (for progress)
         self.found = 0
 

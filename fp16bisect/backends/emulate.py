@@ -6,10 +6,13 @@ FP16 computes ``r`` of its float outputs from ``r`` of its float inputs
 arrive; graph inputs arrive in FP32; transparent ops never round.
 
 One session serves every plan: each rounding site is
-``Where(fp32[i], x, Cast(Cast(x, FLOAT16), FLOAT))`` where ``fp32`` is a bool
-graph input with one entry per candidate, so evaluating a plan is one run.
-ONNX Runtime keeps explicit Cast pairs in an FP32 graph (bit-exact with
-NumPy); the start-up self-test proves it on this machine (70000 -> inf).
+``If(fp32[i]) then x else Cast(Cast(x, FLOAT16), FLOAT)`` where ``fp32`` is a
+bool graph input with one entry per candidate, so evaluating a plan is one
+run. ``If`` rather than ``Where``: only the branch taken runs, and on ONNX
+Runtime CPU it measured 3-4x faster on real OCR models (``Where`` with a
+scalar condition broadcasts slowly and computes both sides). ONNX Runtime
+keeps explicit Cast pairs in an FP32 graph (bit-exact with NumPy); the
+start-up self-test proves it on this machine (70000 -> inf).
 
 Not emulated: FP16 accumulation inside GEMMs, convolutions and reductions,
 and TensorRT's fused kernels.
@@ -35,15 +38,23 @@ def emulation_model(graph: Graph) -> onnx.ModelProto:
     originals = list(g.node)
     del g.node[:]
     index = {n.id: i for i, n in enumerate(graph.candidates)}
-    rounded: dict[str, str] = {}  # tensor -> its FP16-rounded twin
 
-    def rounding_of(tensor: str) -> str:
-        if tensor not in rounded:
-            half, back = f"{_PREFIX}h/{tensor}", f"{_PREFIX}r/{tensor}"
-            g.node.append(helper.make_node("Cast", [tensor], [half], name=half, to=TensorProto.FLOAT16))
-            g.node.append(helper.make_node("Cast", [half], [back], name=back, to=TensorProto.FLOAT))
-            rounded[tensor] = back
-        return rounded[tensor]
+    def site(keep: str, tensor: str, out: str) -> None:
+        """out = tensor if keep else r(tensor); the rounding runs only when it is needed."""
+        kept, half, back = (f"{_PREFIX}{out}/{part}" for part in ("fp32", "h", "fp16"))
+        as_is = helper.make_graph(
+            [helper.make_node("Identity", [tensor], [kept])], "fp32", [], [_float_info(kept)]
+        )
+        rounded = helper.make_graph(
+            [
+                helper.make_node("Cast", [tensor], [half], to=TensorProto.FLOAT16),
+                helper.make_node("Cast", [half], [back], to=TensorProto.FLOAT),
+            ],
+            "fp16", [], [_float_info(back)],
+        )
+        g.node.append(
+            helper.make_node("If", [keep], [out], name=f"{_PREFIX}site/{out}", then_branch=as_is, else_branch=rounded)
+        )
 
     for node in graph.nodes:
         proto = onnx.NodeProto()
@@ -59,7 +70,7 @@ def emulation_model(graph: Graph) -> onnx.ModelProto:
         for pos, tensor in graph.rounded_inputs(node):
             if tensor not in selected:
                 sel = f"{_PREFIX}in{i}/{tensor}"
-                g.node.append(helper.make_node("Where", [keep, tensor, rounding_of(tensor)], [sel], name=sel))
+                site(keep, tensor, sel)
                 selected[tensor] = sel
             proto.input[pos] = selected[tensor]
         outs = []
@@ -70,9 +81,13 @@ def emulation_model(graph: Graph) -> onnx.ModelProto:
                 outs.append((raw, tensor))
         g.node.append(proto)
         for raw, tensor in outs:
-            g.node.append(helper.make_node("Where", [keep, raw, rounding_of(raw)], [tensor], name=f"{_PREFIX}out/{tensor}"))
+            site(keep, raw, tensor)
     g.input.append(helper.make_tensor_value_info(MASK, TensorProto.BOOL, [len(graph.candidates)]))
     return model
+
+
+def _float_info(name: str) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
 
 
 class EmulateBackend:

@@ -36,7 +36,7 @@ class ConsoleListener(Listener):
         line = (
             f"evaluation {step.index}: {len(step.plan)} node(s) in FP32 -> {verdict} "
             f"[{step.phase}; {progress['searching']} candidate(s) in play, {progress['found']} found, "
-            f"about {progress['estimate_left']} evaluation(s) left at most]"
+            f"roughly {progress['estimate_left']} more evaluation(s) (estimate)]"
         )
         if self.live:
             if self.status is None:

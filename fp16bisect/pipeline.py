@@ -54,8 +54,6 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
         raise UsageError(
             f"{model!r} has no float32 output, so there is nothing FP16 could make wrong: pass a model with float outputs"
         )
-    if not graph.candidates:
-        raise UsageError(f"{model!r} has no node that computes float32 values: nothing to search")
     samples = load_samples(graph, inputs, references)
     if not references:
         listener.stage("computing FP32 references with ONNX Runtime")
@@ -64,7 +62,7 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
         listener.stage(f"note: {note}")
     chosen = make_backend(backend, graph)
     oracle = Oracle(chosen, samples, tolerance, outputs)
-    return graph, samples, chosen, oracle
+    return graph, chosen, oracle
 
 
 def notes(graph: Graph) -> list[str]:
@@ -94,9 +92,9 @@ def search_model(
 ) -> Outcome:
     listener = listener or Listener()
     start = time.perf_counter()
-    graph, samples, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener)
+    graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener)
     listener.stage(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s)")
-    prof = profile(graph, samples)
+    prof = profile(graph, oracle.samples)
     listener.stage(f"searching on the {chosen.name} backend ({prof.suspects} suspect(s) first)")
     result = search(
         [n.id for n in graph.candidates],

@@ -203,3 +203,16 @@ def test_internal_error_is_one_line_exit_1(monkeypatch, tmp_path, capsys):
     code, _, err = run(capsys, "search", LN, "--inputs", LN_IN, "-o", tmp_path / "o.json")
     assert code == 1
     assert "internal error: ZeroDivisionError: a bug" in err and "Traceback" not in err
+
+
+def test_model_with_nothing_to_round_needs_no_overrides(tmp_path, capsys):
+    nodes = [helper.make_node("Transpose", ["x"], ["y"], name="t", perm=[1, 0])]
+    path = tmp_path / "t.onnx"
+    onnx.save(make_model(nodes, [("x", F, [2, 3])], [("y", F, [3, 2])]), path)
+    inputs = tmp_path / "t.npz"
+    np.savez(inputs, x=np.full((2, 3), 70000.0, np.float32))
+    code, _, _ = run(capsys, "search", path, "--inputs", inputs, "-o", tmp_path / "o.json", "-q")
+    assert code == 0
+    data = json.loads((tmp_path / "o.json").read_text())
+    assert data["fp32_nodes"] == [] and data["search"]["status"] == "fp16_passes"
+    assert data["search"]["candidates"] == 0

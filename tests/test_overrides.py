@@ -3,7 +3,6 @@
 import json
 import re
 
-import numpy as np
 import pytest
 from conftest import F, make_model
 from onnx import helper

@@ -7,6 +7,7 @@ usage; 3 tolerance unreachable even in FP32; 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -25,8 +26,18 @@ def _nonnegative(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a number >= 0")
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return value
+
+
+def _cosine(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not -1 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a cosine similarity from -1 to 1")
     return value
 
 
@@ -43,7 +54,7 @@ def add_tolerance_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("tolerance (per output: |a - b| <= atol + rtol*|b|, no new NaN/inf)")
     g.add_argument("--atol", type=_nonnegative, default=DEFAULT_ATOL, help=f"absolute tolerance (default {DEFAULT_ATOL:g})")
     g.add_argument("--rtol", type=_nonnegative, default=DEFAULT_RTOL, help=f"relative tolerance (default {DEFAULT_RTOL:g})")
-    g.add_argument("--min-cosine", type=float, default=None, help="also require this cosine similarity per output")
+    g.add_argument("--min-cosine", type=_cosine, default=None, help="also require this cosine similarity per output")
     g.add_argument("--max-mismatch", type=_nonnegative, default=0.0,
                    help="fraction of elements allowed outside atol + rtol*|b| (default 0)")
 
@@ -78,11 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_search(args) -> int:
-    from .overrides import write_json
+    from .overrides import check_writable, write_json
     from .pipeline import search_model
     from .report import ConsoleListener, print_summary
 
     tolerance = tolerance_from(args)
+    check_writable(args.output)  # before the search, not after an hour of it
     listener = ConsoleListener(quiet=args.quiet)
     if not args.quiet:
         listener.stage(f"tolerance: {tolerance}")

@@ -144,6 +144,8 @@ class Graph:
 
 def load_model(path: str | Path) -> tuple[onnx.ModelProto, Path, str]:
     path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{str(path)!r} is a directory: pass the path of an .onnx file")
     if not path.is_file():
         raise UsageError(f"model file {str(path)!r} not found: pass the path of an .onnx file")
     data = path.read_bytes()

@@ -122,6 +122,19 @@ def node_entry(graph: Graph, node: Node, fp32_profile: str = "") -> dict:
     return {"name": node.id, "op_type": node.op_type, "outputs": list(node.outputs), "fp32_profile": fp32_profile}
 
 
+def check_writable(path: str | Path) -> None:
+    """Fail now, with a usable message, if ``path`` cannot be written later."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"-o {str(path)!r} is a directory: give a file name, e.g. {str(path / 'overrides.json')!r}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot write {str(path)!r} ({exc.strerror}): choose another -o path") from None
+
+
 def write_json(path: str | Path, data: dict) -> None:
     """Atomic: a reader sees the old file or the whole new one, never half."""
     path = Path(path)

@@ -47,12 +47,11 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
     if not p.is_file():
         raise UsageError(f"file {path!r} not found: pass an .npz made with numpy.savez(path, name=array, ...)")
     try:
-        with np.load(p, allow_pickle=False) as data:
-            if not isinstance(data, np.lib.npyio.NpzFile):
-                raise ValueError("a single .npy array, not an .npz archive")
+        data = np.load(p, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError("it holds a single .npy array, not an .npz archive of named arrays")
+        with data:
             return {k: np.asarray(data[k]) for k in data.files}
-    except UsageError:
-        raise
     except (ValueError, OSError, zipfile.BadZipFile, EOFError, KeyError) as exc:
         raise UsageError(
             f"{path!r} is not a readable .npz ({exc}): write it with numpy.savez(path, name=array, ...)"

@@ -134,12 +134,19 @@ def test_bad_files_and_flags_exit_2(tmp_path, capsys):
     not_onnx.write_text("hello, not a model")
     not_npz = tmp_path / "x.npz"
     not_npz.write_text("not a zip")
+    npy = tmp_path / "array.npz"
+    with open(npy, "wb") as f:
+        np.save(f, np.ones(3, np.float32))
     cases = [
         (["search", tmp_path / "missing.onnx", "--inputs", LN_IN], "not found"),
         (["search", not_onnx, "--inputs", LN_IN], "not an ONNX model"),
         (["search", LN, "--inputs", tmp_path / "missing.npz"], "not found"),
         (["search", LN, "--inputs", not_npz], "not a readable .npz"),
+        (["search", LN, "--inputs", npy], "single .npy array"),
         (["search", LN, "--inputs", LN_IN, "--atol", "-1"], "--atol"),
+        (["search", LN, "--inputs", LN_IN, "--rtol", "inf"], "--rtol"),
+        (["search", LN, "--inputs", LN_IN, "--min-cosine", "nan"], "--min-cosine"),
+        (["search", tmp_path, "--inputs", LN_IN], "is a directory"),
         (["search", LN, "--inputs", LN_IN, "--backend", "cuda"], "--backend"),
         (["search", LN], "--inputs"),
         (["search", LN, "--inputs", LN_IN, "--backend", "tensorrt"], "tensorrt backend"),
@@ -149,6 +156,12 @@ def test_bad_files_and_flags_exit_2(tmp_path, capsys):
         code, _, err = run(capsys, *argv, "-o", tmp_path / "o.json") if argv else run(capsys)
         assert code == 2, argv
         assert expect in one_line_error(err), argv
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for output, expect in [(blocker / "o.json", "cannot write"), (tmp_path, "is a directory")]:
+        code, _, err = run(capsys, "search", LN, "--inputs", LN_IN, "-o", output)
+        assert code == 2, output
+        assert expect in one_line_error(err), output
     assert not (tmp_path / "o.json").exists()
 
 

@@ -21,21 +21,22 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
-def _nonnegative(text: str) -> float:
+def _number(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def _nonnegative(text: str) -> float:
+    value = _number(text)
     if not (value >= 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
     return value
 
 
 def _cosine(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _number(text)
     if not -1 <= value <= 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be a cosine similarity from -1 to 1")
     return value

@@ -92,7 +92,6 @@ class Graph:
             )
         self.nodes = _toposort(raw, {v.name for v in graph.input} | self.initializers)
         self.by_id = {n.id: n for n in self.nodes}
-        self.producer = {t: n for n in self.nodes for t in n.outputs if t}
         self.skipped: dict[str, str] = {}
         self.candidates = [n for n in self.nodes if self._is_candidate(n)]
         self.nested = {  # control-flow node id -> nodes inside its subgraphs
@@ -204,18 +203,18 @@ def _tensor_types(model: onnx.ModelProto) -> dict[str, int]:
 
 def _types_from_runtime(model: onnx.ModelProto, tensors: list[str]) -> dict[str, int]:
     """Ask ONNX Runtime for the types shape inference could not find."""
-    import onnxruntime as ort
+    from .runtime import session
 
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     del probe.graph.output[:]
     probe.graph.output.extend(onnx.ValueInfoProto(name=t) for t in tensors)
     try:  # best effort: a model ONNX Runtime cannot load fails later with a clear message
-        session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
-    except Exception:
+        outputs = session(probe, "the model").get_outputs()
+    except UsageError:
         return {}
     found = {}
-    for out in session.get_outputs():
+    for out in outputs:
         kind = out.type  # e.g. "tensor(float)"
         if kind.startswith("tensor(") and kind.endswith(")"):
             np_name = {"float": "float32", "double": "float64"}.get(kind[7:-1], kind[7:-1])
@@ -255,23 +254,26 @@ def _toposort(nodes: list[Node], available: set[str]) -> list[Node]:
     return order
 
 
-def _nested_nodes(node: onnx.NodeProto) -> int:
-    count = 0
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The bodies of a control-flow node (If branches, Loop and Scan bodies)."""
+    found = []
     for attr in node.attribute:
-        for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
-            count += sum(1 + _nested_nodes(n) for n in sub.node)
-    return count
+        found += [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+    return found
+
+
+def _nested_nodes(node: onnx.NodeProto) -> int:
+    return sum(1 + _nested_nodes(n) for sub in _subgraphs(node) for n in sub.node)
 
 
 def _outer_reads(node: onnx.NodeProto) -> tuple:
     """Tensors a node's subgraphs read from the enclosing graph."""
     reads: list[str] = []
-    for attr in node.attribute:
-        for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
-            local = {v.name for v in sub.input} | {t.name for t in sub.initializer}
-            local |= {t for n in sub.node for t in n.output}
-            for n in sub.node:
-                reads += [t for t in n.input if t and t not in local]
-                reads += [t for t in _outer_reads(n) if t not in local]
-            reads += [v.name for v in sub.output if v.name not in local]
+    for sub in _subgraphs(node):
+        local = {v.name for v in sub.input} | {t.name for t in sub.initializer}
+        local |= {t for n in sub.node for t in n.output}
+        for n in sub.node:
+            reads += [t for t in n.input if t and t not in local]
+            reads += [t for t in _outer_reads(n) if t not in local]
+        reads += [v.name for v in sub.output if v.name not in local]
     return tuple(dict.fromkeys(reads))

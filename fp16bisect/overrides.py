@@ -117,7 +117,7 @@ def autocast_export(graph: Graph, nodes: list[Node]) -> dict:
     }
 
 
-def node_entry(graph: Graph, node: Node, fp32_profile: str = "") -> dict:
+def node_entry(node: Node, fp32_profile: str = "") -> dict:
     """fp32_profile: what the FP32 run saw at this node (why it was suspected, not proof it is needed)."""
     return {"name": node.id, "op_type": node.op_type, "outputs": list(node.outputs), "fp32_profile": fp32_profile}
 

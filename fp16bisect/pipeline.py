@@ -135,7 +135,7 @@ def overrides_json(o: Outcome, versions: dict) -> dict:
         "model": {"path": str(graph.path), "sha256": graph.sha256},
         "backend": {"name": o.backend, "versions": {"fp16bisect": __version__, **versions}},
         "tolerance": o.tolerance.to_json(),
-        "fp32_nodes": [node_entry(graph, n, reasons.get(n.id, "")) for n in nodes],
+        "fp32_nodes": [node_entry(n, reasons.get(n.id, "")) for n in nodes],
         "search": {
             "status": result.status,
             "candidates": len(graph.candidates),

@@ -95,11 +95,11 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
             f"{result.minimality}):",
             soft_wrap=True,
         )
-        reasons = {r.node: r.reason for r in outcome.profile.risks}
-        for node_id in result.fp32:
-            node = outcome.graph.by_id[node_id]
+        for entry in outcome.data["fp32_nodes"]:
             console.print(
-                f"  {node_id}  [dim]{node.op_type}; FP32 run: {reasons.get(node_id, '')}[/dim]", highlight=False, soft_wrap=True
+                f"  {entry['name']}  [dim]{entry['op_type']}; FP32 run: {entry['fp32_profile']}[/dim]",
+                highlight=False,
+                soft_wrap=True,
             )
     for note in outcome.data.get("notes", []):
         console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)

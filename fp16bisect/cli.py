@@ -51,13 +51,18 @@ def add_input_args(p: argparse.ArgumentParser) -> None:
                    help="expected outputs for the matching --inputs (default: an FP32 ONNX Runtime run)")
 
 
-def add_tolerance_args(p: argparse.ArgumentParser) -> None:
+def add_tolerance_args(p: argparse.ArgumentParser, default_from: str = "") -> None:
+    """Tolerance flags; with ``default_from``, unset flags take the value recorded there (see tolerance_from)."""
     g = p.add_argument_group("tolerance (per output: |a - b| <= atol + rtol*|b|, no new NaN/inf)")
-    g.add_argument("--atol", type=_nonnegative, default=DEFAULT_ATOL, help=f"absolute tolerance (default {DEFAULT_ATOL:g})")
-    g.add_argument("--rtol", type=_nonnegative, default=DEFAULT_RTOL, help=f"relative tolerance (default {DEFAULT_RTOL:g})")
+    dflt = (lambda value: None) if default_from else (lambda value: value)
+    said = f"default: {default_from}" if default_from else "default {}"
+    g.add_argument("--atol", type=_nonnegative, default=dflt(DEFAULT_ATOL),
+                   help=f"absolute tolerance ({said.format(f'{DEFAULT_ATOL:g}')})")
+    g.add_argument("--rtol", type=_nonnegative, default=dflt(DEFAULT_RTOL),
+                   help=f"relative tolerance ({said.format(f'{DEFAULT_RTOL:g}')})")
     g.add_argument("--min-cosine", type=_cosine, default=None, help="also require this cosine similarity per output")
-    g.add_argument("--max-mismatch", type=_nonnegative, default=0.0,
-                   help="fraction of elements allowed outside atol + rtol*|b| (default 0)")
+    g.add_argument("--max-mismatch", type=_nonnegative, default=dflt(0.0),
+                   help=f"fraction of elements allowed outside atol + rtol*|b| ({said.format(0)})")
 
 
 def add_backend_args(p: argparse.ArgumentParser) -> None:
@@ -67,10 +72,25 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
                         "auto: emulate (default)")
 
 
-def tolerance_from(args) -> Tolerance:
-    if args.max_mismatch > 1:
-        raise UsageError(f"--max-mismatch {args.max_mismatch:g} is a fraction: give a number from 0 to 1")
-    return Tolerance(args.atol, args.rtol, args.min_cosine, args.max_mismatch)
+def tolerance_from(args, fallback: Tolerance | None = None) -> Tolerance:
+    """The flags' tolerance; flags left unset (None) take ``fallback``'s values."""
+    fallback = fallback or Tolerance()
+    pick = {k: getattr(args, k) if getattr(args, k) is not None else getattr(fallback, k)
+            for k in ("atol", "rtol", "min_cosine", "max_mismatch")}
+    if pick["max_mismatch"] > 1:
+        raise UsageError(f"--max-mismatch {pick['max_mismatch']:g} is a fraction: give a number from 0 to 1")
+    return Tolerance(**pick)
+
+
+def recorded_tolerance(data: dict, path: str) -> Tolerance:
+    """The tolerance an override file was searched with."""
+    t = data.get("tolerance")
+    try:
+        return Tolerance(float(t["atol"]), float(t["rtol"]),
+                         None if t.get("min_cosine") is None else float(t["min_cosine"]),
+                         float(t.get("max_mismatch", 0.0)))
+    except (TypeError, KeyError, ValueError):
+        raise UsageError(f"{path!r} has no valid 'tolerance': pass --atol and --rtol, or rerun 'fp16bisect search'") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,6 +106,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--check-minimal", action="store_true",
                    help="evaluate each 'set minus one node' directly instead of relying on monotonicity")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+    a = sub.add_parser("apply", help="write the mixed-precision ONNX an override file describes "
+                                     "(for strongly typed builds: TensorRT 11, TensorRT-RTX)")
+    a.add_argument("overrides", help="the override JSON written by 'fp16bisect search'")
+    a.add_argument("model", help="the FP32 ONNX model the overrides were searched on")
+    a.add_argument("-o", "--output", required=True, metavar="MIXED.onnx", help="where to write the mixed model")
+    a.add_argument("--fp16-io", action="store_true", help="make float graph inputs and outputs FP16 (default FP32)")
+    a.add_argument("--force", action="store_true", help="apply even if the override file was made for another model")
+    a.add_argument("--verify", nargs="?", const="storage", choices=("storage", "strict"), default=None,
+                   help="run the written model on --inputs (FP16 storage, FP32 compute) against the references; "
+                        "'strict' also runs onnx.reference in FP16 arithmetic (a pessimistic bound)")
+    g = a.add_argument_group("samples for --verify")
+    g.add_argument("--inputs", action="append", metavar="X.npz", help="one sample; repeat for several")
+    g.add_argument("--reference", action="append", metavar="R.npz",
+                   help="expected outputs for the matching --inputs (default: an FP32 ONNX Runtime run)")
+    add_tolerance_args(a, default_from="the override file's")
     return parser
 
 
@@ -109,13 +145,37 @@ def cmd_search(args) -> int:
     return 0
 
 
+def cmd_apply(args) -> int:
+    from .apply import apply, save, verify_mixed
+    from .graph import Graph
+    from .overrides import check_writable
+    from .report import print_mixed, print_verification
+
+    if args.verify and not args.inputs:
+        raise UsageError("--verify needs samples: pass --inputs X.npz (the npz given to 'fp16bisect search')")
+    if str(args.output).endswith(".json"):
+        raise UsageError(f"-o {args.output!r} would hold an ONNX model: give a path ending in .onnx")
+    check_writable(args.output)
+    graph = Graph.load(args.model)
+    mixed, data = apply(args.overrides, args.model, fp16_io=args.fp16_io, force=args.force, graph=graph)
+    save(mixed.model, args.output)
+    print_mixed(graph, mixed, data, args.output)
+    if not args.verify:
+        return 0
+    tolerance = tolerance_from(args, recorded_tolerance(data, args.overrides))
+    verification = verify_mixed(graph, mixed.model, args.inputs, args.reference, tolerance,
+                                fp16_io=args.fp16_io, strict_mode=args.verify == "strict")
+    print_verification(verification)
+    return 0 if verification.passed else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     debug = bool(os.environ.get("FP16BISECT_DEBUG"))
     try:
         args = build_parser().parse_args(argv)
         if args.command is None:
             raise UsageError("no command given: try 'fp16bisect search MODEL --inputs X.npz'")
-        return {"search": cmd_search}[args.command](args)
+        return {"search": cmd_search, "apply": cmd_apply}[args.command](args)
     except (UsageError, ToleranceUnreachable) as exc:
         if debug:
             raise

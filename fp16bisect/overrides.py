@@ -137,6 +137,10 @@ def check_writable(path: str | Path) -> None:
 
 def write_json(path: str | Path, data: dict) -> None:
     """Atomic: a reader sees the old file or the whole new one, never half."""
+    write_atomic(path, (json.dumps(data, indent=2, allow_nan=False) + "\n").encode("utf-8"))
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -144,9 +148,8 @@ def write_json(path: str | Path, data: dict) -> None:
     except OSError as exc:
         raise UsageError(f"cannot write {str(path)!r} ({exc.strerror}): choose another -o path") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, allow_nan=False)
-            f.write("\n")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

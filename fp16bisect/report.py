@@ -108,3 +108,61 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
         + (f"; overrides written to {output_path}" if output_path else ""),
         highlight=False,
     )
+
+
+def _console() -> Console:
+    console = Console()
+    return console if console.is_terminal else Console(width=160)
+
+
+def print_mixed(graph, mixed, data: dict, output_path: str, console: Console | None = None) -> None:
+    """What ``apply`` wrote."""
+    console = console or _console()
+    pinned = [n["name"] for n in data["fp32_nodes"]]
+    console.print(
+        f"wrote {output_path}: {len(mixed.fp16_nodes)} node(s) compute in FP16, {len(pinned)} pinned in FP32"
+        + (f" ({', '.join(pinned[:8])}{', ...' if len(pinned) > 8 else ''})" if pinned else "")
+        + f"; {mixed.casts} Cast(s) at precision boundaries, {mixed.fp16_constants} constant(s) stored in FP16; "
+        "passes onnx.checker (full check)",
+        highlight=False, soft_wrap=True,
+    )
+    for note in mixed.notes:
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
+
+
+def print_verification(v, console: Console | None = None) -> None:
+    """``apply --verify``: the written model and the all-FP16 contrast, per output."""
+    console = console or _console()
+    table = Table(title=f"verification of the written model ({v.tolerance})")
+    table.add_column("model")
+    table.add_column("output")
+    table.add_column("max abs")
+    table.add_column("max rel")
+    table.add_column("cosine")
+    table.add_column("inf/NaN")
+    table.add_column("pass")
+    rows = [("with overrides (FP16 storage)", v.with_overrides), ("all FP16 (FP16 storage)", v.all_fp16)]
+    if v.strict:
+        rows += [("with overrides (onnx.reference FP16 math)", v.strict[0]),
+                 ("all FP16 (onnx.reference FP16 math)", v.strict[1])]
+    for label, check in rows:
+        if check.error:
+            table.add_row(label, "-", "-", "-", "-", "-", f"[yellow]{check.error}[/yellow]")
+            continue
+        for name, m in check.worst().items():
+            table.add_row(label, name, f"{m.max_abs:.3g}", f"{m.max_rel:.3g}", f"{m.cosine:.6f}", str(m.nonfinite),
+                          "yes" if m.passed else "[red]no[/red]")
+    console.print(table)
+    if v.passed:
+        console.print("verified: the written model meets the tolerance on every sample"
+                      + ("; all-FP16 does not" if not v.all_fp16.passed else
+                         "; note: all-FP16 meets it too, so the overrides may be unnecessary"),
+                      highlight=False, soft_wrap=True)
+    else:
+        bad = [m for m in v.with_overrides.metrics if not m.passed]
+        console.print(f"[red]NOT verified[/red]: {bad[0].why(v.tolerance)}; the model was written but does not "
+                      "meet the tolerance: rerun 'fp16bisect search' with these samples", highlight=False,
+                      soft_wrap=True)
+    if v.strict and not v.strict[0].error and not v.strict[0].passed:
+        console.print("[yellow]note:[/yellow] onnx.reference accumulates in FP16, which TensorRT mostly does not: "
+                      "its failure is a pessimistic bound, not a verdict", highlight=False, soft_wrap=True)

@@ -1,0 +1,63 @@
+"""``apply``: an override file + its model -> a checked mixed-precision ONNX, optionally verified."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+
+from .artifact import Check, strict, verify
+from .graph import Graph
+from .mixed import Mixed, convert
+from .overrides import read, write_atomic
+from .samples import add_fp32_references, load_samples
+from .tolerance import Tolerance
+
+
+def apply(overrides: str | Path, model: str | Path, *, fp16_io: bool = False, force: bool = False,
+          graph: Graph | None = None) -> tuple[Mixed, dict]:
+    """The mixed model an override file describes (and the file's data); refuses another model's file."""
+    graph = graph or Graph.load(model)
+    data = read(overrides, model, force=force)
+    mixed = convert(graph, [n["name"] for n in data["fp32_nodes"]], fp16_io=fp16_io)
+    try:
+        onnx.checker.check_model(mixed.model, full_check=True)
+    except onnx.checker.ValidationError as exc:  # our bug, not the user's input
+        raise RuntimeError(f"the mixed-precision model fails onnx.checker: {str(exc).splitlines()[0]}") from None
+    return mixed, data
+
+
+def save(model: onnx.ModelProto, path: str | Path) -> None:
+    """Write atomically: the file is either the old one or the whole new one."""
+    write_atomic(path, model.SerializeToString())
+
+
+@dataclass
+class Verification:
+    tolerance: Tolerance
+    with_overrides: Check
+    all_fp16: Check  # the contrast: the same conversion with nothing pinned
+    strict: list[Check] = field(default_factory=list)  # [with overrides, all FP16] under --verify strict
+
+    @property
+    def passed(self) -> bool:
+        return self.with_overrides.passed
+
+
+def verify_mixed(graph: Graph, mixed: onnx.ModelProto, inputs: list[str], references: list[str] | None = None,
+                 tolerance: Tolerance = Tolerance(), *, fp16_io: bool = False, strict_mode: bool = False,
+                 ) -> Verification:
+    """Run the mixed model (FP16 storage honoured) and the all-FP16 one on the samples, against the references."""
+    samples = load_samples(graph, inputs, references)
+    add_fp32_references(graph, samples)
+    outputs = graph.float_output_names()
+    contrast = convert(graph, [], fp16_io=fp16_io).model
+    result = Verification(
+        tolerance,
+        verify(mixed, samples, tolerance, outputs, "the mixed-precision model"),
+        verify(contrast, samples, tolerance, outputs, "the all-FP16 model"),
+    )
+    if strict_mode:
+        result.strict = [strict(graph.model, m, samples, tolerance, outputs) for m in (mixed, contrast)]
+    return result

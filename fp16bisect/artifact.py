@@ -1,0 +1,152 @@
+"""Check a written mixed-precision model itself, independently of the search's emulation.
+
+``storage_emulation`` rewrites any mixed FP16/FP32 ONNX model into an FP32
+graph that keeps every FP16 tensor's values rounded to FP16: FP16 constants
+become their (exact) FP32 values, every node that produced FP16 computes in
+FP32 and its output goes through an explicit ``Cast(FLOAT16) -> Cast(FLOAT)``
+round trip, which ONNX Runtime keeps. That is "stored in FP16, computed in
+FP32", what TensorRT does for most layers. It reads only the model, so it
+checks that the Casts in the file implement the plan.
+
+``strict`` runs ``onnx.reference`` in genuine FP16 arithmetic (accumulations
+too: harsher than TensorRT) against its own FP32 run of the original model: a
+pessimistic bound, reported, never fatal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .graph import Graph, _subgraphs
+from .runtime import first_line, run, session
+from .tolerance import OutputMetrics, Tolerance, compare, worst_per_output
+
+FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
+_PREFIX = "fp16bisect_storage/"
+
+
+@dataclass
+class Check:
+    """Per (sample, output) metrics of one model against the references."""
+
+    what: str
+    metrics: list[OutputMetrics] = field(default_factory=list)
+    error: str = ""  # the check could not run (strict mode only)
+
+    @property
+    def passed(self) -> bool:
+        return not self.error and all(m.passed for m in self.metrics)
+
+    def worst(self) -> dict[str, OutputMetrics]:
+        return worst_per_output(self.metrics)
+
+
+def storage_emulation(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The FP32 graph that computes what ``model`` computes with FP16 storage (see the module docstring)."""
+    graph = Graph(model)
+    types = graph.dtypes
+    out = graph.runnable_copy()
+    g = out.graph
+    _widen_constants(g)
+    for v in [*g.input, *g.output, *g.value_info]:
+        if v.type.tensor_type.elem_type == HALF:
+            v.type.tensor_type.elem_type = FLOAT
+    nodes = list(g.node)
+    del g.node[:]
+    for node in nodes:
+        _widen_attributes(node)
+        tails = []
+        for pos, t in enumerate(node.output):
+            if t and types.get(t) == HALF:
+                raw, half = f"{_PREFIX}{t}/raw", f"{_PREFIX}{t}/fp16"
+                node.output[pos] = raw
+                tails += [helper.make_node("Cast", [raw], [half], to=HALF),
+                          helper.make_node("Cast", [half], [t], to=FLOAT)]
+        g.node.append(node)
+        g.node.extend(tails)
+    return out
+
+
+def _widen_constants(g: onnx.GraphProto) -> None:
+    for i, t in enumerate(g.initializer):
+        if t.data_type == HALF:
+            g.initializer[i].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+
+
+def _widen_attributes(node: onnx.NodeProto) -> None:
+    """FP16 in attributes (Cast's ``to``, Constant values, subgraphs) becomes FP32 holding the same values."""
+    for a in node.attribute:
+        if a.name in ("to", "dtype") and a.type == onnx.AttributeProto.INT and a.i == HALF:
+            a.i = FLOAT
+        if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == HALF:
+            a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float32), a.t.name))
+    for sub in _subgraphs(node):
+        _widen_subgraph(sub)
+
+
+def _widen_subgraph(sub: onnx.GraphProto) -> None:
+    """Inside subgraphs types are not inferred: only explicit Casts to FP16 round (a documented limit)."""
+    _widen_constants(sub)
+    for v in [*sub.input, *sub.output, *sub.value_info]:
+        if v.type.tensor_type.elem_type == HALF:
+            v.type.tensor_type.elem_type = FLOAT
+    nodes = list(sub.node)
+    del sub.node[:]
+    for n in nodes:
+        tails = []
+        if n.op_type == "Cast" and any(a.name == "to" and a.i == HALF for a in n.attribute):
+            rounded = n.output[0]
+            n.output[0] = f"{_PREFIX}{rounded}/fp16"
+            tails.append(helper.make_node("Cast", [n.output[0]], [rounded], to=FLOAT))
+        else:
+            _widen_attributes(n)
+        sub.node.append(n)
+        sub.node.extend(tails)
+
+
+def feed_for(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Sample inputs as the mixed model takes them: FP16 inputs get FP16-rounded values."""
+    half = {v.name for v in model.graph.input if v.type.tensor_type.elem_type == HALF}
+    return {k: (v.astype(np.float16).astype(np.float32) if k in half else v) for k, v in inputs.items()}
+
+
+def verify(mixed: onnx.ModelProto, samples, tolerance: Tolerance, outputs: list[str], what: str = "") -> Check:
+    """Run the mixed model with FP16 storage on every sample; compare with the references."""
+    what = what or "the mixed-precision model"
+    sess = session(storage_emulation(mixed), what)
+    check = Check(what)
+    for i, sample in enumerate(samples):
+        got = run(sess, outputs, feed_for(mixed, sample.inputs), what)
+        for name, value in zip(outputs, got):
+            check.metrics.append(compare(value, sample.reference[name], tolerance, name, i))
+    return check
+
+
+def strict(original: onnx.ModelProto, mixed: onnx.ModelProto, samples, tolerance: Tolerance,
+           outputs: list[str]) -> Check:
+    """onnx.reference in genuine FP16 arithmetic against its own FP32 run; never raises."""
+    check = Check("onnx.reference, FP16 arithmetic (pessimistic bound)")
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        fp32 = ReferenceEvaluator(original)
+        fp16 = ReferenceEvaluator(mixed)
+        half = {v.name for v in mixed.graph.input if v.type.tensor_type.elem_type == HALF}
+        for i, sample in enumerate(samples):
+            ref = fp32.run(outputs, sample.inputs)
+            feed = {k: (v.astype(np.float16) if k in half else v) for k, v in sample.inputs.items()}
+            with np.errstate(all="ignore"):
+                got = fp16.run(outputs, feed)
+            for name, value, expected in zip(outputs, got, ref):
+                check.metrics.append(
+                    compare(np.asarray(value, dtype=np.float32), np.asarray(expected, dtype=np.float32),
+                            tolerance, name, i)
+                )
+    except Exception as exc:  # the evaluator does not support every model: say so, do not crash
+        check.metrics.clear()
+        check.error = f"onnx.reference could not run this model: {type(exc).__name__}: {first_line(str(exc))}"
+    return check

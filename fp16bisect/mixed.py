@@ -1,0 +1,359 @@
+"""A plan as a mixed-precision ONNX model, for strongly typed builds (TensorRT 11, TensorRT-RTX).
+
+Every float32 tensor of the main graph gets a precision, decided node by node
+in topological order:
+
+- a candidate runs in FP16 unless the plan pins it;
+- any other node (transparent ops, comparisons, Shape) runs in FP16 when every
+  float tensor it reads is FP16 (constants do not count), else in FP32: a
+  Reshape of an FP16 tensor stays FP16, a Concat of FP16 and FP32 parts is FP32;
+- nodes of custom domains and control-flow nodes (If, Loop, Scan) run in FP32,
+  with their subgraphs untouched.
+
+A node's precision applies to the inputs and outputs that share a type
+parameter with it in the operator's schema (``onnx.defs``), so parameters of
+other types (Resize scales, shapes, indices, LayerNormalization's mean) keep
+theirs. A Cast is inserted only where a tensor crosses from one precision to
+the other, once per tensor and direction. Initializers and Constant values
+read in FP16 are stored in FP16 (a copy when FP32 readers share them); a value
+beyond FP16's range is an error, never clamped. Graph inputs and outputs keep
+FP32 unless ``fp16_io``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .errors import UsageError
+from .graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, Graph, Node, _subgraphs
+
+FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
+FP16_MAX = 65504.0
+CONTROL_FLOW = {"If", "Loop", "Scan"}
+_HALF_TYPE = "tensor(float16)"
+
+
+@dataclass
+class Mixed:
+    model: onnx.ModelProto
+    fp16_nodes: list[str] = field(default_factory=list)  # node ids computing in FP16
+    casts: int = 0
+    fp16_constants: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def mixed_model(graph: Graph, fp32: Iterable[str], *, fp16_io: bool = False) -> onnx.ModelProto:
+    return convert(graph, fp32, fp16_io=fp16_io).model
+
+
+def check_plan(graph: Graph, fp32: Iterable[str]) -> frozenset:
+    """The plan's node ids, or a UsageError naming the first that cannot be pinned."""
+    plan = frozenset(fp32)
+    for node_id in sorted(plan):
+        node = graph.by_id.get(node_id)
+        if node is None:
+            raise UsageError(
+                f"node {node_id!r} is not in the model: the override file was made for another version of it; "
+                "rerun 'fp16bisect search'"
+            )
+        if not graph.float_outputs(node):
+            raise UsageError(
+                f"node {node_id!r} ({node.op_type}) has no float output, so there is nothing to keep in FP32: "
+                "remove it from the override file's fp32_nodes"
+            )
+    return plan
+
+
+def convert(graph: Graph, fp32: Iterable[str], *, fp16_io: bool = False) -> Mixed:
+    return _Converter(graph, check_plan(graph, fp32), fp16_io).run()
+
+
+class _Converter:
+    def __init__(self, graph: Graph, plan: frozenset, fp16_io: bool):
+        self.graph = graph
+        self.plan = plan
+        self.fp16_io = fp16_io
+        self.candidates = {n.id for n in graph.candidates}
+        self.opset = next((o.version for o in graph.model.opset_import if o.domain in DEFAULT_DOMAINS), 1)
+        self.constants = self._constants()
+        self.prec: dict[str, int] = {}  # float tensor -> FLOAT or HALF
+        self.notes: list[str] = []
+
+    def _constants(self) -> dict[str, np.ndarray]:
+        found = {t.name: numpy_helper.to_array(t) for t in self.graph.model.graph.initializer if t.data_type == FLOAT}
+        for n in self.graph.model.graph.node:
+            if n.op_type == "Constant" and n.output and self.graph.is_float(n.output[0]):
+                found[n.output[0]] = _constant_value(n)
+        return found
+
+    # -- pass 1: decide -------------------------------------------------------------------------
+    def decide(self) -> dict[str, tuple[int, list[int | None]]]:
+        """node id -> (node precision, required precision per input slot or None for untouched)."""
+        for v in self.graph.model.graph.input:
+            if self.graph.is_float(v.name) and v.name not in self.constants:
+                self.prec[v.name] = HALF if self.fp16_io else FLOAT
+        decisions = {}
+        for node in self.graph.nodes:
+            if node.op_type == "Constant" and node.outputs and node.outputs[0] in self.constants:
+                continue
+            p = self._precision(node)
+            required, outputs = self._slots(node, p)
+            for t, q in zip(node.outputs, outputs):
+                if q is not None:
+                    self.prec[t] = q
+            decisions[node.id] = (p, required)
+        return decisions
+
+    def _precision(self, node: Node) -> int:
+        if node.id in self.plan:
+            return FLOAT
+        if node.domain not in DEFAULT_DOMAINS or node.op_type in CONTROL_FLOW:
+            if node.id in self.candidates:
+                self.notes.append(f"{node.op_type} node {node.id!r} stays in FP32: its subgraphs are not converted")
+            return FLOAT
+        if node.id in self.candidates:
+            return HALF
+        read = [t for t in node.inputs if self.graph.is_float(t) and t not in self.constants]
+        return HALF if read and all(self.prec.get(t) == HALF for t in read) else FLOAT
+
+    def _slots(self, node: Node, p: int) -> tuple[list[int | None], list[int | None]]:
+        """Required precision of each input and resulting precision of each output (None: not float)."""
+        ins = [FLOAT if self.graph.is_float(t) else None for t in node.inputs]
+        outs = [FLOAT if self.graph.is_float(t) else None for t in node.outputs]
+        schema = _schema(node, self.opset)
+        if schema is None or node.op_type in CONTROL_FLOW:
+            return ins, outs  # everything float in FP32
+        allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+        groups: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        for kind, formals, actual in (("in", schema.inputs, ins), ("out", schema.outputs, outs)):
+            for i, q in enumerate(actual):
+                if q is None:
+                    continue
+                formal = _formal(formals, i)
+                if formal is not None and formal.type_str in allowed:
+                    groups[formal.type_str].append((kind, i))
+        params = PARAMETER_INPUTS.get(node.op_type, set())
+        for var, slots in groups.items():
+            has_in = any(kind == "in" for kind, _ in slots)
+            has_out = any(kind == "out" for kind, _ in slots)
+            if not has_in:
+                continue  # type set by an attribute (Cast's "to"): stays FP32
+            if any(kind == "in" and i in params for kind, i in slots):
+                continue
+            q = HALF if p == HALF and _HALF_TYPE in allowed[var] else FLOAT
+            if p == HALF and q == FLOAT and has_out and node.id in self.candidates:
+                self.notes.append(
+                    f"{node.op_type} node {node.id!r} stays in FP32: opset {self.opset} has no FP16 {node.op_type}"
+                )
+            for kind, i in slots:
+                (ins if kind == "in" else outs)[i] = q
+        return ins, outs
+
+    # -- pass 2: write --------------------------------------------------------------------------
+    def run(self) -> Mixed:
+        decisions = self.decide()
+        g = self.graph.model.graph
+        model = onnx.ModelProto()
+        model.CopyFrom(self.graph.model)
+        out = model.graph
+        originals = list(out.node)
+        del out.node[:]
+        taken_tensors = {t for n in originals for t in (*n.input, *n.output)} | {v.name for v in g.input}
+        taken_tensors |= {t.name for t in g.initializer}
+        taken_nodes = {n.name for n in originals if n.name}
+        fresh_t = _Fresh(taken_tensors)
+        fresh_n = _Fresh(taken_nodes)
+
+        # what each constant is read as
+        wants: dict[str, set] = defaultdict(set)
+        readers: dict[str, list[str]] = defaultdict(list)
+        for node in self.graph.nodes:
+            if node.id not in decisions:
+                continue
+            _, required = decisions[node.id]
+            for t, q in zip(node.inputs, required):
+                if q is not None and t in self.constants:
+                    wants[t].add(q)
+                    if q == HALF:
+                        readers[t].append(node.id)
+            for t in node.implicit:
+                if t in self.constants:
+                    wants[t].add(FLOAT)
+        half_name = {}
+        for t in self.constants:
+            if HALF in wants.get(t, ()):
+                half_name[t] = t if wants[t] == {HALF} and t not in {o.name for o in g.output} else fresh_t(f"{t}_fp16")
+        mixed = Mixed(model)
+        self._write_constants(out, half_name, readers, mixed)
+
+        casts: dict[tuple[str, int], str] = {}
+
+        def view(t: str, q: int) -> str:
+            """Name of tensor t in precision q, inserting the Cast on first use."""
+            if t in self.constants:
+                return half_name[t] if q == HALF else t
+            if self.prec.get(t, q) == q:
+                return t
+            if (t, q) not in casts:
+                name = fresh_t(f"{t}_{'fp16' if q == HALF else 'fp32'}")
+                out.node.append(helper.make_node(
+                    "Cast", [t], [name], name=fresh_n(f"fp16bisect/cast_{'fp16' if q == HALF else 'fp32'}/{t}"), to=q
+                ))
+                casts[(t, q)] = name
+            return casts[(t, q)]
+
+        for node in self.graph.nodes:
+            proto = onnx.NodeProto()
+            proto.CopyFrom(originals[node.index])
+            if node.id not in decisions:  # a float Constant: rewritten in place by _write_constants
+                const = out.node.add()
+                const.CopyFrom(self._constant_node(proto, half_name))
+                continue
+            p, required = decisions[node.id]
+            for i, (t, q) in enumerate(zip(node.inputs, required)):
+                if q is not None:
+                    proto.input[i] = view(t, q)
+            for t in node.implicit:  # subgraphs read outer tensors in FP32
+                if self.graph.is_float(t) and t not in self.constants and self.prec.get(t) == HALF:
+                    _rename_reads(proto, t, view(t, FLOAT))
+            if p == HALF:
+                mixed.fp16_nodes.append(node.id)
+            out.node.append(proto)
+
+        self._retype_io(out, fresh_t, fresh_n)
+        self._retype_value_info(out)
+        mixed.casts = sum(1 for n in out.node if n.name.startswith("fp16bisect/cast"))
+        mixed.notes = self.notes
+        return mixed
+
+    def _write_constants(self, out: onnx.GraphProto, half_name: dict, readers: dict, mixed: Mixed) -> None:
+        by_name = {t.name: t for t in out.initializer}
+        for t, name in half_name.items():
+            value = _to_half(t, self.constants[t], readers[t])
+            tensor = numpy_helper.from_array(value, name)
+            mixed.fp16_constants += 1
+            if t in by_name and name == t:
+                by_name[t].CopyFrom(tensor)
+            elif t in by_name or name != t:
+                out.initializer.append(tensor)
+        for v in out.input:
+            if v.name in half_name and half_name[v.name] == v.name:
+                v.type.tensor_type.elem_type = HALF
+
+    def _constant_node(self, proto: onnx.NodeProto, half_name: dict) -> onnx.NodeProto:
+        t = proto.output[0]
+        if half_name.get(t) != t:
+            return proto  # read in FP32 only, or its FP16 copy is an initializer
+        node = helper.make_node("Constant", [], [t], name=proto.name,
+                                value=numpy_helper.from_array(_to_half(t, self.constants[t], []), t))
+        return node
+
+    def _retype_io(self, out: onnx.GraphProto, fresh_t, fresh_n) -> None:
+        want = HALF if self.fp16_io else FLOAT
+        for v in out.input:
+            if v.name in self.prec:
+                v.type.tensor_type.elem_type = self.prec[v.name]
+        inputs = {v.name for v in out.input}
+        for v in out.output:
+            t = v.name
+            if t not in self.prec or t in inputs:
+                continue
+            if self.prec[t] != want:
+                inner = fresh_t(f"{t}_{'fp32' if want == HALF else 'fp16'}")
+                for n in out.node:
+                    _rename(n, t, inner)
+                self.prec[inner] = self.prec[t]
+                out.node.append(helper.make_node("Cast", [inner], [t], name=fresh_n(f"fp16bisect/cast_output/{t}"),
+                                                 to=want))
+                self.prec[t] = want
+            v.type.tensor_type.elem_type = want
+
+    def _retype_value_info(self, out: onnx.GraphProto) -> None:
+        for v in out.value_info:
+            if v.name in self.prec and v.type.HasField("tensor_type"):
+                v.type.tensor_type.elem_type = self.prec[v.name]
+
+
+class _Fresh:
+    """Unique names: the base if free, else base_1, base_2, ..."""
+
+    def __init__(self, taken: set):
+        self.taken = set(taken)
+
+    def __call__(self, base: str) -> str:
+        name, k = base, 0
+        while name in self.taken:
+            k += 1
+            name = f"{base}_{k}"
+        self.taken.add(name)
+        return name
+
+
+def _schema(node: Node, opset: int):
+    if node.domain not in DEFAULT_DOMAINS:
+        return None
+    try:
+        return onnx.defs.get_schema(node.op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return None
+
+
+def _formal(formals, i: int):
+    if i < len(formals):
+        return formals[i]
+    if formals and formals[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
+        return formals[-1]
+    return None
+
+
+def _constant_value(node: onnx.NodeProto) -> np.ndarray:
+    for a in node.attribute:
+        if a.name == "value":
+            return numpy_helper.to_array(a.t)
+        if a.name == "value_float":
+            return np.array(a.f, dtype=np.float32)
+        if a.name == "value_floats":
+            return np.array(list(a.floats), dtype=np.float32)
+    raise ValueError(f"Constant {node.output[0]!r} has no float value")
+
+
+def _to_half(name: str, value: np.ndarray, readers: list[str]) -> np.ndarray:
+    value = np.asarray(value, dtype=np.float32)
+    beyond = np.isfinite(value) & (np.abs(value) > FP16_MAX)
+    if beyond.any():
+        worst = float(value[beyond][np.argmax(np.abs(value[beyond]))])
+        who = f" read by FP16 node(s) {', '.join(readers[:3])}" if readers else ""
+        raise UsageError(
+            f"constant {name!r}{who} holds {worst:g}, beyond FP16's range of +-65504 ({int(beyond.sum())} value(s)): "
+            "keep its readers in FP32 (add them to the override file's fp32_nodes) or rescale the weights"
+        )
+    return value.astype(np.float16)
+
+
+def _rename(node: onnx.NodeProto, old: str, new: str) -> None:
+    for i, t in enumerate(node.input):
+        if t == old:
+            node.input[i] = new
+    for i, t in enumerate(node.output):
+        if t == old:
+            node.output[i] = new
+    _rename_reads(node, old, new)
+
+
+def _rename_reads(node: onnx.NodeProto, old: str, new: str) -> None:
+    """Point a control-flow node's subgraphs at another outer tensor."""
+    for sub in _subgraphs(node):
+        for n in sub.node:
+            for i, t in enumerate(n.input):
+                if t == old:
+                    n.input[i] = new
+            _rename_reads(n, old, new)
+        for v in sub.output:
+            if v.name == old:
+                v.name = new

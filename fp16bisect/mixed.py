@@ -267,6 +267,8 @@ class _Converter:
             if self.prec[t] != want:
                 inner = fresh_t(f"{t}_{'fp32' if want == HALF else 'fp16'}")
                 for n in out.node:
+                    if t in n.output and not n.name:  # keep the name TensorRT gives it: node_of_<first output>
+                        n.name = fresh_n(f"node_of_{n.output[0]}")
                     _rename(n, t, inner)
                 self.prec[inner] = self.prec[t]
                 out.node.append(helper.make_node("Cast", [inner], [t], name=fresh_n(f"fp16bisect/cast_output/{t}"),

@@ -16,11 +16,14 @@ from .tolerance import Tolerance
 
 
 def apply(overrides: str | Path, model: str | Path, *, fp16_io: bool = False, force: bool = False,
-          graph: Graph | None = None) -> tuple[Mixed, dict]:
-    """The mixed model an override file describes (and the file's data); refuses another model's file."""
+          keep_fp32: tuple = (), graph: Graph | None = None) -> tuple[Mixed, dict]:
+    """The mixed model an override file describes, plus ``keep_fp32`` nodes (and the file's data).
+
+    Refuses an override file made for another model unless ``force``.
+    """
     graph = graph or Graph.load(model)
     data = read(overrides, model, force=force)
-    mixed = convert(graph, [n["name"] for n in data["fp32_nodes"]], fp16_io=fp16_io)
+    mixed = convert(graph, [n["name"] for n in data["fp32_nodes"]] + list(keep_fp32), fp16_io=fp16_io)
     try:
         onnx.checker.check_model(mixed.model, full_check=True)
     except onnx.checker.ValidationError as exc:  # our bug, not the user's input
@@ -47,12 +50,15 @@ class Verification:
 
 def verify_mixed(graph: Graph, mixed: onnx.ModelProto, inputs: list[str], references: list[str] | None = None,
                  tolerance: Tolerance = Tolerance(), *, fp16_io: bool = False, strict_mode: bool = False,
-                 ) -> Verification:
-    """Run the mixed model (FP16 storage honoured) and the all-FP16 one on the samples, against the references."""
+                 keep_fp32: tuple = ()) -> Verification:
+    """Run the mixed model (FP16 storage honoured) and the all-FP16 one on the samples, against the references.
+
+    The all-FP16 contrast keeps ``keep_fp32`` nodes in FP32 too: those a user pinned because FP16 cannot hold them.
+    """
     samples = load_samples(graph, inputs, references)
     add_fp32_references(graph, samples)
     outputs = graph.float_output_names()
-    contrast = convert(graph, [], fp16_io=fp16_io).model
+    contrast = convert(graph, keep_fp32, fp16_io=fp16_io).model
     result = Verification(
         tolerance,
         verify(mixed, samples, tolerance, outputs, "the mixed-precision model"),

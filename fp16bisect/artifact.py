@@ -117,7 +117,11 @@ def feed_for(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict[str,
 def verify(mixed: onnx.ModelProto, samples, tolerance: Tolerance, outputs: list[str], what: str = "") -> Check:
     """Run the mixed model with FP16 storage on every sample; compare with the references."""
     what = what or "the mixed-precision model"
-    sess = session(storage_emulation(mixed), what)
+    # Basic optimisations only: a static graph of Casts lets ONNX Runtime switch convolutions to NCHWc kernels,
+    # which sum in another order than the search's emulation; near the tolerance that alone can flip a verdict
+    # (measured: 0.0105 vs 0.0139 max abs error on PP-OCRv4 rec for the same plan). Compared this way, the
+    # two differ only where the file's Casts differ from the plan.
+    sess = session(storage_emulation(mixed), what, basic=True)
     check = Check(what)
     for i, sample in enumerate(samples):
         got = run(sess, outputs, feed_for(mixed, sample.inputs), what)

@@ -114,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("-o", "--output", required=True, metavar="MIXED.onnx", help="where to write the mixed model")
     a.add_argument("--fp16-io", action="store_true", help="make float graph inputs and outputs FP16 (default FP32)")
     a.add_argument("--force", action="store_true", help="apply even if the override file was made for another model")
+    a.add_argument("--keep-fp32", action="append", default=[], metavar="NODE",
+                   help="also keep this node (fp16bisect node id) in FP32; repeat for several")
     a.add_argument("--verify", nargs="?", const="storage", choices=("storage", "strict"), default=None,
                    help="run the written model on --inputs (FP16 storage, FP32 compute) against the references; "
                         "'strict' also runs onnx.reference in FP16 arithmetic (a pessimistic bound)")
@@ -157,14 +159,16 @@ def cmd_apply(args) -> int:
         raise UsageError(f"-o {args.output!r} would hold an ONNX model: give a path ending in .onnx")
     check_writable(args.output)
     graph = Graph.load(args.model)
-    mixed, data = apply(args.overrides, args.model, fp16_io=args.fp16_io, force=args.force, graph=graph)
+    mixed, data = apply(args.overrides, args.model, fp16_io=args.fp16_io, force=args.force,
+                        keep_fp32=tuple(args.keep_fp32), graph=graph)
     save(mixed.model, args.output)
-    print_mixed(graph, mixed, data, args.output)
+    print_mixed(mixed, args.output)
     if not args.verify:
         return 0
     tolerance = tolerance_from(args, recorded_tolerance(data, args.overrides))
     verification = verify_mixed(graph, mixed.model, args.inputs, args.reference, tolerance,
-                                fp16_io=args.fp16_io, strict_mode=args.verify == "strict")
+                                fp16_io=args.fp16_io, strict_mode=args.verify == "strict",
+                                keep_fp32=tuple(args.keep_fp32))
     print_verification(verification)
     return 0 if verification.passed else 1
 

@@ -37,8 +37,10 @@ TRANSPARENT_OPS = frozenset(
     """.split()
 )
 
-# Float inputs that are parameters, not data: rounding them could change a shape.
-PARAMETER_INPUTS = {"Resize": {1, 2}, "Upsample": {1}}
+# Float inputs that are parameters, not data: rounding Resize's could change a shape; TensorRT folds
+# BatchNormalization's scale, bias, mean and variance into one scale and shift in FP32 at build time, so a
+# variance of 1e8 (seen in PP-OCRv4) is no overflow there.
+PARAMETER_INPUTS = {"Resize": {1, 2}, "Upsample": {1}, "BatchNormalization": {1, 2, 3, 4}}
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 

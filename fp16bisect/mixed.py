@@ -42,6 +42,7 @@ _HALF_TYPE = "tensor(float16)"
 @dataclass
 class Mixed:
     model: onnx.ModelProto
+    pinned: list[str] = field(default_factory=list)  # the plan: node ids kept in FP32
     fp16_nodes: list[str] = field(default_factory=list)  # node ids computing in FP16
     casts: int = 0
     fp16_constants: int = 0
@@ -144,8 +145,8 @@ class _Converter:
             has_out = any(kind == "out" for kind, _ in slots)
             if not has_in:
                 continue  # type set by an attribute (Cast's "to"): stays FP32
-            if any(kind == "in" and i in params for kind, i in slots):
-                continue
+            if not has_out and any(kind == "in" and i in params for kind, i in slots):
+                continue  # parameters with a type of their own (BatchNormalization-15 statistics) stay FP32
             q = HALF if p == HALF and _HALF_TYPE in allowed[var] else FLOAT
             if p == HALF and q == FLOAT and has_out and node.id in self.candidates:
                 self.notes.append(
@@ -189,7 +190,7 @@ class _Converter:
         for t in self.constants:
             if HALF in wants.get(t, ()):
                 half_name[t] = t if wants[t] == {HALF} and t not in {o.name for o in g.output} else fresh_t(f"{t}_fp16")
-        mixed = Mixed(model)
+        mixed = Mixed(model, pinned=[n.id for n in self.graph.nodes if n.id in self.plan])
         self._write_constants(out, half_name, readers, mixed)
 
         casts: dict[tuple[str, int], str] = {}
@@ -333,7 +334,8 @@ def _to_half(name: str, value: np.ndarray, readers: list[str]) -> np.ndarray:
         who = f" read by FP16 node(s) {', '.join(readers[:3])}" if readers else ""
         raise UsageError(
             f"constant {name!r}{who} holds {worst:g}, beyond FP16's range of +-65504 ({int(beyond.sum())} value(s)): "
-            "keep its readers in FP32 (add them to the override file's fp32_nodes) or rescale the weights"
+            f"keep {'its readers' if readers else 'them'} in FP32 (fp16bisect apply --keep-fp32 "
+            f"{readers[0] if readers else 'NODE'}, or add them to the override file's fp32_nodes) or rescale the weights"
         )
     return value.astype(np.float16)
 

@@ -115,10 +115,10 @@ def _console() -> Console:
     return console if console.is_terminal else Console(width=160)
 
 
-def print_mixed(graph, mixed, data: dict, output_path: str, console: Console | None = None) -> None:
+def print_mixed(mixed, output_path: str, console: Console | None = None) -> None:
     """What ``apply`` wrote."""
     console = console or _console()
-    pinned = [n["name"] for n in data["fp32_nodes"]]
+    pinned = mixed.pinned
     console.print(
         f"wrote {output_path}: {len(mixed.fp16_nodes)} node(s) compute in FP16, {len(pinned)} pinned in FP32"
         + (f" ({', '.join(pinned[:8])}{', ...' if len(pinned) > 8 else ''})" if pinned else "")

@@ -99,3 +99,14 @@ def test_bad_input_exits_2_with_one_line(overrides, tmp_path, capsys):
     bad.write_text(json.dumps(data))
     code, _, err = run(capsys, "apply", bad, model, "-o", tmp_path / "m.onnx")
     assert code == 2 and "'shape' (Shape) has no float output" in one_line_error(err)
+
+
+def test_keep_fp32_adds_nodes_to_the_plan_and_to_the_contrast(overrides, tmp_path, capsys):
+    code, stdout, _ = run(capsys, "apply", overrides, LN, "-o", tmp_path / "m.onnx", "--keep-fp32", "fc1_matmul",
+                          "--verify", "--inputs", LN_IN)
+    assert code == 0
+    assert "3 pinned in FP32" in stdout and "fc1_matmul" in stdout
+    types = Graph(onnx.load(tmp_path / "m.onnx")).dtypes
+    assert types[Graph.load(LN).by_id["fc1_matmul"].outputs[0]] == TensorProto.FLOAT
+    code, _, err = run(capsys, "apply", overrides, LN, "-o", tmp_path / "m.onnx", "--keep-fp32", "nope")
+    assert code == 2 and "'nope' is not in the model" in one_line_error(err)

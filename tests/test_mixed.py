@@ -214,3 +214,37 @@ def load_samples_from(arrays, graph):
     samples = [Sample("memory", arrays)]
     add_fp32_references(graph, samples)
     return samples
+
+
+def batchnorm_model(opset):
+    """A BatchNormalization whose running variance (1e8) is far beyond FP16, as in PP-OCRv4's detector."""
+    c = 2
+    nodes = [helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"], name="bn")]
+    inits = {"scale": np.ones(c, np.float32), "bias": np.zeros(c, np.float32), "mean": np.zeros(c, np.float32),
+             "var": np.full(c, 1e8, np.float32)}
+    return make_model(nodes, [("x", F, [1, c, 2, 2])], [("y", F, [1, c, 2, 2])], inits, opset=opset)
+
+
+def test_batchnorm_statistics_stay_fp32_where_the_opset_lets_them():
+    """BatchNormalization-15 types its statistics apart from X: an FP16 BN keeps a 1e8 variance in FP32."""
+    mixed = convert(Graph(batchnorm_model(15)), [])
+    assert mixed.fp16_nodes == ["bn"]
+    assert {t.name: t.data_type for t in mixed.model.graph.initializer} == {
+        "scale": F, "bias": F, "mean": F, "var": F}
+    onnx.checker.check_model(mixed.model, full_check=True)
+
+
+def test_batchnorm_statistics_beyond_fp16_in_an_old_opset_say_how_to_keep_the_node_fp32():
+    graph = Graph(batchnorm_model(12))  # BatchNormalization-9: one type for X and its statistics
+    with pytest.raises(UsageError, match=r"'var' read by FP16 node\(s\) bn holds 1e\+08.*--keep-fp32 bn"):
+        convert(graph, [])
+    assert convert(graph, ["bn"]).fp16_nodes == []
+
+
+def test_the_emulation_does_not_round_batchnorm_statistics():
+    """TensorRT folds them into a scale and shift in FP32: a 1e8 variance is no overflow there."""
+    from fp16bisect.backends.emulate import EmulateBackend
+
+    x = np.full([1, 2, 2, 2], 1e4, np.float32)
+    y = EmulateBackend(Graph(batchnorm_model(15))).run(frozenset(), {"x": x})["y"]
+    assert np.allclose(y, 1.0, rtol=1e-3)  # 1e4 / sqrt(1e8); a variance rounded to inf would give 0

@@ -11,3 +11,10 @@ class ToleranceUnreachable(Exception):
     """The all-FP32 plan misses the tolerance on this backend: exit code 3."""
 
     exit_code = 3
+
+
+class BuildFailed(Exception):
+    """A backend could not build (or run) the engine of one plan; the message is the backend's own.
+
+    The plan counts as failing and the search goes on; the failure is reported, never dropped.
+    """

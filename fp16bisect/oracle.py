@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .errors import UsageError
+from .errors import BuildFailed, UsageError
 from .tolerance import OutputMetrics, Tolerance, compare, worst_per_output
 
 
@@ -19,6 +19,7 @@ class Evaluation:
     passed: bool
     metrics: tuple  # OutputMetrics, one per (sample, output)
     seconds: float
+    error: str = ""  # the backend could not build or run this plan (its message); then passed is False
 
     def worst(self) -> dict[str, OutputMetrics]:
         return worst_per_output(list(self.metrics))
@@ -43,13 +44,24 @@ class Oracle:
         start = time.perf_counter()
         metrics = []
         for i, sample in enumerate(self.samples):
-            got = self.backend.run(plan, sample.inputs)
+            try:
+                got = self.backend.run(plan, sample.inputs)
+            except BuildFailed as exc:
+                return self._keep(Evaluation(plan, False, (), time.perf_counter() - start, error=str(exc)))
             for name in self.outputs:
                 try:
                     metrics.append(compare(got[name], sample.reference[name], self.tolerance, name, i))
                 except ValueError as exc:
                     raise UsageError(f"{exc} on {sample.source!r}: pass a reference made for these inputs") from None
-        evaluation = Evaluation(plan, all(m.passed for m in metrics), tuple(metrics), time.perf_counter() - start)
-        self.memo[plan] = evaluation
+        return self._keep(
+            Evaluation(plan, all(m.passed for m in metrics), tuple(metrics), time.perf_counter() - start)
+        )
+
+    def _keep(self, evaluation: Evaluation) -> Evaluation:
+        self.memo[evaluation.plan] = evaluation
         self.history.append(evaluation)
         return evaluation
+
+    @property
+    def build_failures(self) -> list[Evaluation]:
+        return [e for e in self.history if e.error]

@@ -7,7 +7,8 @@ Schema ``fp16bisect.overrides/1`` (a public interface; change deliberately):
     backend     {name, versions}
     tolerance   {atol, rtol, min_cosine, max_mismatch}
     fp32_nodes  [{name, op_type, outputs, fp32_profile}]   name = fp16bisect node id
-    search      {status, candidates, evaluations, minimal, minimality, seconds, trace}
+    search      {status, candidates, evaluations, minimal, minimality, verified, contradictions, seconds,
+                 trace, build_failures: [{fp32: [node ids], error: the backend's message}]}
     metrics     {fp32, fp16, with_overrides}: output -> worst metrics over samples
     exports     {trtexec: {...}, modelopt_autocast: {...}}
 """

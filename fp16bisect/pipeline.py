@@ -106,6 +106,8 @@ def search_model(
     )
     if result.status == "fp32_fails":
         everything = oracle.memo[frozenset(n.id for n in graph.candidates)]
+        if everything.error:
+            raise UsageError(f"the all-FP32 plan could not be built on the {chosen.name} backend: {everything.error}")
         worst = max((m for m in everything.metrics if not m.passed), key=lambda m: m.excess)
         fix = (
             "check --reference and the inputs"
@@ -146,6 +148,7 @@ def overrides_json(o: Outcome, versions: dict) -> dict:
             "contradictions": [[sorted(a), sorted(b)] for a, b in result.contradictions],
             "seconds": round(o.seconds, 3),
             "trace": [{"fp32": len(s.plan), "passed": s.passed, "phase": s.phase} for s in result.trace],
+            "build_failures": [{"fp32": sorted(e.plan), "error": e.error} for e in o.oracle.build_failures],
         },
         "metrics": {"fp32": worst(everything), "fp16": worst(()), "with_overrides": worst(result.fp32)},
         "skipped_nodes": graph.skipped,

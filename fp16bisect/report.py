@@ -101,6 +101,13 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
                 highlight=False,
                 soft_wrap=True,
             )
+    failures = outcome.oracle.build_failures
+    if failures:
+        console.print(
+            f"[yellow]{len(failures)} plan(s) could not be built and counted as failing[/yellow]; the first "
+            f"({len(failures[0].plan)} node(s) in FP32): {failures[0].error}",
+            highlight=False, soft_wrap=True,
+        )
     for note in outcome.data.get("notes", []):
         console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
     console.print(

@@ -139,7 +139,7 @@ def cmd_search(args) -> int:
         listener.stage(f"tolerance: {tolerance}")
     try:
         outcome = search_model(args.model, args.inputs, args.reference, tolerance, args.backend,
-                               check_minimal=args.check_minimal, listener=listener)
+                               check_minimal=args.check_minimal, listener=listener, output=args.output)
     finally:
         listener.close()
     write_json(args.output, outcome.data)

@@ -10,7 +10,7 @@ Schema ``fp16bisect.overrides/1`` (a public interface; change deliberately):
     search      {status, candidates, evaluations, minimal, minimality, verified, contradictions, seconds,
                  trace, build_failures: [{fp32: [node ids], error: the backend's message}]}
     metrics     {fp32, fp16, with_overrides}: output -> worst metrics over samples
-    exports     {trtexec: {...}, modelopt_autocast: {...}}
+    exports     {trtexec: {...}, modelopt_autocast: {...}, strongly_typed: {tensorrt, command, trtexec}}
 """
 
 from __future__ import annotations
@@ -115,6 +115,17 @@ def autocast_export(graph: Graph, nodes: list[Node]) -> dict:
             ["python", "-m", "modelopt.onnx.autocast", "--onnx_path", model, "--output_path", output, *args]
         ),
         "warnings": warnings,
+    }
+
+
+def strongly_typed_export(graph: Graph, overrides_path: str | None) -> dict:
+    """TensorRT 11 / TensorRT-RTX (and 10.x strongly typed): the mixed-precision model ``apply`` writes."""
+    model = str(graph.path) if graph.path else "model.onnx"
+    mixed = (model[:-5] if model.endswith(".onnx") else model) + ".mixed.onnx"
+    return {
+        "tensorrt": "11.x and TensorRT-RTX (always strongly typed); 10.12+ with --stronglyTyped",
+        "command": shlex.join(["fp16bisect", "apply", overrides_path or "overrides.json", model, "-o", mixed]),
+        "trtexec": shlex.join(["trtexec", f"--onnx={mixed}", "--stronglyTyped"]),
     }
 
 

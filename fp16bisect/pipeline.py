@@ -10,7 +10,7 @@ from .backends import make_backend
 from .errors import ToleranceUnreachable, UsageError
 from .graph import Graph
 from .oracle import Evaluation, Oracle
-from .overrides import SCHEMA, autocast_export, node_entry, trtexec_export
+from .overrides import SCHEMA, autocast_export, node_entry, strongly_typed_export, trtexec_export
 from .profile import Profile, profile
 from .samples import add_fp32_references, load_samples
 from .search import SearchResult, Step, search
@@ -46,7 +46,7 @@ class Outcome:
 
 
 def prepare(model: str, inputs: list[str], references: list[str] | None, backend: str, tolerance: Tolerance,
-            listener: Listener):
+            listener: Listener, backend_options: dict | None = None):
     listener.stage(f"loading {model}")
     graph = Graph.load(model)
     outputs = graph.float_output_names()
@@ -60,7 +60,7 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
     add_fp32_references(graph, samples)
     for note in notes(graph):
         listener.stage(f"note: {note}")
-    chosen = make_backend(backend, graph)
+    chosen = make_backend(backend, graph, **(backend_options or {}))
     oracle = Oracle(chosen, samples, tolerance, outputs)
     return graph, chosen, oracle
 
@@ -89,10 +89,14 @@ def search_model(
     backend: str = "auto",
     check_minimal: bool = False,
     listener: Listener | None = None,
+    output: str | None = None,
+    backend_options: dict | None = None,
 ) -> Outcome:
+    """``output``: where the caller writes the JSON (named in its exports; the TensorRT timing cache goes beside it).
+    ``backend_options``: passed to the backend (TensorRT: optimisation level, timing cache, noise policy)."""
     listener = listener or Listener()
     start = time.perf_counter()
-    graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener)
+    graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, backend_options or {})
     listener.stage(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s)")
     prof = profile(graph, oracle.samples)
     listener.stage(f"searching on the {chosen.name} backend ({prof.suspects} suspect(s) first)")
@@ -118,11 +122,11 @@ def search_model(
             f"the tolerance is unreachable even in FP32 on the {chosen.name} backend: {worst.why(tolerance)}; {fix}"
         )
     outcome = Outcome(graph, tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start)
-    outcome.data = overrides_json(outcome, chosen.versions())
+    outcome.data = overrides_json(outcome, chosen.versions(), output)
     return outcome
 
 
-def overrides_json(o: Outcome, versions: dict) -> dict:
+def overrides_json(o: Outcome, versions: dict, output: str | None = None) -> dict:
     graph, result = o.graph, o.result
     reasons = {r.node: r.reason for r in o.profile.risks}
     nodes = [graph.by_id[i] for i in result.fp32]
@@ -153,5 +157,9 @@ def overrides_json(o: Outcome, versions: dict) -> dict:
         "metrics": {"fp32": worst(everything), "fp16": worst(()), "with_overrides": worst(result.fp32)},
         "skipped_nodes": graph.skipped,
         "notes": notes(graph),
-        "exports": {"trtexec": trtexec_export(graph, nodes), "modelopt_autocast": autocast_export(graph, nodes)},
+        "exports": {
+            "trtexec": trtexec_export(graph, nodes),
+            "modelopt_autocast": autocast_export(graph, nodes),
+            "strongly_typed": strongly_typed_export(graph, output),
+        },
     }

@@ -73,6 +73,9 @@ def test_json_has_the_documented_keys_and_exports(tmp_path, capsys, known):
     assert all(p.startswith("^") and p.endswith("$") for p in ac["nodes_to_exclude"])
     assert ac["args"][ac["args"].index("--data_max") + 1] == "inf"
     assert ac["args"][ac["args"].index("--init_max") + 1] == "inf"
+    st = data["exports"]["strongly_typed"]
+    assert st["command"] == f"fp16bisect apply {out} {LN} -o {str(LN)[:-5]}.mixed.onnx"
+    assert st["trtexec"].endswith("--stronglyTyped")
 
 
 def test_several_samples_must_all_pass(tmp_path, capsys):

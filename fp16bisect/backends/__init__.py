@@ -13,7 +13,7 @@ from ..graph import Graph
 NAMES = ("auto", "emulate", "tensorrt")
 
 
-def make_backend(name: str, graph: Graph):
+def make_backend(name: str, graph: Graph, **options):
     if name not in NAMES:
         raise UsageError(f"unknown backend {name!r}: use one of {', '.join(NAMES)}")
     if name == "tensorrt":

@@ -243,8 +243,8 @@ class _Converter:
                 by_name[t].CopyFrom(tensor)
             elif t in by_name or name != t:
                 out.initializer.append(tensor)
-        for v in out.input:
-            if v.name in half_name and half_name[v.name] == v.name:
+        for v in [*out.input, *out.value_info]:  # declarations of constants now stored in FP16
+            if v.name in half_name and half_name[v.name] == v.name and v.type.HasField("tensor_type"):
                 v.type.tensor_type.elem_type = HALF
 
     def _constant_node(self, proto: onnx.NodeProto, half_name: dict) -> onnx.NodeProto:

@@ -248,3 +248,16 @@ def test_the_emulation_does_not_round_batchnorm_statistics():
     x = np.full([1, 2, 2, 2], 1e4, np.float32)
     y = EmulateBackend(Graph(batchnorm_model(15))).run(frozenset(), {"x": x})["y"]
     assert np.allclose(y, 1.0, rtol=1e-3)  # 1e4 / sqrt(1e8); a variance rounded to inf would give 0
+
+
+def test_a_declared_constant_stored_in_fp16_is_declared_fp16():
+    """Exporters declare Constant outputs in value_info (seen in silero-vad): the declaration must follow."""
+    nodes = [
+        helper.make_node("Constant", [], ["w"], name="anon", value=helper.make_tensor("w", F, [2], [1.0, 2.0])),
+        helper.make_node("Mul", ["x", "w"], ["y"], name="mul"),
+    ]
+    model = make_model(nodes, [("x", F, [2])], [("y", F, [2])])
+    model.graph.value_info.append(helper.make_tensor_value_info("w", F, [2]))
+    mixed = convert(Graph(model), []).model
+    onnx.checker.check_model(mixed, full_check=True)
+    assert mixed.graph.value_info[0].type.tensor_type.elem_type == H

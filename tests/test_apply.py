@@ -110,3 +110,12 @@ def test_keep_fp32_adds_nodes_to_the_plan_and_to_the_contrast(overrides, tmp_pat
     assert types[Graph.load(LN).by_id["fc1_matmul"].outputs[0]] == TensorProto.FLOAT
     code, _, err = run(capsys, "apply", overrides, LN, "-o", tmp_path / "m.onnx", "--keep-fp32", "nope")
     assert code == 2 and "'nope' is not in the model" in one_line_error(err)
+
+
+def test_fp16_io_writes_fp16_inputs_and_outputs_and_still_verifies(overrides, tmp_path, capsys):
+    out = tmp_path / "m.onnx"
+    code, stdout, _ = run(capsys, "apply", overrides, LN, "-o", out, "--fp16-io", "--verify", "--inputs", LN_IN)
+    assert code == 0 and "verified" in stdout
+    model = onnx.load(out)
+    assert [v.type.tensor_type.elem_type for v in [*model.graph.input, *model.graph.output]] == [
+        TensorProto.FLOAT16, TensorProto.FLOAT16]

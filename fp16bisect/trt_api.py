@@ -1,0 +1,142 @@
+"""The one list of TensorRT Python API names fp16bisect uses, each with the page that documents it.
+
+``fp16bisect/tensorrt.py`` and ``fp16bisect/backends/tensorrt.py`` may use a
+``trt.<name>`` only if it is listed here, and the test double
+``tests/fake_tensorrt.py`` exposes exactly these names (tests check both), so
+the fake cannot drift from the real API without a test failing.
+
+Names were checked against the bindings' docstring sources in NVIDIA/TensorRT
+(``python/docstrings/infer/pyCoreDoc.h``, ``pyGraphDoc.h``,
+``pyFoundationalTypesDoc.h``, ``parsers/pyOnnxDoc.h``) on branches
+``release/10.16`` (weakly typed) and ``release/11.x`` / main (strongly typed
+only), and against a real TensorRT-RTX 1.7 install.
+
+``WEAK_TYPING``: names that exist only in TensorRT 10.x. TensorRT 11 and
+TensorRT-RTX are strongly typed: no ``BuilderFlag.FP16``, no precision
+constraints, no ``ILayer.precision`` / ``set_output_type``; precision there
+comes from the ONNX graph (Cast nodes), see ``fp16bisect/mixed.py``.
+"""
+
+from __future__ import annotations
+
+_PY = "https://docs.nvidia.com/deeplearning/tensorrt/api/python_api"
+LOGGER = f"{_PY}/infer/Core/Logger.html"
+BUILDER = f"{_PY}/infer/Core/Builder.html"
+CONFIG = f"{_PY}/infer/Core/BuilderConfig.html"
+TIMING_CACHE = f"{_PY}/infer/Core/TimingCache.html"
+RUNTIME = f"{_PY}/infer/Core/Runtime.html"
+ENGINE = f"{_PY}/infer/Core/Engine.html"
+CONTEXT = f"{_PY}/infer/Core/ExecutionContext.html"
+NETWORK = f"{_PY}/infer/Graph/Network.html"
+LAYER_BASE = f"{_PY}/infer/Graph/LayerBase.html"
+DATA_TYPE = f"{_PY}/infer/FoundationalTypes/DataType.html"
+HOST_MEMORY = f"{_PY}/infer/FoundationalTypes/HostMemory.html"
+ONNX_PARSER = f"{_PY}/parsers/Onnx/pyOnnx.html"
+INDEX = _PY
+
+# LayerType members: the ones pin() treats as transparent (they move data and never compute),
+# and the ones the test double's parser creates. Same page as ILayer.type.
+_LAYER_TYPES = (
+    "CONSTANT", "SHUFFLE", "IDENTITY", "SLICE", "CONCATENATION", "GATHER", "SQUEEZE", "UNSQUEEZE",
+    "ELEMENTWISE", "MATRIX_MULTIPLY", "ACTIVATION", "UNARY", "REDUCE", "SOFTMAX", "CONVOLUTION",
+    "SCALE", "POOLING", "CAST",
+)
+
+NAMES: dict[str, str] = {
+    "__version__": INDEX,
+    # logging: a subclass of ILogger collects TensorRT's own error lines
+    "ILogger": LOGGER,
+    "ILogger.log": LOGGER,
+    "ILogger.Severity": LOGGER,
+    "ILogger.Severity.INTERNAL_ERROR": LOGGER,
+    "ILogger.Severity.ERROR": LOGGER,
+    "ILogger.Severity.WARNING": LOGGER,
+    # network creation and parsing
+    "Builder": BUILDER,
+    "Builder.create_network": BUILDER,
+    "Builder.create_builder_config": BUILDER,
+    "Builder.build_serialized_network": BUILDER,
+    "NetworkDefinitionCreationFlag": BUILDER,
+    "NetworkDefinitionCreationFlag.STRONGLY_TYPED": BUILDER,
+    "OnnxParser": ONNX_PARSER,
+    "OnnxParser.parse": ONNX_PARSER,
+    "OnnxParser.num_errors": ONNX_PARSER,
+    "OnnxParser.get_error": ONNX_PARSER,
+    "ParserError": ONNX_PARSER,  # str(error) is TensorRT's full message
+    "INetworkDefinition": NETWORK,
+    "INetworkDefinition.num_layers": NETWORK,
+    "INetworkDefinition.get_layer": NETWORK,
+    "INetworkDefinition.num_outputs": NETWORK,
+    "INetworkDefinition.get_flag": NETWORK,
+    # layers and tensors
+    "ILayer": LAYER_BASE,
+    "ILayer.name": LAYER_BASE,
+    "ILayer.metadata": LAYER_BASE,  # "[ONNX Layer: <node name>]" (onnx-tensorrt processMetadata)
+    "ILayer.type": LAYER_BASE,
+    "ILayer.num_inputs": LAYER_BASE,
+    "ILayer.num_outputs": LAYER_BASE,
+    "ILayer.get_input": LAYER_BASE,
+    "ILayer.get_output": LAYER_BASE,
+    "ILayer.precision": LAYER_BASE,
+    "ILayer.set_output_type": LAYER_BASE,
+    "ITensor": LAYER_BASE,
+    "ITensor.name": LAYER_BASE,
+    "ITensor.dtype": LAYER_BASE,
+    "LayerType": LAYER_BASE,
+    **{f"LayerType.{member}": LAYER_BASE for member in _LAYER_TYPES},
+    "DataType": DATA_TYPE,
+    "DataType.FLOAT": DATA_TYPE,
+    "DataType.HALF": DATA_TYPE,
+    "DataType.INT32": DATA_TYPE,
+    "DataType.INT64": DATA_TYPE,
+    "DataType.BOOL": DATA_TYPE,
+    "float32": DATA_TYPE,
+    "nptype": DATA_TYPE,
+    "IHostMemory": HOST_MEMORY,  # read with bytes(...) (buffer protocol)
+    # build configuration
+    "IBuilderConfig": CONFIG,
+    "IBuilderConfig.set_flag": CONFIG,
+    "IBuilderConfig.builder_optimization_level": CONFIG,
+    "IBuilderConfig.create_timing_cache": CONFIG,
+    "IBuilderConfig.set_timing_cache": CONFIG,
+    "BuilderFlag": CONFIG,
+    "BuilderFlag.FP16": CONFIG,
+    "BuilderFlag.OBEY_PRECISION_CONSTRAINTS": CONFIG,
+    "ITimingCache": TIMING_CACHE,
+    "ITimingCache.serialize": TIMING_CACHE,
+    # running an engine (name-based I/O)
+    "Runtime": RUNTIME,
+    "Runtime.deserialize_cuda_engine": RUNTIME,
+    "ICudaEngine": ENGINE,
+    "ICudaEngine.num_io_tensors": ENGINE,
+    "ICudaEngine.get_tensor_name": ENGINE,
+    "ICudaEngine.get_tensor_mode": ENGINE,
+    "ICudaEngine.get_tensor_dtype": ENGINE,
+    "ICudaEngine.create_execution_context": ENGINE,
+    "TensorIOMode": ENGINE,
+    "TensorIOMode.INPUT": ENGINE,
+    "TensorIOMode.OUTPUT": ENGINE,
+    "IExecutionContext": CONTEXT,
+    "IExecutionContext.set_input_shape": CONTEXT,
+    "IExecutionContext.get_tensor_shape": CONTEXT,
+    "IExecutionContext.set_tensor_address": CONTEXT,
+    "IExecutionContext.execute_async_v3": CONTEXT,
+}
+
+# Only in TensorRT 10.x (weak typing). TensorRT 11 and TensorRT-RTX have none of these.
+WEAK_TYPING = frozenset(
+    {
+        "ILayer.precision",
+        "ILayer.set_output_type",
+        "BuilderFlag.FP16",
+        "BuilderFlag.OBEY_PRECISION_CONSTRAINTS",
+    }
+)
+
+# Other libraries the TensorRT backend calls, with their documentation.
+OTHER: dict[str, str] = {
+    "polygraphy.cuda.DeviceArray": "https://docs.nvidia.com/deeplearning/tensorrt/latest/_static/polygraphy/cuda/toc.html",
+    "polygraphy.cuda.Stream": "https://docs.nvidia.com/deeplearning/tensorrt/latest/_static/polygraphy/cuda/toc.html",
+    "cuda.bindings.runtime.cudaGetDeviceCount": "https://nvidia.github.io/cuda-python/cuda-bindings/latest/module/runtime.html",
+    "onnx-tensorrt getNodeName / processMetadata": "https://github.com/onnx/onnx-tensorrt/blob/main/importerUtils.cpp",
+}

@@ -1,0 +1,393 @@
+"""A test double of the ``tensorrt`` module, exposing exactly the names in ``fp16bisect.trt_api.NAMES``.
+
+``make(weak=True)`` mirrors TensorRT 10.x (weakly typed); ``make(weak=False)``
+mirrors TensorRT 11 (no ``BuilderFlag.FP16``, no layer precisions). Install it
+with ``monkeypatch.setitem(sys.modules, "tensorrt", make())``.
+
+Its ``OnnxParser`` really reads the ONNX model and imports it the way
+onnx-tensorrt does, in small: one layer per node (a Gemm is a matrix multiply
+plus an elementwise layer, a Sum of n inputs is n-1 elementwise layers, a
+Softmax is a softmax plus a helper shuffle writing the node's output), named
+``getNodeName`` style (``node_of_<first output>`` for unnamed nodes, clashes
+get ``_<counter>``), with metadata ``[ONNX Layer: <name>]``; initializers and
+Constant nodes become CONSTANT layers and, where an elementwise or matrix
+layer reads them, a broadcast SHUFFLE, both with empty metadata.
+
+``build_serialized_network`` returns JSON describing what would be built (the
+FP16 flag, every layer's precision and output types), so tests can assert what
+was pinned. Test hooks are private (``_``-prefixed) module attributes.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import types
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+TRANSPARENT_OPS = {
+    "Reshape": "SHUFFLE", "Transpose": "SHUFFLE", "Flatten": "SHUFFLE", "Squeeze": "SQUEEZE",
+    "Unsqueeze": "UNSQUEEZE", "Concat": "CONCATENATION", "Slice": "SLICE", "Gather": "GATHER",
+    "Identity": "IDENTITY", "Cast": "CAST",
+}
+COMPUTE_OPS = {
+    "MatMul": "MATRIX_MULTIPLY", "Conv": "CONVOLUTION", "BatchNormalization": "SCALE", "Relu": "ACTIVATION",
+    "Sigmoid": "ACTIVATION", "Tanh": "ACTIVATION", "Sqrt": "UNARY", "Exp": "UNARY", "Log": "UNARY",
+    "Erf": "UNARY", "Reciprocal": "UNARY", "Neg": "UNARY", "Abs": "UNARY", "ReduceMean": "REDUCE",
+    "ReduceSum": "REDUCE", "GlobalAveragePool": "REDUCE", "MaxPool": "POOLING", "AveragePool": "POOLING",
+}
+BROADCASTING = {"Add", "Sub", "Mul", "Div", "Pow", "MatMul", "Max", "Min", "Gemm", "Sum"}
+ONNX_TO_DT = {TensorProto.FLOAT: "FLOAT", TensorProto.FLOAT16: "HALF", TensorProto.INT32: "INT32",
+              TensorProto.INT64: "INT64", TensorProto.BOOL: "BOOL"}
+
+
+def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
+    trt = types.ModuleType("tensorrt")
+    trt.__version__ = version or ("10.16.1.11" if weak else "11.4.0.106")
+    trt._builds = []  # every build: the JSON dict it produced
+    trt._fail_build = None  # a message: the next build logs it as an error and returns None
+
+    class DataType(enum.Enum):
+        FLOAT = 0
+        HALF = 1
+        INT32 = 3
+        BOOL = 4
+        INT64 = 8
+
+    _NP = {DataType.FLOAT: np.float32, DataType.HALF: np.float16, DataType.INT32: np.int32,
+           DataType.BOOL: np.bool_, DataType.INT64: np.int64}
+
+    def nptype(dtype):
+        return _NP[dtype]
+
+    LayerType = enum.Enum(
+        "LayerType",
+        [n.split(".", 1)[1] for n in _names() if n.startswith("LayerType.")],
+    )
+
+    members = ["FP16", "OBEY_PRECISION_CONSTRAINTS"] if weak else []
+    BuilderFlag = enum.IntEnum("BuilderFlag", members) if members else type("BuilderFlag", (), {})
+
+    class NetworkDefinitionCreationFlag(enum.IntEnum):
+        STRONGLY_TYPED = 0
+
+    class TensorIOMode(enum.Enum):
+        INPUT = 1
+        OUTPUT = 2
+
+    class ILogger:
+        class Severity(enum.IntEnum):
+            INTERNAL_ERROR = 0
+            ERROR = 1
+            WARNING = 2
+
+        def __init__(self):
+            pass
+
+        def log(self, severity, msg):
+            pass
+
+    class ITensor:
+        name = ""
+        dtype = None
+
+        def __init__(self, name, dtype):
+            self.name = name
+            self.dtype = dtype
+
+    class ILayer:
+        name = ""
+        metadata = ""
+        type = None
+
+        def __init__(self, name, type, metadata, inputs, outputs):
+            self.name = name
+            self.type = type
+            self.metadata = metadata
+            self._inputs = list(inputs)
+            self._outputs = list(outputs)
+            self._precision = None
+            self._output_types = {}
+
+        @property
+        def num_inputs(self):
+            return len(self._inputs)
+
+        @property
+        def num_outputs(self):
+            return len(self._outputs)
+
+        def get_input(self, index):
+            return self._inputs[index] if 0 <= index < len(self._inputs) else None
+
+        def get_output(self, index):
+            return self._outputs[index] if 0 <= index < len(self._outputs) else None
+
+    if weak:
+        def _get_precision(self):
+            return self._precision if self._precision is not None else DataType.FLOAT
+
+        def _set_precision(self, dtype):
+            self._precision = dtype
+
+        def set_output_type(self, index, dtype):
+            if self._outputs[index].dtype not in (DataType.FLOAT, DataType.HALF):
+                raise ValueError(f"set_output_type on non-float output {index} of {self.name}")
+            self._output_types[index] = dtype
+
+        ILayer.precision = property(_get_precision, _set_precision)
+        ILayer.set_output_type = set_output_type
+
+    class INetworkDefinition:
+        def __init__(self, flags):
+            self._flags = flags
+            self._layers = []
+            self._outputs = []
+
+        @property
+        def num_layers(self):
+            return len(self._layers)
+
+        def get_layer(self, index):
+            return self._layers[index] if 0 <= index < len(self._layers) else None
+
+        @property
+        def num_outputs(self):
+            return len(self._outputs)
+
+        def get_flag(self, flag):
+            return bool(self._flags & (1 << int(flag))) or not weak  # TensorRT 11: always strongly typed
+
+    class ParserError:
+        def __init__(self, text):
+            self._text = text
+
+        def __str__(self):
+            return self._text
+
+    class OnnxParser:
+        def __init__(self, network, logger):
+            self._network = network
+            self._logger = logger
+            self._errors = []
+
+        @property
+        def num_errors(self):
+            return len(self._errors)
+
+        def get_error(self, index):
+            return self._errors[index]
+
+        def parse(self, model):
+            try:
+                proto = onnx.load_model_from_string(bytes(model))
+            except Exception as exc:
+                self._errors.append(ParserError(f"(deserializeOnnxModel): MODEL_DESERIALIZE_FAILED: {exc}"))
+                return False
+            try:
+                _import(proto, self._network)
+            except ValueError as exc:
+                self._errors.append(ParserError(str(exc)))
+                self._logger.log(ILogger.Severity.ERROR, f"ModelImporter.cpp: {exc}")
+                return False
+            return True
+
+    def _import(model, network):
+        inferred = onnx.shape_inference.infer_shapes(model)
+        g = inferred.graph
+        types_ = {v.name: v.type.tensor_type.elem_type for v in [*g.input, *g.output, *g.value_info]}
+        types_.update({t.name: t.data_type for t in g.initializer})
+        for n in g.node:
+            if n.op_type == "Constant":
+                types_[n.output[0]] = n.attribute[0].t.data_type
+
+        def dt(name):
+            return getattr(DataType, ONNX_TO_DT.get(types_.get(name, TensorProto.FLOAT), "FLOAT"))
+
+        taken, counter = set(), [0]
+
+        def unique(base):
+            name = base
+            while name in taken:
+                name = f"{base}_{counter[0]}"
+                counter[0] += 1
+            taken.add(name)
+            return name
+
+        tensors = {v.name: ITensor(v.name, dt(v.name)) for v in g.input}
+        weights = {t.name for t in g.initializer} | {n.output[0] for n in g.node if n.op_type == "Constant"}
+
+        def add(base, kind, metadata, inputs, outputs):
+            layer = ILayer(unique(base), getattr(LayerType, kind), metadata, inputs, outputs)
+            network._layers.append(layer)
+            return layer
+
+        def read(name, broadcast):
+            if name in weights:
+                if name not in tensors:
+                    add(name, "CONSTANT", "", [], [ITensor(f"{name}_output", dt(name))])
+                    tensors[name] = network._layers[-1].get_output(0)
+                if broadcast and tensors[name].dtype in (DataType.FLOAT, DataType.HALF):
+                    shuffle = add("ONNXTRT_Broadcast", "SHUFFLE", "", [tensors[name]], [])
+                    shuffle._outputs.append(ITensor(f"{shuffle.name}_output", tensors[name].dtype))
+                    return shuffle.get_output(0)
+            if name not in tensors:
+                raise ValueError(f"tensor {name!r} is read before it is written")
+            return tensors[name]
+
+        for node in g.node:
+            if node.op_type == "Constant":
+                continue
+            if node.domain not in ("", "ai.onnx"):
+                raise ValueError(f"In node with name: {node.name} and operator: {node.op_type}: INVALID_NODE: "
+                                 "Plugin not found")
+            base = node.name if node.name else f"node_of_{node.output[0]}"
+            meta = f"[ONNX Layer: {base}]"
+            ins = [read(t, node.op_type in BROADCASTING) for t in node.input if t]
+            out = ITensor(node.output[0], dt(node.output[0]))
+            if node.op_type == "Gemm":
+                mm = add(base, "MATRIX_MULTIPLY", meta, ins[:2], [])
+                mm._outputs.append(ITensor(f"{mm.name}_output", out.dtype))
+                add(base, "ELEMENTWISE", meta, [mm.get_output(0), *ins[2:]], [out])
+            elif node.op_type == "Sum":
+                acc = ins[0]
+                for k, nxt in enumerate(ins[1:]):
+                    last = k == len(ins) - 2
+                    layer = add(base, "ELEMENTWISE", meta, [acc, nxt], [out] if last else [])
+                    if not last:
+                        layer._outputs.append(ITensor(f"{layer.name}_output", out.dtype))
+                    acc = layer.get_output(0)
+            elif node.op_type == "Softmax":
+                soft = add(base, "SOFTMAX", meta, ins, [])
+                soft._outputs.append(ITensor(f"{soft.name}_output", out.dtype))
+                add("ONNXTRT_ShapeShuffle", "SHUFFLE", "", [soft.get_output(0)], [out])
+            else:
+                kind = TRANSPARENT_OPS.get(node.op_type) or COMPUTE_OPS.get(node.op_type, "ELEMENTWISE")
+                add(base, kind, meta, ins, [out])
+            tensors[node.output[0]] = out
+        network._outputs = [tensors[o.name] for o in g.output]
+
+    class IHostMemory:
+        def __init__(self, data):
+            self._data = bytes(data)
+
+        def __bytes__(self):
+            return self._data
+
+    class ITimingCache:
+        def __init__(self, data):
+            self._data = bytes(data)
+
+        def serialize(self):
+            return IHostMemory(self._data)
+
+    class IBuilderConfig:
+        builder_optimization_level = 3
+
+        def __init__(self):
+            self._flags = set()
+            self._cache = None
+
+        def set_flag(self, flag):
+            self._flags.add(flag)
+
+        def create_timing_cache(self, data):
+            return ITimingCache(data)
+
+        def set_timing_cache(self, cache, ignore_mismatch):
+            self._cache = cache
+            return True
+
+    class Builder:
+        def __init__(self, logger):
+            self._logger = logger
+
+        def create_network(self, flags=0):
+            return INetworkDefinition(flags)
+
+        def create_builder_config(self):
+            return IBuilderConfig()
+
+        def build_serialized_network(self, network, config):
+            if trt._fail_build:
+                message, trt._fail_build = trt._fail_build, None
+                self._logger.log(ILogger.Severity.ERROR, message)
+                return None
+            if config._cache is not None:  # every build adds one entry to the timing cache
+                config._cache._data += b"+"
+            layers = {}
+            for layer in network._layers:
+                layers[layer.name] = {
+                    "metadata": layer.metadata,
+                    "precision": None if layer._precision is None else layer._precision.name,
+                    "output_types": {str(i): t.name for i, t in sorted(layer._output_types.items())},
+                }
+            built = {
+                "fp16": weak and BuilderFlag.FP16 in config._flags,
+                "obey": weak and BuilderFlag.OBEY_PRECISION_CONSTRAINTS in config._flags,
+                "opt_level": config.builder_optimization_level,
+                "layers": layers,
+            }
+            trt._builds.append(built)
+            return IHostMemory(json.dumps(built).encode())
+
+    class ICudaEngine:
+        num_io_tensors = 0
+
+        def __init__(self, data):
+            self._data = data
+
+        def get_tensor_name(self, index):
+            raise IndexError(index)
+
+        def get_tensor_mode(self, name):
+            return TensorIOMode.INPUT
+
+        def get_tensor_dtype(self, name):
+            return DataType.FLOAT
+
+        def create_execution_context(self):
+            return IExecutionContext()
+
+    class IExecutionContext:
+        def set_input_shape(self, name, shape):
+            return True
+
+        def get_tensor_shape(self, name):
+            return ()
+
+        def set_tensor_address(self, name, ptr):
+            return True
+
+        def execute_async_v3(self, stream_handle):
+            return True
+
+    class Runtime:
+        def __init__(self, logger):
+            self._logger = logger
+
+        def deserialize_cuda_engine(self, data):
+            return ICudaEngine(bytes(data))
+
+    for name, value in list(locals().items()):
+        if not name.startswith("_") and name not in ("weak", "version", "trt", "members", "name", "value"):
+            setattr(trt, name, value)
+    trt.float32 = DataType.FLOAT
+    for name in ("set_output_type", "_get_precision", "_set_precision"):
+        if hasattr(trt, name):
+            delattr(trt, name)
+    return trt
+
+
+def _names():
+    from fp16bisect.trt_api import NAMES
+
+    return NAMES
+
+
+def built(trt) -> dict:
+    """The last build's description."""
+    return trt._builds[-1]

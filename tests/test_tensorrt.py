@@ -1,0 +1,468 @@
+"""The TensorRT support (fp16bisect.tensorrt) and backend, against a test double of the tensorrt module.
+
+No GPU and no real TensorRT 10 here: ``fake_tensorrt`` mirrors the API names in
+``fp16bisect.trt_api`` (checked below) and imports ONNX models the way
+onnx-tensorrt does. Where TensorRT-RTX is installed, its real parser and
+builder check the strongly typed path too.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT, SAMPLES
+
+import fake_tensorrt
+from fp16bisect import tensorrt as T
+from fp16bisect import trt_api
+from fp16bisect.errors import UsageError
+from fp16bisect.graph import Graph
+
+TRANSFORMER = SAMPLES / "transformer_block.onnx"
+
+
+@pytest.fixture
+def trt(monkeypatch):
+    fake = fake_tensorrt.make(weak=True)
+    monkeypatch.setitem(sys.modules, "tensorrt", fake)
+    return fake
+
+
+@pytest.fixture
+def trt11(monkeypatch):
+    fake = fake_tensorrt.make(weak=False)
+    monkeypatch.setitem(sys.modules, "tensorrt", fake)
+    return fake
+
+
+def network(path):
+    _builder, net, _parser = T.EngineBuilder(T.load()).parse(Path(path).read_bytes())
+    return net
+
+
+def by_name(net):
+    return {layer.name: layer for layer in T.layers(net)}
+
+
+def is_pinned(trt, layer) -> bool:
+    floats = [i for i in range(layer.num_outputs) if layer.get_output(i).dtype in (trt.DataType.FLOAT, trt.DataType.HALF)]
+    return layer._precision == trt.float32 and all(layer._output_types.get(i) == trt.float32 for i in floats)
+
+
+def pinned_names(trt, net) -> set:
+    return {layer.name for layer in T.layers(net) if is_pinned(trt, layer)}
+
+
+# --------------------------------------------------------------------------- the API list
+
+
+def _resolve(module, dotted: str):
+    obj = module
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _public(cls) -> set:
+    names = set(vars(cls)) if isinstance(cls, type) else set()
+    if isinstance(cls, type) and hasattr(cls, "__members__"):
+        names |= set(cls.__members__)
+    return {n for n in names if not n.startswith("_")}
+
+
+@pytest.mark.parametrize("weak", [True, False])
+def test_the_fake_exposes_exactly_the_listed_names(weak):
+    fake = fake_tensorrt.make(weak=weak)
+    expected = set(trt_api.NAMES) if weak else set(trt_api.NAMES) - trt_api.WEAK_TYPING
+    for dotted in expected:
+        _resolve(fake, dotted)  # raises AttributeError when the fake lacks a listed name
+    for dotted in trt_api.WEAK_TYPING - expected:
+        with pytest.raises(AttributeError):
+            _resolve(fake, dotted)
+    exposed = {n for n in vars(fake) if not n.startswith("_")} | {"__version__"}
+    for top in list(exposed):
+        value = getattr(fake, top)
+        exposed |= {f"{top}.{m}" for m in _public(value)}
+        for member in _public(value):
+            exposed |= {f"{top}.{member}.{m}" for m in _public(getattr(value, member))}
+    assert exposed == expected, (sorted(exposed - expected), sorted(expected - exposed))
+
+
+def _trt_attribute_chains(path: Path) -> set:
+    """Every ``trt.A.B...`` chain in a file (dunder methods like ``__init__`` aside)."""
+    chains = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Attribute):
+            continue
+        parts = []
+        current = node
+        while isinstance(current, ast.Attribute):
+            parts.append(current.attr)
+            current = current.value
+        if isinstance(current, ast.Name) and current.id == "trt":
+            chain = [p for p in reversed(parts)]
+            while chain and chain[-1].startswith("__") and chain[-1] != "__version__":
+                chain.pop()
+            if chain:
+                chains.add(".".join(chain))
+    return chains
+
+
+def test_the_code_uses_only_listed_tensorrt_names():
+    used = set()
+    for path in (ROOT / "fp16bisect" / "tensorrt.py", ROOT / "fp16bisect" / "backends" / "tensorrt.py"):
+        used |= _trt_attribute_chains(path)
+    # a chain's prefixes are used too (trt.LayerType.SHUFFLE uses trt.LayerType)
+    unlisted = sorted(c for c in used if c not in trt_api.NAMES)
+    assert used and not unlisted, unlisted
+    assert all(url.startswith("https://") for url in [*trt_api.NAMES.values(), *trt_api.OTHER.values()])
+    assert trt_api.WEAK_TYPING <= set(trt_api.NAMES)
+
+
+def test_importing_the_module_does_not_import_tensorrt():
+    code = (
+        "import sys, fp16bisect.tensorrt, fp16bisect.backends.tensorrt; "
+        "assert 'tensorrt' not in sys.modules and 'tensorrt_rtx' not in sys.modules, sorted(sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_load_without_tensorrt_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    monkeypatch.setitem(sys.modules, "tensorrt_rtx", None)
+    with pytest.raises(UsageError) as err:
+        T.load()
+    assert str(err.value) == (
+        "TensorRT is not installed: pip install 'fp16bisect[tensorrt]' on a machine with an NVIDIA GPU, "
+        "or use --backend emulate"
+    )
+
+
+def test_load_reports_flavour_and_typing(trt):
+    loaded = T.load()
+    assert (loaded.flavour, loaded.version, loaded.weakly_typed) == ("tensorrt", trt.__version__, True)
+
+
+def test_gpu_available_never_raises():
+    assert T.gpu_available() in (True, False)
+
+
+def test_metadata_names():
+    assert T.metadata_node("[ONNX Layer: ln1_var]") == "ln1_var"
+    assert T.metadata_node("[ONNX Layer: inner | Local Function: MyFn]") == "inner"
+    assert T.metadata_node("[ONNX Layer: node_of_y]") == "node_of_y"
+    assert T.metadata_node("") is None
+
+
+# --------------------------------------------------------------------------- apply_overrides / pin
+
+
+def test_apply_pins_exactly_the_listed_nodes_and_sets_the_config(trt):
+    net = network(TRANSFORMER)
+    config = trt.Builder(None).create_builder_config()
+    applied = T.apply_overrides(net, ["ln1_square", "ln1_var"], config)
+    assert [(p.layer, p.node, p.transparent) for p in applied.layers] == [
+        ("ln1_square", "ln1_square", False),
+        ("ln1_var", "ln1_var", False),
+    ]
+    assert pinned_names(trt, net) == {"ln1_square", "ln1_var"}
+    assert applied.missing == []
+    assert config._flags == {trt.BuilderFlag.FP16, trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS}
+
+
+def test_layers_are_found_through_metadata_not_names(trt):
+    net = network(TRANSFORMER)
+    # the initializer 'attn_scale' took the name: the Mul node's layer is renamed, its metadata is not
+    layers = by_name(net)
+    assert layers["attn_scale"].type == trt.LayerType.CONSTANT
+    applied = T.apply_overrides(net, ["attn_scale"])
+    direct = [p.layer for p in applied.layers if not p.transparent]
+    assert len(direct) == 1 and direct[0] != "attn_scale"
+    assert layers[direct[0]].metadata == "[ONNX Layer: attn_scale]"
+    # its scale constant and broadcast feed only the pinned layer: kept in FP32 too, so not rounded
+    transparent = {p.layer for p in applied.layers if p.transparent}
+    assert transparent == {"attn_scale", layers[direct[0]].get_input(1).name.removesuffix("_output")}
+
+
+def test_every_layer_of_a_multi_layer_node_is_pinned_from_the_json(trt, tmp_path):
+    net = network(SAMPLES / "cnn_batchnorm.onnx")  # unnamed nodes; the Gemm imports as two layers
+    data = {"fp32_nodes": [{"name": "logits", "op_type": "Gemm", "outputs": ["logits"]},
+                           {"name": "bn1_out", "op_type": "BatchNormalization", "outputs": ["bn1_out"]}]}
+    applied = T.apply_overrides(net, data)
+    direct = {p.layer for p in applied.layers if not p.transparent}
+    assert direct == {"node_of_logits", "node_of_logits_1", "node_of_bn1_out"}
+    assert direct <= pinned_names(trt, net)
+    assert {p.node for p in applied.layers if not p.transparent} == {"logits", "bn1_out"}
+
+
+def test_override_file_path_is_read(trt, tmp_path):
+    graph = Graph.load(TRANSFORMER)
+    from fp16bisect.overrides import SCHEMA, node_entry, write_json
+
+    data = {"schema": SCHEMA, "model": {"path": str(TRANSFORMER), "sha256": graph.sha256}, "backend": {},
+            "tolerance": {}, "search": {}, "metrics": {}, "exports": {},
+            "fp32_nodes": [node_entry(graph.by_id["ln1_var"])]}
+    path = tmp_path / "overrides.json"
+    write_json(path, data)
+    net = network(TRANSFORMER)
+    assert [p.layer for p in T.apply_overrides(net, path).layers] == ["ln1_var"]
+
+
+def test_nodes_sharing_a_name_are_told_apart_by_their_outputs(trt):
+    net = network(SAMPLES / "two_branches.onnx")  # two nodes named 'reduce', two named 'div'
+    graph = Graph.load(SAMPLES / "two_branches.onnx")
+    node = next(n for n in graph.nodes if n.name == "reduce" and n.outputs == ("b_sum",))
+    from fp16bisect.overrides import node_entry
+
+    applied = T.apply_overrides(net, {"fp32_nodes": [node_entry(node)]})  # its id is 'b_sum'
+    direct = [p.layer for p in applied.layers if not p.transparent]
+    assert len(direct) == 1
+    assert by_name(net)[direct[0]].get_output(0).name == "b_sum"
+
+
+def test_transparent_layers_between_pinned_layers_are_pinned(trt):
+    net = network(TRANSFORMER)
+    # q_proj_bias -> Reshape q_split -> Transpose q_heads -> qk_matmul
+    applied = T.apply_overrides(net, ["q_proj_bias", "qk_matmul"])
+    transparent = {p.layer for p in applied.layers if p.transparent}
+    assert {"q_split", "q_heads"} <= transparent
+    assert {"q_split", "q_heads", "q_proj_bias", "qk_matmul"} <= pinned_names(trt, net)
+    assert "heads_shape" not in pinned_names(trt, net)  # an int64 shape constant: never given float types
+    assert "k_split" not in pinned_names(trt, net)  # reads k from an FP16 layer
+
+
+def test_a_transparent_layer_between_a_pinned_and_an_fp16_layer_is_not_pinned(trt):
+    net = network(TRANSFORMER)
+    applied = T.apply_overrides(net, ["q_proj_bias"])  # qk_matmul stays FP16
+    assert not {"q_split", "q_heads"} & {p.layer for p in applied.layers}
+    assert not {"q_split", "q_heads"} & pinned_names(trt, net)
+    # the softmax's helper shuffle feeds an FP16 matmul: not pinned either
+    applied = T.apply_overrides(network(TRANSFORMER), ["attn_softmax"])
+    assert [p.layer for p in applied.layers] == ["attn_softmax"]
+
+
+def test_pin_returns_layer_names(trt):
+    net = network(TRANSFORMER)
+    names = T.pin(net, ["q_proj_bias", "qk_matmul"], trt)
+    assert names[:2] == ["q_proj_bias", "qk_matmul"]
+    # and the transparent ones: the bias constant and its broadcast, the Reshape and the Transpose
+    assert set(names[2:]) == {"q_proj.bias", by_name(net)["q_proj_bias"].get_input(1).name[:-7], "q_split", "q_heads"}
+
+
+def test_unknown_names_are_reported_not_ignored(trt):
+    net = network(TRANSFORMER)
+    with pytest.warns(T.MissingNodesWarning, match="no_such_node"):
+        applied = T.apply_overrides(net, ["ln1_var", "no_such_node"])
+    assert applied.missing == ["no_such_node"]
+    assert [p.layer for p in applied.layers] == ["ln1_var"]
+    with pytest.raises(UsageError, match="no_such_node"):
+        T.apply_overrides(network(TRANSFORMER), ["ln1_var", "no_such_node"], strict=True)
+
+
+def test_bad_override_data_is_a_usage_error(trt):
+    with pytest.raises(UsageError, match="fp32_nodes"):
+        T.apply_overrides(network(TRANSFORMER), {"schema": "x"})
+
+
+def test_tensorrt_11_says_to_write_a_mixed_precision_model(trt11):
+    net = network(TRANSFORMER)
+    with pytest.raises(UsageError, match="fp16bisect apply") as err:
+        T.apply_overrides(net, ["ln1_var"])
+    assert "strongly typed" in str(err.value)
+    with pytest.raises(UsageError, match="fp16bisect apply"):
+        T.pin(net, ["ln1_var"], trt11)
+
+
+def test_a_strongly_typed_network_on_tensorrt_10_says_so(trt):
+    builder = trt.Builder(None)
+    net = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+    with pytest.raises(UsageError, match="STRONGLY_TYPED.*fp16bisect apply"):
+        T.apply_overrides(net, ["ln1_var"])
+
+
+# --------------------------------------------------------------------------- building
+
+
+def test_build_pins_sets_flags_and_returns_the_timing_cache(trt):
+    built = T.EngineBuilder(T.load()).build(
+        TRANSFORMER.read_bytes(), fp32=[T.NodeRef.of("ln1_var")], opt_level=1, timing_cache=b"cache"
+    )
+    info = json.loads(built.engine)
+    assert info["fp16"] and info["obey"] and info["opt_level"] == 1
+    assert [n for n, layer in info["layers"].items() if layer["precision"] == "FLOAT"] == ["ln1_var"]
+    assert info["layers"]["ln1_var"]["output_types"] == {"0": "FLOAT"}
+    assert built.timing_cache == b"cache+"
+
+
+def test_parse_and_build_failures_carry_tensorrt_messages(trt):
+    builder = T.EngineBuilder(T.load())
+    with pytest.raises(T.ParseError, match="MODEL_DESERIALIZE_FAILED"):
+        builder.build(b"not a model")
+    trt._fail_build = "Error Code 4: Internal Error (no implementation for ln1_var in FP32)"
+    with pytest.raises(T.BuildError, match="no implementation for ln1_var"):
+        builder.build(TRANSFORMER.read_bytes())
+
+
+# --------------------------------------------------------------------------- the backend
+
+
+@pytest.fixture
+def backend_factory(monkeypatch, tmp_path):
+    from fp16bisect.backends import tensorrt as backend_module
+
+    monkeypatch.setattr(T, "gpu_available", lambda: True)
+    runs = []
+
+    def execute(self, key, engine, inputs):
+        """No GPU: 'run' the engine description; the output says how many layers were pinned."""
+        info = json.loads(engine)
+        pinned = sum(1 for layer in info["layers"].values() if layer["precision"] == "FLOAT")
+        runs.append((key, float(inputs["x"].ravel()[0])))
+        return {"y": np.full((1, 16, 64), pinned + float(inputs["x"].ravel()[0]), dtype=np.float32)}
+
+    monkeypatch.setattr(backend_module.TensorRTBackend, "_execute", execute)
+
+    def make(path=TRANSFORMER, **kwargs):
+        graph = Graph.load(path)
+        kwargs.setdefault("timing_cache", tmp_path / "timing.cache")
+        return backend_module.TensorRTBackend(graph, **kwargs), runs
+
+    return make
+
+
+def test_backend_memoises_engines_and_results_by_plan(trt, backend_factory, tmp_path):
+    backend, runs = backend_factory(opt_level=2)
+    assert backend.name == "tensorrt" and backend.versions()["tensorrt"] == trt.__version__
+    x1 = {"x": np.zeros((1, 16, 64), dtype=np.float32)}
+    x2 = {"x": np.ones((1, 16, 64), dtype=np.float32)}
+    plan = frozenset({"ln1_square", "ln1_var"})
+    out = backend.run(plan, x1)
+    assert out["y"].ravel()[0] == 2.0
+    assert backend.run(set(plan), x1) is out  # same plan, same inputs: memoised result
+    backend.run(plan, x2)  # same plan, other sample: runs, no new build
+    assert backend.builds == 1 and len(trt._builds) == 1 and len(runs) == 2
+    backend.run(frozenset(), x1)
+    assert backend.builds == 2
+    first = trt._builds[0]
+    assert first["fp16"] and first["obey"] and first["opt_level"] == 2
+    assert {n for n, layer in first["layers"].items() if layer["precision"] == "FLOAT"} == {"ln1_square", "ln1_var"}
+    assert not any(layer["precision"] for layer in trt._builds[1]["layers"].values())
+    assert (tmp_path / "timing.cache").read_bytes() == b"++"  # saved after every build
+
+
+def test_backend_reuses_a_saved_timing_cache(trt, backend_factory, tmp_path):
+    (tmp_path / "timing.cache").write_bytes(b"old")
+    backend, _runs = backend_factory()
+    backend.run(frozenset(), {"x": np.zeros((1, 16, 64), dtype=np.float32)})
+    assert (tmp_path / "timing.cache").read_bytes() == b"old+"
+
+
+def test_backend_keeps_a_bounded_number_of_engines(trt, backend_factory):
+    backend, _runs = backend_factory(max_engines=2)
+    x = {"x": np.zeros((1, 16, 64), dtype=np.float32)}
+    for plan in (["ln1_var"], ["ln2_var"], ["ln1_square"]):
+        backend.run(frozenset(plan), x)
+    assert len(backend.engines) == 2
+
+
+def test_backend_pins_every_layer_of_unnamed_and_duplicate_named_nodes(trt, backend_factory):
+    backend, _runs = backend_factory(SAMPLES / "cnn_batchnorm.onnx")
+    backend._execute = lambda key, engine, inputs: {}
+    backend.run(frozenset({"logits"}), {"image": np.zeros((1, 3, 8, 8), dtype=np.float32)})
+    pinned = {n for n, layer in trt._builds[-1]["layers"].items() if layer["precision"] == "FLOAT"}
+    assert {"node_of_logits", "node_of_logits_1"} <= pinned
+    backend, _runs = backend_factory(SAMPLES / "two_branches.onnx")
+    backend._execute = lambda key, engine, inputs: {}
+    graph = backend.graph
+    b_sum = next(n.id for n in graph.nodes if n.outputs == ("b_sum",))
+    backend.run(frozenset({b_sum}), {"features": np.zeros(1, np.float32), "scores": np.zeros(1, np.float32)})
+    layers = trt._builds[-1]["layers"]
+    assert [n for n, layer in layers.items() if layer["precision"] == "FLOAT"] == [
+        n for n, layer in layers.items() if layer["metadata"] == f"[ONNX Layer: {b_sum}]"
+    ]
+
+
+def test_backend_build_failure_names_the_plan_and_carries_the_message(trt, backend_factory):
+    from fp16bisect.backends.tensorrt import BuildFailed
+
+    backend, _runs = backend_factory()
+    trt._fail_build = "Error Code 10: Could not find any implementation for node ln1_var"
+    with pytest.raises(BuildFailed) as err:
+        backend.run(frozenset({"ln1_var"}), {"x": np.zeros((1, 16, 64), dtype=np.float32)})
+    assert err.value.plan == frozenset({"ln1_var"})
+    assert "Could not find any implementation for node ln1_var" in str(err.value)
+    assert "ln1_var" in err.value.message
+
+
+def test_noise_builds_the_all_fp16_plan_twice(trt, backend_factory):
+    backend, _runs = backend_factory()
+    x = {"x": np.zeros((1, 16, 64), dtype=np.float32)}
+    backend.run(frozenset(), x)
+    values = iter([np.float32(1.0), np.float32(1.25)])
+    backend._execute = lambda key, engine, inputs: {"y": np.full(3, next(values))}
+    assert backend.noise(x) == {"y": 0.25}
+    assert len(trt._builds) == 3  # two fresh builds despite the memo
+    values = iter([np.float32(1.0), np.float32(np.inf)])
+    with pytest.raises(UsageError, match="--noise-ok"):
+        backend.noise(x)
+    backend.noise_ok = True
+    values = iter([np.float32(1.0), np.float32(np.inf)])
+    assert backend.noise(x) == {"y": float("inf")}
+
+
+def test_backend_on_tensorrt_11_builds_the_mixed_precision_model(trt11, backend_factory, monkeypatch):
+    import fp16bisect.mixed as mixed
+
+    seen = []
+
+    def stub(graph, fp32, *, fp16_io=False):
+        seen.append(list(fp32))
+        return graph.model
+
+    monkeypatch.setattr(mixed, "mixed_model", stub)
+    backend, _runs = backend_factory()
+    backend.run(frozenset({"ln1_var", "ln1_square"}), {"x": np.zeros((1, 16, 64), dtype=np.float32)})
+    assert seen == [["ln1_square", "ln1_var"]]
+    info = trt11._builds[-1]
+    assert not info["fp16"] and not any(layer["precision"] for layer in info["layers"].values())
+
+
+def test_backend_without_a_gpu_is_a_usage_error(trt, monkeypatch, tmp_path):
+    from fp16bisect.backends.tensorrt import TensorRTBackend
+
+    monkeypatch.setattr(T, "gpu_available", lambda: False)
+    with pytest.raises(UsageError, match="no GPU.*--backend emulate"):
+        TensorRTBackend(Graph.load(TRANSFORMER), timing_cache=tmp_path / "c")
+
+
+# --------------------------------------------------------------------------- real TensorRT-RTX (strongly typed)
+
+
+def test_real_tensorrt_rtx_builds_a_mixed_model_and_refuses_layer_precisions(monkeypatch):
+    pytest.importorskip("tensorrt_rtx", reason="TensorRT-RTX is a test extra: pip install '.[test]'")
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    from fp16bisect.mixed import mixed_model
+
+    loaded = T.load()
+    assert loaded.flavour == "tensorrt_rtx" and not loaded.weakly_typed
+    graph = Graph.load(TRANSFORMER)
+    builder = T.EngineBuilder(loaded)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        built = builder.build(mixed_model(graph, ["ln1_square"]).SerializeToString(), opt_level=0)
+    assert len(built.engine) > 0 and built.timing_cache is None
+    _b, net, _p = builder.parse(TRANSFORMER.read_bytes())
+    assert set(T.node_layers(net)) == {n.name for n in graph.nodes if n.op_type != "Constant"}
+    with pytest.raises(UsageError, match="strongly typed.*fp16bisect apply"):
+        T.apply_overrides(net, ["ln1_var"])
+    broken = graph.runnable_copy()
+    broken.graph.node[0].op_type = "NoSuchOp"
+    with pytest.raises(T.ParseError, match="NoSuchOp"):
+        builder.build(broken.SerializeToString())

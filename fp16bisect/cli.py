@@ -68,8 +68,20 @@ def add_tolerance_args(p: argparse.ArgumentParser, default_from: str = "") -> No
 def add_backend_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("backend")
     g.add_argument("--backend", default="auto", choices=("auto", "emulate", "tensorrt"),
-                   help="emulate: FP16 emulated on ONNX Runtime CPU; tensorrt: real engines (not in this version); "
-                        "auto: emulate (default)")
+                   help="emulate: FP16 emulated on ONNX Runtime CPU; tensorrt: real engine builds (TensorRT 10.x "
+                        "layer precisions, 11.x / TensorRT-RTX mixed-precision ONNX; needs an NVIDIA GPU); "
+                        "auto (default): tensorrt when TensorRT, Polygraphy and a GPU are present, else emulate")
+    g.add_argument("--opt-level", type=int, choices=range(6), default=None, metavar="0-5",
+                   help="TensorRT builder optimisation level for search builds (lower builds faster; default "
+                        "TensorRT's, 3)")
+    g.add_argument("--timing-cache", default=None, metavar="FILE",
+                   help="TensorRT timing cache shared by every build (default: beside -o, *.timing.cache)")
+    g.add_argument("--noise-ok", action="store_true",
+                   help="search even if two builds of the all-FP16 engine differ beyond the tolerance")
+
+
+def backend_options(args) -> dict:
+    return {"opt_level": args.opt_level, "timing_cache": args.timing_cache, "noise_ok": args.noise_ok}
 
 
 def tolerance_from(args, fallback: Tolerance | None = None) -> Tolerance:
@@ -139,7 +151,8 @@ def cmd_search(args) -> int:
         listener.stage(f"tolerance: {tolerance}")
     try:
         outcome = search_model(args.model, args.inputs, args.reference, tolerance, args.backend,
-                               check_minimal=args.check_minimal, listener=listener, output=args.output)
+                               check_minimal=args.check_minimal, listener=listener, output=args.output,
+                               backend_options=backend_options(args))
     finally:
         listener.close()
     write_json(args.output, outcome.data)

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import __version__
 from .backends import make_backend
-from .errors import ToleranceUnreachable, UsageError
+from .errors import BuildFailed, ToleranceUnreachable, UsageError
 from .graph import Graph
 from .oracle import Evaluation, Oracle
 from .overrides import SCHEMA, autocast_export, node_entry, strongly_typed_export, trtexec_export
 from .profile import Profile, profile
 from .samples import add_fp32_references, load_samples
 from .search import SearchResult, Step, search
-from .tolerance import Tolerance
+from .tensorrt import sample_shapes
+from .tolerance import Tolerance, compare
 
 
 class Listener:
@@ -60,7 +62,9 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
     add_fp32_references(graph, samples)
     for note in notes(graph):
         listener.stage(f"note: {note}")
-    chosen = make_backend(backend, graph, **(backend_options or {}))
+    options = dict(backend_options or {})
+    options.setdefault("input_shapes", sample_shapes([s.inputs for s in samples]))
+    chosen = make_backend(backend, graph, **options)
     oracle = Oracle(chosen, samples, tolerance, outputs)
     return graph, chosen, oracle
 
@@ -96,7 +100,48 @@ def search_model(
     ``backend_options``: passed to the backend (TensorRT: optimisation level, timing cache, noise policy)."""
     listener = listener or Listener()
     start = time.perf_counter()
-    graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, backend_options or {})
+    options = dict(backend_options or {})
+    noise_ok = options.pop("noise_ok", False)
+    if output and not options.get("timing_cache"):
+        options["timing_cache"] = str(Path(output).with_suffix(".timing.cache"))
+    graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, options)
+    try:
+        return _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, noise_ok, start)
+    finally:
+        if hasattr(chosen, "close"):
+            chosen.close()
+
+
+def build_noise(backend, samples, tolerance: Tolerance, noise_ok: bool, listener: Listener) -> dict:
+    """Output -> max abs difference between two builds of the all-FP16 plan (backends that build engines).
+
+    Verdicts finer than build-to-build noise are coin flips: a tolerance the two builds do not meet
+    against each other is refused unless ``noise_ok``.
+    """
+    if not hasattr(backend, "noise"):
+        return {}
+    listener.stage("building the all-FP16 engine twice to measure build-to-build noise")
+    try:
+        first, second = backend.noise(samples[0].inputs)
+    except BuildFailed as exc:  # the search meets (and records) the same failure; nothing to measure
+        listener.stage(f"could not measure build noise: {exc}")
+        return {}
+    found = {}
+    for name, a in first.items():
+        m = compare(second[name], a, tolerance, name, 0)
+        found[name] = m.max_abs if not m.nonfinite else float("inf")
+        if not m.passed and not noise_ok:
+            raise UsageError(
+                f"two builds of the same all-FP16 engine differ beyond the tolerance ({m.why(tolerance)}): "
+                "TensorRT picks kernels per build, so verdicts at this tolerance would be noise; loosen "
+                "--atol/--rtol, or pass --noise-ok to search anyway"
+            )
+    listener.stage("build noise: " + ", ".join(f"{k} {v:.3g}" for k, v in found.items()))
+    return found
+
+
+def _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, noise_ok, start) -> Outcome:
+    noise = build_noise(chosen, oracle.samples, tolerance, noise_ok, listener)
     listener.stage(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s)")
     prof = profile(graph, oracle.samples)
     listener.stage(f"searching on the {chosen.name} backend ({prof.suspects} suspect(s) first)")
@@ -123,6 +168,8 @@ def search_model(
         )
     outcome = Outcome(graph, tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start)
     outcome.data = overrides_json(outcome, chosen.versions(), output)
+    if noise:
+        outcome.data["backend"]["build_noise"] = noise
     return outcome
 
 

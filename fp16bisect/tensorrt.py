@@ -47,7 +47,7 @@ NOT_INSTALLED = (
 )
 STRONGLY_TYPED = (
     "cannot set layer precisions: {why}, where precision comes from the ONNX graph; write a "
-    "mixed-precision model with 'fp16bisect apply MODEL.onnx OVERRIDES.json' and build that instead"
+    "mixed-precision model with 'fp16bisect apply OVERRIDES.json MODEL.onnx -o MIXED.onnx' and build that instead"
 )
 _META_PREFIX = "[ONNX Layer: "
 _LOCAL_FUNCTION = " | Local Function: "
@@ -513,9 +513,12 @@ class EngineBuilder:
         fp32: Iterable[NodeRef] = (),
         opt_level: int | None = None,
         timing_cache: bytes | None = None,
+        shapes: Mapping[str, tuple] | None = None,
     ) -> Built:
         """Build an engine. ``fp32``: nodes to pin (TensorRT 10.x only). ``timing_cache``: the bytes of the
-        shared cache (b"" or None for a new one); the result carries the updated cache to save."""
+        shared cache (b"" or None for a new one); the result carries the updated cache to save.
+        ``shapes``: input name -> (min, opt, max) shapes, for the optimization profile that inputs with
+        dynamic dimensions need."""
         trt = self.tensorrt.module
         builder, network, _parser = self.parse(onnx_bytes)
         fp32 = list(fp32)
@@ -532,6 +535,7 @@ class EngineBuilder:
             raise UsageError(STRONGLY_TYPED.format(why=f"{self.tensorrt} is strongly typed"))
         if opt_level is not None:
             config.builder_optimization_level = int(opt_level)
+        _add_profile(builder, network, config, shapes or {})
         cache = None
         if self.tensorrt.flavour == "tensorrt":  # TensorRT-RTX: timing-cache calls are deprecated no-ops
             with self.logger.capture():
@@ -545,6 +549,36 @@ class EngineBuilder:
             raise BuildError("TensorRT could not build the engine", logged)
         new_cache = bytes(cache.serialize()) if cache is not None else None
         return Built(bytes(serialized), new_cache, pinned, missing)
+
+
+def _add_profile(builder, network, config, shapes: Mapping[str, tuple]) -> None:
+    """One optimization profile covering the samples' shapes, when an input has a dynamic dimension."""
+    inputs = [network.get_input(i) for i in range(network.num_inputs)]
+    dynamic = [t for t in inputs if any(d < 0 for d in t.shape)]
+    if not dynamic:
+        return
+    unknown = [t.name for t in dynamic if t.name not in shapes]
+    if unknown:
+        raise BuildError("the model has dynamic input dimensions", [
+            f"no sample shape for input(s) {', '.join(unknown)}: pass samples for every input"])
+    profile = builder.create_optimization_profile()
+    for t in dynamic:
+        low, opt, high = shapes[t.name]
+        profile.set_shape(t.name, tuple(low), tuple(opt), tuple(high))
+    config.add_optimization_profile(profile)
+
+
+def sample_shapes(samples: Iterable[Mapping[str, np.ndarray]]) -> dict[str, tuple]:
+    """input -> (min, opt, max) over the samples' shapes (opt: the first sample's)."""
+    seen: dict[str, list] = {}
+    for inputs in samples:
+        for name, array in inputs.items():
+            seen.setdefault(name, []).append(tuple(np.shape(array)))
+    return {
+        name: (tuple(map(min, zip(*found))), found[0], tuple(map(max, zip(*found))))
+        for name, found in seen.items()
+        if len({len(s) for s in found}) == 1
+    }
 
 
 # --------------------------------------------------------------------------- running

@@ -25,6 +25,7 @@ BUILDER = f"{_PY}/infer/Core/Builder.html"
 CONFIG = f"{_PY}/infer/Core/BuilderConfig.html"
 TIMING_CACHE = f"{_PY}/infer/Core/TimingCache.html"
 RUNTIME = f"{_PY}/infer/Core/Runtime.html"
+PROFILE = f"{_PY}/infer/Core/OptimizationProfile.html"
 ENGINE = f"{_PY}/infer/Core/Engine.html"
 CONTEXT = f"{_PY}/infer/Core/ExecutionContext.html"
 NETWORK = f"{_PY}/infer/Graph/Network.html"
@@ -68,6 +69,13 @@ NAMES: dict[str, str] = {
     "INetworkDefinition.get_layer": NETWORK,
     "INetworkDefinition.num_outputs": NETWORK,
     "INetworkDefinition.get_flag": NETWORK,
+    "INetworkDefinition.num_inputs": NETWORK,
+    "INetworkDefinition.get_input": NETWORK,
+    # dynamic input dimensions: one optimization profile from the samples' shapes
+    "Builder.create_optimization_profile": BUILDER,
+    "IOptimizationProfile": PROFILE,
+    "IOptimizationProfile.set_shape": PROFILE,
+    "IBuilderConfig.add_optimization_profile": CONFIG,
     # layers and tensors
     "ILayer": LAYER_BASE,
     "ILayer.name": LAYER_BASE,
@@ -82,6 +90,7 @@ NAMES: dict[str, str] = {
     "ITensor": LAYER_BASE,
     "ITensor.name": LAYER_BASE,
     "ITensor.dtype": LAYER_BASE,
+    "ITensor.shape": LAYER_BASE,
     "LayerType": LAYER_BASE,
     **{f"LayerType.{member}": LAYER_BASE for member in _LAYER_TYPES},
     "DataType": DATA_TYPE,

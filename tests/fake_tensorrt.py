@@ -93,10 +93,12 @@ def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
     class ITensor:
         name = ""
         dtype = None
+        shape = ()
 
-        def __init__(self, name, dtype):
+        def __init__(self, name, dtype, shape=()):
             self.name = name
             self.dtype = dtype
+            self.shape = tuple(shape)
 
     class ILayer:
         name = ""
@@ -145,7 +147,15 @@ def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
         def __init__(self, flags):
             self._flags = flags
             self._layers = []
+            self._inputs = []
             self._outputs = []
+
+        @property
+        def num_inputs(self):
+            return len(self._inputs)
+
+        def get_input(self, index):
+            return self._inputs[index] if 0 <= index < len(self._inputs) else None
 
         @property
         def num_layers(self):
@@ -217,7 +227,12 @@ def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
             taken.add(name)
             return name
 
-        tensors = {v.name: ITensor(v.name, dt(v.name)) for v in g.input}
+        def dims(v):
+            return [d.dim_value if d.HasField("dim_value") else -1 for d in v.type.tensor_type.shape.dim]
+
+        inits = {t.name for t in g.initializer}
+        tensors = {v.name: ITensor(v.name, dt(v.name), dims(v)) for v in g.input if v.name not in inits}
+        network._inputs = list(tensors.values())
         weights = {t.name for t in g.initializer} | {n.output[0] for n in g.node if n.op_type == "Constant"}
 
         def add(base, kind, metadata, inputs, outputs):
@@ -290,6 +305,11 @@ def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
         def __init__(self):
             self._flags = set()
             self._cache = None
+            self._profiles = []
+
+        def add_optimization_profile(self, profile):
+            self._profiles.append(profile)
+            return len(self._profiles) - 1
 
         def set_flag(self, flag):
             self._flags.add(flag)
@@ -301,9 +321,19 @@ def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
             self._cache = cache
             return True
 
+    class IOptimizationProfile:
+        def __init__(self):
+            self._shapes = {}
+
+        def set_shape(self, input, min, opt, max):
+            self._shapes[input] = (tuple(min), tuple(opt), tuple(max))
+
     class Builder:
         def __init__(self, logger):
             self._logger = logger
+
+        def create_optimization_profile(self):
+            return IOptimizationProfile()
 
         def create_network(self, flags=0):
             return INetworkDefinition(flags)
@@ -325,7 +355,14 @@ def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
                     "precision": None if layer._precision is None else layer._precision.name,
                     "output_types": {str(i): t.name for i, t in sorted(layer._output_types.items())},
                 }
+            dynamic = [t.name for t in network._inputs if any(d < 0 for d in t.shape)]
+            shapes = {k: v for p in config._profiles for k, v in p._shapes.items()}
+            if any(name not in shapes for name in dynamic):
+                self._logger.log(ILogger.Severity.ERROR, "Error Code 4: API Usage Error (Network has dynamic or "
+                                 "shape inputs, but no optimization profile has been defined.)")
+                return None
             built = {
+                "profile": {k: [list(s) for s in v] for k, v in shapes.items()},
                 "fp16": weak and BuilderFlag.FP16 in config._flags,
                 "obey": weak and BuilderFlag.OBEY_PRECISION_CONSTRAINTS in config._flags,
                 "opt_level": config.builder_optimization_level,

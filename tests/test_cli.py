@@ -152,7 +152,7 @@ def test_bad_files_and_flags_exit_2(tmp_path, capsys):
         (["search", tmp_path, "--inputs", LN_IN], "is a directory"),
         (["search", LN, "--inputs", LN_IN, "--backend", "cuda"], "--backend"),
         (["search", LN], "--inputs"),
-        (["search", LN, "--inputs", LN_IN, "--backend", "tensorrt"], "tensorrt backend"),
+        (["search", LN, "--inputs", LN_IN, "--backend", "tensorrt"], "--backend emulate"),
         ([], "no command"),
     ]
     for argv, expect in cases:
@@ -232,3 +232,28 @@ def test_model_with_nothing_to_round_needs_no_overrides(tmp_path, capsys):
     data = json.loads((tmp_path / "o.json").read_text())
     assert data["fp32_nodes"] == [] and data["search"]["status"] == "fp16_passes"
     assert data["search"]["candidates"] == 0
+
+
+def test_tensorrt_backend_without_tensorrt_or_without_a_gpu_exits_2_with_the_fix(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    import fp16bisect.tensorrt as trt_support
+
+    have_rtx = importlib.util.find_spec("tensorrt_rtx") is not None
+    argv = ["search", LN, "--inputs", LN_IN, "--backend", "tensorrt", "-o", tmp_path / "o.json"]
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    monkeypatch.setitem(sys.modules, "tensorrt_rtx", None)
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and "TensorRT is not installed: pip install 'fp16bisect[tensorrt]'" in one_line_error(err)
+    if not have_rtx:
+        pytest.skip("TensorRT-RTX is a test extra: pip install '.[test]'")
+    monkeypatch.delitem(sys.modules, "tensorrt_rtx")  # a real TensorRT flavour, on a machine without a GPU
+    monkeypatch.setattr(trt_support, "gpu_available", lambda: False)
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and "CUDA sees no GPU" in one_line_error(err) and "--backend emulate" in err
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_auto_picks_emulate_without_a_gpu(tmp_path, capsys):
+    code, _, _ = run(capsys, "search", LN, "--inputs", LN_IN, "-o", tmp_path / "o.json", "-q")
+    assert code == 0 and json.loads((tmp_path / "o.json").read_text())["backend"]["name"] == "emulate"

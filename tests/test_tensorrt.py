@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from conftest import ROOT, SAMPLES
 
@@ -407,14 +408,26 @@ def test_noise_builds_the_all_fp16_plan_twice(trt, backend_factory):
     backend.run(frozenset(), x)
     values = iter([np.float32(1.0), np.float32(1.25)])
     backend._execute = lambda key, engine, inputs: {"y": np.full(3, next(values))}
-    assert backend.noise(x) == {"y": 0.25}
+    first, second = backend.noise(x)
+    assert first["y"][0] == 1.0 and second["y"][0] == 1.25
     assert len(trt._builds) == 3  # two fresh builds despite the memo
-    values = iter([np.float32(1.0), np.float32(np.inf)])
-    with pytest.raises(UsageError, match="--noise-ok"):
-        backend.noise(x)
-    backend.noise_ok = True
-    values = iter([np.float32(1.0), np.float32(np.inf)])
-    assert backend.noise(x) == {"y": float("inf")}
+
+
+def test_dynamic_inputs_get_one_profile_from_the_samples_shapes(trt, backend_factory, tmp_path):
+    model = onnx.load(TRANSFORMER)
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "seq"
+    dynamic = tmp_path / "dynamic.onnx"
+    onnx.save(model, dynamic)
+    shapes = T.sample_shapes([{"x": np.zeros((1, 8, 64))}, {"x": np.zeros((1, 16, 64))}])
+    assert shapes == {"x": ((1, 8, 64), (1, 8, 64), (1, 16, 64))}
+    backend, _runs = backend_factory(dynamic, input_shapes=shapes)
+    backend.run(frozenset(), {"x": np.zeros((1, 8, 64), dtype=np.float32)})
+    assert trt._builds[-1]["profile"] == {"x": [[1, 8, 64], [1, 8, 64], [1, 16, 64]]}
+    from fp16bisect.errors import BuildFailed
+
+    backend, _runs = backend_factory(dynamic)  # no shapes: a failed build that says why
+    with pytest.raises(BuildFailed, match="no sample shape for input"):
+        backend.run(frozenset({"ln1_var"}), {"x": np.zeros((1, 8, 64), dtype=np.float32)})
 
 
 def test_backend_on_tensorrt_11_builds_the_mixed_precision_model(trt11, backend_factory, monkeypatch):
@@ -466,3 +479,62 @@ def test_real_tensorrt_rtx_builds_a_mixed_model_and_refuses_layer_precisions(mon
     broken.graph.node[0].op_type = "NoSuchOp"
     with pytest.raises(T.ParseError, match="NoSuchOp"):
         builder.build(broken.SerializeToString())
+
+
+# --------------------------------------------------------------------------- the search on the tensorrt backend
+
+
+@pytest.fixture
+def engines_run_as_built(monkeypatch):
+    """No GPU: an engine 'runs' by emulating exactly the nodes its layers were pinned for (read back
+    from the built engine through metadata), so the search sees what the pins did, not what it asked."""
+    from fp16bisect.backends import tensorrt as backend_module
+    from fp16bisect.backends.emulate import EmulateBackend
+    from fp16bisect.overrides import trtexec_layer_name
+
+    monkeypatch.setattr(T, "gpu_available", lambda: True)
+    emulators = {}
+    noisy = {"on": False, "count": 0}
+
+    def execute(self, key, engine, inputs):
+        info = json.loads(engine)
+        pinned = {T.metadata_node(layer["metadata"]) for layer in info["layers"].values()
+                  if layer["precision"] == "FLOAT"}
+        plan = frozenset(n.id for n in self.graph.candidates if trtexec_layer_name(n) in pinned)
+        emulator = emulators.setdefault(id(self.graph), EmulateBackend(self.graph))
+        out = emulator.run(plan, inputs)
+        if noisy["on"] and key.startswith("noise"):
+            noisy["count"] += 1
+            out = {k: v + noisy["count"] for k, v in out.items()}  # the second build computes differently
+        return out
+
+    monkeypatch.setattr(backend_module.TensorRTBackend, "_execute", execute)
+    return noisy
+
+
+def test_search_on_the_tensorrt_backend_pins_through_metadata_and_finds_the_culprits(
+        trt, engines_run_as_built, tmp_path, capsys):
+    from fp16bisect.cli import main
+
+    out = tmp_path / "o.json"
+    code = main(["search", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"),
+                 "--backend", "tensorrt", "--opt-level", "1", "-o", str(out), "-q"])
+    assert code == 0, capsys.readouterr().err
+    data = json.loads(out.read_text())
+    assert sorted(n["name"] for n in data["fp32_nodes"]) == ["ln1_square", "ln1_var"]
+    assert data["backend"]["name"] == "tensorrt" and data["backend"]["build_noise"] == {"y": 0.0}
+    assert data["search"]["minimal"] and data["search"]["verified"]
+    assert (tmp_path / "o.timing.cache").read_bytes().startswith(b"+")  # one cache, saved beside -o
+    assert all(build["opt_level"] == 1 and build["fp16"] and build["obey"] for build in trt._builds)
+
+
+def test_a_tolerance_below_build_to_build_noise_is_refused_unless_told(trt, engines_run_as_built, tmp_path, capsys):
+    from fp16bisect.cli import main
+
+    engines_run_as_built["on"] = True
+    argv = ["search", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"),
+            "--backend", "tensorrt", "-o", str(tmp_path / "o.json"), "-q"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "two builds of the same all-FP16 engine differ beyond the tolerance" in err and "--noise-ok" in err
+    assert main([*argv, "--noise-ok"]) == 0

@@ -1,8 +1,11 @@
 """Backends turn a plan (candidate ids kept in FP32) into model outputs.
 
-``emulate`` (FP16 emulated on ONNX Runtime CPU) works everywhere and is what
-``auto`` picks today. ``tensorrt`` (real engine builds) is not implemented in
-this version: asking for it is a usage error, never a silent fallback.
+``emulate`` (FP16 emulated on ONNX Runtime CPU) works everywhere. ``tensorrt``
+builds and runs real engines (TensorRT 10.x layer precisions; TensorRT 11 and
+TensorRT-RTX through the mixed-precision model); it needs TensorRT, Polygraphy
+and an NVIDIA GPU, and asking for it without them is a usage error, never a
+silent fallback. ``auto`` picks ``tensorrt`` when all of that is present,
+else ``emulate``.
 """
 
 from __future__ import annotations
@@ -11,16 +14,33 @@ from ..errors import UsageError
 from ..graph import Graph
 
 NAMES = ("auto", "emulate", "tensorrt")
+TENSORRT_OPTIONS = ("timing_cache", "opt_level", "input_shapes")
+
+
+def tensorrt_usable() -> bool:
+    """TensorRT (or TensorRT-RTX) imports, Polygraphy imports, and CUDA sees a GPU."""
+    from .. import tensorrt as trt_support
+
+    try:
+        trt_support.load()
+        import polygraphy.cuda  # noqa: F401
+    except (UsageError, ImportError):
+        return False
+    return trt_support.gpu_available()
 
 
 def make_backend(name: str, graph: Graph, **options):
+    """``options``: for tensorrt, ``timing_cache`` (path), ``opt_level``, ``input_shapes``; emulate takes none."""
     if name not in NAMES:
         raise UsageError(f"unknown backend {name!r}: use one of {', '.join(NAMES)}")
+    if name == "auto":
+        name = "tensorrt" if tensorrt_usable() else "emulate"
     if name == "tensorrt":
-        raise UsageError(
-            "the tensorrt backend is not available in this version of fp16bisect: use --backend emulate "
-            "(FP16 emulated on ONNX Runtime CPU)"
-        )
+        from .tensorrt import TensorRTBackend
+
+        chosen = {k: v for k, v in options.items() if k in TENSORRT_OPTIONS and v is not None}
+        chosen.setdefault("timing_cache", "fp16bisect.timing.cache")
+        return TensorRTBackend(graph, **chosen)
     from .emulate import EmulateBackend
 
     return EmulateBackend(graph)

@@ -16,20 +16,20 @@ differ, which the search should know before trusting small differences.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 import warnings
 from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
 
+from .. import errors
 from .. import tensorrt as trt_support
 from ..errors import UsageError
 from ..graph import Graph
+from ..overrides import write_atomic
 
 
-class BuildFailed(Exception):
+class BuildFailed(errors.BuildFailed):
     """TensorRT could not build (or parse) the engine of one plan; carries TensorRT's message."""
 
     def __init__(self, plan, message: str):
@@ -40,10 +40,6 @@ class BuildFailed(Exception):
             f"TensorRT build failed for the plan with {len(self.plan)} node(s) in FP32"
             f"{f' ({nodes})' if nodes else ''}: {message}"
         )
-
-
-class NoisyBuilds(UsageError):
-    """Two builds of the same plan disagree about whether an output is finite."""
 
 
 def plan_key(plan) -> str:
@@ -59,21 +55,6 @@ def inputs_key(inputs: dict[str, np.ndarray]) -> str:
     return digest.hexdigest()
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """A reader sees the old file or the whole new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 class TensorRTBackend:
     """Builds and runs one engine per plan. Use ``close()`` (or ``with``) to free the live engine."""
 
@@ -85,7 +66,7 @@ class TensorRTBackend:
         *,
         timing_cache: Path,
         opt_level: int | None = None,
-        noise_ok: bool = False,
+        input_shapes: dict | None = None,
         max_engines: int = 4,
         max_results: int = 256,
     ):
@@ -95,10 +76,17 @@ class TensorRTBackend:
                 f"{self.tensorrt.flavour} {self.tensorrt.version} is installed but CUDA sees no GPU "
                 "(cudaGetDeviceCount): run on a machine with an NVIDIA GPU and driver, or use --backend emulate"
             )
+        try:
+            import polygraphy.cuda  # noqa: F401  (device buffers for inference)
+        except ImportError:
+            raise UsageError(
+                "Polygraphy is not installed, and the tensorrt backend runs engines through it: "
+                "pip install 'fp16bisect[tensorrt]'"
+            ) from None
         self.graph = graph
         self.timing_cache_path = Path(timing_cache)
         self.opt_level = opt_level
-        self.noise_ok = noise_ok
+        self.input_shapes = input_shapes or {}  # input -> (min, opt, max), for dynamic dimensions
         self.max_engines = max_engines
         self.max_results = max_results
         self.builder = trt_support.EngineBuilder(self.tensorrt)
@@ -143,32 +131,15 @@ class TensorRTBackend:
             self.results.popitem(last=False)
         return outputs
 
-    def noise(self, inputs: dict[str, np.ndarray]) -> dict[str, float]:
-        """Max abs difference per output between two fresh builds of the all-FP16 plan (memo bypassed).
+    def noise(self, inputs: dict[str, np.ndarray]) -> tuple[dict, dict]:
+        """The outputs of two fresh builds of the all-FP16 plan (memo bypassed): how much builds differ.
 
-        inf when one build gives a non-finite value where the other does not; then, unless
-        ``noise_ok``, raises NoisyBuilds: the search's pass/fail verdicts could flip from build to build.
+        TensorRT picks kernels by timing, so two builds of one plan can compute differently; the
+        pipeline compares the two runs with the tolerance before trusting any verdict.
         """
         first = self._execute("noise-1", self._build(frozenset()), inputs)
         second = self._execute("noise-2", self._build(frozenset()), inputs)
-        diffs = {}
-        for name, a in first.items():
-            b = second[name]
-            a64, b64 = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-            same_nonfinite = (~np.isfinite(a64)) & (~np.isfinite(b64)) & ((a64 == b64) | (np.isnan(a64) & np.isnan(b64)))
-            finite = np.isfinite(a64) & np.isfinite(b64)
-            if np.any(~(finite | same_nonfinite)):
-                diffs[name] = float("inf")
-            else:
-                diffs[name] = float(np.max(np.abs(a64[finite] - b64[finite]), initial=0.0))
-        unstable = [n for n, d in diffs.items() if d == float("inf")]
-        if unstable and not self.noise_ok:
-            raise NoisyBuilds(
-                f"two builds of the same all-FP16 engine disagree on which values of output(s) "
-                f"{', '.join(unstable)} are finite: TensorRT picks different kernels per build, so the "
-                "search's verdicts could flip; pass --noise-ok to search anyway"
-            )
-        return diffs
+        return first, second
 
     def close(self) -> None:
         if self._live is not None:
@@ -208,7 +179,8 @@ class TensorRTBackend:
         fp32 = [self._refs[n] for n in sorted(plan)] if self.tensorrt.weakly_typed else []
         try:
             built = self.builder.build(
-                self._model_bytes(plan), fp32=fp32, opt_level=self.opt_level, timing_cache=self._cache
+                self._model_bytes(plan), fp32=fp32, opt_level=self.opt_level, timing_cache=self._cache,
+                shapes=self.input_shapes,
             )
         except trt_support.TensorRTError as exc:
             raise BuildFailed(plan, str(exc)) from None
@@ -252,7 +224,7 @@ class TensorRTBackend:
     def _save_cache(self) -> None:
         try:
             write_atomic(self.timing_cache_path, self._cache)
-        except OSError as exc:
+        except OSError as exc:  # write_atomic says itself when the folder cannot be written
             raise UsageError(
                 f"cannot write the timing cache {str(self.timing_cache_path)!r} ({exc.strerror}): "
                 "choose another path"

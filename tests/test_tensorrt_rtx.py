@@ -81,3 +81,27 @@ def test_fp16_io_reaches_the_network_inputs_and_outputs():
     _builder, network, _parser = parse(mixed_model(graph, ["ln1_square", "ln1_var"], fp16_io=True))
     assert network.get_input(0).dtype == trt.DataType.HALF
     assert network.get_output(0).dtype == trt.DataType.HALF
+
+
+def test_a_dynamic_input_builds_with_a_profile_from_the_samples(tmp_path):
+    """Real models (PP-OCRv4's recognizer) have dynamic batch and width: TensorRT needs a profile to build."""
+    import warnings
+
+    import numpy as np
+    import onnx
+
+    from fp16bisect import tensorrt as T
+
+    model = onnx.load(SAMPLES / "transformer_block.onnx")
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "seq"
+    graph = Graph(model)
+    loaded = T.TensorRT(trt, "tensorrt_rtx", trt.__version__, weakly_typed=False)
+    builder = T.EngineBuilder(loaded)
+    onnx_bytes = mixed_model(graph, ["ln1_square", "ln1_var"]).SerializeToString()
+    with pytest.raises(T.BuildError, match="no sample shape for input"):
+        builder.build(onnx_bytes)
+    shapes = T.sample_shapes([{"x": np.zeros((1, 8, 64))}, {"x": np.zeros((1, 16, 64))}])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        built = builder.build(onnx_bytes, shapes=shapes, opt_level=0)
+    assert len(built.engine) > 0

@@ -48,10 +48,17 @@ class Check:
 def storage_emulation(model: onnx.ModelProto) -> onnx.ModelProto:
     """The FP32 graph that computes what ``model`` computes with FP16 storage (see the module docstring)."""
     graph = Graph(model)
-    types = graph.dtypes
     out = graph.runnable_copy()
-    g = out.graph
-    _widen_constants(g)
+    _widen(out.graph, {t for t, kind in graph.dtypes.items() if kind == HALF})
+    return out
+
+
+def _widen(g: onnx.GraphProto, half: set) -> None:
+    """FP16 tensors of ``g`` become FP32 ones holding FP16 values: FP16 constants widened (exact), each
+    node writing an FP16 tensor computes in FP32 and rounds it through a Cast pair."""
+    for i, t in enumerate(g.initializer):
+        if t.data_type == HALF:
+            g.initializer[i].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
     for v in [*g.input, *g.output, *g.value_info]:
         if v.type.tensor_type.elem_type == HALF:
             v.type.tensor_type.elem_type = FLOAT
@@ -61,51 +68,30 @@ def storage_emulation(model: onnx.ModelProto) -> onnx.ModelProto:
         _widen_attributes(node)
         tails = []
         for pos, t in enumerate(node.output):
-            if t and types.get(t) == HALF:
-                raw, half = f"{_PREFIX}{t}/raw", f"{_PREFIX}{t}/fp16"
+            if t in half:
+                raw, rounded = f"{_PREFIX}{t}/raw", f"{_PREFIX}{t}/fp16"
                 node.output[pos] = raw
-                tails += [helper.make_node("Cast", [raw], [half], to=HALF),
-                          helper.make_node("Cast", [half], [t], to=FLOAT)]
+                tails += [helper.make_node("Cast", [raw], [rounded], to=HALF),
+                          helper.make_node("Cast", [rounded], [t], to=FLOAT)]
         g.node.append(node)
         g.node.extend(tails)
-    return out
-
-
-def _widen_constants(g: onnx.GraphProto) -> None:
-    for i, t in enumerate(g.initializer):
-        if t.data_type == HALF:
-            g.initializer[i].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
 
 
 def _widen_attributes(node: onnx.NodeProto) -> None:
-    """FP16 in attributes (Cast's ``to``, Constant values, subgraphs) becomes FP32 holding the same values."""
+    """FP16 in attributes (Cast's ``to``, Constant values, subgraphs) becomes FP32 holding the same values.
+
+    Types inside subgraphs are not inferred: there only the outputs of explicit Casts to FP16 are
+    rounded (a documented limit; ``apply`` writes no FP16 inside subgraphs).
+    """
     for a in node.attribute:
         if a.name in ("to", "dtype") and a.type == onnx.AttributeProto.INT and a.i == HALF:
             a.i = FLOAT
         if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == HALF:
             a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float32), a.t.name))
     for sub in _subgraphs(node):
-        _widen_subgraph(sub)
-
-
-def _widen_subgraph(sub: onnx.GraphProto) -> None:
-    """Inside subgraphs types are not inferred: only explicit Casts to FP16 round (a documented limit)."""
-    _widen_constants(sub)
-    for v in [*sub.input, *sub.output, *sub.value_info]:
-        if v.type.tensor_type.elem_type == HALF:
-            v.type.tensor_type.elem_type = FLOAT
-    nodes = list(sub.node)
-    del sub.node[:]
-    for n in nodes:
-        tails = []
-        if n.op_type == "Cast" and any(a.name == "to" and a.i == HALF for a in n.attribute):
-            rounded = n.output[0]
-            n.output[0] = f"{_PREFIX}{rounded}/fp16"
-            tails.append(helper.make_node("Cast", [n.output[0]], [rounded], to=FLOAT))
-        else:
-            _widen_attributes(n)
-        sub.node.append(n)
-        sub.node.extend(tails)
+        cast_to_half = {n.output[0] for n in sub.node
+                        if n.op_type == "Cast" and any(a.name == "to" and a.i == HALF for a in n.attribute)}
+        _widen(sub, cast_to_half)
 
 
 def feed_for(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -261,3 +261,18 @@ def test_a_declared_constant_stored_in_fp16_is_declared_fp16():
     mixed = convert(Graph(model), []).model
     onnx.checker.check_model(mixed, full_check=True)
     assert mixed.graph.value_info[0].type.tensor_type.elem_type == H
+
+
+def test_the_storage_check_rounds_fp16_casts_inside_subgraphs_too():
+    """A mixed model from another tool may put FP16 inside an If branch: its Casts must still round."""
+    then = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["h"], name="to_half", to=H),
+         helper.make_node("Cast", ["h"], ["t"], name="to_float", to=F)],
+        "then", [], [helper.make_tensor_value_info("t", F, [2])])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"], name="ident")], "else", [],
+                              [helper.make_tensor_value_info("e", F, [2])])
+    nodes = [helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then, else_branch=other)]
+    model = make_model(nodes, [("x", F, [2]), ("cond", TensorProto.BOOL, [])], [("y", F, [2])])
+    x = np.array([70000.0, 1e-8], np.float32)
+    y = session(storage_emulation(model)).run(None, {"x": x, "cond": np.array(True)})[0]
+    assert np.isinf(y[0]) and y[1] == 0.0

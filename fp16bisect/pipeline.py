@@ -15,7 +15,7 @@ from .overrides import SCHEMA, autocast_export, node_entry, strongly_typed_expor
 from .profile import Profile, profile
 from .samples import add_fp32_references, load_samples
 from .search import SearchResult, Step, search
-from .tensorrt import sample_shapes
+from .trt_engine import sample_shapes
 from .tolerance import Tolerance, compare
 
 

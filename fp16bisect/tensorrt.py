@@ -30,14 +30,12 @@ Every ``trt.<name>`` used here is listed, with its documentation page, in
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Iterable, Mapping, Sequence
 
-import numpy as np
 
 from .errors import UsageError
 
@@ -315,7 +313,7 @@ def transparent_closure(network, pinned: set, trt) -> list:
     return [layer for layer in all_layers if layer.name in reached]
 
 
-def _pin_layers(network, found: Mapping[NodeRef, list], trt) -> list[PinnedLayer]:
+def pin_layers(network, found: Mapping[NodeRef, list], trt) -> list[PinnedLayer]:
     pinned: list[PinnedLayer] = []
     names: set = set()
     for ref, group in found.items():
@@ -343,7 +341,7 @@ def pin(network, node_names: Iterable[str], trt, *, outputs: Mapping[str, Sequen
     outputs = outputs or {}
     refs = [NodeRef.of(n, outputs.get(n, ())) for n in node_names]
     found, _missing = resolve(network, refs)
-    return [p.layer for p in _pin_layers(network, found, trt)]
+    return [p.layer for p in pin_layers(network, found, trt)]
 
 
 def _require_weak_typing(network, trt) -> None:
@@ -413,262 +411,8 @@ def apply_overrides(network, overrides, config=None, *, strict: bool = False) ->
         if strict:
             raise UsageError(message)
         warnings.warn(message, MissingNodesWarning, stacklevel=2)
-    applied = Applied(_pin_layers(network, found, trt), missing_names)
+    applied = Applied(pin_layers(network, found, trt), missing_names)
     if config is not None:
         config.set_flag(trt.BuilderFlag.FP16)
         config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
     return applied
-
-
-# --------------------------------------------------------------------------- building
-
-
-class TensorRTError(Exception):
-    """TensorRT refused: the message carries TensorRT's own words."""
-
-    def __init__(self, what: str, messages: Sequence[str]):
-        self.what = what
-        self.messages = list(dict.fromkeys(messages))  # the parser's errors are also logged
-        detail = " | ".join(m.strip().replace("\n", " ") for m in self.messages) or "no message from TensorRT"
-        super().__init__(f"{what}: {detail}")
-
-
-class ParseError(TensorRTError):
-    pass
-
-
-class BuildError(TensorRTError):
-    pass
-
-
-class RunError(TensorRTError):
-    pass
-
-
-def collecting_logger(trt):
-    """An ``ILogger`` that keeps TensorRT's warning and error lines (``.errors``, ``.warnings``)."""
-
-    class Collecting(trt.ILogger):
-        def __init__(self):
-            trt.ILogger.__init__(self)
-            self.errors: list[str] = []
-            self.warnings: list[str] = []
-
-        def log(self, severity, msg):
-            if severity in (trt.ILogger.Severity.ERROR, trt.ILogger.Severity.INTERNAL_ERROR):
-                self.errors.append(str(msg))
-            elif severity == trt.ILogger.Severity.WARNING:
-                self.warnings = (self.warnings + [str(msg)])[-50:]
-
-        @contextlib.contextmanager
-        def capture(self):
-            """Errors logged inside the block (a fresh list each time)."""
-            self.errors = []
-            yield self.errors
-
-    return Collecting()
-
-
-@dataclass
-class Built:
-    engine: bytes
-    timing_cache: bytes | None  # serialized after the build; None when not used (TensorRT-RTX)
-    pinned: list[PinnedLayer] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-
-
-@dataclass
-class EngineBuilder:
-    """Parse -> (pin) -> build, sharing one logger. Weakly typed TensorRT 10.x builds with FP16 and
-    obeyed precision constraints; TensorRT 11 / RTX networks are always strongly typed (precision comes
-    from the ONNX model: build a mixed-precision model)."""
-
-    tensorrt: TensorRT
-    logger: object = None
-
-    def __post_init__(self):
-        if self.logger is None:
-            self.logger = collecting_logger(self.tensorrt.module)
-
-    def parse(self, onnx_bytes: bytes):
-        """(builder, network, parser); ParseError with TensorRT's messages when it fails."""
-        trt = self.tensorrt.module
-        builder = trt.Builder(self.logger)
-        # 0: weakly typed on 10.x; 11.x and RTX networks are strongly typed whatever the flags say
-        network = builder.create_network(0)
-        parser = trt.OnnxParser(network, self.logger)
-        with self.logger.capture() as logged:
-            ok = parser.parse(onnx_bytes)
-        errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
-        if not ok or errors:
-            raise ParseError("TensorRT's ONNX parser rejected the model", errors + logged)
-        if network.num_layers == 0 or network.num_outputs == 0:  # RTX accepts garbage and returns an empty network
-            raise ParseError("TensorRT's ONNX parser produced an empty network", logged or ["not an ONNX model?"])
-        return builder, network, parser
-
-    def build(
-        self,
-        onnx_bytes: bytes,
-        *,
-        fp32: Iterable[NodeRef] = (),
-        opt_level: int | None = None,
-        timing_cache: bytes | None = None,
-        shapes: Mapping[str, tuple] | None = None,
-    ) -> Built:
-        """Build an engine. ``fp32``: nodes to pin (TensorRT 10.x only). ``timing_cache``: the bytes of the
-        shared cache (b"" or None for a new one); the result carries the updated cache to save.
-        ``shapes``: input name -> (min, opt, max) shapes, for the optimization profile that inputs with
-        dynamic dimensions need."""
-        trt = self.tensorrt.module
-        builder, network, _parser = self.parse(onnx_bytes)
-        fp32 = list(fp32)
-        pinned: list[PinnedLayer] = []
-        missing: list[str] = []
-        config = builder.create_builder_config()
-        if self.tensorrt.weakly_typed:
-            found, lost = resolve(network, fp32)
-            pinned = _pin_layers(network, found, trt)
-            missing = [r.label for r in lost]
-            config.set_flag(trt.BuilderFlag.FP16)
-            config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
-        elif fp32:
-            raise UsageError(STRONGLY_TYPED.format(why=f"{self.tensorrt} is strongly typed"))
-        if opt_level is not None:
-            config.builder_optimization_level = int(opt_level)
-        _add_profile(builder, network, config, shapes or {})
-        cache = None
-        if self.tensorrt.flavour == "tensorrt":  # TensorRT-RTX: timing-cache calls are deprecated no-ops
-            with self.logger.capture():
-                cache = config.create_timing_cache(bytes(timing_cache or b""))
-                if not config.set_timing_cache(cache, False):  # a cache from another GPU or version
-                    cache = config.create_timing_cache(b"")
-                    config.set_timing_cache(cache, False)
-        with self.logger.capture() as logged:
-            serialized = builder.build_serialized_network(network, config)
-        if serialized is None:
-            raise BuildError("TensorRT could not build the engine", logged)
-        new_cache = bytes(cache.serialize()) if cache is not None else None
-        return Built(bytes(serialized), new_cache, pinned, missing)
-
-
-def _add_profile(builder, network, config, shapes: Mapping[str, tuple]) -> None:
-    """One optimization profile covering the samples' shapes, when an input has a dynamic dimension."""
-    inputs = [network.get_input(i) for i in range(network.num_inputs)]
-    dynamic = [t for t in inputs if any(d < 0 for d in t.shape)]
-    if not dynamic:
-        return
-    unknown = [t.name for t in dynamic if t.name not in shapes]
-    if unknown:
-        raise BuildError("the model has dynamic input dimensions", [
-            f"no sample shape for input(s) {', '.join(unknown)}: pass samples for every input"])
-    profile = builder.create_optimization_profile()
-    for t in dynamic:
-        low, opt, high = shapes[t.name]
-        profile.set_shape(t.name, tuple(low), tuple(opt), tuple(high))
-    config.add_optimization_profile(profile)
-
-
-def sample_shapes(samples: Iterable[Mapping[str, np.ndarray]]) -> dict[str, tuple]:
-    """input -> (min, opt, max) over the samples' shapes (opt: the first sample's)."""
-    seen: dict[str, list] = {}
-    for inputs in samples:
-        for name, array in inputs.items():
-            seen.setdefault(name, []).append(tuple(np.shape(array)))
-    return {
-        name: (tuple(map(min, zip(*found))), found[0], tuple(map(max, zip(*found))))
-        for name, found in seen.items()
-        if len({len(s) for s in found}) == 1
-    }
-
-
-# --------------------------------------------------------------------------- running
-
-
-class Engine:
-    """A deserialized engine with one execution context and device buffers (``polygraphy.cuda``).
-
-    Use as a context manager: buffers and the stream are freed on exit::
-
-        with Engine(tensorrt, engine_bytes) as engine:
-            outputs = engine.infer({"x": x})
-    """
-
-    def __init__(self, tensorrt: TensorRT, engine_bytes: bytes, logger=None):
-        self.tensorrt = tensorrt
-        self.engine_bytes = engine_bytes
-        self.logger = logger if logger is not None else collecting_logger(tensorrt.module)
-        self.buffers: dict = {}
-        self.stream = None
-
-    def __enter__(self) -> "Engine":
-        trt = self.tensorrt.module
-        try:
-            from polygraphy import cuda
-        except ImportError:
-            raise UsageError("polygraphy is not installed: pip install 'fp16bisect[tensorrt]'") from None
-        self._cuda = cuda
-        self.runtime = trt.Runtime(self.logger)
-        with self.logger.capture() as logged:
-            self.engine = self.runtime.deserialize_cuda_engine(self.engine_bytes)
-        if self.engine is None:
-            raise RunError("TensorRT could not load the engine", logged)
-        with self.logger.capture() as logged:
-            self.context = self.engine.create_execution_context()
-        if self.context is None:
-            raise RunError("TensorRT could not create an execution context", logged)
-        names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
-        self.inputs = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
-        self.outputs = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
-        self.stream = cuda.Stream()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for buffer in self.buffers.values():
-            buffer.free()
-        self.buffers.clear()
-        if self.stream is not None:
-            self.stream.free()
-            self.stream = None
-        self.context = None
-        self.engine = None
-
-    def _buffer(self, name: str, shape: tuple, dtype):
-        buffer = self.buffers.get(name)
-        if buffer is None:
-            buffer = self.buffers[name] = self._cuda.DeviceArray(shape=shape, dtype=dtype)
-        else:
-            buffer.resize(shape)
-        return buffer
-
-    def infer(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        trt = self.tensorrt.module
-        missing = [n for n in self.inputs if n not in inputs]
-        if missing:
-            raise UsageError(f"no value for engine input(s) {', '.join(missing)}: pass every model input")
-        for name in self.inputs:
-            dtype = np.dtype(trt.nptype(self.engine.get_tensor_dtype(name)))
-            array = np.ascontiguousarray(inputs[name], dtype=dtype)
-            with self.logger.capture() as logged:
-                ok = self.context.set_input_shape(name, array.shape)
-            if not ok:
-                raise RunError(f"TensorRT refused shape {array.shape} for input {name!r}", logged)
-            buffer = self._buffer(name, array.shape, dtype)
-            buffer.copy_from(array, self.stream)
-            self.context.set_tensor_address(name, buffer.ptr)
-        host = {}
-        for name in self.outputs:
-            shape = tuple(self.context.get_tensor_shape(name))
-            if any(d < 0 for d in shape):
-                raise RunError(f"output {name!r} has a data-dependent shape {shape}", ["not supported by fp16bisect"])
-            dtype = np.dtype(trt.nptype(self.engine.get_tensor_dtype(name)))
-            buffer = self._buffer(name, shape, dtype)
-            self.context.set_tensor_address(name, buffer.ptr)
-            host[name] = np.empty(shape, dtype=dtype)
-        with self.logger.capture() as logged:
-            ok = self.context.execute_async_v3(self.stream.ptr)
-        if not ok:
-            raise RunError("TensorRT could not run the engine", logged)
-        for name, array in host.items():
-            self.buffers[name].copy_to(array, self.stream)
-        self.stream.synchronize()
-        return host

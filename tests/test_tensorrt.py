@@ -22,6 +22,7 @@ from conftest import ROOT, SAMPLES
 
 import fake_tensorrt
 from fp16bisect import tensorrt as T
+from fp16bisect import trt_engine as E
 from fp16bisect import trt_api
 from fp16bisect.errors import UsageError
 from fp16bisect.graph import Graph
@@ -44,7 +45,7 @@ def trt11(monkeypatch):
 
 
 def network(path):
-    _builder, net, _parser = T.EngineBuilder(T.load()).parse(Path(path).read_bytes())
+    _builder, net, _parser = E.EngineBuilder(T.load()).parse(Path(path).read_bytes())
     return net
 
 
@@ -118,7 +119,8 @@ def _trt_attribute_chains(path: Path) -> set:
 
 def test_the_code_uses_only_listed_tensorrt_names():
     used = set()
-    for path in (ROOT / "fp16bisect" / "tensorrt.py", ROOT / "fp16bisect" / "backends" / "tensorrt.py"):
+    for path in (ROOT / "fp16bisect" / "tensorrt.py", ROOT / "fp16bisect" / "trt_engine.py",
+                 ROOT / "fp16bisect" / "backends" / "tensorrt.py"):
         used |= _trt_attribute_chains(path)
     # a chain's prefixes are used too (trt.LayerType.SHUFFLE uses trt.LayerType)
     unlisted = sorted(c for c in used if c not in trt_api.NAMES)
@@ -292,7 +294,7 @@ def test_a_strongly_typed_network_on_tensorrt_10_says_so(trt):
 
 
 def test_build_pins_sets_flags_and_returns_the_timing_cache(trt):
-    built = T.EngineBuilder(T.load()).build(
+    built = E.EngineBuilder(T.load()).build(
         TRANSFORMER.read_bytes(), fp32=[T.NodeRef.of("ln1_var")], opt_level=1, timing_cache=b"cache"
     )
     info = json.loads(built.engine)
@@ -303,11 +305,11 @@ def test_build_pins_sets_flags_and_returns_the_timing_cache(trt):
 
 
 def test_parse_and_build_failures_carry_tensorrt_messages(trt):
-    builder = T.EngineBuilder(T.load())
-    with pytest.raises(T.ParseError, match="MODEL_DESERIALIZE_FAILED"):
+    builder = E.EngineBuilder(T.load())
+    with pytest.raises(E.ParseError, match="MODEL_DESERIALIZE_FAILED"):
         builder.build(b"not a model")
     trt._fail_build = "Error Code 4: Internal Error (no implementation for ln1_var in FP32)"
-    with pytest.raises(T.BuildError, match="no implementation for ln1_var"):
+    with pytest.raises(E.BuildError, match="no implementation for ln1_var"):
         builder.build(TRANSFORMER.read_bytes())
 
 
@@ -418,7 +420,7 @@ def test_dynamic_inputs_get_one_profile_from_the_samples_shapes(trt, backend_fac
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "seq"
     dynamic = tmp_path / "dynamic.onnx"
     onnx.save(model, dynamic)
-    shapes = T.sample_shapes([{"x": np.zeros((1, 8, 64))}, {"x": np.zeros((1, 16, 64))}])
+    shapes = E.sample_shapes([{"x": np.zeros((1, 8, 64))}, {"x": np.zeros((1, 16, 64))}])
     assert shapes == {"x": ((1, 8, 64), (1, 8, 64), (1, 16, 64))}
     backend, _runs = backend_factory(dynamic, input_shapes=shapes)
     backend.run(frozenset(), {"x": np.zeros((1, 8, 64), dtype=np.float32)})
@@ -466,7 +468,7 @@ def test_real_tensorrt_rtx_builds_a_mixed_model_and_refuses_layer_precisions(mon
     loaded = T.load()
     assert loaded.flavour == "tensorrt_rtx" and not loaded.weakly_typed
     graph = Graph.load(TRANSFORMER)
-    builder = T.EngineBuilder(loaded)
+    builder = E.EngineBuilder(loaded)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         built = builder.build(mixed_model(graph, ["ln1_square"]).SerializeToString(), opt_level=0)
@@ -477,7 +479,7 @@ def test_real_tensorrt_rtx_builds_a_mixed_model_and_refuses_layer_precisions(mon
         T.apply_overrides(net, ["ln1_var"])
     broken = graph.runnable_copy()
     broken.graph.node[0].op_type = "NoSuchOp"
-    with pytest.raises(T.ParseError, match="NoSuchOp"):
+    with pytest.raises(E.ParseError, match="NoSuchOp"):
         builder.build(broken.SerializeToString())
 
 

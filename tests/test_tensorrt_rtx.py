@@ -91,16 +91,17 @@ def test_a_dynamic_input_builds_with_a_profile_from_the_samples(tmp_path):
     import onnx
 
     from fp16bisect import tensorrt as T
+    from fp16bisect import trt_engine as E
 
     model = onnx.load(SAMPLES / "transformer_block.onnx")
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "seq"
     graph = Graph(model)
     loaded = T.TensorRT(trt, "tensorrt_rtx", trt.__version__, weakly_typed=False)
-    builder = T.EngineBuilder(loaded)
+    builder = E.EngineBuilder(loaded)
     onnx_bytes = mixed_model(graph, ["ln1_square", "ln1_var"]).SerializeToString()
-    with pytest.raises(T.BuildError, match="no sample shape for input"):
+    with pytest.raises(E.BuildError, match="no sample shape for input"):
         builder.build(onnx_bytes)
-    shapes = T.sample_shapes([{"x": np.zeros((1, 8, 64))}, {"x": np.zeros((1, 16, 64))}])
+    shapes = E.sample_shapes([{"x": np.zeros((1, 8, 64))}, {"x": np.zeros((1, 16, 64))}])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         built = builder.build(onnx_bytes, shapes=shapes, opt_level=0)

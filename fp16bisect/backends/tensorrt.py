@@ -24,6 +24,7 @@ import numpy as np
 
 from .. import errors
 from .. import tensorrt as trt_support
+from .. import trt_engine
 from ..errors import UsageError
 from ..graph import Graph
 from ..overrides import write_atomic
@@ -89,12 +90,12 @@ class TensorRTBackend:
         self.input_shapes = input_shapes or {}  # input -> (min, opt, max), for dynamic dimensions
         self.max_engines = max_engines
         self.max_results = max_results
-        self.builder = trt_support.EngineBuilder(self.tensorrt)
+        self.builder = trt_engine.EngineBuilder(self.tensorrt)
         self.engines: OrderedDict[str, bytes] = OrderedDict()  # plan key -> serialized engine
         self.results: OrderedDict[tuple, dict] = OrderedDict()  # (plan key, inputs key) -> outputs
         self.builds = 0
         self.warned_missing: set = set()
-        self._live: tuple[str, trt_support.Engine] | None = None
+        self._live: tuple[str, trt_engine.Engine] | None = None
         self._cache = self._read_cache()
         model = graph.runnable_copy()  # nodes sharing a name get unique ones, so metadata tells them apart
         self._onnx = model.SerializeToString()
@@ -182,7 +183,7 @@ class TensorRTBackend:
                 self._model_bytes(plan), fp32=fp32, opt_level=self.opt_level, timing_cache=self._cache,
                 shapes=self.input_shapes,
             )
-        except trt_support.TensorRTError as exc:
+        except trt_engine.TensorRTError as exc:
             raise BuildFailed(plan, str(exc)) from None
         self.builds += 1
         new_missing = [m for m in built.missing if m not in self.warned_missing]
@@ -203,7 +204,7 @@ class TensorRTBackend:
         """Run an engine; the last one stays loaded, so the samples of one plan load it once."""
         if self._live is None or self._live[0] != key:
             self.close()
-            live = trt_support.Engine(self.tensorrt, engine, self.builder.logger)
+            live = trt_engine.Engine(self.tensorrt, engine, self.builder.logger)
             live.__enter__()
             self._live = (key, live)
         outputs = self._live[1].infer(inputs)

@@ -117,7 +117,41 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to write the override JSON (default overrides.json)")
     s.add_argument("--check-minimal", action="store_true",
                    help="evaluate each 'set minus one node' directly instead of relying on monotonicity")
+    s.add_argument("--report", metavar="FILE.html", help="also write a self-contained HTML report")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+    c = sub.add_parser("check", help="pre-flight: does the model meet the tolerance in FP16 (with overrides)? "
+                                     "exit 0 yes, 1 no")
+    add_input_args(c)
+    add_tolerance_args(c)
+    add_backend_args(c)
+    c.add_argument("--overrides", metavar="O.json", help="keep the nodes of this override file in FP32")
+    c.add_argument("--json", metavar="FILE", help="also write the result as JSON")
+    c.add_argument("--report", metavar="FILE.html", help="also write a self-contained HTML report")
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+    n = sub.add_parser("scan", help="FP32 run only: rank the tensors and weights FP16 would overflow or flush "
+                                    "(seconds; no search)")
+    n.add_argument("model", help="the ONNX model (FP32)")
+    n.add_argument("--inputs", action="append", required=True, metavar="X.npz",
+                   help="one sample; repeat for several")
+    n.add_argument("--json", metavar="FILE", help="also write the ranking as JSON")
+    n.add_argument("--top", type=int, default=20, metavar="N", help="rows to print per table (default 20)")
+
+    m = sub.add_parser("compare", help="layer-wise: each node's output in FP16 against FP32, in topological "
+                                       "order; names the first failing node")
+    add_input_args(m)
+    add_tolerance_args(m)
+    m.add_argument("--overrides", metavar="O.json", help="keep the nodes of this override file in FP32")
+    m.add_argument("--csv", metavar="FILE", help="write every node's row as CSV")
+    m.add_argument("--report", metavar="FILE.html", help="also write a self-contained HTML report")
+    t = m.add_argument_group("layer-wise failure thresholds")
+    t.add_argument("--cosine", type=_cosine, default=0.99, help="fail below this cosine ... (default 0.99)")
+    t.add_argument("--abs-floor", type=_nonnegative, default=1e-3,
+                   help="... when max abs error is above this (default 1e-3)")
+    t.add_argument("--cosine-low", type=_cosine, default=0.9, help="fail below this cosine always (default 0.9)")
+    t.add_argument("--max-abs", type=_nonnegative, default=1.0, help="fail above this max abs error (default 1)")
+    m.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
     a = sub.add_parser("apply", help="write the mixed-precision ONNX an override file describes "
                                      "(for strongly typed builds: TensorRT 11, TensorRT-RTX)")
@@ -146,6 +180,8 @@ def cmd_search(args) -> int:
 
     tolerance = tolerance_from(args)
     check_writable(args.output)  # before the search, not after an hour of it
+    if args.report:
+        check_writable(args.report)
     listener = ConsoleListener(quiet=args.quiet)
     if not args.quiet:
         listener.stage(f"tolerance: {tolerance}")
@@ -157,6 +193,106 @@ def cmd_search(args) -> int:
         listener.close()
     write_json(args.output, outcome.data)
     print_summary(outcome, args.output)
+    if args.report:
+        from .report_data import search_report
+
+        write_report(args.report, search_report(outcome))
+    return 0
+
+
+def write_report(path: str, data: dict) -> None:
+    from .html_report import write
+
+    write(path, data)
+    print(f"report written to {path}")
+
+
+def search_hint(args) -> str:
+    import shlex
+
+    return shlex.join(["fp16bisect", "search", args.model, *[x for i in args.inputs for x in ("--inputs", i)]])
+
+
+def cmd_check(args) -> int:
+    from .overrides import check_writable, write_json
+    from .preflight import check_model, verdict
+    from .report import ConsoleListener, print_check
+
+    tolerance = tolerance_from(args)
+    for path in (args.json, args.report):
+        if path:
+            check_writable(path)
+    listener = ConsoleListener(quiet=args.quiet)
+    try:
+        outcome = check_model(args.model, args.inputs, args.reference, tolerance, args.backend, args.overrides,
+                              listener, backend_options(args))
+    finally:
+        listener.close()
+    line = verdict(outcome, search_hint(args))
+    print_check(outcome, line)
+    if args.json:
+        write_json(args.json, {**outcome.data(), "verdict": line})
+    if args.report:
+        from .report_data import check_report
+
+        write_report(args.report, check_report(outcome, line))
+    if outcome.fp32 is not None and not outcome.fp32.passed:
+        return 3
+    return 0 if outcome.passed else 1
+
+
+def cmd_scan(args) -> int:
+    from .graph import Graph
+    from .overrides import check_writable, write_json
+    from .profile import profile, scan_json
+    from .report import print_scan
+    from .samples import load_samples
+
+    if args.json:
+        check_writable(args.json)
+    graph = Graph.load(args.model)
+    samples = load_samples(graph, args.inputs)
+    prof = profile(graph, samples)
+    data = scan_json(graph, prof)
+    print_scan(graph, data, args.top)
+    if args.json:
+        write_json(args.json, data)
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from .graph import Graph
+    from .layerwise import LayerwiseRunner, Thresholds, write_csv
+    from .overrides import check_writable
+    from .preflight import use_overrides
+    from .report import ConsoleListener, print_compare
+    from .samples import add_fp32_references, load_samples
+
+    tolerance = tolerance_from(args)
+    for path in (args.csv, args.report):
+        if path:
+            check_writable(path)
+    listener = ConsoleListener(quiet=args.quiet)
+    listener.stage(f"loading {args.model}")
+    graph = Graph.load(args.model)
+    samples = load_samples(graph, args.inputs, args.reference)
+    add_fp32_references(graph, samples)
+    use = use_overrides(graph, args.overrides) if args.overrides else None
+    if use and not use.same_model:
+        listener.stage(f"note: {args.overrides} was made for another version of this model: comparing anyway")
+    plan = frozenset(use.nodes) if use else frozenset()
+    thresholds = Thresholds(args.cosine, args.abs_floor, args.cosine_low, args.max_abs)
+    listener.stage(f"running {len(graph.candidates)} candidate node(s) in FP32 and in FP16 (emulated)")
+    runner = LayerwiseRunner(graph, samples)
+    result = runner.run(plan, thresholds)
+    listener.close()
+    print_compare(result, args.csv)
+    if args.csv:
+        write_csv(args.csv, result)
+    if args.report:
+        from .report_data import compare_report
+
+        write_report(args.report, compare_report(runner, result, tolerance))
     return 0
 
 
@@ -192,7 +328,9 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command is None:
             raise UsageError("no command given: try 'fp16bisect search MODEL --inputs X.npz'")
-        return {"search": cmd_search, "apply": cmd_apply}[args.command](args)
+        commands = {"search": cmd_search, "check": cmd_check, "scan": cmd_scan, "compare": cmd_compare,
+                    "apply": cmd_apply}
+        return commands[args.command](args)
     except (UsageError, ToleranceUnreachable) as exc:
         if debug:
             raise

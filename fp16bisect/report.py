@@ -173,3 +173,78 @@ def print_verification(v, console: Console | None = None) -> None:
     if v.strict and not v.strict[0].error and not v.strict[0].passed:
         console.print("[yellow]note:[/yellow] onnx.reference accumulates in FP16, which TensorRT mostly does not: "
                       "its failure is a pessimistic bound, not a verdict", highlight=False, soft_wrap=True)
+
+
+def _metric_cells(m) -> list[str]:
+    return [f"{m.max_abs:.3g}", f"{m.max_rel:.3g}", f"{m.cosine:.6f}", str(m.nonfinite),
+            "yes" if m.passed else "[red]no[/red]"]
+
+
+def print_check(outcome, line: str, console: Console | None = None) -> None:
+    """``check``: the per-output table, then one verdict line."""
+    console = console or _console()
+    console.print(f"fp16bisect check on {outcome.graph.path} ({outcome.backend} backend; {outcome.tolerance})",
+                  highlight=False, soft_wrap=True)
+    if outcome.evaluation.metrics:
+        table = Table()
+        for column in ("output", "sample", "max abs", "max rel", "cosine", "inf/NaN", "pass"):
+            table.add_column(column)
+        for m in outcome.evaluation.metrics:
+            table.add_row(m.output, str(m.sample), *_metric_cells(m))
+        console.print(table)
+    use = outcome.overrides
+    if use and use.missing:
+        console.print(f"[yellow]note:[/yellow] {len(use.missing)} override node(s) are not in this model and were "
+                      f"not pinned: {', '.join(use.missing[:8])}", highlight=False, soft_wrap=True)
+    style = "green" if outcome.passed else "red"
+    console.print(f"[{style}]{line}[/{style}]", highlight=False, soft_wrap=True)
+
+
+def print_scan(graph, data: dict, top: int, console: Console | None = None) -> None:
+    """``scan``: the riskiest tensors and weights, then the candidates in suspicion order."""
+    console = console or _console()
+    tensors = data["tensors"]
+    console.print(f"fp16bisect scan of {graph.path}: FP16 keeps |x| <= 65504; nonzero |x| < 6.1e-05 lose "
+                  "precision (subnormal), < 6e-08 flush to 0", highlight=False, soft_wrap=True)
+    if not tensors:
+        console.print("No tensor or weight comes near FP16's limits on these inputs.")
+    else:
+        table = Table(title=f"tensors at risk ({len(tensors)}; riskiest first)")
+        for column in ("tensor", "kind", "risk", "max |x|", "min nonzero |x|", "what FP16 does", "written by"):
+            table.add_column(column)
+        for row in tensors[:top]:
+            risk = row["risk"] if row["tier"] < 3 else f"[red]{row['risk']}[/red]"
+            table.add_row(row["name"], row["kind"], risk, f"{row['max_abs']:.4g}", f"{row['min_nonzero_abs']:.3g}",
+                          row["reason"], row["written_by"] or "-")
+        console.print(table)
+    suspects = [r for r in data["nodes"] if r["tier"] >= 2]
+    console.print(f"{data['suspects']} suspect node(s) (the search tries them first, in this order)"
+                  + (":" if suspects else "."), highlight=False)
+    for r in suspects[:top]:
+        console.print(f"  {r['name']}  [dim]{r['op_type']}; {r['reason']}[/dim]", highlight=False, soft_wrap=True)
+
+
+def print_compare(result, csv_path: str | None, console: Console | None = None) -> None:
+    """``compare``: the first failing node, then every failing node in topological order."""
+    console = console or _console()
+    first = result.first_failing
+    with_what = f"{len(result.plan)} node(s) in FP32" if result.plan else "all-FP16"
+    console.print(f"layer-wise comparison, {with_what}, against FP32 ({result.thresholds})", highlight=False,
+                  soft_wrap=True)
+    failing = result.failing
+    if failing:
+        table = Table(title=f"failing nodes ({len(failing)} of {len(result.nodes)}), topological order")
+        for column in ("node", "op", "tensor", "max abs", "max rel", "cosine", "inf/NaN", "in FP32"):
+            table.add_column(column)
+        for n in failing[:30]:
+            m = n.metrics
+            table.add_row(n.node, n.op_type, m.output, f"{m.max_abs:.3g}", f"{m.max_rel:.3g}", f"{m.cosine:.6f}",
+                          str(m.nonfinite), "yes" if n.pinned else "")
+        console.print(table)
+    if first:
+        console.print(f"first failing node: [bold]{first.node}[/bold] ({first.op_type}): where the error is born; "
+                      "later nodes mostly inherit it", highlight=False, soft_wrap=True)
+    else:
+        console.print("no node fails the thresholds", highlight=False)
+    if csv_path:
+        console.print(f"every node's row written to {csv_path}", highlight=False)

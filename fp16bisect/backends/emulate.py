@@ -95,12 +95,17 @@ class EmulateBackend:
 
     name = "emulate"
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, extra_outputs=()):
+        """``extra_outputs``: inner tensors to return too (the layer-wise comparison reads every candidate's)."""
         self_test()
         self.graph = graph
         self.index = {n.id: i for i, n in enumerate(graph.candidates)}
-        self.session = session(emulation_model(graph), "the FP16 emulation of the model")
+        model = emulation_model(graph)
         self.output_names = [o.name for o in graph.outputs]
+        extra = [t for t in dict.fromkeys(extra_outputs) if t not in self.output_names]
+        model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in extra)
+        self.output_names += extra
+        self.session = session(model, "the FP16 emulation of the model")
 
     @staticmethod
     def versions() -> dict:

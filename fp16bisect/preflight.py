@@ -1,0 +1,131 @@
+"""``check``: does the model meet the tolerance in FP16 (with an override file, if given)? A CI gate.
+
+An override file made for another version of the model (its sha256 differs) is
+not refused: the check runs with the nodes it names that still exist, and says
+so. That is the case of a model retrained on more data: the old overrides may
+still suffice, or the check fails and tells the user to search again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from . import __version__
+from .graph import Graph
+from .oracle import Evaluation
+from .overrides import read
+from .pipeline import Listener, prepare
+from .tolerance import Tolerance
+
+SCHEMA = "fp16bisect.check/1"
+
+
+@dataclass
+class OverrideUse:
+    path: str
+    made_for: str  # the sha256 recorded in the file
+    same_model: bool
+    nodes: list[str]  # pinned: named in the file and present in this model
+    missing: list[str] = field(default_factory=list)  # named in the file, not in this model (or not float)
+
+
+@dataclass
+class CheckOutcome:
+    graph: Graph
+    tolerance: Tolerance
+    backend: str
+    versions: dict
+    evaluation: Evaluation
+    overrides: OverrideUse | None
+    fp32: Evaluation | None  # evaluated when the check fails: is the tolerance reachable at all?
+    seconds: float
+    samples: list = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.evaluation.passed
+
+    def data(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "model": {"path": str(self.graph.path), "sha256": self.graph.sha256},
+            "backend": {"name": self.backend, "versions": {"fp16bisect": __version__, **self.versions}},
+            "tolerance": self.tolerance.to_json(),
+            "overrides": None if self.overrides is None else {
+                "path": self.overrides.path, "made_for_sha256": self.overrides.made_for,
+                "same_model": self.overrides.same_model, "nodes": self.overrides.nodes,
+                "missing": self.overrides.missing,
+            },
+            "passed": self.passed,
+            "error": self.evaluation.error,
+            "outputs": {k: m.to_json() for k, m in self.evaluation.worst().items()},
+            "samples": [m.to_json() for m in self.evaluation.metrics],
+            "fp32_passes": None if self.fp32 is None else self.fp32.passed,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def use_overrides(graph: Graph, path: str) -> OverrideUse:
+    data = read(path)  # schema and shape checked; the model hash is compared here, not refused
+    names = [n["name"] for n in data["fp32_nodes"]]
+    usable = [n for n in names if n in graph.by_id and graph.float_outputs(graph.by_id[n])]
+    made_for = str(data["model"].get("sha256", "")) if isinstance(data["model"], dict) else ""
+    return OverrideUse(str(path), made_for, made_for == graph.sha256, usable, [n for n in names if n not in usable])
+
+
+def check_model(
+    model: str,
+    inputs: list[str],
+    references: list[str] | None = None,
+    tolerance: Tolerance | None = None,
+    backend: str = "auto",
+    overrides: str | None = None,
+    listener: Listener | None = None,
+    backend_options: dict | None = None,
+) -> CheckOutcome:
+    listener = listener or Listener()
+    tolerance = tolerance or Tolerance()
+    start = time.perf_counter()
+    options = dict(backend_options or {})
+    options.pop("noise_ok", None)
+    graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, options)
+    try:
+        use = use_overrides(graph, overrides) if overrides else None
+        if use is not None and not use.same_model:
+            listener.stage(f"note: {overrides} was made for another version of this model "
+                           f"(sha256 {use.made_for[:12]}..., this one {graph.sha256[:12]}...): checking it anyway")
+        plan = frozenset(use.nodes) if use else frozenset()
+        listener.stage(f"checking on the {chosen.name} backend: {len(plan)} node(s) in FP32, the rest in FP16")
+        evaluation = oracle.evaluate(plan)
+        fp32 = None
+        if not evaluation.passed:
+            fp32 = oracle.evaluate(frozenset(n.id for n in graph.candidates))
+        return CheckOutcome(graph, tolerance, chosen.name, chosen.versions(), evaluation, use, fp32,
+                            time.perf_counter() - start, oracle.samples)
+    finally:
+        if hasattr(chosen, "close"):
+            chosen.close()
+
+
+def verdict(o: CheckOutcome, command_hint: str) -> str:
+    """One line: what the check found and what to do."""
+    use = o.overrides
+    with_what = f" with {len(use.nodes)} override node(s) in FP32" if use else " in all-FP16"
+    if o.evaluation.error:
+        return f"FAIL: the engine could not be built{with_what}: {o.evaluation.error}"
+    if o.passed:
+        text = f"PASS: every output of every sample meets the tolerance{with_what}"
+        if use and not use.same_model:
+            text += "; the override file was made for another version of this model and still suffices"
+        return text
+    bad = min((m for m in o.evaluation.metrics if not m.passed), key=lambda m: (-m.nonfinite, -m.excess))
+    text = f"FAIL{with_what}: {bad.why(o.tolerance)}"
+    if o.fp32 is not None and not o.fp32.passed:
+        return text + "; FP32 misses the tolerance too: loosen --atol/--rtol or check --reference"
+    if use and not use.same_model:
+        return (text + f"; the model changed since {use.path} was made and its overrides no longer suffice: "
+                f"rerun '{command_hint}'")
+    if use:
+        return text + f"; the overrides do not suffice on these samples: rerun '{command_hint}' with them"
+    return text + f"; find the nodes to keep in FP32 with '{command_hint}'"

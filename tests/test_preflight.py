@@ -1,0 +1,165 @@
+"""``check``, ``scan`` and ``compare`` as a user meets them: exit codes, what they name first, files they write."""
+
+import csv
+import json
+
+import numpy as np
+import onnx
+import pytest
+from conftest import SAMPLES
+from onnx import numpy_helper
+from test_cli import LN, LN_IN, one_line_error, run
+
+from fp16bisect.cli import main
+
+MODELS = ["transformer_block", "cnn_batchnorm", "attention_unscaled", "log_underflow", "two_branches",
+          "fp16_safe", "accumulation"]
+
+
+def tol(known, name):
+    spec = known[name]
+    return ["--atol", str(spec.get("atol", 1e-2)), "--rtol", str(spec.get("rtol", 1e-2))]
+
+
+def sample(name):
+    return [SAMPLES / f"{name}.onnx", "--inputs", SAMPLES / f"{name}.npz"]
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory, known):
+    """The override file of every sample model, from a real search."""
+    out = {}
+    folder = tmp_path_factory.mktemp("overrides")
+    for name in MODELS:
+        path = folder / f"{name}.json"
+        assert main(["search", *map(str, sample(name)), *tol(known, name), "-o", str(path), "-q"]) == 0
+        out[name] = path
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- check
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_check_fails_in_all_fp16_and_passes_with_the_overrides(name, known, searched, tmp_path, capsys):
+    code, out, _ = run(capsys, "check", *sample(name), *tol(known, name), "-q")
+    breaks = bool(known[name]["culprits"])
+    assert code == (1 if breaks else 0), out
+    assert ("FAIL in all-FP16" in out) == breaks
+    report = tmp_path / "check.json"
+    code, out, _ = run(capsys, "check", *sample(name), *tol(known, name), "--overrides", searched[name],
+                       "--json", report, "-q")
+    assert code == 0, out
+    data = json.loads(report.read_text())
+    assert data["passed"] is True and data["overrides"]["same_model"] is True
+    assert sorted(data["overrides"]["nodes"]) == sorted(n["name"] for n in json.loads(searched[name].read_text())
+                                                        ["fp32_nodes"])
+
+
+def retrained(tmp_path, scale):
+    """transformer_block 'retrained': fc1's weights scaled, so the file (and maybe FP16 safety) changes."""
+    model = onnx.load(LN)
+    for i, t in enumerate(model.graph.initializer):
+        if t.name == "fc1.weight":
+            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * scale, t.name))
+    path = tmp_path / f"retrained_{scale}.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def test_check_on_a_retrained_model_says_whether_the_old_overrides_still_suffice(searched, tmp_path, capsys):
+    old = searched["transformer_block"]
+    code, out, err = run(capsys, "check", retrained(tmp_path, 1.001), "--inputs", LN_IN, "--overrides", old)
+    assert code == 0
+    assert "made for another version of this model and still suffices" in out
+    assert "made for another version" in err  # said up front too
+    code, out, _ = run(capsys, "check", retrained(tmp_path, 2000.0), "--inputs", LN_IN, "--overrides", old, "-q")
+    assert code == 1
+    assert "the model changed since" in out and "no longer suffice: rerun 'fp16bisect search" in out
+
+
+def test_check_exit_codes_for_bad_input_and_unreachable_tolerance(tmp_path, capsys):
+    code, _, err = run(capsys, "check", LN, "--inputs", LN_IN, "--overrides", tmp_path / "none.json")
+    assert code == 2 and "not found" in one_line_error(err)
+    code, out, _ = run(capsys, "check", LN, "--inputs", LN_IN, "--atol", "0", "--rtol", "0", "-q")
+    assert code == 3 and "FP32 misses the tolerance too" in out
+
+
+# ------------------------------------------------------------------------------------------------ scan
+
+# The planted tensors of each sample model (sample_models/README.md): what FP16 overflows or flushes.
+PLANTED = {
+    "transformer_block": {"ln1_sq"},
+    "cnn_batchnorm": {"conv1_out"},
+    "attention_unscaled": {"logits", "logits_rows"},
+    "log_underflow": {"probs"},
+    "two_branches": {"a_sq", "b_e", "b_sum"},
+    "fp16_safe": set(),
+    "accumulation": set(),  # no single tensor: the error accumulates over ten branches
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_scan_ranks_the_planted_tensors_first(name, tmp_path, capsys, known):
+    out = tmp_path / "scan.json"
+    code, stdout, _ = run(capsys, "scan", *sample(name), "--json", out)
+    assert code == 0
+    data = json.loads(out.read_text())
+    planted = PLANTED[name]
+    activations = [t["name"] for t in data["tensors"] if t["kind"] == "activation"]
+    assert set(activations[: len(planted)]) == planted
+    assert all(t["tier"] >= 2 for t in data["tensors"] if t["name"] in planted)
+    # one implementation: the nodes scan ranks first are the search's suspects, and hold the culprits
+    suspects = [n["name"] for n in data["nodes"][: data["suspects"]]]
+    assert set(known[name]["culprits"]) <= set(suspects) or name == "accumulation"
+    if planted:
+        assert next(iter(sorted(planted))) in stdout
+
+
+def test_scan_lists_weights_beyond_fp16_range(tmp_path, capsys):
+    model = onnx.load(LN)
+    model.graph.initializer.append(numpy_helper.from_array(np.array([1e6, 1e-9], np.float32), "huge_unused"))
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    out = tmp_path / "scan.json"
+    assert run(capsys, "scan", path, "--inputs", LN_IN, "--json", out)[0] == 0
+    row = next(t for t in json.loads(out.read_text())["tensors"] if t["name"] == "huge_unused")
+    assert row["kind"] == "weight" and row["risk"] == "overflow" and row["flushed"] == 1
+
+
+# --------------------------------------------------------------------------------------------- compare
+
+# Where the error is born in all-FP16, by construction of each model.
+FIRST_FAILING = {
+    "transformer_block": "ln1_square",  # x² overflows
+    "cnn_batchnorm": "conv1_out",  # the unnormalised convolution overflows
+    "attention_unscaled": "qk_matmul",  # unscaled logits overflow
+    "log_underflow": "log",  # softmax flushes tiny probabilities to 0 (harmless there); log makes them -inf
+    "two_branches": "a_square",  # the first of the two planted sites in topological order
+    "fp16_safe": None,
+    "accumulation": "sum",  # no node fails alone: ten small errors add up in the final sum
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_compare_names_the_node_where_the_error_is_born(name, tmp_path, capsys, searched):
+    out = tmp_path / "layers.csv"
+    code, stdout, _ = run(capsys, "compare", *sample(name), "--csv", out, "-q")
+    assert code == 0
+    rows = list(csv.DictReader(out.open()))
+    first = next((r["node"] for r in rows if r["passed"] == "False"), None)
+    assert first == FIRST_FAILING[name]
+    if first:
+        assert f"first failing node: {first}" in stdout
+    else:
+        assert "no node fails" in stdout
+
+
+def test_compare_with_the_overrides_has_no_non_finite_tensor(tmp_path, capsys, searched):
+    out = tmp_path / "layers.csv"
+    code, _, _ = run(capsys, "compare", *sample("transformer_block"), "--overrides", searched["transformer_block"],
+                     "--csv", out, "-q")
+    assert code == 0
+    rows = list(csv.DictReader(out.open()))
+    assert all(r["nonfinite"] == "0" for r in rows)
+    assert {r["node"] for r in rows if r["fp32"] == "True"} == {"ln1_square", "ln1_var"}

@@ -6,6 +6,7 @@ import sys
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .pipeline import Listener, Outcome
 from .search import Step
@@ -25,7 +26,7 @@ class ConsoleListener(Listener):
             return
         if self.live:
             self._stop()
-            self.console.print(f"[dim]·[/dim] {text}")
+            self.console.print(Text("· ", style="dim") + Text(text))  # Text: names with [...] are not markup
         else:
             print(f"fp16bisect: {text}", file=sys.stderr, flush=True)
 
@@ -40,10 +41,10 @@ class ConsoleListener(Listener):
         )
         if self.live:
             if self.status is None:
-                self.status = self.console.status(line)
+                self.status = self.console.status(Text(line))
                 self.status.start()
             else:
-                self.status.update(line)
+                self.status.update(Text(line))
         else:
             print(f"fp16bisect: {line}", file=sys.stderr, flush=True)
 

@@ -84,6 +84,27 @@ def group_testing_bound(n: int, k: int) -> float:
     return (math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)) / math.log(2)
 
 
+def estimate_left(pool: int, remaining: int, found: int) -> float:
+    """Evaluations still to come, roughly: the members left are guessed from the density found so far in
+    the part of the pool already searched, each costing a binary search (log2 + 1), plus the verification."""
+    consumed = pool - remaining
+    k = max(1.0, found / consumed * remaining) if found and consumed > 0 else 1.0
+    k = min(k, float(remaining))
+    return k * (math.log2(max(remaining / k, 1.0)) + 1) + 1
+
+
+def _dense_left(dense: tuple, decided: int, found: int) -> float:
+    """QuickXplain's evaluations still to come: its bound on what is undecided, with the members there
+    guessed from the density among the candidates it has decided (at its start: the density before)."""
+    found_before, k_start, size = dense
+    got, left = found - found_before, size - decided
+    if left <= 0:
+        return 1.0
+    k = max(1.0, min(got / decided * left if decided and got else k_start * left / size, left))
+    binary = k * (math.log2(max(left / k, 1.0)) + 1)  # one binary search a member: QuickXplain's best case
+    return (binary + quickxplain_bound(left, k)) / 2 + 1  # measured: between it and the worst-case bound
+
+
 def quickxplain_bound(n: int, k: int) -> float:
     """2k*log2(n/k) + 2k: QuickXplain's worst case for k elements among n."""
     if k <= 0:
@@ -102,7 +123,10 @@ class _Memo:
         self.contradictions: list[tuple[frozenset, frozenset]] = []
         self.phase = "precondition"
         self.remaining = n_total  # size of the set still being searched (for progress)
+        self.pool = n_total  # size of the set the split phase started from
         self.found = 0
+        self.dense: tuple[int, float, int] | None = None  # QuickXplain's start: found, members guessed, size
+        self.decided = 0  # candidates QuickXplain has settled, in or out
 
     def __call__(self, plan: Iterable[Hashable]) -> bool:
         plan = frozenset(plan)
@@ -118,7 +142,10 @@ class _Memo:
         return passed
 
     def progress(self) -> dict:
-        left = quickxplain_bound(max(self.remaining, 1), max(self.found, 1)) if self.remaining else 0
+        if self.dense is not None and self.remaining:
+            left = _dense_left(self.dense, self.decided, self.found)
+        else:
+            left = estimate_left(self.pool, self.remaining, self.found) if self.remaining else 0
         return {
             "evaluations": len(self.trace),
             "phase": self.phase,
@@ -148,9 +175,11 @@ def _quickxplain(memo: _Memo, background: frozenset, changed: bool, cands: list)
     usual split in halves; the first half is preferred.
     """
     if changed and memo(background):
+        memo.decided += len(cands)
         return []
     if len(cands) == 1:
         memo.found += 1
+        memo.decided += 1
         return list(cands)
     half = len(cands) // 2
     first, second = cands[:half], cands[half:]
@@ -193,6 +222,8 @@ def _bisect(memo: _Memo, pool: list) -> list:
     rest = list(pool)
     while rest:
         if found and _dense(len(found), len(pool) - len(rest), len(rest)):
+            density = len(found) / max(len(pool) - len(rest), 1)
+            memo.dense = (len(found), max(1.0, density * len(rest)), len(rest))
             return found + _quickxplain(memo, base, True, rest)
         if found and memo(base):
             break
@@ -278,7 +309,7 @@ def search(
             size *= 2
 
     memo.phase = "split"
-    memo.remaining = len(pool)
+    memo.remaining = memo.pool = len(pool)
     if pool is not order and len(pool) <= SMALL_POOL:
         found = frozenset(_drop_one_by_one(memo, list(pool)))
     else:

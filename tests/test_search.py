@@ -487,3 +487,19 @@ def _never_called(plan):
 def test_invalid_arguments_raise_search_error(candidates, order):
     with pytest.raises(SearchError):
         search(candidates, _never_called, order=order)
+
+
+@pytest.mark.parametrize("n,k,share", [(300, 90, 0.9), (200, 40, 0.9), (1000, 10, 0.7)])
+def test_the_progress_estimate_of_evaluations_left_is_within_3x_once_the_search_is_under_way(n, k, share):
+    """The estimate a person watches: after the first third of the search, mostly within 3x of the truth."""
+    for seed in range(5):
+        rng = random.Random(seed)
+        ids = list(range(n))
+        culprits = frozenset(rng.sample(ids, k))
+        rng.shuffle(ids)
+        rows = []
+        result = search(ids, lambda plan, c=culprits: c <= plan,
+                        on_step=lambda step, p: rows.append((step.index, p["estimate_left"])))
+        ratios = [est / (result.evaluations - i) for i, est in rows if result.evaluations > i]
+        late = ratios[len(ratios) // 3:]
+        assert sum(1 / 3 <= r <= 3 for r in late) >= share * len(late), (seed, n, k)

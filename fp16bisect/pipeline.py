@@ -201,7 +201,8 @@ def overrides_json(o: Outcome, versions: dict, output: str | None = None) -> dic
             "trace": [{"fp32": len(s.plan), "passed": s.passed, "phase": s.phase} for s in result.trace],
             "build_failures": [{"fp32": sorted(e.plan), "error": e.error} for e in o.oracle.build_failures],
         },
-        "metrics": {"fp32": worst(everything), "fp16": worst(()), "with_overrides": worst(result.fp32)},
+        # fp32 is null when the search never needed the all-FP32 plan (a passing plan implies it)
+        "metrics": {"fp32": worst(everything) or None, "fp16": worst(()), "with_overrides": worst(result.fp32)},
         "skipped_nodes": graph.skipped,
         "notes": notes(graph),
         "exports": {

@@ -8,8 +8,10 @@ predicates in milliseconds.
 
 Algorithm
 ---------
-1. Preconditions: the all-FP32 plan must pass, the all-FP16 (empty) plan must
-   fail.
+1. Preconditions: the all-FP16 (empty) plan must fail, and the all-FP32 plan
+   must pass. All-FP32 is evaluated only when no suspect prefix passes: a
+   passing plan implies it under monotonicity (and on a GPU it is one engine
+   build saved).
 2. Suspicion first (only when the caller flags ``suspects``, the leading ids of
    ``order`` whose FP32 activations come near the FP16 limits): test growing
    prefixes of the order, of sizes 1, 2, 4, ..., up to all suspects. A passing
@@ -288,8 +290,8 @@ def search(
             **kw,
         )
 
-    if not memo(everything):
-        return result("fp32_fails")
+    # Preconditions. All-FP16 first; all-FP32 only when no suspect prefix passes: a passing plan implies
+    # it by monotonicity, and on a GPU it is one engine build saved.
     if memo(frozenset()):
         return result("fp16_passes", passed=True, minimal=True, minimality="empty set")
 
@@ -307,6 +309,11 @@ def search(
             if size == suspects:
                 break
             size *= 2
+
+    if pool is order:
+        memo.phase = "precondition"
+        if not memo(everything):
+            return result("fp32_fails")
 
     memo.phase = "split"
     memo.remaining = memo.pool = len(pool)

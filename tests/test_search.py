@@ -253,8 +253,9 @@ def test_all_fp32_failing(n):
     result = search(list(range(n)), rec, order=list(reversed(range(n))), suspects=3)
     assert result.status == "fp32_fails"
     assert result.fp32 == () and not result.passed and not result.minimal
-    assert rec.calls == [frozenset(range(n))]
-    assert result.evaluations == 1
+    # all-FP16 first, then the suspect prefixes (1, 2, 3), then all-FP32 once nothing smaller passed
+    assert rec.calls[0] == frozenset() and rec.calls[-1] == frozenset(range(n))
+    assert result.evaluations == len(set(rec.calls)) <= 2 + min(n, 3)
     assert "all-FP32" in str(result)
 
 
@@ -269,8 +270,8 @@ def test_empty_plan_passing(n):
     result = search(list(range(n)), rec, suspects=5)
     assert result.status == "fp16_passes"
     assert result.fp32 == ()
-    assert result.evaluations == 2
-    assert rec.calls == [frozenset(range(n)), frozenset()]
+    assert result.evaluations == 1  # all-FP32 is not needed: a passing all-FP16 settles it
+    assert rec.calls == [frozenset()]
 
 
 # --------------------------------------------------------------------------
@@ -459,7 +460,7 @@ def test_on_step_called_once_per_evaluation(n, k, suspects, check_minimal, seed)
 def test_on_step_for_preconditions_only():
     events = []
     search([1, 2, 3], lambda plan: True, on_step=lambda s, p: events.append(p))
-    assert [p["evaluations"] for p in events] == [1, 2]
+    assert [p["evaluations"] for p in events] == [1]
     assert all(p["phase"] == "precondition" for p in events)
 
 
@@ -503,3 +504,12 @@ def test_the_progress_estimate_of_evaluations_left_is_within_3x_once_the_search_
         ratios = [est / (result.evaluations - i) for i, est in rows if result.evaluations > i]
         late = ratios[len(ratios) // 3:]
         assert sum(1 / 3 <= r <= 3 for r in late) >= share * len(late), (seed, n, k)
+
+
+def test_all_fp32_is_not_evaluated_when_a_suspect_prefix_passes():
+    """A passing plan implies all-FP32 passes (monotonicity): on a GPU that is one engine build saved."""
+    rec = Recorder(lambda plan: {0, 1} <= plan)
+    result = search(list(range(40)), rec, order=list(range(40)), suspects=2)
+    assert result.fp32 == (0, 1) and result.minimal
+    assert frozenset(range(40)) not in rec.calls
+    assert result.evaluations == 4  # all-FP16, {0}, {0, 1}, {1}

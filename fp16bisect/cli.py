@@ -117,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to write the override JSON (default overrides.json)")
     s.add_argument("--check-minimal", action="store_true",
                    help="evaluate each 'set minus one node' directly instead of relying on monotonicity")
+    s.add_argument("--repeats", type=int, default=1, metavar="N",
+                   help="evaluate each plan N times (on TensorRT: N builds); all must pass (default 1)")
+    s.add_argument("--restart", action="store_true",
+                   help="discard the journal of an earlier run of this search instead of resuming it")
     s.add_argument("--report", metavar="FILE.html", help="also write a self-contained HTML report")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
@@ -186,9 +190,18 @@ def cmd_search(args) -> int:
     if not args.quiet:
         listener.stage(f"tolerance: {tolerance}")
     try:
+        if args.repeats < 1:
+            raise UsageError(f"--repeats {args.repeats}: give a number of evaluations per plan, 1 or more")
         outcome = search_model(args.model, args.inputs, args.reference, tolerance, args.backend,
                                check_minimal=args.check_minimal, listener=listener, output=args.output,
-                               backend_options=backend_options(args))
+                               backend_options=backend_options(args), repeats=args.repeats, restart=args.restart)
+    except KeyboardInterrupt:
+        listener.close()
+        from .pipeline import journal_path
+
+        print(f"fp16bisect: interrupted; finished evaluations are kept in {journal_path(args.output)}: "
+              "rerun the same command to continue", file=sys.stderr)
+        return 130
     finally:
         listener.close()
     write_json(args.output, outcome.data)

@@ -10,6 +10,7 @@ from . import __version__
 from .backends import make_backend
 from .errors import BuildFailed, ToleranceUnreachable, UsageError
 from .graph import Graph
+from .journal import Journal, samples_digest
 from .oracle import Evaluation, Oracle
 from .overrides import SCHEMA, autocast_export, node_entry, strongly_typed_export, trtexec_export
 from .profile import Profile, profile
@@ -48,7 +49,10 @@ class Outcome:
 
 
 def prepare(model: str, inputs: list[str], references: list[str] | None, backend: str, tolerance: Tolerance,
-            listener: Listener, backend_options: dict | None = None):
+            listener: Listener, backend_options: dict | None = None, *, repeats: int = 1,
+            journal_path: str | None = None, restart: bool = False):
+    """Model, samples, backend and oracle. With ``journal_path``, evaluations are journaled there and a
+    journal of the same search is replayed (``restart`` discards it)."""
     listener.stage(f"loading {model}")
     graph = Graph.load(model)
     outputs = graph.float_output_names()
@@ -57,6 +61,7 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
             f"{model!r} has no float32 output, so there is nothing FP16 could make wrong: pass a model with float outputs"
         )
     samples = load_samples(graph, inputs, references)
+    given = samples_digest(samples)  # before references are computed: what the user gave
     if not references:
         listener.stage("computing FP32 references with ONNX Runtime")
     add_fp32_references(graph, samples)
@@ -65,7 +70,14 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
     options = dict(backend_options or {})
     options.setdefault("input_shapes", sample_shapes([s.inputs for s in samples]))
     chosen = make_backend(backend, graph, **options)
-    oracle = Oracle(chosen, samples, tolerance, outputs)
+    journal = None
+    if journal_path:
+        header = {"model_sha256": graph.sha256, "backend": chosen.name, "tolerance": tolerance.to_json(),
+                  "samples": given, "repeats": repeats}
+        journal = Journal(journal_path, header, restart=restart)
+        if journal.entries:
+            listener.stage(f"resuming: {len(journal.entries)} evaluation(s) replayed from {journal_path}")
+    oracle = Oracle(chosen, samples, tolerance, outputs, repeats=repeats, journal=journal)
     return graph, chosen, oracle
 
 
@@ -95,16 +107,22 @@ def search_model(
     listener: Listener | None = None,
     output: str | None = None,
     backend_options: dict | None = None,
+    repeats: int = 1,
+    restart: bool = False,
 ) -> Outcome:
-    """``output``: where the caller writes the JSON (named in its exports; the TensorRT timing cache goes beside it).
-    ``backend_options``: passed to the backend (TensorRT: optimisation level, timing cache, noise policy)."""
+    """``output``: where the caller writes the JSON (named in its exports); the journal (resume) and the
+    TensorRT timing cache go beside it. ``backend_options``: passed to the backend (TensorRT: optimisation
+    level, timing cache, noise policy). ``repeats``: evaluations per plan, all must pass. ``restart``:
+    discard the journal of an earlier run instead of resuming it."""
     listener = listener or Listener()
     start = time.perf_counter()
     options = dict(backend_options or {})
     noise_ok = options.pop("noise_ok", False)
     if output and not options.get("timing_cache"):
         options["timing_cache"] = str(Path(output).with_suffix(".timing.cache"))
-    graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, options)
+    graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, options,
+                                    repeats=repeats, journal_path=journal_path(output) if output else None,
+                                    restart=restart)
     try:
         return _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, noise_ok, start)
     finally:
@@ -112,7 +130,12 @@ def search_model(
             chosen.close()
 
 
-def build_noise(backend, samples, tolerance: Tolerance, noise_ok: bool, listener: Listener) -> dict:
+def journal_path(output: str) -> str:
+    """Beside the override JSON: overrides.json -> overrides.journal.jsonl."""
+    return str(Path(output).with_suffix(".journal.jsonl"))
+
+
+def build_noise(backend, samples, tolerance: Tolerance, noise_ok: bool, listener: Listener, journal=None) -> dict:
     """Output -> max abs difference between two builds of the all-FP16 plan (backends that build engines).
 
     Verdicts finer than build-to-build noise are coin flips: a tolerance the two builds do not meet
@@ -120,6 +143,9 @@ def build_noise(backend, samples, tolerance: Tolerance, noise_ok: bool, listener
     """
     if not hasattr(backend, "noise"):
         return {}
+    if journal is not None and journal.noise is not None:
+        listener.stage("build noise: measured before, read from the journal")
+        return journal.noise
     listener.stage("building the all-FP16 engine twice to measure build-to-build noise")
     try:
         first, second = backend.noise(samples[0].inputs)
@@ -137,11 +163,13 @@ def build_noise(backend, samples, tolerance: Tolerance, noise_ok: bool, listener
                 "--atol/--rtol, or pass --noise-ok to search anyway"
             )
     listener.stage("build noise: " + ", ".join(f"{k} {v:.3g}" for k, v in found.items()))
+    if journal is not None:
+        journal.record_noise({k: (v if v != float("inf") else "inf") for k, v in found.items()})
     return found
 
 
 def _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, noise_ok, start) -> Outcome:
-    noise = build_noise(chosen, oracle.samples, tolerance, noise_ok, listener)
+    noise = build_noise(chosen, oracle.samples, tolerance, noise_ok, listener, oracle.journal)
     listener.stage(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s)")
     prof = profile(graph, oracle.samples)
     listener.stage(f"searching on the {chosen.name} backend ({prof.suspects} suspect(s) first)")
@@ -151,7 +179,8 @@ def _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, n
         order=prof.order,
         suspects=prof.suspects,
         check_minimal=check_minimal,
-        on_step=listener.step,
+        on_step=lambda step, progress: listener.step(step, {**progress, "replayed": step.plan in oracle.replayed}),
+        recheck=None if getattr(chosen, "deterministic", False) else lambda plan: oracle.evaluate(plan, 1).passed,
     )
     if result.status == "fp32_fails":
         everything = oracle.memo[frozenset(n.id for n in graph.candidates)]
@@ -193,6 +222,9 @@ def overrides_json(o: Outcome, versions: dict, output: str | None = None) -> dic
             "status": result.status,
             "candidates": len(graph.candidates),
             "evaluations": result.evaluations,
+            "evaluations_run": o.oracle.runs,
+            "repeats": o.oracle.repeats,
+            "flaky": [sorted(e.plan) for e in o.oracle.flaky],
             "minimal": result.minimal,
             "minimality": result.minimality,
             "verified": result.passed,

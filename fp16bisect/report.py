@@ -33,7 +33,7 @@ class ConsoleListener(Listener):
     def step(self, step: Step, progress: dict) -> None:
         if self.quiet:
             return
-        verdict = "pass" if step.passed else "FAIL"
+        verdict = ("pass" if step.passed else "FAIL") + (" (from the journal)" if progress.get("replayed") else "")
         line = (
             f"evaluation {step.index}: {len(step.plan)} node(s) in FP32 -> {verdict} "
             f"[{step.phase}; {progress['searching']} candidate(s) in play, {progress['found']} found, "

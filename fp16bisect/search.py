@@ -127,6 +127,7 @@ class _Memo:
         self.remaining = n_total  # size of the set still being searched (for progress)
         self.pool = n_total  # size of the set the split phase started from
         self.found = 0
+        self.everything: frozenset = frozenset()
         self.dense: tuple[int, float, int] | None = None  # QuickXplain's start: found, members guessed, size
         self.decided = 0  # candidates QuickXplain has settled, in or out
 
@@ -155,6 +156,18 @@ class _Memo:
             "found": self.found,
             "estimate_left": int(math.ceil(left)),
         }
+
+    def again(self, plan: frozenset, recheck) -> bool:
+        """A fresh evaluation of a plan already judged; a different verdict is a contradiction."""
+        passed = bool(recheck(plan))
+        step = Step(len(self.trace) + 1, plan, passed, "recheck")
+        self.trace.append(step)
+        if self._on_step is not None:
+            self._on_step(step, self.progress())
+        if passed != self.results.get(plan, passed):
+            self.contradictions.append((plan, plan))
+            self.results[plan] = self.results[plan] and passed  # a plan that failed once is not trusted
+        return passed
 
     def _note_contradictions(self, plan: frozenset, passed: bool) -> None:
         for other, other_passed in self.results.items():
@@ -264,8 +277,13 @@ def search(
     suspects: int = 0,
     check_minimal: bool = False,
     on_step: Callable[[Step, dict], None] | None = None,
+    recheck: Callable[[frozenset], bool] | None = None,
 ) -> SearchResult:
-    """Search a 1-minimal FP32 set; see the module docstring."""
+    """Search a 1-minimal FP32 set; see the module docstring.
+
+    ``recheck``: for an oracle whose verdicts can vary (engine builds), evaluates the final set once more,
+    afresh; if it fails, the search says so and falls back to the smallest plan that passed.
+    """
     ids = list(dict.fromkeys(candidates))
     if len(ids) != len(candidates):
         raise SearchError("candidate ids must be unique")
@@ -278,6 +296,7 @@ def search(
 
     memo = _Memo(test, on_step, len(ids))
     everything = frozenset(ids)
+    memo.everything = everything
     rank = {c: i for i, c in enumerate(order)}
 
     def result(status, fp32=(), **kw) -> SearchResult:
@@ -326,6 +345,8 @@ def search(
     memo.remaining = 0
     if not memo(found):
         return _fallback(memo, result, "the set found fails when evaluated")
+    if recheck is not None and not memo.again(found, recheck):
+        return _fallback(memo, result, "the set found failed when evaluated again")
 
     memo.phase = "minimality"
     direct = 0
@@ -348,11 +369,23 @@ def search(
 
 
 def _fallback(memo: _Memo, result, why: str) -> SearchResult:
-    """Smallest plan actually seen to pass; never claims minimality."""
+    """Smallest plan actually seen to pass (and not seen to fail); never claims minimality."""
     passing = [plan for plan, passed in memo.results.items() if passed]
+    if not passing:  # the only passing plan failed when evaluated again: all-FP32 is the last resort
+        everything = frozenset(memo.everything)
+        if everything not in memo.results:
+            memo.phase = "fallback"
+            memo(everything)
+        passing = [plan for plan, passed in memo.results.items() if passed]
+        if not passing:
+            return result("fp32_fails")
     best = min(passing, key=len)
+    def shown(plan) -> str:
+        return "{" + ", ".join(sorted(map(str, plan))) + "}"
+
     names = "; ".join(
-        f"{sorted(map(repr, small))} passed but {sorted(map(repr, big))} failed"
+        f"{shown(small)} passed, then failed when evaluated again" if small == big
+        else f"{shown(small)} passed but its superset {shown(big)} failed"
         for small, big in memo.contradictions[:3]
     )
     detail = f"not minimal: {why}" + (f" ({names})" if names else "")

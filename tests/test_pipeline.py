@@ -59,7 +59,7 @@ class FailingBuilds:
     def versions(self):
         return self.inner.versions()
 
-    def run(self, plan, inputs):
+    def run(self, plan, inputs, repeat=0):
         from fp16bisect.errors import BuildFailed
 
         if self.bad(plan):

@@ -513,3 +513,20 @@ def test_all_fp32_is_not_evaluated_when_a_suspect_prefix_passes():
     assert result.fp32 == (0, 1) and result.minimal
     assert frozenset(range(40)) not in rec.calls
     assert result.evaluations == 4  # all-FP16, {0}, {0, 1}, {1}
+
+
+def test_a_final_set_that_fails_when_evaluated_again_is_not_returned_as_minimal():
+    """A noisy oracle (engine builds): {0, 1} passes once, then fails its re-evaluation."""
+    result = search(list(range(10)), lambda plan: {0, 1} <= plan, order=list(range(10)), suspects=2,
+                    recheck=lambda plan: plan != frozenset({0, 1}))
+    assert not result.minimal and "failed when evaluated again" in result.minimality
+    assert "{0, 1} passed, then failed when evaluated again" in result.minimality
+    assert set(result.fp32) == set(range(10))  # the smallest plan seen to pass and never to fail: all-FP32
+    assert (frozenset({0, 1}), frozenset({0, 1})) in result.contradictions
+    assert [s.phase for s in result.trace][-2:] == ["recheck", "fallback"]
+
+
+def test_a_recheck_that_agrees_costs_one_evaluation_and_keeps_the_answer():
+    result = search(list(range(10)), lambda plan: {0, 1} <= plan, order=list(range(10)), suspects=2,
+                    recheck=lambda plan: {0, 1} <= plan)
+    assert result.fp32 == (0, 1) and result.minimal and result.evaluations == 5

@@ -119,7 +119,9 @@ class EmulateBackend:
             mask[self.index[node_id]] = True
         return mask
 
-    def run(self, plan, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    deterministic = True  # one session, the same arithmetic every time: a repeat gives the same result
+
+    def run(self, plan, inputs: dict[str, np.ndarray], repeat: int = 0) -> dict[str, np.ndarray]:
         feed = dict(inputs)
         feed[MASK] = self.mask(plan)
         values = run(self.session, self.output_names, feed, "the FP16 emulation of the model")

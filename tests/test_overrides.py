@@ -79,3 +79,16 @@ def test_read_rejects_what_is_not_an_override_file(tmp_path, text):
     path.write_text(text)
     with pytest.raises(UsageError):
         read(path)
+
+
+def test_written_files_get_ordinary_permissions(tmp_path):
+    import os
+    import stat
+
+    from fp16bisect.overrides import write_atomic
+
+    write_atomic(tmp_path / "f.json", b"{}")
+    mode = stat.S_IMODE(os.stat(tmp_path / "f.json").st_mode)
+    mask = os.umask(0)
+    os.umask(mask)
+    assert mode == 0o666 & ~mask

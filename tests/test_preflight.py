@@ -163,3 +163,28 @@ def test_compare_with_the_overrides_has_no_non_finite_tensor(tmp_path, capsys, s
     rows = list(csv.DictReader(out.open()))
     assert all(r["nonfinite"] == "0" for r in rows)
     assert {r["node"] for r in rows if r["fp32"] == "True"} == {"ln1_square", "ln1_var"}
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+PLOTS = ('id="plot-node-error"', 'id="plot-magnitudes"', 'id="plot-trace"', 'id="overrides"', 'id="outputs"')
+
+
+def test_search_check_and_compare_write_a_self_contained_report_with_every_plot(tmp_path, capsys, searched):
+    runs = {
+        "search": ["search", *sample("transformer_block"), "-o", tmp_path / "o.json"],
+        "check": ["check", *sample("transformer_block"), "--overrides", searched["transformer_block"]],
+        "compare": ["compare", *sample("transformer_block"), "--overrides", searched["transformer_block"]],
+    }
+    for command, argv in runs.items():
+        report = tmp_path / f"{command}.html"
+        code, stdout, _ = run(capsys, *argv, "--report", report, "-q")
+        assert code == 0 and f"report written to {report}" in stdout
+        page = report.read_text()
+        for plot in PLOTS:
+            assert plot in page, (command, plot)
+        assert page.count("<svg") >= 3 - (command != "search")  # no trace plot without a search
+        assert "ln1_square" in page and "ln1_var" in page
+        assert "<script" not in page and "src=" not in page and "<link" not in page
+    search_page = (tmp_path / "search.html").read_text()
+    assert "ln1_sq" in search_page and "65504" in search_page  # the overflowing tensor against the limit

@@ -11,6 +11,7 @@ from .artifact import Check, strict, verify
 from .graph import Graph
 from .mixed import Mixed, convert
 from .overrides import read, write_atomic
+from .runtime import external_copy, too_big
 from .samples import add_fp32_references, load_samples
 from .tolerance import Tolerance
 
@@ -25,15 +26,26 @@ def apply(overrides: str | Path, model: str | Path, *, fp16_io: bool = False, fo
     data = read(overrides, model, force=force)
     mixed = convert(graph, [n["name"] for n in data["fp32_nodes"]] + list(keep_fp32), fp16_io=fp16_io)
     try:
-        onnx.checker.check_model(mixed.model, full_check=True)
+        if too_big(mixed.model):  # over 2 GB: the checker reads it from files
+            files = external_copy(mixed.model)
+            onnx.checker.check_model(str(files.model), full_check=True)
+        else:
+            onnx.checker.check_model(mixed.model, full_check=True)
     except onnx.checker.ValidationError as exc:  # our bug, not the user's input
         raise RuntimeError(f"the mixed-precision model fails onnx.checker: {str(exc).splitlines()[0]}") from None
     return mixed, data
 
 
 def save(model: onnx.ModelProto, path: str | Path) -> None:
-    """Write atomically: the file is either the old one or the whole new one."""
-    write_atomic(path, model.SerializeToString())
+    """Write atomically: the file is either the old one or the whole new one. Over 2 GB, the weights go to
+    ``<name>.data`` beside it (written first, then the model that points to it)."""
+    path = Path(path)
+    if not too_big(model):
+        write_atomic(path, model.SerializeToString())
+        return
+    files = external_copy(model, path.name)  # the model refers to its weights as "<name>.data"
+    write_atomic(path.parent / f"{path.name}.data", files.data.read_bytes())
+    write_atomic(path, files.model.read_bytes())
 
 
 @dataclass

@@ -20,21 +20,50 @@ def session(model: onnx.ModelProto, what: str = "the model", *, basic: bool = Fa
     convolutions, whose other summation order moves FP32 results by an ulp, which FP16 rounding can amplify)."""
     import onnxruntime as ort
 
-    if model.ByteSize() >= PROTOBUF_LIMIT:
-        raise UsageError(
-            f"{what} is over 2 GB in memory, which this version cannot run in ONNX Runtime: "
-            "search a smaller model (large models are planned)"
-        )
     options = ort.SessionOptions()
     level = ort.GraphOptimizationLevel
     options.graph_optimization_level = level.ORT_ENABLE_BASIC if basic else level.ORT_ENABLE_ALL
     options.log_severity_level = 3
     try:
+        if too_big(model):  # protobuf cannot serialize 2 GB: hand ONNX Runtime a file with external weights
+            files = external_copy(model)
+            sess = ort.InferenceSession(str(files.model), options, providers=["CPUExecutionProvider"])
+            sess._fp16bisect_files = files  # the files live as long as the session
+            return sess
         return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise UsageError(
             f"ONNX Runtime cannot load {what}: {first_line(exc)}; check that the model runs in ONNX Runtime"
         ) from None
+
+
+def too_big(model: onnx.ModelProto) -> bool:
+    """Over what one protobuf message can hold (2 GB): such a model exists only with external weights."""
+    return model.ByteSize() >= PROTOBUF_LIMIT
+
+
+class external_copy:  # noqa: N801  (used like a function returning the files)
+    """The model written to a temporary folder with its weights in one external file (kept until dropped)."""
+
+    def __init__(self, model: onnx.ModelProto, filename: str = "model.onnx"):
+        import tempfile
+        from pathlib import Path
+
+        self._dir = tempfile.TemporaryDirectory(prefix="fp16bisect-")
+        self.model = Path(self._dir.name) / filename
+        self.data = Path(self._dir.name) / f"{filename}.data"
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)  # save_model rewrites the initializers it moves out: never the caller's model
+        save_large(copy, self.model)
+
+
+def save_large(model: onnx.ModelProto, path) -> None:
+    """Save with every weight above 1 KB in ``<name>.data`` beside it (the model is changed in place)."""
+    from pathlib import Path
+
+    path = Path(path)
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=f"{path.name}.data", size_threshold=1024)
 
 
 def run(sess, names: list[str], feed: dict[str, np.ndarray], what: str) -> list:

@@ -61,6 +61,7 @@ NAMES: dict[str, str] = {
     "NetworkDefinitionCreationFlag.STRONGLY_TYPED": BUILDER,
     "OnnxParser": ONNX_PARSER,
     "OnnxParser.parse": ONNX_PARSER,
+    "OnnxParser.parse_from_file": ONNX_PARSER,  # models over 2 GB, weights in external files
     "OnnxParser.num_errors": ONNX_PARSER,
     "OnnxParser.get_error": ONNX_PARSER,
     "ParserError": ONNX_PARSER,  # str(error) is TensorRT's full message

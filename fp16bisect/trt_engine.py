@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -96,15 +97,17 @@ class EngineBuilder:
         if self.logger is None:
             self.logger = collecting_logger(self.tensorrt.module)
 
-    def parse(self, onnx_bytes: bytes):
-        """(builder, network, parser); ParseError with TensorRT's messages when it fails."""
+    def parse(self, onnx_bytes):
+        """(builder, network, parser); ParseError with TensorRT's messages when it fails.
+
+        ``onnx_bytes``: the model's bytes, or a ``Path`` to a model file (over 2 GB: with external weights)."""
         trt = self.tensorrt.module
         builder = trt.Builder(self.logger)
         # 0: weakly typed on 10.x; 11.x and RTX networks are strongly typed whatever the flags say
         network = builder.create_network(0)
         parser = trt.OnnxParser(network, self.logger)
         with self.logger.capture() as logged:
-            ok = parser.parse(onnx_bytes)
+            ok = parser.parse_from_file(str(onnx_bytes)) if isinstance(onnx_bytes, Path) else parser.parse(onnx_bytes)
         errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
         if not ok or errors:
             raise ParseError("TensorRT's ONNX parser rejected the model", errors + logged)

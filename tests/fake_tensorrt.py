@@ -191,6 +191,13 @@ def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
         def get_error(self, index):
             return self._errors[index]
 
+        def parse_from_file(self, path):
+            try:
+                return self.parse(onnx.load(path).SerializeToString())
+            except (OSError, ValueError) as exc:
+                self._errors.append(ParserError(f"(parseFromFile): INVALID_VALUE: {exc}"))
+                return False
+
         def parse(self, model):
             try:
                 proto = onnx.load_model_from_string(bytes(model))

@@ -155,3 +155,25 @@ def test_weights_kept_outside_the_model_file(tmp_path, capsys):
     np.savez(npz, x=np.linspace(0.5, 1.0, 16, dtype=np.float32).reshape(2, 8))
     data = searched(tmp_path, capsys, str(path), str(npz))
     assert sorted(n["name"] for n in data["fp32_nodes"]) == ["a_sqrt", "a_square"]
+
+
+def test_a_model_over_the_protobuf_limit_runs_from_files_with_external_weights(tmp_path, capsys, monkeypatch):
+    """Over 2 GB a model cannot be one protobuf message: sessions, the checker and apply's output use
+    external weights. The limit is lowered here so that a small model takes that path."""
+    import fp16bisect.runtime as runtime
+    from conftest import SAMPLES
+
+    monkeypatch.setattr(runtime, "PROTOBUF_LIMIT", 50_000)
+    model, npz = SAMPLES / "transformer_block.onnx", SAMPLES / "transformer_block.npz"
+    assert runtime.too_big(onnx.load(model))
+    out = tmp_path / "o.json"
+    assert main(["search", str(model), "--inputs", str(npz), "-o", str(out), "-q"]) == 0
+    found = sorted(n["name"] for n in json.loads(out.read_text())["fp32_nodes"])
+    assert found == ["ln1_square", "ln1_var"]
+    mixed = tmp_path / "mixed.onnx"
+    assert main(["apply", str(out), str(model), "-o", str(mixed), "--verify", "--inputs", str(npz)]) == 0
+    assert "verified" in capsys.readouterr().out
+    assert (tmp_path / "mixed.onnx.data").stat().st_size > 50_000
+    loaded = onnx.load(mixed)  # with its weights, from beside it
+    onnx.checker.check_model(str(mixed), full_check=True)
+    assert {t.data_type for t in loaded.graph.initializer} >= {TensorProto.FLOAT16}

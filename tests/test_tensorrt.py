@@ -540,3 +540,31 @@ def test_a_tolerance_below_build_to_build_noise_is_refused_unless_told(trt, engi
     err = capsys.readouterr().err
     assert "two builds of the same all-FP16 engine differ beyond the tolerance" in err and "--noise-ok" in err
     assert main([*argv, "--noise-ok"]) == 0
+
+
+def test_a_model_over_the_protobuf_limit_is_parsed_from_a_file(trt, engines_run_as_built, tmp_path, monkeypatch):
+    import fp16bisect.runtime as runtime
+    from fp16bisect.cli import main
+
+    monkeypatch.setattr(runtime, "PROTOBUF_LIMIT", 50_000)  # transformer_block takes the over-2-GB path
+    parsed = []
+    original = trt.OnnxParser.parse_from_file
+    monkeypatch.setattr(trt.OnnxParser, "parse_from_file", lambda self, path: parsed.append(path) or original(self, path))
+    out = tmp_path / "o.json"
+    assert main(["search", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"),
+                 "--backend", "tensorrt", "-o", str(out), "-q"]) == 0
+    assert sorted(n["name"] for n in json.loads(out.read_text())["fp32_nodes"]) == ["ln1_square", "ln1_var"]
+    assert parsed and all(p.endswith(".onnx") for p in parsed)
+
+
+def test_real_tensorrt_rtx_parses_a_model_with_external_weights(tmp_path):
+    pytest.importorskip("tensorrt_rtx", reason="TensorRT-RTX is a test extra: pip install '.[test]'")
+    import tensorrt_rtx
+
+    from fp16bisect.runtime import external_copy
+
+    files = external_copy(onnx.load(TRANSFORMER))
+    assert files.data.stat().st_size > 50_000
+    loaded = T.TensorRT(tensorrt_rtx, "tensorrt_rtx", tensorrt_rtx.__version__, weakly_typed=False)
+    _b, network, _p = E.EngineBuilder(loaded).parse(files.model)
+    assert network.num_layers == 94

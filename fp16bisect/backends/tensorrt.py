@@ -28,6 +28,7 @@ from .. import trt_engine
 from ..errors import UsageError
 from ..graph import Graph
 from ..overrides import write_atomic
+from ..runtime import external_copy, too_big
 
 
 class BuildFailed(errors.BuildFailed):
@@ -54,6 +55,11 @@ def inputs_key(inputs: dict[str, np.ndarray]) -> str:
         digest.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode("utf-8"))
         digest.update(array.tobytes())
     return digest.hexdigest()
+
+
+def _source(model):
+    """What the parser reads: the bytes, or over 2 GB a file with external weights (``parse_from_file``)."""
+    return external_copy(model) if too_big(model) else model.SerializeToString()
 
 
 class TensorRTBackend:
@@ -98,7 +104,7 @@ class TensorRTBackend:
         self._live: tuple[str, trt_engine.Engine] | None = None
         self._cache = self._read_cache()
         model = graph.runnable_copy()  # nodes sharing a name get unique ones, so metadata tells them apart
-        self._onnx = model.SerializeToString()
+        self._onnx = _source(model)
         self._refs = {
             node.id: trt_support.NodeRef.of(
                 model.graph.node[node.index].name or f"node_of_{node.outputs[0]}", node.outputs
@@ -169,12 +175,14 @@ class TensorRTBackend:
             self.engines.move_to_end(key)
         return engine
 
-    def _model_bytes(self, plan: frozenset) -> bytes:
+    def _model_bytes(self, plan: frozenset):
         if self.tensorrt.weakly_typed:
-            return self._onnx
+            return self._onnx.model if isinstance(self._onnx, external_copy) else self._onnx
         from .. import mixed
 
-        return mixed.mixed_model(self.graph, sorted(plan)).SerializeToString()
+        source = _source(mixed.mixed_model(self.graph, sorted(plan)))
+        self._last_source = source  # an external copy lives until the next build
+        return source.model if isinstance(source, external_copy) else source
 
     def _build(self, plan: frozenset) -> bytes:
         unknown = sorted(plan - set(self._refs))

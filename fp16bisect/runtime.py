@@ -39,7 +39,12 @@ def session(model: onnx.ModelProto, what: str = "the model", *, basic: bool = Fa
 
 def too_big(model: onnx.ModelProto) -> bool:
     """Over what one protobuf message can hold (2 GB): such a model exists only with external weights."""
-    return model.ByteSize() >= PROTOBUF_LIMIT
+    from google.protobuf.message import EncodeError
+
+    try:
+        return model.ByteSize() >= PROTOBUF_LIMIT
+    except EncodeError:  # protobuf refuses even to size a message past 2 GB
+        return True
 
 
 class external_copy:  # noqa: N801  (used like a function returning the files)

@@ -180,20 +180,39 @@ def _umask() -> int:
 def read(path: str | Path, model_path: str | Path | None = None, force: bool = False) -> dict:
     """Read and validate an override file; refuse one made for another model unless ``force``."""
     path = Path(path)
+    again = "run 'fp16bisect search' again to write a new one"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"override file {str(path)!r} not found: run 'fp16bisect search' to make one") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{str(path)!r} is not an override file ({exc}): run 'fp16bisect search' again") from None
+    except IsADirectoryError:
+        raise UsageError(f"override file {str(path)!r} is a directory: pass the JSON 'fp16bisect search' wrote") \
+            from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{str(path)!r} is not an override file (not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at "
+            f"position {exc.start}): {again}"
+        ) from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{str(path)!r} is not an override file ({exc}): {again}") from None
+    except RecursionError:
+        raise UsageError(f"{str(path)!r} is not an override file (JSON nested too deeply): {again}") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise UsageError(f"{str(path)!r} is not an fp16bisect override file (schema {SCHEMA!r} expected)")
     missing = [k for k in REQUIRED if k not in data]
     if missing:
-        raise UsageError(f"{str(path)!r} lacks key(s) {', '.join(missing)}: run 'fp16bisect search' again")
+        raise UsageError(f"{str(path)!r} lacks key(s) {', '.join(missing)}: {again}")
     nodes = data["fp32_nodes"]
     if not isinstance(nodes, list) or not all(isinstance(n, dict) and isinstance(n.get("name"), str) for n in nodes):
-        raise UsageError(f"{str(path)!r}: fp32_nodes must be a list of objects with a 'name'")
+        raise UsageError(f"{str(path)!r}: fp32_nodes must be a list of objects with a 'name'; {again}")
+    if not isinstance(data["model"], dict) or not isinstance(data["model"].get("sha256", ""), str):
+        raise UsageError(f"{str(path)!r}: 'model' must be an object with the model's 'sha256'; {again}")
+    not_objects = [k for k in ("backend", "search", "metrics", "exports") if not isinstance(data[k], dict)]
+    if not_objects:
+        raise UsageError(f"{str(path)!r}: {', '.join(map(repr, not_objects))} must be JSON object(s); {again}")
+    problem = _tolerance_problem(data["tolerance"])
+    if problem:
+        raise UsageError(f"{str(path)!r} has an invalid 'tolerance' ({problem}): {again}")
     if model_path is not None and not force:
         digest = hashlib.sha256(Path(model_path).read_bytes()).hexdigest()
         if digest != data["model"].get("sha256"):
@@ -202,3 +221,21 @@ def read(path: str | Path, model_path: str | Path | None = None, force: bool = F
                 f"this one is {digest[:12]}...): rerun 'fp16bisect search' on this model, or pass --force"
             )
     return data
+
+
+def _tolerance_problem(t) -> str:
+    """What is wrong with a recorded tolerance, or ''. Keys may be missing (then ``apply --verify`` asks for
+    --atol and --rtol); a value present must be one 'fp16bisect search' could have written."""
+    if not isinstance(t, dict):
+        return "not an object"
+
+    def number(key, low, high) -> str:
+        value = t.get(key)
+        if value is None:
+            return ""
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            return f"{key} {value!r} is not a number from {low:g} to {high:g}"
+        return ""
+
+    return (number("atol", 0, 1e300) or number("rtol", 0, 1e300) or number("min_cosine", -1, 1)
+            or number("max_mismatch", 0, 1))

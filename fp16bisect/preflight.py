@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import __version__
+from .errors import UsageError
 from .graph import Graph
 from .oracle import Evaluation
 from .overrides import read
@@ -67,11 +68,28 @@ class CheckOutcome:
 
 
 def use_overrides(graph: Graph, path: str) -> OverrideUse:
+    """The file's nodes present in this model. A file made for another version of the model (its sha256
+    differs) may name nodes that are gone: those are listed, not refused. A file made for this very model that
+    names a node it does not have is damaged or hand-edited: refused."""
     data = read(path)  # schema and shape checked; the model hash is compared here, not refused
-    names = [n["name"] for n in data["fp32_nodes"]]
+    names = list(dict.fromkeys(n["name"] for n in data["fp32_nodes"]))
     usable = [n for n in names if n in graph.by_id and graph.float_outputs(graph.by_id[n])]
-    made_for = str(data["model"].get("sha256", "")) if isinstance(data["model"], dict) else ""
-    return OverrideUse(str(path), made_for, made_for == graph.sha256, usable, [n for n in names if n not in usable])
+    made_for = str(data["model"].get("sha256", ""))
+    same_model = made_for == graph.sha256
+    missing = [n for n in names if n not in usable]
+    if same_model and missing:
+        shown = ", ".join(_shown(n) for n in missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise UsageError(
+            f"{path!r} was made for this model (same sha256) but names {len(missing)} node(s) that it lacks or "
+            f"that compute no float: {shown}; the file is damaged or was edited: rerun 'fp16bisect search'"
+        )
+    return OverrideUse(str(path), made_for, same_model, usable, missing)
+
+
+def _shown(name: str, limit: int = 60) -> str:
+    """A node name for a one-line message: quoted, escaped, shortened."""
+    text = repr(name)
+    return text if len(text) <= limit else text[: limit - 4] + "...'"
 
 
 def check_model(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,15 +48,55 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
     if not p.is_file():
         raise UsageError(f"file {path!r} not found: pass an .npz made with numpy.savez(path, name=array, ...)")
     try:
-        data = np.load(p, allow_pickle=False)
-        if not isinstance(data, np.lib.npyio.NpzFile):
+        with p.open("rb") as f:
+            head = f.read(6)
+        if head == b"\x93NUMPY":
             raise ValueError("it holds a single .npy array, not an .npz archive of named arrays")
+        if not head:
+            raise ValueError("the file is empty")
+        if not head.startswith(b"PK"):
+            raise ValueError("not a zip archive of .npy arrays")
+        _check_members(p)
+        data = np.load(p, allow_pickle=False)
         with data:
             return {k: np.asarray(data[k]) for k in data.files}
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError, KeyError) as exc:
+    except (ValueError, OSError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, KeyError, NotImplementedError,
+            RuntimeError, MemoryError) as exc:
         raise UsageError(
-            f"{path!r} is not a readable .npz ({exc}): write it with numpy.savez(path, name=array, ...)"
+            f"{path!r} is not a readable .npz ({_one_line(exc)}): write it with numpy.savez(path, name=array, ...)"
         ) from None
+
+
+def _check_members(path: Path) -> None:
+    """Read each array's header first: refuse object arrays and arrays that declare more data than the archive
+    holds (a truncated or corrupt file), before numpy allocates them."""
+    fmt = np.lib.format
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            if not info.filename.endswith(".npy"):
+                continue
+            name = info.filename[:-4]
+            with archive.open(info) as f:
+                version = fmt.read_magic(f)
+                if version == (1, 0):
+                    shape, _, dtype = fmt.read_array_header_1_0(f)
+                elif version == (2, 0):
+                    shape, _, dtype = fmt.read_array_header_2_0(f)
+                else:  # newer header versions: numpy checks them itself
+                    continue
+                if dtype.hasobject:
+                    raise ValueError(f"array {name!r} holds Python objects; save numeric arrays")
+                declared = math.prod(shape) * dtype.itemsize
+                if declared > info.file_size - f.tell():
+                    raise ValueError(
+                        f"array {name!r} declares shape {tuple(shape)} ({declared} bytes) but holds "
+                        f"{max(info.file_size - f.tell(), 0)}: the file is truncated or corrupt"
+                    )
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return (text[:300] + "...") if len(text) > 300 else (text or type(exc).__name__)
 
 
 def _check_inputs(graph: Graph, arrays: dict[str, np.ndarray], path: str) -> None:
@@ -74,6 +115,28 @@ def _check_inputs(graph: Graph, arrays: dict[str, np.ndarray], path: str) -> Non
         )
     for name, spec in expected.items():
         _check_array(arrays[name], spec, f"input {name!r} in {path!r}")
+    nan = [n for n in expected if arrays[n].dtype.kind in "fc" and np.isnan(arrays[n]).any()]
+    if nan and not _tests_for_nan(graph.model.graph):
+        count = int(np.isnan(arrays[nan[0]]).sum())
+        raise UsageError(
+            f"input {nan[0]!r} in {path!r} contains {count} NaN value(s), and the model has no IsNaN to handle "
+            "them: pass the inputs the model is meant to see (replace NaN, e.g. with numpy.nan_to_num)"
+        )
+
+
+def _tests_for_nan(graph: onnx.GraphProto) -> bool:
+    """Does the model look for NaN itself (IsNaN, in the graph or a subgraph)? Then NaN inputs are data."""
+    for node in graph.node:
+        if node.op_type == "IsNaN":
+            return True
+        for attr in node.attribute:
+            if any(_tests_for_nan(g) for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)):
+                return True
+    return False
+
+
+def _nonfinite_inputs(sample: "Sample") -> list[str]:
+    return [k for k, v in sample.inputs.items() if v.dtype.kind == "f" and not np.isfinite(v).all()]
 
 
 def _check_reference(graph: Graph, arrays: dict[str, np.ndarray], path: str) -> None:
@@ -124,7 +187,10 @@ def add_fp32_references(graph: Graph, samples: list[Sample]) -> None:
     for s in todo:
         for name, value in s.reference.items():
             if np.issubdtype(value.dtype, np.floating) and np.isnan(value).any():
+                bad = _nonfinite_inputs(s)
+                cause = (f" (input {bad[0]!r} holds NaN or inf values, which the model does not mask)"
+                         if bad else "")
                 raise UsageError(
-                    f"the FP32 reference for output {name!r} contains NaN on {s.source!r}: "
+                    f"the FP32 reference for output {name!r} contains NaN on {s.source!r}{cause}: "
                     "check the inputs, or pass --reference"
                 )

@@ -28,13 +28,14 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from conftest import F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
 from fp16bisect.pipeline import search_model
-from fp16bisect.search import quickxplain_bound
+from fp16bisect.search import quickxplain_bound, search
 from fp16bisect.tolerance import Tolerance
 
 SHAPE = (2, 8)
@@ -167,13 +168,8 @@ class Builder:
         return model
 
 
-@st.composite
-def random_models(draw):
-    """(model, x, planted sites): drawn as a seed, an op count and the planted kinds (so a failing example
-    shrinks to a few numbers that rebuild it)."""
-    seed = draw(st.integers(0, 2**32 - 1))
-    n_ops = draw(st.integers(5, 200))
-    kinds = draw(st.lists(st.sampled_from(["scale", "square"]), min_size=1, max_size=4))
+def build(seed: int, n_ops: int, kinds: list[str]):
+    """(model, x, planted sites, recipe) from a seed, an op count and the planted kinds."""
     rng = np.random.default_rng(seed)
     x = rng.uniform(-1, 1, SHAPE).astype(np.float32)
     b = Builder(rng, x)
@@ -191,6 +187,16 @@ def random_models(draw):
     return b.model(), x, b.planted, (seed, n_ops, kinds)
 
 
+@st.composite
+def random_models(draw):
+    """Drawn as a seed, an op count and the planted kinds, so that a failing example shrinks to three values
+    that rebuild it: ``build(seed, n_ops, kinds)``."""
+    seed = draw(st.integers(0, 2**32 - 1))
+    n_ops = draw(st.integers(5, 200))
+    kinds = draw(st.lists(st.sampled_from(["scale", "square"]), min_size=1, max_size=4))
+    return build(seed, n_ops, kinds)
+
+
 def bound(n: int, k: int) -> float:
     """README: at most 2k*log2(n/k) + 2k + 3 evaluations for k members among n candidates."""
     return quickxplain_bound(n, k) + 3
@@ -200,16 +206,21 @@ def bound(n: int, k: int) -> float:
 EXPLORE = int(os.environ.get("FP16BISECT_FUZZ_EXAMPLES", "0"))
 
 
-@settings(max_examples=EXPLORE or 15, deadline=None, derandomize=not EXPLORE,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(case=random_models())
-def test_search_on_random_graphs_with_planted_overflows(case):
+def run_search(case):
     model, x, planted, recipe = case
     with tempfile.TemporaryDirectory(prefix="fp16bisect-prop-") as tmp:
         path, inputs = Path(tmp) / "m.onnx", Path(tmp) / "x.npz"
         onnx.save(model, path)
         np.savez(inputs, x=x)
-        outcome = search_model(str(path), [str(inputs)], None, TOLERANCE, "emulate")
+        return search_model(str(path), [str(inputs)], None, TOLERANCE, "emulate")
+
+
+@settings(max_examples=EXPLORE or 15, deadline=None, derandomize=not EXPLORE,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=random_models())
+def test_search_on_random_graphs_with_planted_overflows(case):
+    _, _, planted, recipe = case
+    outcome = run_search(case)
     result, oracle = outcome.result, outcome.oracle
     everything = frozenset(n.id for n in outcome.graph.candidates)
     n, found = len(everything), frozenset(result.fp32)
@@ -240,10 +251,32 @@ def test_a_planted_site_is_found_and_needed():
         b.random_op()
     b.plant("scale")
     b.add("Tanh", [b.float_tensors[-1]], np.tanh(b.values[b.float_tensors[-1]]))
-    with tempfile.TemporaryDirectory() as tmp:
-        path, inputs = Path(tmp) / "m.onnx", Path(tmp) / "x.npz"
-        onnx.save(b.model(), path)
-        np.savez(inputs, x=b.x)
-        outcome = search_model(str(path), [str(inputs)], None, TOLERANCE, "emulate")
+    outcome = run_search((b.model(), b.x, b.planted, None))
     assert outcome.result.status == "found"
     assert set(outcome.result.fp32) == set(b.planted[0][1])
+
+
+DENSE_OVER_BOUND = pytest.mark.xfail(strict=False, reason=(
+    "fp16bisect/search.py (not ours to change): when every candidate is needed and all are flagged suspects, "
+    "the search exceeds the README's 2k*log2(n/k)+2k+3: n = k = 7 takes 19 evaluations (bound 17), 8 takes 20 "
+    "(19), 11 takes 28 (25); without suspects it stays within. Found by the property test (build(14, 5, "
+    "['scale', 'scale']): 7 candidates, all needed)"))
+
+
+@DENSE_OVER_BOUND
+def test_every_candidate_needed_stays_within_the_bound():
+    """The reproducer at the search's level: a monotone oracle that passes only the all-FP32 plan."""
+    for n in range(1, 12):
+        ids = [f"n{i}" for i in range(n)]
+        result = search(ids, lambda plan, n=n: len(plan) == n, order=ids, suspects=n)
+        assert result.minimal and len(result.fp32) == n
+        assert result.evaluations <= bound(n, n), (n, result.evaluations, bound(n, n))
+
+
+@DENSE_OVER_BOUND
+def test_dense_planted_graph_stays_within_the_bound():
+    """The same on a generated model: two planted scale sites leave all 7 candidates needed."""
+    outcome = run_search(build(14, 5, ["scale", "scale"]))
+    n, k = len(outcome.graph.candidates), len(outcome.result.fp32)
+    assert outcome.result.minimal and k == n == 7
+    assert outcome.result.evaluations <= bound(n, k), (outcome.result.evaluations, bound(n, k))

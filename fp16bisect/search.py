@@ -96,15 +96,16 @@ def estimate_left(pool: int, remaining: int, found: int) -> float:
 
 
 def _dense_left(dense: tuple, decided: int, found: int) -> float:
-    """QuickXplain's evaluations still to come: its bound on what is undecided, with the members there
-    guessed from the density among the candidates it has decided (at its start: the density before)."""
+    """Galloping's evaluations still to come, roughly: between one test a member and QuickXplain's bound on
+    what is undecided, with the members there guessed from the density among the candidates decided so
+    far (at its start: the density before)."""
     found_before, k_start, size = dense
     got, left = found - found_before, size - decided
     if left <= 0:
         return 1.0
     k = max(1.0, min(got / decided * left if decided and got else k_start * left / size, left))
-    binary = k * (math.log2(max(left / k, 1.0)) + 1)  # one binary search a member: QuickXplain's best case
-    return (binary + quickxplain_bound(left, k)) / 2 + 1  # measured: between it and the worst-case bound
+    binary = k * (math.log2(max(left / k, 1.0)) + 1)
+    return (binary + quickxplain_bound(left, k)) / 2 + 1  # measured: between the two
 
 
 def quickxplain_bound(n: int, k: int) -> float:
@@ -204,6 +205,36 @@ def _quickxplain(memo: _Memo, background: frozenset, changed: bool, cands: list)
     return found_first + found_second
 
 
+def _gallop(memo: _Memo, cands: list, base: frozenset) -> list:
+    """Smallest subset D of ``cands`` such that base | D passes, from the least suspicious end.
+
+    Precondition: base | cands passes. Drops chunks off the end while what is left still passes,
+    doubling the chunk after a success and halving it after a failure; a chunk of one that cannot go
+    is a member. Dense members cost one test each (QuickXplain spends about two); a gap of g
+    non-members costs about 2*log2(g), so sparse members stay within QuickXplain's bound.
+    Each member's failing test contains every other member: 1-minimality comes with it.
+    """
+    members: list = []
+    end, chunk = len(cands), 1
+    while end > 0:
+        size = min(chunk, end)
+        trial = base | frozenset(cands[: end - size]) | frozenset(members)
+        if trial and memo(trial):  # the empty plan is all-FP16, known to fail
+            end -= size
+            memo.decided += size
+            chunk *= 2
+        elif size == 1:
+            members.append(cands[end - 1])
+            end -= 1
+            memo.decided += 1
+            memo.found += 1
+            chunk = 1
+        else:
+            chunk = max(1, size // 2)
+        memo.remaining = end
+    return members[::-1]
+
+
 # A passing prefix of suspects this small is mostly culprits (an overflow site
 # flags its producer and its readers): trying to drop each one is cheapest.
 SMALL_POOL = 6
@@ -222,7 +253,7 @@ def _drop_one_by_one(memo: _Memo, pool: list) -> list:
     return keep
 
 
-def _bisect(memo: _Memo, pool: list) -> list:
+def _bisect(memo: _Memo, pool: list, suspected: bool = False) -> list:
     """Smallest subset of ``pool`` that passes, one member at a time.
 
     Precondition: ``pool`` passes and the empty plan fails. Each round binary
@@ -236,12 +267,14 @@ def _bisect(memo: _Memo, pool: list) -> list:
     base: frozenset = frozenset()
     rest = list(pool)
     while rest:
+        if found and memo(base):
+            break
         if found and _dense(len(found), len(pool) - len(rest), len(rest)):
             density = len(found) / max(len(pool) - len(rest), 1)
             memo.dense = (len(found), max(1.0, density * len(rest)), len(rest))
+            if suspected:  # members cluster in a suspect prefix: one test a member, QuickXplain spends two
+                return found + _gallop(memo, rest, base)
             return found + _quickxplain(memo, base, True, rest)
-        if found and memo(base):
-            break
         memo.remaining = len(rest)
         fails, passes = 0, len(rest)  # prefix lengths: base | rest[:fails] fails, base | rest[:passes] passes
         while passes - fails > 1:
@@ -259,7 +292,7 @@ def _bisect(memo: _Memo, pool: list) -> list:
 
 
 def _dense(found: int, consumed: int, left: int) -> bool:
-    """True when QuickXplain should be cheaper than bisection for the rest.
+    """True when QuickXplain (or galloping) should be cheaper than bisection for the rest.
 
     Bisection costs about log2(left) + 1 tests a member; QuickXplain about
     2*log2(gap) + 2, where gap (candidates consumed a member found so far)
@@ -339,7 +372,7 @@ def search(
     if pool is not order and len(pool) <= SMALL_POOL:
         found = frozenset(_drop_one_by_one(memo, list(pool)))
     else:
-        found = frozenset(_bisect(memo, list(pool)))
+        found = frozenset(_bisect(memo, list(pool), suspected=pool is not order))
 
     memo.phase = "verify"
     memo.remaining = 0

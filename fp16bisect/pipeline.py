@@ -91,8 +91,8 @@ def notes(graph: Graph) -> list[str]:
         inside = sum(graph.nested.values())
         found.append(
             f"{inside} node(s) inside the subgraphs of {len(graph.nested)} control-flow node(s) "
-            f"({', '.join(list(graph.nested)[:5])}) are not rounded: each control-flow node is one candidate, "
-            "rounded at its inputs and outputs only"
+            f"({', '.join(list(graph.nested)[:5])}) are not searched one by one: each control-flow node is one "
+            "candidate, and its subgraphs are rounded with it (FP16 inside when it is in FP16)"
         )
     return found
 

@@ -386,6 +386,73 @@ def _save_npz(path: Path, arrays: dict) -> None:
             zf.writestr(zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0)), buf.getvalue())
 
 
+# --------------------------------------------------------------------------- the large model (--large)
+
+LARGE = {
+    "name": "large_chains",
+    "chains": 40,  # independent chains of elementwise layers on the same input, concatenated at the end
+    "per_chain": 250,  # candidates per chain: 40 * 250 = 10,000
+    "shape": (4, 256),  # every activation: 1024 floats
+    "planted": (5, 17, 31),  # chains that end in a planted overflow site
+}
+
+
+def large_culprits() -> list[str]:
+    """The nodes the search must keep in FP32 on the large model: each planted site's square and sqrt."""
+    return [f"c{k}_site_{part}" for k in LARGE["planted"] for part in ("square", "sqrt")]
+
+
+def large_model():
+    """10,000 candidates: chains of tanh(w * h + b) layers (w ~ 1.5, so |h| settles near 0.86 and FP16
+    rounding errors shrink layer by layer), three of them with a planted overflow site
+    ``sqrt((400 h)^2) / 400`` as their last four nodes: the square reaches 1.2e5 > 65504, so it and the Sqrt
+    that reads it must stay in FP32 (like a LayerNorm's x^2 and its mean). The sites end their chains because
+    an inf inside a chain would be washed out (tanh(inf) = 1, then each layer shrinks the error). Per-element
+    vector weights, fixed seeds."""
+    K, per, shape = LARGE["chains"], LARGE["per_chain"], LARGE["shape"]
+    width = shape[-1]
+    rng = np.random.RandomState(2026)
+    b = _Builder(LARGE["name"])
+    scale, unscale = b.const("site.scale", np.float32(400.0)), b.const("site.unscale", np.float32(1 / 400))
+    ends = []
+    for k in range(K):
+        h, count, layer = "x", 0, 0
+        site_at = per - 4 if k in LARGE["planted"] else -1
+        while count < per:
+            if count >= site_at >= 0:
+                s = b.op("Mul", [h, scale], f"c{k}_site_scaled", name=f"c{k}_site_scale")
+                q = b.op("Mul", [s, s], f"c{k}_site_sq", name=f"c{k}_site_square")
+                r = b.op("Sqrt", [q], f"c{k}_site_abs", name=f"c{k}_site_sqrt")
+                h = b.op("Mul", [r, unscale], f"c{k}_site_out", name=f"c{k}_site_unscale")
+                count, site_at = count + 4, -1
+                continue
+            kind = ("mul", "add", "tanh")[layer % 3] if per - count > 3 or layer % 3 else "tanh"
+            p = f"c{k}_l{layer}"
+            if kind == "mul":
+                h = b.op("Mul", [h, b.const(f"{p}.w", 1.5 + 0.1 * rng.randn(width))], f"{p}_mul_out", name=f"{p}_mul")
+            elif kind == "add":
+                h = b.op("Add", [h, b.const(f"{p}.b", 0.1 * rng.randn(width))], f"{p}_add_out", name=f"{p}_add")
+            else:
+                h = b.op("Tanh", [h], f"{p}_tanh_out", name=f"{p}_tanh")
+            count, layer = count + 1, layer + 1
+        ends.append(h)
+    b.op("Concat", ends, "y", name="concat", axis=-1)
+    x = (2.0 * np.random.RandomState(2027).randn(*shape)).astype(np.float32)
+    return b.build({"x": list(shape)}, {"y": [shape[0], width * K]}), {"x": x}
+
+
+def write_large(out: Path) -> tuple[Path, Path]:
+    """The large model and its npz in ``out`` (not committed: the default is the git-ignored build/)."""
+    import onnx
+
+    out.mkdir(parents=True, exist_ok=True)
+    model, inputs = large_model()
+    onnx_path, npz_path = out / f"{LARGE['name']}.onnx", out / f"{LARGE['name']}.npz"
+    onnx.save_model(model, str(onnx_path))
+    _save_npz(npz_path, inputs)
+    return onnx_path, npz_path
+
+
 # --------------------------------------------------------------------------- checking
 
 
@@ -505,10 +572,19 @@ def _brute_force(ids, oracle, known) -> list[str]:
 def main(argv=None) -> int:
     root = Path(__file__).resolve().parent.parent
     parser = argparse.ArgumentParser(description="Build (and check) the fp16bisect sample models.")
-    parser.add_argument("--out", type=Path, default=root / "sample_models", help="output directory")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output directory (default: sample_models/; with --large: build/large/)")
     parser.add_argument("--check", action="store_true", help="verify every model with fp16bisect after writing")
+    parser.add_argument("--large", action="store_true",
+                        help="write only the 10,000-candidate model (default --out: build/large, git-ignored)")
     parser.add_argument("models", nargs="*", metavar="MODEL", help=f"only these models (default all: {', '.join(BUILDERS)})")
     args = parser.parse_args(argv)
+    if args.large:
+        paths = write_large(args.out or root / "build" / "large")
+        print(f"wrote {', '.join(str(p) for p in paths)} ({paths[0].stat().st_size / 1e6:.1f} MB); "
+              f"FP32 culprits: {', '.join(large_culprits())}")
+        return 0
+    args.out = args.out or root / "sample_models"
     unknown = [m for m in args.models if m not in BUILDERS]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}: choose from {', '.join(BUILDERS)}")

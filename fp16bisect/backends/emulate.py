@@ -3,16 +3,34 @@
 Semantics (ARCHITECTURE.md): with ``r(x) = float32(float16(x))``, a candidate in
 FP16 computes ``r`` of its float outputs from ``r`` of its float inputs
 (initializers included); a candidate in FP32 computes on its inputs as they
-arrive; graph inputs arrive in FP32; transparent ops never round.
+arrive; graph inputs arrive in FP32; transparent ops never round. A control-flow
+candidate (If, Loop, Scan) in FP16 also rounds inside its subgraphs, recursively:
+every non-transparent node there that computes a float output rounds its float
+outputs and the float tensors it reads that no such node of the subgraph has
+rounded already (outer-scope reads, subgraph inputs, transparent results).
 
-One session serves every plan: each rounding site is
-``If(fp32[i]) then x else Cast(Cast(x, FLOAT16), FLOAT)`` where ``fp32`` is a
-bool graph input with one entry per candidate, so evaluating a plan is one
-run. ``If`` rather than ``Where``: only the branch taken runs, and on ONNX
-Runtime CPU it measured 3-4x faster on real OCR models (``Where`` with a
-scalar condition broadcasts slowly and computes both sides). ONNX Runtime
-keeps explicit Cast pairs in an FP32 graph (bit-exact with NumPy); the
-start-up self-test proves it on this machine (70000 -> inf).
+One session serves every plan. A rounding site selects between a tensor and its
+rounding ``Cast(Cast(x, FLOAT16), FLOAT)`` with one bool of a mask graph input
+(``MASK``, one entry per site; ``EmulateBackend.mask`` derives it from the plan),
+so evaluating a plan is one run. Two forms of site, chosen per tensor:
+
+* small tensors of known rank >= 1: ``Where(keep, x, r(x))``, with ``r(x)``
+  computed once per tensor and shared by all its sites (an ``If`` costs ONNX
+  Runtime a subgraph execution, which dominates on small tensors: on 10,000
+  candidates of 1024 floats it was the whole cost);
+* large, scalar or unknown-shape tensors: ``If(keep) then x else r(x)``, so the
+  rounding runs only when needed (``Where`` would compute both sides; on real
+  OCR models ``If`` measured 3-4x faster).
+
+A select picks one of its operands bit for bit, so ``inf``, ``NaN`` and ``-0``
+pass unchanged; no arithmetic select (``x + m * (r(x) - x)`` is NaN when
+``r(x)`` is inf). Sites are fused where the semantics allow: a candidate B
+reading the output t of candidate A reads ``t`` when both A and B are in FP32
+and ``r(t)`` otherwise (``r`` is idempotent), one site instead of two; a float
+initializer's rounding is computed once with NumPy (bit-exact with ONNX Runtime's
+Cast) and needs no site when it is exact in FP16. ONNX Runtime keeps explicit
+Cast pairs in an FP32 graph; the start-up self-test proves, for both forms, that
+70000 becomes inf on this machine.
 
 Not emulated: FP16 accumulation inside GEMMs, convolutions and reductions,
 and TensorRT's fused kernels.
@@ -20,74 +38,262 @@ and TensorRT's fused kernels.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
-from ..graph import Graph
+from ..graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, TRANSPARENT_OPS, Graph
 from ..runtime import run, session
 
 MASK = "fp16bisect_fp32_mask"
 _PREFIX = "fp16bisect/"
+WHERE_MAX_ELEMENTS = 1 << 14  # up to this many elements (and known rank >= 1) a site is a Where, else an If
+
+
+class Emulation:
+    """The emulation model and its sites: site ``s`` keeps its tensor unrounded when every candidate in
+    ``owners[s]`` (one or two candidate indices) is in FP32."""
+
+    def __init__(self, graph: Graph, extra_outputs=(), where_max: int = WHERE_MAX_ELEMENTS):
+        self.graph = graph
+        self.where_max = where_max
+        self.owners: list[tuple[int, int]] = []
+        self.forms = {"where": 0, "if": 0}
+        model = graph.runnable_copy()
+        self.model = model
+        g = model.graph
+        self.types, self.shapes = _types_and_shapes(model, graph)
+        self._names = 0
+        self._rounded: dict[str, str] = {}  # tensor -> name of r(tensor) (shared by its Where sites)
+        inputs = {v.name for v in g.input}
+        self._constants = {t.name: t for t in g.initializer if t.name not in inputs}  # not overridable by a feed
+        originals = list(g.node)
+        del g.node[:]
+        self._out = g.node
+        index = {n.id: i for i, n in enumerate(graph.candidates)}
+        producer = {t: index[n.id] for n in graph.candidates for t in graph.float_outputs(n)}
+
+        # Which candidate outputs must exist as selected by their producer alone: read by anything other than
+        # a candidate's rounded input (transparent ops, parameter inputs, subgraphs, graph outputs, extra outputs).
+        direct: set[tuple[str, str]] = set()  # (consumer id, tensor): fused edge sites
+        needed = {o.name for o in graph.outputs} | set(extra_outputs)
+        for node in graph.nodes:
+            rounded = {pos for pos, _ in graph.rounded_inputs(node)} if node.id in index else set()
+            for pos, t in enumerate(node.inputs):
+                if t in producer and pos in rounded:
+                    direct.add((node.id, t))
+                elif t in producer:
+                    needed.add(t)
+            needed.update(t for t in node.implicit if t in producer)
+
+        for node in graph.nodes:
+            proto = onnx.NodeProto()
+            proto.CopyFrom(originals[node.index])
+            i = index.get(node.id)
+            if i is None:
+                self._out.append(proto)
+                continue
+            selected: dict[str, str] = {}
+            for pos, tensor in graph.rounded_inputs(node):
+                if tensor not in selected:
+                    if (node.id, tensor) in direct:
+                        a = producer[tensor]
+                        selected[tensor] = self._site((a, i), _raw(tensor), tensor)
+                    else:
+                        selected[tensor] = self._site((i, i), tensor, tensor)
+                proto.input[pos] = selected[tensor]
+            if _subgraphs(proto):
+                self._round_inside(proto, i)
+            outs = []
+            for pos, tensor in enumerate(node.outputs):
+                if tensor in producer:
+                    proto.output[pos] = _raw(tensor)
+                    outs.append(tensor)
+            self._out.append(proto)
+            for tensor in outs:
+                if tensor in needed:
+                    self._site((i, i), _raw(tensor), tensor, out=tensor)
+        g.input.append(helper.make_tensor_value_info(MASK, TensorProto.BOOL, [len(self.owners)]))
+        self._split_mask(g)
+        self.owner_a = np.array([a for a, _ in self.owners], dtype=np.int64)
+        self.owner_b = np.array([b for _, b in self.owners], dtype=np.int64)
+
+    # ------------------------------------------------------------------ sites
+
+    def _name(self, what: str) -> str:
+        self._names += 1
+        return f"{_PREFIX}n{self._names}/{what}"
+
+    def _cond(self, owners: tuple[int, int]) -> str:
+        self.owners.append(owners)
+        return f"{_PREFIX}keep{len(self.owners) - 1}"
+
+    def _site(self, owners, tensor: str, shape_of: str, out: str | None = None, cond: str | None = None,
+              nodes=None) -> str:
+        """A node selecting ``tensor`` (kept) or ``r(tensor)``; returns its output name. ``shape_of``: the
+        tensor whose inferred shape ``tensor`` has. ``cond``: an existing condition (inside subgraphs)."""
+        nodes = self._out if nodes is None else nodes
+        out = out or self._name("sel")
+        constant = self._constants.get(tensor)
+        rounded_constant = None
+        if constant is not None:
+            value = numpy_helper.to_array(constant)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                rounded = value.astype(np.float16).astype(np.float32)
+            if np.array_equal(rounded.view(np.uint32), value.view(np.uint32)):
+                return tensor  # exact in FP16: rounding changes nothing
+            rounded_constant = self._rounded.get(tensor)
+            if rounded_constant is None:
+                rounded_constant = self._name("r_const")
+                self.model.graph.initializer.append(numpy_helper.from_array(rounded, rounded_constant))
+                self._rounded[tensor] = rounded_constant
+        cond = cond or self._cond(owners)
+        shape = self.shapes.get(shape_of)
+        small = shape is not None and len(shape) >= 1 and all(isinstance(d, int) for d in shape) \
+            and int(np.prod(shape)) <= self.where_max
+        if small and nodes is self._out:
+            r = rounded_constant or self._rounded.get(tensor)
+            if r is None:
+                r = self._rounded[tensor] = self._name("r")
+                half = self._name("h")
+                nodes.append(helper.make_node("Cast", [tensor], [half], to=TensorProto.FLOAT16))
+                nodes.append(helper.make_node("Cast", [half], [r], to=TensorProto.FLOAT))
+            nodes.append(helper.make_node("Where", [cond, tensor, r], [out], name=self._name("site")))
+            self.forms["where"] += 1
+            return out
+        kept, back = self._name("fp32"), self._name("fp16")
+        as_is = helper.make_graph([helper.make_node("Identity", [tensor], [kept])], "fp32", [], [_float_info(kept)])
+        if rounded_constant is not None:
+            body = [helper.make_node("Identity", [rounded_constant], [back])]
+        else:
+            half = self._name("h")
+            body = [helper.make_node("Cast", [tensor], [half], to=TensorProto.FLOAT16),
+                    helper.make_node("Cast", [half], [back], to=TensorProto.FLOAT)]
+        rounded_graph = helper.make_graph(body, "fp16", [], [_float_info(back)])
+        nodes.append(helper.make_node("If", [cond], [out], name=self._name("site"), then_branch=as_is,
+                                      else_branch=rounded_graph))
+        self.forms["if"] += 1
+        return out
+
+    def _round_inside(self, proto: onnx.NodeProto, i: int) -> None:
+        """Round inside the subgraphs of control-flow candidate ``i`` with its own mask entry."""
+        cond = self._cond((i, i))
+
+        def site(tensor: str, nodes, out: str | None = None) -> str:
+            return self._site(None, tensor, tensor, out=out, cond=cond, nodes=nodes)
+
+        _round_subgraphs(proto, self.types, site, self._name)
+
+    def _split_mask(self, g: onnx.GraphProto) -> None:
+        """One Split turns the mask into one single-element condition per site."""
+        n = len(self.owners)
+        if not n:
+            return
+        outputs = [f"{_PREFIX}keep{s}" for s in range(n)]
+        opset = next((o.version for o in self.model.opset_import if o.domain in DEFAULT_DOMAINS), 13)
+        if opset >= 13:
+            sizes = f"{_PREFIX}mask_split"
+            g.initializer.append(helper.make_tensor(sizes, TensorProto.INT64, [n], [1] * n))
+            split = helper.make_node("Split", [MASK, sizes], outputs, name=f"{_PREFIX}mask", axis=0)
+        else:
+            split = helper.make_node("Split", [MASK], outputs, name=f"{_PREFIX}mask", axis=0, split=[1] * n)
+        g.node.insert(0, split)
+
+    def mask(self, fp32: np.ndarray) -> np.ndarray:
+        """The site mask of a plan given as one bool per candidate (True: FP32)."""
+        return fp32[self.owner_a] & fp32[self.owner_b]
 
 
 def emulation_model(graph: Graph) -> onnx.ModelProto:
     """The model with a rounding site at every float input and output of every candidate."""
-    model = graph.runnable_copy()
-    g = model.graph
-    originals = list(g.node)
-    del g.node[:]
-    index = {n.id: i for i, n in enumerate(graph.candidates)}
+    return Emulation(graph).model
 
-    def site(keep: str, tensor: str, out: str) -> None:
-        """out = tensor if keep else r(tensor); the rounding runs only when it is needed."""
-        kept, half, back = (f"{_PREFIX}{out}/{part}" for part in ("fp32", "h", "fp16"))
-        as_is = helper.make_graph(
-            [helper.make_node("Identity", [tensor], [kept])], "fp32", [], [_float_info(kept)]
-        )
-        rounded = helper.make_graph(
-            [
-                helper.make_node("Cast", [tensor], [half], to=TensorProto.FLOAT16),
-                helper.make_node("Cast", [half], [back], to=TensorProto.FLOAT),
-            ],
-            "fp16", [], [_float_info(back)],
-        )
-        g.node.append(
-            helper.make_node("If", [keep], [out], name=f"{_PREFIX}site/{out}", then_branch=as_is, else_branch=rounded)
-        )
 
-    for node in graph.nodes:
-        proto = onnx.NodeProto()
-        proto.CopyFrom(originals[node.index])
-        i = index.get(node.id)
-        if i is None:
-            g.node.append(proto)
-            continue
-        keep = f"{_PREFIX}m{i}"
-        g.initializer.append(helper.make_tensor(f"{_PREFIX}i{i}", TensorProto.INT64, [], [i]))
-        g.node.append(helper.make_node("Gather", [MASK, f"{_PREFIX}i{i}"], [keep], name=keep, axis=0))
-        selected: dict[str, str] = {}
-        for pos, tensor in graph.rounded_inputs(node):
-            if tensor not in selected:
-                sel = f"{_PREFIX}in{i}/{tensor}"
-                site(keep, tensor, sel)
-                selected[tensor] = sel
-            proto.input[pos] = selected[tensor]
-        outs = []
-        for pos, tensor in enumerate(node.outputs):
-            if graph.is_float(tensor):
-                raw = f"{_PREFIX}raw/{tensor}"
-                proto.output[pos] = raw
-                outs.append((raw, tensor))
-        g.node.append(proto)
-        for raw, tensor in outs:
-            site(keep, raw, tensor)
-    g.input.append(helper.make_tensor_value_info(MASK, TensorProto.BOOL, [len(graph.candidates)]))
-    return model
+def _raw(tensor: str) -> str:
+    return f"{_PREFIX}raw/{tensor}"
 
 
 def _float_info(name: str) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    found = []
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            found.append(attr.g)
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            found.extend(attr.graphs)
+    return found
+
+
+def _round_subgraphs(proto: onnx.NodeProto, types: dict[str, int], site, fresh, rounded=frozenset()) -> None:
+    """Rewrite the subgraphs of control-flow node ``proto`` in place, recursively: every non-transparent
+    default-domain node with a float output rounds its float outputs, and its float inputs that no rounding
+    node has produced. ``site(tensor, nodes, out=None)`` appends a rounding of ``tensor`` to ``nodes`` and
+    returns its name; ``fresh(what)`` makes a model-unique name."""
+    for sub in _subgraphs(proto):
+        done = set(rounded)
+        originals = list(sub.node)
+        del sub.node[:]
+        for original in originals:
+            node = onnx.NodeProto()
+            node.CopyFrom(original)
+            is_float = [types.get(t) == TensorProto.FLOAT for t in node.output]
+            if node.op_type in TRANSPARENT_OPS or node.domain not in DEFAULT_DOMAINS or not any(is_float):
+                sub.node.append(node)
+                continue
+            params = PARAMETER_INPUTS.get(node.op_type, set())
+            selected: dict[str, str] = {}
+            for pos, t in enumerate(node.input):
+                if pos in params or not t or t in done or types.get(t) != TensorProto.FLOAT:
+                    continue
+                if t not in selected:
+                    selected[t] = site(t, sub.node)
+                node.input[pos] = selected[t]
+            if _subgraphs(node):
+                _round_subgraphs(node, types, site, fresh, done)
+            outs = []
+            for pos, t in enumerate(node.output):
+                if t and is_float[pos]:
+                    node.output[pos] = fresh("raw")
+                    types[node.output[pos]] = TensorProto.FLOAT
+                    outs.append((node.output[pos], t))
+            sub.node.append(node)
+            for raw, t in outs:
+                site(raw, sub.node, out=t)
+                done.add(t)
+
+
+def _types_and_shapes(model: onnx.ModelProto, graph: Graph) -> tuple[dict[str, int], dict[str, tuple]]:
+    """Element types and shapes (ints, or None/str for unknown dims) of tensors, subgraphs included."""
+    types = dict(graph.dtypes)
+    shapes: dict[str, tuple] = {}
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+    except Exception:
+        inferred = model
+
+    def visit(g: onnx.GraphProto) -> None:
+        for v in [*g.input, *g.output, *g.value_info]:
+            t = v.type.tensor_type
+            if v.type.HasField("tensor_type") and t.elem_type:
+                types.setdefault(v.name, t.elem_type)
+                if t.HasField("shape"):
+                    shapes.setdefault(v.name, tuple(d.dim_value if d.HasField("dim_value") else None
+                                                    for d in t.shape.dim))
+        for t in g.initializer:
+            types.setdefault(t.name, t.data_type)
+            shapes.setdefault(t.name, tuple(t.dims))
+        for n in g.node:
+            for sub in _subgraphs(n):
+                visit(sub)
+
+    visit(inferred.graph)
+    return types, shapes
 
 
 class EmulateBackend:
@@ -100,9 +306,10 @@ class EmulateBackend:
         self_test()
         self.graph = graph
         self.index = {n.id: i for i, n in enumerate(graph.candidates)}
-        model = emulation_model(graph)
         self.output_names = [o.name for o in graph.outputs]
         extra = [t for t in dict.fromkeys(extra_outputs) if t not in self.output_names]
+        self.emulation = Emulation(graph, extra)
+        model = self.emulation.model
         model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in extra)
         self.output_names += extra
         self.session = session(model, "the FP16 emulation of the model")
@@ -114,6 +321,7 @@ class EmulateBackend:
         return {"onnxruntime": ort.__version__, "onnx": onnx.__version__}
 
     def mask(self, plan) -> np.ndarray:
+        """One bool per candidate, True when the plan keeps it in FP32."""
         mask = np.zeros(len(self.index), dtype=bool)
         for node_id in plan:
             mask[self.index[node_id]] = True
@@ -123,7 +331,7 @@ class EmulateBackend:
 
     def run(self, plan, inputs: dict[str, np.ndarray], repeat: int = 0) -> dict[str, np.ndarray]:
         feed = dict(inputs)
-        feed[MASK] = self.mask(plan)
+        feed[MASK] = self.emulation.mask(self.mask(plan))
         values = run(self.session, self.output_names, feed, "the FP16 emulation of the model")
         return dict(zip(self.output_names, values))
 
@@ -132,29 +340,33 @@ _SELF_TEST_DONE = False
 
 
 def self_test() -> None:
-    """Prove on this machine that rounding sites survive ONNX Runtime's optimisations."""
+    """Prove on this machine that rounding sites of both forms survive ONNX Runtime's optimisations."""
     global _SELF_TEST_DONE
     if _SELF_TEST_DONE:
         return
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
-    model = helper.make_model(
-        helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "self_test", [x], [y]),
+    model = helper.make_model(  # two candidates: input, fused edge and output sites
+        helper.make_graph([helper.make_node("Relu", ["x"], ["a"], name="relu"),
+                           helper.make_node("Relu", ["a"], ["y"], name="relu2")], "self_test", [x], [y]),
         opset_imports=[helper.make_opsetid("", 13)],
     )
     model.ir_version = 7
     graph = Graph(model)
-    emulation = session(emulation_model(graph), "the self-test model")
     probe = np.array([70000.0, 1e-8, 2049.0, 65519.0], dtype=np.float32)
-    half = emulation.run(None, {"x": probe, MASK: np.array([False])})[0]
-    full = emulation.run(None, {"x": probe, MASK: np.array([True])})[0]
     expected = np.array([np.inf, 0.0, 2048.0, 65504.0], dtype=np.float32)
-    if not (np.array_equal(half, expected) and np.array_equal(full, probe)):
-        raise RuntimeError(
-            f"FP16 emulation self-test failed: ONNX Runtime turned {probe.tolist()} into {half.tolist()} "
-            f"in FP16 (expected {expected.tolist()}) and {full.tolist()} in FP32; this onnxruntime "
-            "folds Cast pairs, so the emulate backend cannot be trusted: install another onnxruntime version"
-        )
+    for form, where_max in (("Where", WHERE_MAX_ELEMENTS), ("If", 0)):
+        emulation = Emulation(graph, where_max=where_max)
+        sess = session(emulation.model, "the self-test model")
+        results = [sess.run(None, {"x": probe, MASK: emulation.mask(np.array(plan))})[0]
+                   for plan in ([False, False], [True, False], [False, True], [True, True])]
+        if not (all(np.array_equal(r, expected) for r in results[:3]) and np.array_equal(results[3], probe)):
+            raise RuntimeError(
+                f"FP16 emulation self-test failed ({form} sites): ONNX Runtime turned {probe.tolist()} into "
+                f"{results[0].tolist()} in FP16 (expected {expected.tolist()}) and {results[3].tolist()} in FP32; "
+                "this onnxruntime folds Cast pairs, so the emulate backend cannot be trusted: install another "
+                "onnxruntime version"
+            )
     _SELF_TEST_DONE = True
 
 
@@ -166,9 +378,21 @@ def plan_model(graph: Graph, plan) -> onnx.ModelProto:
     """
     model = graph.runnable_copy()
     g = model.graph
+    types = _types_and_shapes(model, graph)[0] if graph.nested else {}
     originals = list(g.node)
     del g.node[:]
     fp16 = {n.id for n in graph.candidates} - set(plan)
+    counter = iter(range(1 << 62))
+
+    def fresh(what: str) -> str:
+        return f"{_PREFIX}p{next(counter)}/{what}"
+
+    def cast_pair(tensor: str, nodes, out: str | None = None) -> str:
+        half, back = fresh("h"), out or fresh("r")
+        nodes.append(helper.make_node("Cast", [tensor], [half], to=TensorProto.FLOAT16))
+        nodes.append(helper.make_node("Cast", [half], [back], to=TensorProto.FLOAT))
+        return back
+
     for node in graph.nodes:
         proto = onnx.NodeProto()
         proto.CopyFrom(originals[node.index])
@@ -176,17 +400,14 @@ def plan_model(graph: Graph, plan) -> onnx.ModelProto:
             g.node.append(proto)
             continue
         for pos, tensor in graph.rounded_inputs(node):
-            half, back = f"{_PREFIX}{node.index}/h{pos}", f"{_PREFIX}{node.index}/r{pos}"
-            g.node.append(helper.make_node("Cast", [tensor], [half], to=TensorProto.FLOAT16))
-            g.node.append(helper.make_node("Cast", [half], [back], to=TensorProto.FLOAT))
-            proto.input[pos] = back
+            proto.input[pos] = cast_pair(tensor, g.node)
+        if _subgraphs(proto):
+            _round_subgraphs(proto, types, cast_pair, fresh)
         tails = []
         for pos, tensor in enumerate(node.outputs):
             if graph.is_float(tensor):
-                raw, half = f"{_PREFIX}{node.index}/o{pos}", f"{_PREFIX}{node.index}/oh{pos}"
-                proto.output[pos] = raw
-                tails.append(helper.make_node("Cast", [raw], [half], to=TensorProto.FLOAT16))
-                tails.append(helper.make_node("Cast", [half], [tensor], to=TensorProto.FLOAT))
+                proto.output[pos] = fresh("o")
+                cast_pair(proto.output[pos], tails, out=tensor)
         g.node.append(proto)
         g.node.extend(tails)
     return model

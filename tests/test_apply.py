@@ -119,3 +119,15 @@ def test_fp16_io_writes_fp16_inputs_and_outputs_and_still_verifies(overrides, tm
     model = onnx.load(out)
     assert [v.type.tensor_type.elem_type for v in [*model.graph.input, *model.graph.output]] == [
         TensorProto.FLOAT16, TensorProto.FLOAT16]
+
+
+def test_flags_stand_in_for_a_missing_tolerance_in_the_override_file(overrides, tmp_path, capsys):
+    data = json.loads(overrides.read_text())
+    data["tolerance"] = {}
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(data))
+    code, _, err = run(capsys, "apply", bare, LN, "-o", tmp_path / "m.onnx", "--verify", "--inputs", LN_IN)
+    assert code == 2 and "has no valid 'tolerance'" in one_line_error(err)
+    code, stdout, _ = run(capsys, "apply", bare, LN, "-o", tmp_path / "m.onnx", "--verify", "--inputs", LN_IN,
+                          "--atol", "0.01", "--rtol", "0.01")
+    assert code == 0 and "verified" in stdout

@@ -130,7 +130,7 @@ def main() -> None:
         result = search([n.id for n in graph.candidates], oracle, order=prof.order, suspects=prof.suspects)
         seconds = time.perf_counter() - start
         found = set(result.fp32)
-        same = "n/a" if culprits is None else ("yes" if found == culprits else f"NO (planted {sorted(culprits)})")
+        same = "n/a" if culprits is None else ("yes" if found == culprits else f"NO: found {sorted(found)}, planted {sorted(culprits)}")
         rows.append(("full search (default tolerance)",
                      f"{result.evaluations} evaluations in {seconds:.1f} s (+ {prepared:.1f} s references and "
                      f"FP32 profile); {len(found)} node(s) kept in FP32, {result.minimality}"))

@@ -403,9 +403,10 @@ def large_culprits() -> list[str]:
 
 
 def large_model():
-    """10,000 candidates: chains of tanh(w * h + b) layers (w ~ 1.5, so |h| settles near 0.86 and FP16
-    rounding errors shrink layer by layer), three of them with a planted overflow site
-    ``sqrt((400 h)^2) / 400`` as their last four nodes: the square reaches 1.2e5 > 65504, so it and the Sqrt
+    """10,000 candidates: chains of tanh(w * h + b) layers (0 < w < 1: one fixed point per element, and FP16
+    rounding errors shrink layer by layer; with w > 1 an element can sit between two fixed points and FP16
+    flips it), three of them with a planted overflow site ``sqrt((2000 h)^2) / 2000`` as their last four
+    nodes: the square passes 65504 where |h| > 0.128, so it and the Sqrt
     that reads it must stay in FP32 (like a LayerNorm's x^2 and its mean). The sites end their chains because
     an inf inside a chain would be washed out (tanh(inf) = 1, then each layer shrinks the error). Per-element
     vector weights, fixed seeds."""
@@ -413,7 +414,7 @@ def large_model():
     width = shape[-1]
     rng = np.random.RandomState(2026)
     b = _Builder(LARGE["name"])
-    scale, unscale = b.const("site.scale", np.float32(400.0)), b.const("site.unscale", np.float32(1 / 400))
+    scale, unscale = b.const("site.scale", np.float32(2000.0)), b.const("site.unscale", np.float32(1 / 2000))
     ends = []
     for k in range(K):
         h, count, layer = "x", 0, 0
@@ -429,9 +430,9 @@ def large_model():
             kind = ("mul", "add", "tanh")[layer % 3] if per - count > 3 or layer % 3 else "tanh"
             p = f"c{k}_l{layer}"
             if kind == "mul":
-                h = b.op("Mul", [h, b.const(f"{p}.w", 1.5 + 0.1 * rng.randn(width))], f"{p}_mul_out", name=f"{p}_mul")
+                h = b.op("Mul", [h, b.const(f"{p}.w", np.clip(0.7 + 0.1 * rng.randn(width), 0.3, 0.95))], f"{p}_mul_out", name=f"{p}_mul")
             elif kind == "add":
-                h = b.op("Add", [h, b.const(f"{p}.b", 0.1 * rng.randn(width))], f"{p}_add_out", name=f"{p}_add")
+                h = b.op("Add", [h, b.const(f"{p}.b", 0.3 * rng.randn(width))], f"{p}_add_out", name=f"{p}_add")
             else:
                 h = b.op("Tanh", [h], f"{p}_tanh_out", name=f"{p}_tanh")
             count, layer = count + 1, layer + 1

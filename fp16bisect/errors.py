@@ -1,6 +1,12 @@
 """Errors the command line turns into exit codes and one-line messages."""
 
 
+def shown(name: str, limit: int = 60) -> str:
+    """A name for a one-line message: quoted, escaped, shortened (names can be 100,000 characters long)."""
+    text = repr(name)
+    return text if len(text) <= limit else text[: limit - 4] + "...'"
+
+
 class UsageError(Exception):
     """Bad input or usage: exit code 2. The message says what is wrong and how to fix it."""
 

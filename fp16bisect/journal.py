@@ -16,9 +16,9 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
 
 from .errors import UsageError
+from .samples import update_digest
 
 SCHEMA = "fp16bisect.journal/1"
 KEYS = ("model_sha256", "backend", "tolerance", "samples", "repeats")
@@ -31,10 +31,7 @@ def samples_digest(samples) -> str:
     digest = hashlib.sha256()
     for sample in samples:
         for part in (sample.inputs, sample.reference or {}):
-            for name in sorted(part):
-                array = np.ascontiguousarray(part[name])
-                digest.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode())
-                digest.update(array.tobytes())
+            update_digest(digest, part)
         digest.update(b"\1")
     return digest.hexdigest()
 

@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .errors import UsageError
+from .errors import UsageError, shown
 from .graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, Graph, Node, _subgraphs
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
@@ -58,15 +58,14 @@ def check_plan(graph: Graph, fp32: Iterable[str]) -> frozenset:
     plan = frozenset(fp32)
     for node_id in sorted(plan):
         node = graph.by_id.get(node_id)
-        shown = repr(node_id if len(node_id) <= 80 else node_id[:40] + "..." + node_id[-20:])
         if node is None:
             raise UsageError(
-                f"node {shown} is not in the model: the override file was made for another version of it; "
+                f"node {shown(node_id)} is not in the model: the override file was made for another version of it; "
                 "rerun 'fp16bisect search'"
             )
         if not graph.float_outputs(node):
             raise UsageError(
-                f"node {shown} ({node.op_type}) has no float output, so there is nothing to keep in FP32: "
+                f"node {shown(node_id)} ({node.op_type}) has no float output, so there is nothing to keep in FP32: "
                 "remove it from the override file's fp32_nodes"
             )
     return plan

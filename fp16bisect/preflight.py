@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import __version__
-from .errors import UsageError
+from .errors import UsageError, shown
 from .graph import Graph
 from .oracle import Evaluation
 from .overrides import read
@@ -78,18 +78,12 @@ def use_overrides(graph: Graph, path: str) -> OverrideUse:
     same_model = made_for == graph.sha256
     missing = [n for n in names if n not in usable]
     if same_model and missing:
-        shown = ", ".join(_shown(n) for n in missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        lacking = ", ".join(shown(n) for n in missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         raise UsageError(
             f"{path!r} was made for this model (same sha256) but names {len(missing)} node(s) that it lacks or "
-            f"that compute no float: {shown}; the file is damaged or was edited: rerun 'fp16bisect search'"
+            f"that compute no float: {lacking}; the file is damaged or was edited: rerun 'fp16bisect search'"
         )
     return OverrideUse(str(path), made_for, same_model, usable, missing)
-
-
-def _shown(name: str, limit: int = 60) -> str:
-    """A node name for a one-line message: quoted, escaped, shortened."""
-    text = repr(name)
-    return text if len(text) <= limit else text[: limit - 4] + "...'"
 
 
 def check_model(

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 
 from .errors import UsageError
-from .graph import Graph, TensorSpec
+from .graph import Graph, TensorSpec, _subgraphs
 from .runtime import run, session
 
 
@@ -20,6 +20,14 @@ class Sample:
     source: str  # the npz it came from
     inputs: dict[str, np.ndarray]
     reference: dict[str, np.ndarray] | None = None
+
+
+def update_digest(digest, arrays: dict[str, np.ndarray]) -> None:
+    """Feed named arrays (names, dtypes, shapes, bytes) to a hashlib digest, in name order."""
+    for name in sorted(arrays):
+        array = np.ascontiguousarray(arrays[name])
+        digest.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode("utf-8"))
+        digest.update(array.tobytes())
 
 
 def load_samples(graph: Graph, input_paths: list[str], reference_paths: list[str] | None = None) -> list[Sample]:
@@ -129,9 +137,8 @@ def _tests_for_nan(graph: onnx.GraphProto) -> bool:
     for node in graph.node:
         if node.op_type == "IsNaN":
             return True
-        for attr in node.attribute:
-            if any(_tests_for_nan(g) for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)):
-                return True
+        if any(_tests_for_nan(g) for g in _subgraphs(node)):
+            return True
     return False
 
 

@@ -44,7 +44,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, TRANSPARENT_OPS, Graph
+from ..graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, TRANSPARENT_OPS, Graph, _subgraphs
 from ..runtime import run, session
 
 MASK = "fp16bisect_fp32_mask"
@@ -218,16 +218,6 @@ def _raw(tensor: str) -> str:
 
 def _float_info(name: str) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
-
-
-def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    found = []
-    for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH:
-            found.append(attr.g)
-        elif attr.type == onnx.AttributeProto.GRAPHS:
-            found.extend(attr.graphs)
-    return found
 
 
 def _round_subgraphs(proto: onnx.NodeProto, types: dict[str, int], site, fresh, rounded=frozenset()) -> None:

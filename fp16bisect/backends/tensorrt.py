@@ -29,6 +29,7 @@ from ..errors import UsageError
 from ..graph import Graph
 from ..overrides import write_atomic
 from ..runtime import external_copy, too_big
+from ..samples import update_digest
 
 
 class BuildFailed(errors.BuildFailed):
@@ -50,10 +51,7 @@ def plan_key(plan) -> str:
 
 def inputs_key(inputs: dict[str, np.ndarray]) -> str:
     digest = hashlib.sha256()
-    for name in sorted(inputs):
-        array = np.ascontiguousarray(inputs[name])
-        digest.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode("utf-8"))
-        digest.update(array.tobytes())
+    update_digest(digest, inputs)
     return digest.hexdigest()
 
 

@@ -122,20 +122,21 @@ def search_report(outcome) -> dict:
 
 
 def check_report(outcome, line: str) -> dict:
-    from .backends.emulate import EmulateBackend
     from .oracle import Oracle
 
     use = outcome.overrides
     plan = frozenset(use.nodes) if use else frozenset()
+    graph = outcome.graph
+    runner = LayerwiseRunner(graph, outcome.samples)  # one emulation session: the per-node errors and the contrast
     fp16 = outcome.evaluation
     if use:  # the all-FP16 contrast, emulated
-        graph = outcome.graph
-        oracle = Oracle(EmulateBackend(graph), outcome.samples, outcome.tolerance, graph.float_output_names())
+        oracle = Oracle(runner.backend, outcome.samples, outcome.tolerance, graph.float_output_names())
         fp16 = oracle.evaluate(frozenset())
     return gather(
-        title=f"fp16bisect check: {outcome.graph.path.name}", graph=outcome.graph, samples=outcome.samples,
+        title=f"fp16bisect check: {graph.path.name}", graph=graph, samples=outcome.samples,
         backend=outcome.backend, tolerance=outcome.tolerance, summary=line, fp16=fp16,
-        with_overrides=outcome.evaluation if use else None, plan=plan, overrides=_override_rows(outcome.graph, plan),
+        with_overrides=outcome.evaluation if use else None, plan=plan, overrides=_override_rows(graph, plan),
+        runner=runner,
     )
 
 

@@ -178,9 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_search(args) -> int:
-    from .overrides import check_writable, write_json
+    from .artifacts.overrides import check_writable, write_json
     from .pipeline import search_model
-    from .report import ConsoleListener, print_summary
+    from .report.console import ConsoleListener, print_summary
 
     tolerance = tolerance_from(args)
     check_writable(args.output)  # before the search, not after an hour of it
@@ -207,14 +207,14 @@ def cmd_search(args) -> int:
     write_json(args.output, outcome.data)
     print_summary(outcome, args.output)
     if args.report:
-        from .report_data import search_report
+        from .report.data import search_report
 
         write_report(args.report, search_report(outcome))
     return 0
 
 
 def write_report(path: str, data: dict) -> None:
-    from .html_report import write
+    from .report.html import write
 
     write(path, data)
     print(f"report written to {path}")
@@ -227,9 +227,9 @@ def search_hint(args) -> str:
 
 
 def cmd_check(args) -> int:
-    from .overrides import check_writable, write_json
-    from .preflight import check_model, verdict
-    from .report import ConsoleListener, print_check
+    from .artifacts.overrides import check_writable, write_json
+    from .diagnose.preflight import check_model, verdict
+    from .report.console import ConsoleListener, print_check
 
     tolerance = tolerance_from(args)
     for path in (args.json, args.report):
@@ -246,7 +246,7 @@ def cmd_check(args) -> int:
     if args.json:
         write_json(args.json, {**outcome.data(), "verdict": line})
     if args.report:
-        from .report_data import check_report
+        from .report.data import check_report
 
         write_report(args.report, check_report(outcome, line))
     if outcome.fp32 is not None and not outcome.fp32.passed:
@@ -255,11 +255,11 @@ def cmd_check(args) -> int:
 
 
 def cmd_scan(args) -> int:
-    from .graph import Graph
-    from .overrides import check_writable, write_json
-    from .profile import profile, scan_json
-    from .report import print_scan
-    from .samples import load_samples
+    from .model.graph import Graph
+    from .artifacts.overrides import check_writable, write_json
+    from .model.profile import profile, scan_json
+    from .report.console import print_scan
+    from .model.samples import load_samples
 
     if args.json:
         check_writable(args.json)
@@ -274,12 +274,12 @@ def cmd_scan(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .graph import Graph
-    from .layerwise import LayerwiseRunner, Thresholds, write_csv
-    from .overrides import check_writable
-    from .preflight import use_overrides
-    from .report import ConsoleListener, print_compare
-    from .samples import add_fp32_references, load_samples
+    from .model.graph import Graph
+    from .diagnose.layerwise import LayerwiseRunner, Thresholds, write_csv
+    from .artifacts.overrides import check_writable
+    from .diagnose.preflight import use_overrides
+    from .report.console import ConsoleListener, print_compare
+    from .model.samples import add_fp32_references, load_samples
 
     tolerance = tolerance_from(args)
     for path in (args.csv, args.report):
@@ -303,17 +303,17 @@ def cmd_compare(args) -> int:
     if args.csv:
         write_csv(args.csv, result)
     if args.report:
-        from .report_data import compare_report
+        from .report.data import compare_report
 
         write_report(args.report, compare_report(runner, result, tolerance))
     return 0
 
 
 def cmd_apply(args) -> int:
-    from .apply import apply, save, verify_mixed
-    from .graph import Graph
-    from .overrides import check_writable
-    from .report import print_mixed, print_verification
+    from .artifacts.apply import apply, save, verify_mixed
+    from .model.graph import Graph
+    from .artifacts.overrides import check_writable
+    from .report.console import print_mixed, print_verification
 
     if args.verify and not args.inputs:
         raise UsageError("--verify needs samples: pass --inputs X.npz (the npz given to 'fp16bisect search')")

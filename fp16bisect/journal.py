@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 from .errors import UsageError
-from .samples import update_digest
+from .model.samples import update_digest
 
 SCHEMA = "fp16bisect.journal/1"
 KEYS = ("model_sha256", "backend", "tolerance", "samples", "repeats")

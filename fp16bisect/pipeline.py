@@ -9,14 +9,14 @@ from pathlib import Path
 from . import __version__
 from .backends import make_backend
 from .errors import BuildFailed, ToleranceUnreachable, UsageError
-from .graph import Graph
+from .model.graph import Graph
 from .journal import Journal, samples_digest
 from .oracle import Evaluation, Oracle
-from .overrides import SCHEMA, autocast_export, node_entry, strongly_typed_export, trtexec_export
-from .profile import Profile, profile
-from .samples import add_fp32_references, load_samples
+from .artifacts.overrides import SCHEMA, autocast_export, node_entry, strongly_typed_export, trtexec_export
+from .model.profile import Profile, profile
+from .model.samples import add_fp32_references, load_samples
 from .search import SearchResult, Step, search
-from .trt_engine import sample_shapes
+from .backends.tensorrt.engine import sample_shapes
 from .tolerance import Tolerance, compare
 
 

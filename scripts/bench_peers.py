@@ -275,9 +275,9 @@ def load_known() -> dict:
 def setup_model(name: str, known: dict):
     """Graph, samples, one emulate backend and a fresh-oracle factory (each strategy gets its own memo)."""
     from fp16bisect.backends.emulate import EmulateBackend
-    from fp16bisect.graph import Graph
+    from fp16bisect.model.graph import Graph
     from fp16bisect.oracle import Oracle
-    from fp16bisect.samples import add_fp32_references, load_samples
+    from fp16bisect.model.samples import add_fp32_references, load_samples
     from fp16bisect.tolerance import Tolerance
 
     path = ROOT / "sample_models" / f"{name}.onnx"
@@ -294,7 +294,7 @@ def setup_model(name: str, known: dict):
 
 
 def run_model(name: str, known: dict) -> list[Row]:
-    from fp16bisect.profile import profile
+    from fp16bisect.model.profile import profile
 
     graph, samples, oracle = setup_model(name, known)
     candidates = [n.id for n in graph.candidates]
@@ -367,7 +367,7 @@ def trt_layer_nodes(graph) -> list[frozenset] | None:
         import tensorrt_rtx as trt
     except ImportError:
         return None
-    from fp16bisect.tensorrt import metadata_node
+    from fp16bisect.backends.tensorrt.pins import metadata_node
 
     by_name: dict[str, set] = {}
     for node in graph.candidates:
@@ -507,7 +507,7 @@ def real_onnxconverter(known: dict) -> list[str]:
     import onnxconverter_common
     from onnxconverter_common.auto_mixed_precision import auto_convert_mixed_precision
 
-    from fp16bisect.runtime import session
+    from fp16bisect.model.runtime import session
 
     rows = [
         f"onnxconverter-common {onnxconverter_common.__version__}: "
@@ -589,8 +589,8 @@ def real_autocast(known: dict) -> list[str]:
     import numpy as np
     import onnx
 
-    from fp16bisect.profile import profile
-    from fp16bisect.runtime import session
+    from fp16bisect.model.profile import profile
+    from fp16bisect.model.runtime import session
 
     version, nodeclassifier = _modelopt_classifier()
     rows = [

@@ -66,8 +66,8 @@ def main() -> None:
     import numpy as np
 
     from fp16bisect.backends.emulate import EmulateBackend, Emulation
-    from fp16bisect.graph import Graph
-    from fp16bisect.runtime import session
+    from fp16bisect.model.graph import Graph
+    from fp16bisect.model.runtime import session
 
     rows: list[tuple[str, str]] = []
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
@@ -115,8 +115,8 @@ def main() -> None:
 
     if not args.no_search:
         from fp16bisect.oracle import Oracle
-        from fp16bisect.profile import profile
-        from fp16bisect.samples import add_fp32_references, load_samples
+        from fp16bisect.model.profile import profile
+        from fp16bisect.model.samples import add_fp32_references, load_samples
         from fp16bisect.search import search
         from fp16bisect.tolerance import Tolerance
 

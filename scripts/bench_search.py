@@ -97,8 +97,8 @@ def oracle_speed(plans: int) -> list[str]:
     import numpy as np
 
     from fp16bisect.backends.emulate import EmulateBackend, run_plan_model
-    from fp16bisect.graph import Graph
-    from fp16bisect.runtime import session
+    from fp16bisect.model.graph import Graph
+    from fp16bisect.model.runtime import session
 
     model = ROOT / "sample_models" / "transformer_block.onnx"
     graph = Graph.load(model)

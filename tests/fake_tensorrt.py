@@ -1,4 +1,4 @@
-"""A test double of the ``tensorrt`` module, exposing exactly the names in ``fp16bisect.trt_api.NAMES``.
+"""A test double of the ``tensorrt`` module, exposing exactly the names in ``fp16bisect.backends.tensorrt.api.NAMES``.
 
 ``make(weak=True)`` mirrors TensorRT 10.x (weakly typed); ``make(weak=False)``
 mirrors TensorRT 11 (no ``BuilderFlag.FP16``, no layer precisions). Install it
@@ -427,7 +427,7 @@ def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
 
 
 def _names():
-    from fp16bisect.trt_api import NAMES
+    from fp16bisect.backends.tensorrt.api import NAMES
 
     return NAMES
 

@@ -10,8 +10,8 @@ from conftest import F
 from onnx import TensorProto, helper, numpy_helper
 
 from fp16bisect.cli import main
-from fp16bisect.graph import Graph
-from fp16bisect.mixed import convert
+from fp16bisect.model.graph import Graph
+from fp16bisect.artifacts.mixed import convert
 
 H = TensorProto.FLOAT16
 
@@ -160,7 +160,7 @@ def test_weights_kept_outside_the_model_file(tmp_path, capsys):
 def test_a_model_over_the_protobuf_limit_runs_from_files_with_external_weights(tmp_path, capsys, monkeypatch):
     """Over 2 GB a model cannot be one protobuf message: sessions, the checker and apply's output use
     external weights. The limit is lowered here so that a small model takes that path."""
-    import fp16bisect.runtime as runtime
+    import fp16bisect.model.runtime as runtime
     from conftest import SAMPLES
 
     monkeypatch.setattr(runtime, "PROTOBUF_LIMIT", 50_000)

@@ -237,7 +237,7 @@ def test_model_with_nothing_to_round_needs_no_overrides(tmp_path, capsys):
 def test_tensorrt_backend_without_tensorrt_or_without_a_gpu_exits_2_with_the_fix(tmp_path, capsys, monkeypatch):
     import importlib.util
 
-    import fp16bisect.tensorrt as trt_support
+    import fp16bisect.backends.tensorrt.pins as trt_support
 
     have_rtx = importlib.util.find_spec("tensorrt_rtx") is not None
     argv = ["search", LN, "--inputs", LN_IN, "--backend", "tensorrt", "-o", tmp_path / "o.json"]

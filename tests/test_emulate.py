@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 from fp16bisect.backends.emulate import EmulateBackend, run_plan_model, self_test
-from fp16bisect.graph import Graph
+from fp16bisect.model.graph import Graph
 
 BIG = np.array([70000.0, 1e-8, 2049.0, 1.0], dtype=np.float32)
 

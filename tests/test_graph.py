@@ -7,7 +7,7 @@ from conftest import F, make_model
 from onnx import TensorProto, helper
 
 from fp16bisect.errors import UsageError
-from fp16bisect.graph import Graph
+from fp16bisect.model.graph import Graph
 
 
 def test_unnamed_and_duplicate_nodes_get_stable_unique_ids():

@@ -431,7 +431,7 @@ REQUIRED = ("schema", "model", "backend", "tolerance", "fp32_nodes", "search", "
 
 def pinnable_ids() -> set[str]:
     """Nodes an override file may name: those with a float output."""
-    from fp16bisect.graph import Graph
+    from fp16bisect.model.graph import Graph
 
     graph = Graph.load(MODEL)
     return {n.id for n in graph.nodes if graph.float_outputs(n)}

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from fp16bisect import html_report
+from fp16bisect.report import html as html_report
 from fp16bisect.errors import UsageError
 
 INF, NAN = math.inf, math.nan

@@ -8,12 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
-from fp16bisect.artifact import storage_emulation, strict, verify
+from fp16bisect.artifacts.verify import storage_emulation, strict, verify
 from fp16bisect.errors import UsageError
-from fp16bisect.graph import Graph
-from fp16bisect.mixed import convert
-from fp16bisect.runtime import session
-from fp16bisect.samples import add_fp32_references, load_samples
+from fp16bisect.model.graph import Graph
+from fp16bisect.artifacts.mixed import convert
+from fp16bisect.model.runtime import session
+from fp16bisect.model.samples import add_fp32_references, load_samples
 from fp16bisect.tolerance import Tolerance
 
 H = TensorProto.FLOAT16
@@ -209,7 +209,7 @@ def test_strict_check_reports_instead_of_crashing_when_onnx_reference_cannot_run
 
 
 def load_samples_from(arrays, graph):
-    from fp16bisect.samples import Sample
+    from fp16bisect.model.samples import Sample
 
     samples = [Sample("memory", arrays)]
     add_fp32_references(graph, samples)

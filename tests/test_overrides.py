@@ -8,8 +8,8 @@ from conftest import F, make_model
 from onnx import helper
 
 from fp16bisect.errors import UsageError
-from fp16bisect.graph import Graph
-from fp16bisect.overrides import autocast_export, read, trtexec_export, write_json
+from fp16bisect.model.graph import Graph
+from fp16bisect.artifacts.overrides import autocast_export, read, trtexec_export, write_json
 
 
 def graph():
@@ -85,7 +85,7 @@ def test_written_files_get_ordinary_permissions(tmp_path):
     import os
     import stat
 
-    from fp16bisect.overrides import write_atomic
+    from fp16bisect.artifacts.overrides import write_atomic
 
     write_atomic(tmp_path / "f.json", b"{}")
     mode = stat.S_IMODE(os.stat(tmp_path / "f.json").st_mode)

@@ -1,7 +1,7 @@
-"""The TensorRT support (fp16bisect.tensorrt) and backend, against a test double of the tensorrt module.
+"""The TensorRT support (fp16bisect.backends.tensorrt.pins) and backend, against a test double of the tensorrt module.
 
 No GPU and no real TensorRT 10 here: ``fake_tensorrt`` mirrors the API names in
-``fp16bisect.trt_api`` (checked below) and imports ONNX models the way
+``fp16bisect.backends.tensorrt.api`` (checked below) and imports ONNX models the way
 onnx-tensorrt does. Where TensorRT-RTX is installed, its real parser and
 builder check the strongly typed path too.
 """
@@ -21,11 +21,11 @@ import pytest
 from conftest import ROOT, SAMPLES
 
 import fake_tensorrt
-from fp16bisect import tensorrt as T
-from fp16bisect import trt_engine as E
-from fp16bisect import trt_api
+from fp16bisect.backends.tensorrt import pins as T
+from fp16bisect.backends.tensorrt import engine as E
+from fp16bisect.backends.tensorrt import api as trt_api
 from fp16bisect.errors import UsageError
-from fp16bisect.graph import Graph
+from fp16bisect.model.graph import Graph
 
 TRANSFORMER = SAMPLES / "transformer_block.onnx"
 
@@ -119,8 +119,7 @@ def _trt_attribute_chains(path: Path) -> set:
 
 def test_the_code_uses_only_listed_tensorrt_names():
     used = set()
-    for path in (ROOT / "fp16bisect" / "tensorrt.py", ROOT / "fp16bisect" / "trt_engine.py",
-                 ROOT / "fp16bisect" / "backends" / "tensorrt.py"):
+    for path in sorted((ROOT / "fp16bisect" / "backends" / "tensorrt").glob("*.py")):
         used |= _trt_attribute_chains(path)
     # a chain's prefixes are used too (trt.LayerType.SHUFFLE uses trt.LayerType)
     unlisted = sorted(c for c in used if c not in trt_api.NAMES)
@@ -131,7 +130,7 @@ def test_the_code_uses_only_listed_tensorrt_names():
 
 def test_importing_the_module_does_not_import_tensorrt():
     code = (
-        "import sys, fp16bisect.tensorrt, fp16bisect.backends.tensorrt; "
+        "import sys, fp16bisect.tensorrt, fp16bisect.backends.tensorrt.pins, fp16bisect.backends.tensorrt.backend; "
         "assert 'tensorrt' not in sys.modules and 'tensorrt_rtx' not in sys.modules, sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
@@ -207,7 +206,7 @@ def test_every_layer_of_a_multi_layer_node_is_pinned_from_the_json(trt, tmp_path
 
 def test_override_file_path_is_read(trt, tmp_path):
     graph = Graph.load(TRANSFORMER)
-    from fp16bisect.overrides import SCHEMA, node_entry, write_json
+    from fp16bisect.artifacts.overrides import SCHEMA, node_entry, write_json
 
     data = {"schema": SCHEMA, "model": {"path": str(TRANSFORMER), "sha256": graph.sha256}, "backend": {},
             "tolerance": {}, "search": {}, "metrics": {}, "exports": {},
@@ -222,7 +221,7 @@ def test_nodes_sharing_a_name_are_told_apart_by_their_outputs(trt):
     net = network(SAMPLES / "two_branches.onnx")  # two nodes named 'reduce', two named 'div'
     graph = Graph.load(SAMPLES / "two_branches.onnx")
     node = next(n for n in graph.nodes if n.name == "reduce" and n.outputs == ("b_sum",))
-    from fp16bisect.overrides import node_entry
+    from fp16bisect.artifacts.overrides import node_entry
 
     applied = T.apply_overrides(net, {"fp32_nodes": [node_entry(node)]})  # its id is 'b_sum'
     direct = [p.layer for p in applied.layers if not p.transparent]
@@ -318,7 +317,7 @@ def test_parse_and_build_failures_carry_tensorrt_messages(trt):
 
 @pytest.fixture
 def backend_factory(monkeypatch, tmp_path):
-    from fp16bisect.backends import tensorrt as backend_module
+    from fp16bisect.backends.tensorrt import backend as backend_module
 
     monkeypatch.setattr(T, "gpu_available", lambda: True)
     runs = []
@@ -393,7 +392,7 @@ def test_backend_pins_every_layer_of_unnamed_and_duplicate_named_nodes(trt, back
 
 
 def test_backend_build_failure_names_the_plan_and_carries_the_message(trt, backend_factory):
-    from fp16bisect.backends.tensorrt import BuildFailed
+    from fp16bisect.backends.tensorrt.backend import BuildFailed
 
     backend, _runs = backend_factory()
     trt._fail_build = "Error Code 10: Could not find any implementation for node ln1_var"
@@ -433,7 +432,7 @@ def test_dynamic_inputs_get_one_profile_from_the_samples_shapes(trt, backend_fac
 
 
 def test_backend_on_tensorrt_11_builds_the_mixed_precision_model(trt11, backend_factory, monkeypatch):
-    import fp16bisect.mixed as mixed
+    import fp16bisect.artifacts.mixed as mixed
 
     seen = []
 
@@ -450,7 +449,7 @@ def test_backend_on_tensorrt_11_builds_the_mixed_precision_model(trt11, backend_
 
 
 def test_backend_without_a_gpu_is_a_usage_error(trt, monkeypatch, tmp_path):
-    from fp16bisect.backends.tensorrt import TensorRTBackend
+    from fp16bisect.backends.tensorrt.backend import TensorRTBackend
 
     monkeypatch.setattr(T, "gpu_available", lambda: False)
     with pytest.raises(UsageError, match="no GPU.*--backend emulate"):
@@ -463,7 +462,7 @@ def test_backend_without_a_gpu_is_a_usage_error(trt, monkeypatch, tmp_path):
 def test_real_tensorrt_rtx_builds_a_mixed_model_and_refuses_layer_precisions(monkeypatch):
     pytest.importorskip("tensorrt_rtx", reason="TensorRT-RTX is a test extra: pip install '.[test]'")
     monkeypatch.setitem(sys.modules, "tensorrt", None)
-    from fp16bisect.mixed import mixed_model
+    from fp16bisect.artifacts.mixed import mixed_model
 
     loaded = T.load()
     assert loaded.flavour == "tensorrt_rtx" and not loaded.weakly_typed
@@ -490,9 +489,9 @@ def test_real_tensorrt_rtx_builds_a_mixed_model_and_refuses_layer_precisions(mon
 def engines_run_as_built(monkeypatch):
     """No GPU: an engine 'runs' by emulating exactly the nodes its layers were pinned for (read back
     from the built engine through metadata), so the search sees what the pins did, not what it asked."""
-    from fp16bisect.backends import tensorrt as backend_module
+    from fp16bisect.backends.tensorrt import backend as backend_module
     from fp16bisect.backends.emulate import EmulateBackend
-    from fp16bisect.overrides import trtexec_layer_name
+    from fp16bisect.artifacts.overrides import trtexec_layer_name
 
     monkeypatch.setattr(T, "gpu_available", lambda: True)
     emulators = {}
@@ -543,7 +542,7 @@ def test_a_tolerance_below_build_to_build_noise_is_refused_unless_told(trt, engi
 
 
 def test_a_model_over_the_protobuf_limit_is_parsed_from_a_file(trt, engines_run_as_built, tmp_path, monkeypatch):
-    import fp16bisect.runtime as runtime
+    import fp16bisect.model.runtime as runtime
     from fp16bisect.cli import main
 
     monkeypatch.setattr(runtime, "PROTOBUF_LIMIT", 50_000)  # transformer_block takes the over-2-GB path
@@ -561,7 +560,7 @@ def test_real_tensorrt_rtx_parses_a_model_with_external_weights(tmp_path):
     pytest.importorskip("tensorrt_rtx", reason="TensorRT-RTX is a test extra: pip install '.[test]'")
     import tensorrt_rtx
 
-    from fp16bisect.runtime import external_copy
+    from fp16bisect.model.runtime import external_copy
 
     files = external_copy(onnx.load(TRANSFORMER))
     assert files.data.stat().st_size > 50_000

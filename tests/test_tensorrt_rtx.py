@@ -13,9 +13,9 @@ import pytest
 from conftest import SAMPLES
 from test_mixed import MODELS
 
-from fp16bisect.graph import Graph
-from fp16bisect.mixed import mixed_model
-from fp16bisect.overrides import trtexec_layer_name
+from fp16bisect.model.graph import Graph
+from fp16bisect.artifacts.mixed import mixed_model
+from fp16bisect.artifacts.overrides import trtexec_layer_name
 
 trt = pytest.importorskip("tensorrt_rtx", reason="TensorRT-RTX is a test extra: pip install '.[test]'")
 
@@ -90,8 +90,8 @@ def test_a_dynamic_input_builds_with_a_profile_from_the_samples(tmp_path):
     import numpy as np
     import onnx
 
-    from fp16bisect import tensorrt as T
-    from fp16bisect import trt_engine as E
+    from fp16bisect.backends.tensorrt import pins as T
+    from fp16bisect.backends.tensorrt import engine as E
 
     model = onnx.load(SAMPLES / "transformer_block.onnx")
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "seq"

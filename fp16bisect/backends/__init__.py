@@ -1,17 +1,10 @@
-"""Backends turn a plan (candidate ids kept in FP32) into model outputs.
-
-``emulate`` (FP16 emulated on ONNX Runtime CPU) works everywhere. ``tensorrt``
-builds and runs real engines (TensorRT 10.x layer precisions; TensorRT 11 and
-TensorRT-RTX through the mixed-precision model); it needs TensorRT, Polygraphy
-and an NVIDIA GPU, and asking for it without them is a usage error, never a
-silent fallback. ``auto`` picks ``tensorrt`` when all of that is present,
-else ``emulate``.
-"""
+"""Backends turn a plan (the candidate ids kept in FP32) into model outputs: `make_backend` picks one by name;
+`emulate` (FP16 storage emulated on ONNX Runtime CPU) works everywhere, `tensorrt/` builds real engines."""
 
 from __future__ import annotations
 
 from ..errors import UsageError
-from ..graph import Graph
+from ..model.graph import Graph
 
 NAMES = ("auto", "emulate", "tensorrt")
 TENSORRT_OPTIONS = ("timing_cache", "opt_level", "input_shapes")
@@ -19,7 +12,7 @@ TENSORRT_OPTIONS = ("timing_cache", "opt_level", "input_shapes")
 
 def tensorrt_usable() -> bool:
     """TensorRT (or TensorRT-RTX) imports, Polygraphy imports, and CUDA sees a GPU."""
-    from .. import tensorrt as trt_support
+    from .tensorrt import pins as trt_support
 
     try:
         trt_support.load()
@@ -30,13 +23,16 @@ def tensorrt_usable() -> bool:
 
 
 def make_backend(name: str, graph: Graph, **options):
-    """``options``: for tensorrt, ``timing_cache`` (path), ``opt_level``, ``input_shapes``; emulate takes none."""
+    """The backend called ``name``. ``tensorrt`` needs TensorRT (or TensorRT-RTX), Polygraphy and an NVIDIA GPU:
+    asking for it without them is a usage error, never a silent fallback; ``auto`` picks it when all of that is
+    present, else ``emulate``. ``options``: for tensorrt, ``timing_cache`` (path), ``opt_level``, ``input_shapes``;
+    emulate takes none."""
     if name not in NAMES:
         raise UsageError(f"unknown backend {name!r}: use one of {', '.join(NAMES)}")
     if name == "auto":
         name = "tensorrt" if tensorrt_usable() else "emulate"
     if name == "tensorrt":
-        from .tensorrt import TensorRTBackend
+        from .tensorrt.backend import TensorRTBackend
 
         chosen = {k: v for k, v in options.items() if k in TENSORRT_OPTIONS and v is not None}
         chosen.setdefault("timing_cache", "fp16bisect.timing.cache")

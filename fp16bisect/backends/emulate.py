@@ -44,8 +44,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, TRANSPARENT_OPS, Graph, _subgraphs
-from ..runtime import run, session
+from ..model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, TRANSPARENT_OPS, Graph, _subgraphs
+from ..model.runtime import run, session
 
 MASK = "fp16bisect_fp32_mask"
 _PREFIX = "fp16bisect/"

@@ -23,8 +23,8 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from .errors import UsageError
-from .graph import Graph, Node
+from ..errors import UsageError
+from ..model.graph import Graph, Node
 
 SCHEMA = "fp16bisect.overrides/1"
 REQUIRED = ("schema", "model", "backend", "tolerance", "fp32_nodes", "search", "metrics", "exports")

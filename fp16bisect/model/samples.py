@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from .errors import UsageError
+from ..errors import UsageError
 from .graph import Graph, TensorSpec, _subgraphs
 from .runtime import run, session
 

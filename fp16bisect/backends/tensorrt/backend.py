@@ -22,14 +22,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import errors
-from .. import tensorrt as trt_support
-from .. import trt_engine
-from ..errors import UsageError
-from ..graph import Graph
-from ..overrides import write_atomic
-from ..runtime import external_copy, too_big
-from ..samples import update_digest
+from ... import errors
+from . import pins as trt_support
+from . import engine as trt_engine
+from ...errors import UsageError
+from ...model.graph import Graph
+from ...artifacts.overrides import write_atomic
+from ...model.runtime import external_copy, too_big
+from ...model.samples import update_digest
 
 
 class BuildFailed(errors.BuildFailed):
@@ -176,7 +176,7 @@ class TensorRTBackend:
     def _model_bytes(self, plan: frozenset):
         if self.tensorrt.weakly_typed:
             return self._onnx.model if isinstance(self._onnx, external_copy) else self._onnx
-        from .. import mixed
+        from ...artifacts import mixed
 
         source = _source(mixed.mixed_model(self.graph, sorted(plan)))
         self._last_source = source  # an external copy lives until the next build

@@ -21,9 +21,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .graph import Graph, _subgraphs
-from .runtime import first_line, run, session
-from .tolerance import OutputMetrics, Tolerance, compare, worst_per_output
+from ..model.graph import Graph, _subgraphs
+from ..model.runtime import first_line, run, session
+from ..tolerance import OutputMetrics, Tolerance, compare, worst_per_output
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
 _PREFIX = "fp16bisect_storage/"

@@ -30,8 +30,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .errors import UsageError, shown
-from .graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, Graph, Node, _subgraphs
+from ..errors import UsageError, shown
+from ..model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, Graph, Node, _subgraphs
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
 FP16_MAX = 65504.0

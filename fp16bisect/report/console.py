@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .pipeline import Listener, Outcome
-from .search import Step
+from ..pipeline import Listener, Outcome
+from ..search import Step
 
 
 class ConsoleListener(Listener):

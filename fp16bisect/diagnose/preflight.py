@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from . import __version__
-from .errors import UsageError, shown
-from .graph import Graph
-from .oracle import Evaluation
-from .overrides import read
-from .pipeline import Listener, prepare
-from .tolerance import Tolerance
+from .. import __version__
+from ..errors import UsageError, shown
+from ..model.graph import Graph
+from ..oracle import Evaluation
+from ..artifacts.overrides import read
+from ..pipeline import Listener, prepare
+from ..tolerance import Tolerance
 
 SCHEMA = "fp16bisect.check/1"
 

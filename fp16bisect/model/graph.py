@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from .errors import UsageError
+from ..errors import UsageError
 
 FLOAT = TensorProto.FLOAT
 

@@ -37,7 +37,7 @@ from types import ModuleType
 from typing import Iterable, Mapping, Sequence
 
 
-from .errors import UsageError
+from ...errors import UsageError
 
 NOT_INSTALLED = (
     "TensorRT is not installed: pip install 'fp16bisect[tensorrt]' on a machine with an NVIDIA GPU, "
@@ -374,7 +374,7 @@ class Applied:
 
 def _refs_from(overrides) -> list[NodeRef]:
     if isinstance(overrides, (str, Path)):
-        from .overrides import read
+        from ...artifacts.overrides import read
 
         overrides = read(overrides)
     if isinstance(overrides, Mapping):

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UsageError
-from .tensorrt import (
+from ...errors import UsageError
+from .pins import (
     STRONGLY_TYPED,
     NodeRef,
     PinnedLayer,

@@ -10,10 +10,10 @@ from __future__ import annotations
 import shlex
 import sys
 
-from .graph import Graph
-from .layerwise import Layerwise, LayerwiseRunner, Thresholds
-from .oracle import Evaluation
-from .profile import Profile, profile, tensor_rows
+from ..model.graph import Graph
+from ..diagnose.layerwise import Layerwise, LayerwiseRunner, Thresholds
+from ..oracle import Evaluation
+from ..model.profile import Profile, profile, tensor_rows
 
 
 def metrics(m) -> dict | None:
@@ -122,7 +122,7 @@ def search_report(outcome) -> dict:
 
 
 def check_report(outcome, line: str) -> dict:
-    from .oracle import Oracle
+    from ..oracle import Oracle
 
     use = outcome.overrides
     plan = frozenset(use.nodes) if use else frozenset()
@@ -141,7 +141,7 @@ def check_report(outcome, line: str) -> dict:
 
 
 def compare_report(runner: LayerwiseRunner, result: Layerwise, tolerance) -> dict:
-    from .oracle import Oracle
+    from ..oracle import Oracle
 
     graph, plan = runner.graph, result.plan
     oracle = Oracle(runner.backend, runner.samples, tolerance, graph.float_output_names())

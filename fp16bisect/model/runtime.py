@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from .errors import UsageError
+from ..errors import UsageError
 
 PROTOBUF_LIMIT = 2**31 - 1
 

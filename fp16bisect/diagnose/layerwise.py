@@ -18,10 +18,10 @@ import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .backends.emulate import EmulateBackend
-from .graph import Graph
-from .overrides import write_atomic
-from .tolerance import OutputMetrics, Tolerance, compare
+from ..backends.emulate import EmulateBackend
+from ..model.graph import Graph
+from ..artifacts.overrides import write_atomic
+from ..tolerance import OutputMetrics, Tolerance, compare
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import onnx
 
-from .artifact import Check, strict, verify
-from .graph import Graph
+from .verify import Check, strict, verify
+from ..model.graph import Graph
 from .mixed import Mixed, convert
 from .overrides import read, write_atomic
-from .runtime import external_copy, too_big
-from .samples import add_fp32_references, load_samples
-from .tolerance import Tolerance
+from ..model.runtime import external_copy, too_big
+from ..model.samples import add_fp32_references, load_samples
+from ..tolerance import Tolerance
 
 
 def apply(overrides: str | Path, model: str | Path, *, fp16_io: bool = False, force: bool = False,

@@ -1,0 +1,102 @@
+"""Import boundaries that keep the architecture: the search sees no ONNX, TensorRT or backend; backends never
+see the search or the CLI; nothing but the entry point imports the CLI; every package says what lives there."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "fp16bisect"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every module a file imports, as absolute names (relative imports resolved; `from a import b` yields a and a.b)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            found.add(target)
+            found |= {f"{target}.{alias.name}" for alias in node.names}
+    return found
+
+
+def modules(under: str) -> list[Path]:
+    return sorted((PACKAGE / under).rglob("*.py")) if (PACKAGE / under).is_dir() else [PACKAGE / f"{under}.py"]
+
+
+def offending(paths, banned) -> list[str]:
+    return sorted(
+        f"{module_name(p)} imports {m}" for p in paths for m in imports(p)
+        if any(m == b or m.startswith(b + ".") for b in banned)
+    )
+
+
+def test_the_search_imports_nothing_but_the_standard_library():
+    found = imports(PACKAGE / "search.py")
+    allowed = set(sys.stdlib_module_names) | {"__future__"}
+    assert found and not [m for m in found if m.split(".")[0] not in allowed], found
+
+
+def test_importing_the_search_loads_no_onnx_numpy_or_tensorrt():
+    code = ("import sys, fp16bisect.search; bad = {'onnx', 'onnxruntime', 'numpy', 'tensorrt', 'tensorrt_rtx'} "
+            "& set(sys.modules); assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_backends_never_import_the_search_the_pipeline_or_the_cli():
+    banned = ["fp16bisect.search", "fp16bisect.pipeline", "fp16bisect.cli", "fp16bisect.report"]
+    assert not offending(modules("backends"), banned)
+
+
+def test_only_the_entry_point_imports_the_cli():
+    others = [p for p in PACKAGE.rglob("*.py") if p.name != "cli.py"]
+    assert not offending(others, ["fp16bisect.cli"])
+
+
+def test_the_model_package_knows_nothing_of_backends_search_or_artifacts():
+    banned = ["fp16bisect.backends", "fp16bisect.search", "fp16bisect.pipeline", "fp16bisect.artifacts",
+              "fp16bisect.report", "fp16bisect.cli"]
+    assert not offending(modules("model"), banned)
+
+
+def test_the_boundary_check_catches_a_planted_import(tmp_path, monkeypatch):
+    """The checks above must be able to fail: a backend that imports the search is caught."""
+    fake_root = tmp_path / "root"
+    bad = fake_root / "fp16bisect" / "backends" / "bad.py"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("from ..search import search\nfrom ..model.graph import Graph\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", fake_root)
+    assert offending([bad], ["fp16bisect.search"]) == ["fp16bisect.backends.bad imports fp16bisect.search",
+                                                       "fp16bisect.backends.bad imports fp16bisect.search.search"]
+
+
+@pytest.mark.parametrize("package", sorted(p.parent.name for p in PACKAGE.rglob("__init__.py") if p.parent != PACKAGE))
+def test_every_package_says_what_lives_there(package):
+    init = next(p for p in PACKAGE.rglob("__init__.py") if p.parent.name == package)
+    doc = ast.get_docstring(ast.parse(init.read_text()))
+    assert doc and len(doc.strip().splitlines()) <= 3, init
+
+
+def test_the_public_tensorrt_entry_still_imports():
+    from fp16bisect.tensorrt import apply_overrides
+
+    assert callable(apply_overrides)

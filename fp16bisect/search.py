@@ -57,6 +57,7 @@ class Step:
     plan: frozenset
     passed: bool
     phase: str  # precondition | suspects | split | verify | minimality
+    round: int = 0  # evaluations of one round ran together (``test_many``); a round waits for the one before
 
 
 @dataclass
@@ -67,6 +68,7 @@ class SearchResult:
     minimal: bool = False  # 1-minimal (see ``minimality`` for how it is known)
     minimality: str = ""  # how 1-minimality is known, or why it is not claimed
     evaluations: int = 0  # distinct plans evaluated
+    rounds: int = 0  # batches of evaluations that had to wait for each other (== evaluations at width 1)
     trace: list = field(default_factory=list)  # list[Step]
     contradictions: list = field(default_factory=list)  # (passing plan, failing superset)
 
@@ -118,8 +120,11 @@ def quickxplain_bound(n: int, k: int) -> float:
 class _Memo:
     """Evaluates each distinct plan once and records the trace."""
 
-    def __init__(self, test, on_step, n_total):
+    def __init__(self, test, on_step, n_total, test_many=None, width: int = 1):
         self._test = test
+        self._test_many = test_many
+        self.width = max(1, int(width))  # plans that may be evaluated at once
+        self.rounds = 0
         self._on_step = on_step
         self.results: dict[frozenset, bool] = {}
         self.trace: list[Step] = []
@@ -136,10 +141,32 @@ class _Memo:
         plan = frozenset(plan)
         if plan in self.results:
             return self.results[plan]
-        passed = bool(self._test(plan))
+        self.rounds += 1
+        return self._record(plan, bool(self._test(plan)))
+
+    def many(self, plans: Iterable[Iterable[Hashable]]) -> list[bool]:
+        """Verdicts of several independent plans. With ``test_many`` and a width above 1 the plans not yet
+        known are evaluated together, ``width`` at a time (one round each); otherwise one by one."""
+        plans = [frozenset(p) for p in plans]
+        todo = list(dict.fromkeys(p for p in plans if p not in self.results))
+        if self._test_many is None or self.width == 1:
+            for plan in todo:
+                self(plan)
+        else:
+            for i in range(0, len(todo), self.width):
+                chunk = todo[i : i + self.width]
+                self.rounds += 1
+                verdicts = list(self._test_many(chunk))
+                if len(verdicts) != len(chunk):
+                    raise SearchError(f"test_many returned {len(verdicts)} verdicts for {len(chunk)} plans")
+                for plan, passed in zip(chunk, verdicts):
+                    self._record(plan, bool(passed))
+        return [self.results[p] for p in plans]
+
+    def _record(self, plan: frozenset, passed: bool) -> bool:
         self.results[plan] = passed
         self._note_contradictions(plan, passed)
-        step = Step(len(self.trace) + 1, plan, passed, self.phase)
+        step = Step(len(self.trace) + 1, plan, passed, self.phase, self.rounds)
         self.trace.append(step)
         if self._on_step is not None:
             self._on_step(step, self.progress())
@@ -161,7 +188,8 @@ class _Memo:
     def again(self, plan: frozenset, recheck) -> bool:
         """A fresh evaluation of a plan already judged; a different verdict is a contradiction."""
         passed = bool(recheck(plan))
-        step = Step(len(self.trace) + 1, plan, passed, "recheck")
+        self.rounds += 1
+        step = Step(len(self.trace) + 1, plan, passed, "recheck", self.rounds)
         self.trace.append(step)
         if self._on_step is not None:
             self._on_step(step, self.progress())
@@ -311,8 +339,13 @@ def search(
     check_minimal: bool = False,
     on_step: Callable[[Step, dict], None] | None = None,
     recheck: Callable[[frozenset], bool] | None = None,
+    test_many: Callable[[list], list] | None = None,
+    width: int = 1,
 ) -> SearchResult:
     """Search a 1-minimal FP32 set; see the module docstring.
+
+    ``test_many(plans) -> verdicts`` with ``width`` > 1: independent plans (the minimality checks, for one)
+    are evaluated up to ``width`` at once; ``SearchResult.rounds`` counts the batches that waited on each other.
 
     ``recheck``: for an oracle whose verdicts can vary (engine builds), evaluates the final set once more,
     afresh; if it fails, the search says so and falls back to the smallest plan that passed.
@@ -327,7 +360,7 @@ def search(
         raise SearchError("order must be a permutation of the candidates")
     suspects = max(0, min(int(suspects), len(order)))
 
-    memo = _Memo(test, on_step, len(ids))
+    memo = _Memo(test, on_step, len(ids), test_many, width)
     everything = frozenset(ids)
     memo.everything = everything
     rank = {c: i for i, c in enumerate(order)}
@@ -337,6 +370,7 @@ def search(
             status=status,
             fp32=tuple(sorted(fp32, key=rank.__getitem__)),
             evaluations=len(memo.trace),
+            rounds=memo.rounds,
             trace=memo.trace,
             contradictions=memo.contradictions,
             **kw,
@@ -382,15 +416,14 @@ def search(
         return _fallback(memo, result, "the set found failed when evaluated again")
 
     memo.phase = "minimality"
-    direct = 0
-    for member in sorted(found, key=rank.__getitem__):
-        rest = found - {member}
-        if check_minimal or memo.failing_witness(member, rest) is None:
-            if memo(rest):
-                return _fallback(memo, result, f"removing {member!r} still passes")
-            direct += 1
-        elif rest in memo.results:
-            direct += 1
+    members = sorted(found, key=rank.__getitem__)
+    unproven = [m for m in members if check_minimal or memo.failing_witness(m, found - {m}) is None]
+    if memo.width > 1:  # independent questions: ask them together
+        memo.many([found - {m} for m in unproven])
+    for member in unproven:
+        if memo(found - {member}):
+            return _fallback(memo, result, f"removing {member!r} still passes")
+    direct = sum(1 for m in members if found - {m} in memo.results)
     if memo.contradictions:
         return _fallback(memo, result, "the oracle contradicted monotonicity")
     how = (

@@ -530,3 +530,25 @@ def test_a_recheck_that_agrees_costs_one_evaluation_and_keeps_the_answer():
     result = search(list(range(10)), lambda plan: {0, 1} <= plan, order=list(range(10)), suspects=2,
                     recheck=lambda plan: {0, 1} <= plan)
     assert result.fp32 == (0, 1) and result.minimal and result.evaluations == 5
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(2, 300), k=st.integers(1, 8), width=st.integers(2, 8), seed=st.integers(0, 10**6))
+def test_batched_minimality_checks_give_the_same_set_in_fewer_rounds(n, k, width, seed):
+    rng = random.Random(seed)
+    culprits = frozenset(rng.sample(range(n), min(k, n)))
+    oracle = lambda plan: culprits <= plan  # noqa: E731
+    batches = []
+
+    def test_many(plans):
+        batches.append(len(plans))
+        assert len(plans) <= width
+        return [oracle(p) for p in plans]
+
+    one = search(range(n), oracle, check_minimal=True)
+    many = search(range(n), oracle, check_minimal=True, test_many=test_many, width=width)
+    assert many.fp32 == one.fp32 and set(many.fp32) == culprits and many.minimal
+    assert one.rounds == one.evaluations and many.rounds <= one.rounds
+    assert max(s.round for s in many.trace) == many.rounds
+    checks = [s for s in many.trace if s.phase == "minimality"]
+    assert len({s.round for s in checks}) == math.ceil(len(checks) / width)  # the removals went out together

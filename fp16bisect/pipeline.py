@@ -50,9 +50,10 @@ class Outcome:
 
 def prepare(model: str, inputs: list[str], references: list[str] | None, backend: str, tolerance: Tolerance,
             listener: Listener, backend_options: dict | None = None, *, repeats: int = 1,
-            journal_path: str | None = None, restart: bool = False):
+            journal_path: str | None = None, restart: bool = False, parallel=None):
     """Model, samples, backend and oracle. With ``journal_path``, evaluations are journaled there and a
-    journal of the same search is replayed (``restart`` discards it)."""
+    journal of the same search is replayed (``restart`` discards it). ``parallel`` (fp16bisect.parallel.Parallel):
+    the oracle evaluates independent plans on worker processes or Ray tasks; close it with ``close``."""
     listener.stage(f"loading {model}")
     graph = Graph.load(model)
     outputs = graph.float_output_names()
@@ -77,8 +78,29 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
         journal = Journal(journal_path, header, restart=restart)
         if journal.entries:
             listener.stage(f"resuming: {len(journal.entries)} evaluation(s) replayed from {journal_path}")
-    oracle = Oracle(chosen, samples, tolerance, outputs, repeats=repeats, journal=journal)
+    executor = None
+    if parallel is not None and not parallel.serial:
+        from .parallel import make_executor
+
+        try:
+            executor = make_executor(parallel, chosen.name, graph, samples, tolerance, outputs, options)
+        except BaseException:
+            close(chosen)
+            raise
+        if executor is not None:
+            listener.stage(f"evaluating up to {executor.width} plan(s) at once on {executor.where}")
+    oracle = Oracle(chosen, samples, tolerance, outputs, repeats=repeats, journal=journal, executor=executor)
     return graph, chosen, oracle
+
+
+def close(backend, oracle=None) -> None:
+    """Free the backend's resources and stop the oracle's workers."""
+    try:
+        if oracle is not None and oracle.executor is not None:
+            oracle.executor.close()
+    finally:
+        if hasattr(backend, "close"):
+            backend.close()
 
 
 def notes(graph: Graph) -> list[str]:
@@ -109,11 +131,12 @@ def search_model(
     backend_options: dict | None = None,
     repeats: int = 1,
     restart: bool = False,
+    parallel=None,
 ) -> Outcome:
     """``output``: where the caller writes the JSON (named in its exports); the journal (resume) and the
     TensorRT timing cache go beside it. ``backend_options``: passed to the backend (TensorRT: optimisation
     level, timing cache, noise policy). ``repeats``: evaluations per plan, all must pass. ``restart``:
-    discard the journal of an earlier run instead of resuming it."""
+    discard the journal of an earlier run instead of resuming it. ``parallel``: see ``prepare``."""
     listener = listener or Listener()
     start = time.perf_counter()
     options = dict(backend_options or {})
@@ -122,12 +145,11 @@ def search_model(
         options["timing_cache"] = str(Path(output).with_suffix(".timing.cache"))
     graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, options,
                                     repeats=repeats, journal_path=journal_path(output) if output else None,
-                                    restart=restart)
+                                    restart=restart, parallel=parallel)
     try:
         return _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, noise_ok, start)
     finally:
-        if hasattr(chosen, "close"):
-            chosen.close()
+        close(chosen, oracle)
 
 
 def journal_path(output: str) -> str:
@@ -181,6 +203,8 @@ def _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, n
         check_minimal=check_minimal,
         on_step=lambda step, progress: listener.step(step, {**progress, "replayed": step.plan in oracle.replayed}),
         recheck=None if getattr(chosen, "deterministic", False) else lambda plan: oracle.evaluate(plan, 1).passed,
+        test_many=oracle.test_many if oracle.width > 1 else None,
+        width=oracle.width,
     )
     if result.status == "fp32_fails":
         everything = oracle.memo[frozenset(n.id for n in graph.candidates)]

@@ -34,6 +34,16 @@ Algorithm
 When the oracle contradicts monotonicity (a plan fails while a subset of it
 passed), the search says so and returns the smallest set it has actually seen
 pass, marked not minimal.
+
+Parallel rounds (``test_many`` and ``width`` > 1): where the next questions are
+independent they go out together. The minimality checks are one batch. The
+sequential steps (growing suspect prefixes, each member's binary search,
+galloping, dropping one by one) look ahead: before asking a plan not yet known,
+``_speculate`` asks, in the same round, the plans the next steps would ask
+under either answer (breadth first, up to ``width``), so that a binary search
+tests several split points at once (a k-ary split) and the steps that follow
+find their answers known. QuickXplain's recursion is not speculated. At width 1
+nothing changes: the same plans in the same order.
 """
 
 from __future__ import annotations
@@ -212,6 +222,39 @@ class _Memo:
         return None
 
 
+def _speculate(memo: _Memo, state, trial, advance) -> None:
+    """At width > 1, when the next plan (``trial(state)``) is not known: evaluate it together with the plans
+    the steps after it would ask, under either answer, breadth first, up to ``width`` plans in one round.
+
+    ``trial(state)``: the plan a step asks (None when the steps are done); ``advance(state, passed)``: the
+    state after its answer. Known answers are followed, not branched on: the round only holds plans some
+    outcome can ask, and the first is the one asked next.
+    """
+    if memo.width <= 1:
+        return
+    first = trial(state)
+    if first is None or first in memo.results:
+        return
+    asked: list = []
+    frontier = [state]
+    while frontier and len(asked) < memo.width:
+        after = []
+        for s in frontier:
+            plan = trial(s)
+            if plan is None:
+                continue
+            if plan in memo.results:
+                after.append(advance(s, memo.results[plan]))
+                continue
+            if plan not in asked:
+                if len(asked) == memo.width:
+                    break
+                asked.append(plan)
+            after += [advance(s, True), advance(s, False)]
+        frontier = after
+    memo.many(asked)
+
+
 def _quickxplain(memo: _Memo, background: frozenset, changed: bool, cands: list) -> list:
     """Smallest subset D of ``cands`` such that background | D passes.
 
@@ -242,25 +285,32 @@ def _gallop(memo: _Memo, cands: list, base: frozenset) -> list:
     non-members costs about 2*log2(g), so sparse members stay within QuickXplain's bound.
     Each member's failing test contains every other member: 1-minimality comes with it.
     """
-    members: list = []
-    end, chunk = len(cands), 1
-    while end > 0:
+    def trial(state):
+        end, chunk, members = state
+        if end == 0:
+            return None
+        return base | frozenset(cands[: end - min(chunk, end)]) | frozenset(members)
+
+    def advance(state, passed: bool):
+        end, chunk, members = state
         size = min(chunk, end)
-        trial = base | frozenset(cands[: end - size]) | frozenset(members)
-        if trial and memo(trial):  # the empty plan is all-FP16, known to fail
-            end -= size
-            memo.decided += size
-            chunk *= 2
-        elif size == 1:
-            members.append(cands[end - 1])
-            end -= 1
-            memo.decided += 1
-            memo.found += 1
-            chunk = 1
-        else:
-            chunk = max(1, size // 2)
-        memo.remaining = end
-    return members[::-1]
+        if passed:
+            return end - size, chunk * 2, members
+        if size == 1:
+            return end - 1, 1, members + (cands[end - 1],)
+        return end, max(1, size // 2), members
+
+    state = (len(cands), 1, ())
+    while state[0] > 0:
+        plan = trial(state)
+        if plan:  # the empty plan is all-FP16, known to fail
+            _speculate(memo, state, trial, advance)
+        after = advance(state, bool(plan) and memo(plan))
+        memo.decided += state[0] - after[0]
+        memo.found += len(after[2]) - len(state[2])
+        memo.remaining = after[0]
+        state = after
+    return list(state[2])[::-1]
 
 
 # A passing prefix of suspects this small is mostly culprits (an overflow site
@@ -270,15 +320,25 @@ SMALL_POOL = 6
 
 def _drop_one_by_one(memo: _Memo, pool: list) -> list:
     """Drop members from the least suspicious end while the rest still passes."""
-    keep = list(pool)
-    for member in reversed(pool):
-        trial = [x for x in keep if x != member]
-        if trial and memo(frozenset(trial)):
-            keep = trial
-        else:
+    def trial(state):
+        at, keep = state
+        return None if at < 0 else frozenset(x for x in keep if x != pool[at])
+
+    def advance(state, passed: bool):
+        at, keep = state
+        return at - 1, tuple(x for x in keep if x != pool[at]) if passed and len(keep) > 1 else keep
+
+    state = (len(pool) - 1, tuple(pool))
+    while state[0] >= 0:
+        plan = trial(state)
+        if plan:
+            _speculate(memo, state, trial, advance)
+        after = advance(state, bool(plan) and memo(plan))
+        if after[1] == state[1]:
             memo.found += 1
         memo.remaining -= 1
-    return keep
+        state = after
+    return list(state[1])
 
 
 def _bisect(memo: _Memo, pool: list, suspected: bool = False) -> list:
@@ -294,10 +354,29 @@ def _bisect(memo: _Memo, pool: list, suspected: bool = False) -> list:
     found: list = []
     base: frozenset = frozenset()
     rest = list(pool)
+
+    # A member's search: (fails, passes) prefix lengths of rest, base | rest[:fails] fails and base | rest[:passes]
+    # passes; fails == -1 first asks whether the members found so far suffice (base alone; passing ends it).
+    def trial(state):
+        fails, passes = state
+        if fails < 0:
+            return base
+        return base | frozenset(rest[: (fails + passes) // 2]) if passes - fails > 1 else None
+
+    def advance(state, passed: bool):
+        fails, passes = state
+        if fails < 0:
+            return (0, 0) if passed else (0, passes)
+        mid = (fails + passes) // 2
+        return (fails, mid) if passed else (mid, passes)
+
     while rest:
+        dense = bool(found) and _dense(len(found), len(pool) - len(rest), len(rest))
+        if found and not dense:  # the base question and the first split points in one round
+            _speculate(memo, (-1, len(rest)), trial, advance)
         if found and memo(base):
             break
-        if found and _dense(len(found), len(pool) - len(rest), len(rest)):
+        if dense:
             density = len(found) / max(len(pool) - len(rest), 1)
             memo.dense = (len(found), max(1.0, density * len(rest)), len(rest))
             if suspected:  # members cluster in a suspect prefix: one test a member, QuickXplain spends two
@@ -306,6 +385,7 @@ def _bisect(memo: _Memo, pool: list, suspected: bool = False) -> list:
         memo.remaining = len(rest)
         fails, passes = 0, len(rest)  # prefix lengths: base | rest[:fails] fails, base | rest[:passes] passes
         while passes - fails > 1:
+            _speculate(memo, (fails, passes), trial, advance)  # width > 1: several split points at once
             mid = (fails + passes) // 2
             if memo(base | frozenset(rest[:mid])):
                 passes = mid
@@ -386,7 +466,12 @@ def search(
     if suspects:
         memo.phase = "suspects"
         size = 1
+
+        def prefix(size):  # growing prefixes; a passing one ends the growth
+            return frozenset(order[: min(size, suspects)]) if size < 2 * suspects else None
+
         while True:
+            _speculate(memo, size, prefix, lambda size, passed: 2 * suspects if passed else size * 2)
             size = min(size, suspects)
             memo.remaining = size
             if memo(frozenset(order[:size])):

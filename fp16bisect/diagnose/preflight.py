@@ -16,7 +16,7 @@ from ..errors import UsageError, shown
 from ..model.graph import Graph
 from ..oracle import Evaluation
 from ..artifacts.overrides import read
-from ..pipeline import Listener, prepare
+from ..pipeline import Listener, close, prepare
 from ..tolerance import Tolerance
 
 SCHEMA = "fp16bisect.check/1"
@@ -95,13 +95,17 @@ def check_model(
     overrides: str | None = None,
     listener: Listener | None = None,
     backend_options: dict | None = None,
+    parallel=None,
 ) -> CheckOutcome:
+    """``parallel`` (fp16bisect.parallel.Parallel) with room for two: the plan and the all-FP32 plan (needed
+    only when the plan fails) are evaluated together, one round instead of two."""
     listener = listener or Listener()
     tolerance = tolerance or Tolerance()
     start = time.perf_counter()
     options = dict(backend_options or {})
     options.pop("noise_ok", None)
-    graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, options)
+    graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, options,
+                                    parallel=parallel)
     try:
         use = use_overrides(graph, overrides) if overrides else None
         if use is not None and not use.same_model:
@@ -109,15 +113,17 @@ def check_model(
                            f"(sha256 {use.made_for[:12]}..., this one {graph.sha256[:12]}...): checking it anyway")
         plan = frozenset(use.nodes) if use else frozenset()
         listener.stage(f"checking on the {chosen.name} backend: {len(plan)} node(s) in FP32, the rest in FP16")
+        everything = frozenset(n.id for n in graph.candidates)
+        if oracle.width > 1:
+            oracle.evaluate_many([plan, everything])
         evaluation = oracle.evaluate(plan)
         fp32 = None
         if not evaluation.passed:
-            fp32 = oracle.evaluate(frozenset(n.id for n in graph.candidates))
+            fp32 = oracle.evaluate(everything)
         return CheckOutcome(graph, tolerance, chosen.name, chosen.versions(), evaluation, use, fp32,
                             time.perf_counter() - start, oracle.samples)
     finally:
-        if hasattr(chosen, "close"):
-            chosen.close()
+        close(chosen, oracle)
 
 
 def verdict(o: CheckOutcome, command_hint: str) -> str:

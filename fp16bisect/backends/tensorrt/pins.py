@@ -97,15 +97,20 @@ def load() -> TensorRT:
 
 def gpu_available() -> bool:
     """Whether CUDA sees a GPU (cuda-python ``cudaGetDeviceCount``); never raises."""
+    return gpu_count() > 0
+
+
+def gpu_count() -> int:
+    """GPUs CUDA sees (cuda-python ``cudaGetDeviceCount``; 0 when it cannot tell); never raises."""
     try:
         try:
             from cuda.bindings import runtime as cudart
         except ImportError:
             from cuda import cudart  # cuda-python < 12.6
         err, count = cudart.cudaGetDeviceCount()
-        return err == cudart.cudaError_t.cudaSuccess and count > 0
+        return int(count) if err == cudart.cudaError_t.cudaSuccess else 0
     except Exception:
-        return False
+        return 0
 
 
 # --------------------------------------------------------------------------- layers of nodes

@@ -1,0 +1,134 @@
+"""Several plans at once: a pool of worker processes (``local``) or Ray tasks (``ray``), each with its backend.
+
+The search proposes independent plans (``search(test_many=, width=)``); the
+Oracle hands those not yet known to a ``PlanExecutor``, which runs them on a
+pool and yields each ``Evaluation`` as it completes (the Oracle journals it
+then). A worker holds its own backend, built once from the model bytes and
+samples it received once: an ONNX Runtime session per process for
+``emulate``, one GPU per worker for ``tensorrt``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UsageError
+from .local import Died, LocalPool
+
+
+@dataclass
+class Parallel:
+    """How evaluations run: ``jobs`` at once; ``devices`` GPU ids (one worker each, tensorrt and command);
+    ``ray``: None for local processes, else a Ray address ("" for a local Ray instance, "auto", host:port)."""
+
+    jobs: int = 1
+    devices: list = field(default_factory=list)
+    ray: str | None = None
+
+    @property
+    def serial(self) -> bool:
+        return self.jobs <= 1 and self.ray is None and len(self.devices) <= 1
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every worker needs, sent once: the model, the samples (with references), how to judge."""
+
+    backend: str
+    model: bytes
+    path: str
+    sha256: str
+    options: dict
+    samples: list
+    tolerance: object
+    outputs: list
+
+
+def setup_backend(job: Job, device: str):
+    """In a worker: the backend, built once."""
+    import onnx
+
+    from ..backends import make_backend
+    from ..model.graph import Graph
+
+    graph = Graph(onnx.load_model_from_string(job.model), Path(job.path), job.sha256)
+    options = dict(job.options)
+    if job.backend == "tensorrt" and options.get("timing_cache"):  # one cache file per worker: no write races
+        options["timing_cache"] = f"{options['timing_cache']}.{device}"
+    if "device" in options:
+        options["device"] = device
+    return make_backend(job.backend, graph, **options), job
+
+
+def evaluate_task(state, arg):
+    """In a worker: one plan's evaluation (every sample, every repeat)."""
+    from ..oracle import evaluate_plan
+
+    (backend, job), (plan, first_repeat, repeats) = state, arg
+    return evaluate_plan(backend, job.samples, job.tolerance, job.outputs, frozenset(plan), first_repeat, repeats)
+
+
+class PlanExecutor:
+    """Evaluates plans on a pool; ``evaluate`` yields each ``Evaluation`` as it completes. A plan whose worker
+    died twice is a failed evaluation with the reason (a failed build, never dropped)."""
+
+    def __init__(self, pool, where: str):
+        self.pool = pool
+        self.width = pool.width
+        self.where = where  # for messages: "4 worker processes", "Ray (8 CPUs)"
+
+    def evaluate(self, plans, first_repeat: int = 0, repeats: int = 1):
+        started = time.perf_counter()
+        plans = list(plans)
+        for index, result in self.pool.run([(p, first_repeat, repeats) for p in plans]):
+            if isinstance(result, Died):
+                result = _died(plans[index], result.reason, time.perf_counter() - started)
+            yield result
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def _died(plan, reason: str, seconds: float):
+    from ..oracle import Evaluation
+
+    return Evaluation(frozenset(plan), False, (), seconds, error=reason)
+
+
+def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, outputs, options: dict):
+    """A ``PlanExecutor`` for ``backend`` (a resolved name: emulate, tensorrt, command), or None when serial."""
+    if parallel.serial:
+        return None
+    job = Job(backend, graph.path.read_bytes() if graph.path else graph.model.SerializeToString(),
+              str(graph.path or ""), graph.sha256, options, samples, tolerance, outputs)
+    gpu = backend == "tensorrt"
+    if parallel.ray is not None:
+        from .ray import RayPool
+
+        pool = RayPool(evaluate_task, setup_backend, job, jobs=parallel.jobs if parallel.jobs > 1 else 0, gpu=gpu,
+                       address=parallel.ray or None)
+        return PlanExecutor(pool, f"Ray, {pool.width} task(s) at once")
+    devices = list(parallel.devices)
+    if gpu and not devices:
+        from ..backends.tensorrt.pins import gpu_count
+
+        devices = [str(i) for i in range(gpu_count())]
+    if gpu or (devices and "device" in options):  # one worker per device
+        if not devices:
+            raise UsageError("no GPU visible: pass --devices 0,1,... or run on a machine with NVIDIA GPUs")
+        pool = LocalPool(evaluate_task, setup_backend, job, devices=devices, visible_devices=gpu)
+        return PlanExecutor(pool, f"{pool.width} worker(s), one per device ({', '.join(devices)})")
+    pool = LocalPool(evaluate_task, setup_backend, job, jobs=parallel.jobs)
+    return PlanExecutor(pool, f"{pool.width} worker processes")
+
+
+def parse_devices(text: str | None) -> list[str]:
+    """``--devices 0,1,3`` -> ["0", "1", "3"]."""
+    if not text:
+        return []
+    devices = [d.strip() for d in text.split(",")]
+    if any(not d for d in devices) or len(set(devices)) != len(devices):
+        raise UsageError(f"--devices {text!r}: give distinct GPU ids separated by commas, e.g. --devices 0,1,2,3")
+    return devices

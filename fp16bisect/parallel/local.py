@@ -1,0 +1,192 @@
+"""A pool of worker processes on this machine, each set up once and reused.
+
+``LocalPool(work, setup, shared, jobs)`` spawns ``jobs`` processes (``spawn``
+start method: no forked ONNX Runtime or CUDA state). Each calls
+``setup(shared, device)`` once (build an ONNX Runtime session, say) and keeps
+what it returns; every task is then ``work(state, arg)`` in whichever process
+is idle. ``shared`` (model bytes, samples) is sent once per process, at spawn.
+
+``device``: the worker's label (a GPU id from ``devices``, else its index).
+With ``visible_devices=True`` a worker sees only its GPU: ``CUDA_VISIBLE_DEVICES``
+is set to it before ``setup`` runs (and before anything imports CUDA there).
+
+A worker that dies (killed, out of memory, a crash in native code) loses only
+its task: the process is replaced and the task runs once more; if it dies
+again the task's result is a ``Died`` with the reason. An exception raised by
+``setup`` or ``work`` is raised again here, in the caller.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+
+ATTEMPTS = 2  # a task whose worker dies is run once more, then counted as failed
+
+
+@dataclass(frozen=True)
+class Died:
+    """A task whose worker process died on every attempt."""
+
+    reason: str
+
+
+class WorkerError(Exception):
+    """An exception in a worker that could not be sent back as itself."""
+
+
+def _serve(conn, work, setup, shared, device, visible_devices: bool) -> None:
+    """A worker's loop: set up once, then one task per message until ``None``."""
+    if visible_devices:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
+    try:
+        state, failure = (setup(shared, device) if setup is not None else None), None
+    except BaseException as exc:  # reported with the first task, where the caller waits for an answer
+        state, failure = None, exc
+    del shared
+    while True:
+        try:
+            arg = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        if arg is None:
+            return
+        if failure is not None:
+            _send(conn, "error", failure)
+            continue
+        try:
+            result = work(state, arg)
+        except BaseException as exc:
+            _send(conn, "error", exc)
+            continue
+        conn.send(("ok", result))
+
+
+def _send(conn, kind: str, exc: BaseException) -> None:
+    try:
+        conn.send((kind, exc))
+    except Exception:  # an exception that does not pickle: its text and where it came from
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        conn.send((kind, WorkerError(f"{text} (in a worker process)")))
+
+
+def death_reason(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            how = f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            how = f"killed by signal {-exitcode}"
+    else:
+        how = f"exit code {exitcode}"
+    return f"its worker process died ({how}) on each of {ATTEMPTS} attempts"
+
+
+class _Worker:
+    def __init__(self, process, conn):
+        self.process = process
+        self.conn = conn
+        self.task: int | None = None  # index of the task it is running
+
+
+class LocalPool:
+    """``jobs`` worker processes; ``run(args)`` yields ``(index, result)`` as tasks complete."""
+
+    def __init__(self, work, setup=None, shared=None, jobs: int = 1, devices=None, visible_devices: bool = False):
+        self.work = work
+        self.setup = setup
+        self.shared = shared
+        self.devices = [str(d) for d in devices] if devices else [str(i) for i in range(jobs)]
+        self.width = len(self.devices)
+        self.visible_devices = visible_devices
+        self._context = multiprocessing.get_context("spawn")
+        self._workers: list[_Worker | None] = [None] * self.width
+
+    def _spawn(self, slot: int) -> _Worker:
+        mine, theirs = self._context.Pipe()
+        process = self._context.Process(
+            target=_serve, args=(theirs, self.work, self.setup, self.shared, self.devices[slot], self.visible_devices),
+            daemon=True, name=f"fp16bisect-worker-{self.devices[slot]}",
+        )
+        process.start()
+        theirs.close()
+        return _Worker(process, mine)
+
+    def run(self, args):
+        """Yields ``(index, result)`` for every arg, in completion order; ``result`` is ``work``'s return value
+        or a ``Died``. Exceptions from ``setup`` or ``work`` propagate (the other tasks are abandoned)."""
+        args = list(args)
+        queue = list(range(len(args)))
+        attempts = [0] * len(args)
+        done = 0
+        try:
+            while done < len(args):
+                for slot, worker in enumerate(self._workers):
+                    if not queue:
+                        break
+                    if worker is None:
+                        worker = self._workers[slot] = self._spawn(slot)
+                    if worker.task is None:
+                        worker.task = queue.pop(0)
+                        attempts[worker.task] += 1
+                        worker.conn.send(args[worker.task])
+                busy = [w for w in self._workers if w is not None and w.task is not None]
+                ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
+                for slot, worker in enumerate(self._workers):
+                    if worker is None or worker.task is None:
+                        continue
+                    if worker.conn in ready or worker.process.sentinel in ready:
+                        index = worker.task
+                        try:
+                            kind, value = worker.conn.recv() if worker.conn.poll() else (None, None)
+                        except (EOFError, OSError):
+                            kind, value = None, None
+                        if kind is None:  # the process died with the task
+                            worker.process.join(5)
+                            code = worker.process.exitcode
+                            worker.conn.close()
+                            self._workers[slot] = None
+                            if attempts[index] < ATTEMPTS:
+                                queue.insert(0, index)
+                                continue
+                            done += 1
+                            yield index, Died(death_reason(code))
+                            continue
+                        worker.task = None
+                        if kind == "error":
+                            raise value
+                        done += 1
+                        yield index, value
+        except BaseException:
+            self.close(force=True)  # tasks still running are abandoned: their workers go with them
+            raise
+
+    def close(self, force: bool = False) -> None:
+        for worker in self._workers:
+            if worker is None:
+                continue
+            try:
+                if force or worker.task is not None:
+                    worker.process.kill()
+                else:
+                    worker.conn.send(None)
+            except (OSError, ValueError):
+                pass
+        for worker in self._workers:
+            if worker is None:
+                continue
+            worker.process.join(10)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join(5)
+            worker.conn.close()
+        self._workers = [None] * self.width
+
+    def __enter__(self) -> "LocalPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

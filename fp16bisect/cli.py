@@ -80,6 +80,39 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
                    help="search even if two builds of the all-FP16 engine differ beyond the tolerance")
 
 
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give the number of evaluations to run at once, 1 or more")
+    return value
+
+
+def add_parallel_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("parallel evaluation")
+    g.add_argument("--jobs", "-j", type=_jobs, default=1, metavar="N",
+                   help="evaluate up to N plans at once (emulate: N worker processes, each with its own ONNX Runtime "
+                        "session; default 1)")
+    g.add_argument("--devices", default=None, metavar="0,1,...",
+                   help="GPUs to use, one worker each (tensorrt; default every GPU CUDA sees)")
+    g.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="evaluate as Ray tasks: on the cluster at ADDRESS ('auto': the one this machine is part of), "
+                        "or on a local Ray instance without ADDRESS (needs pip install 'fp16bisect[ray]')")
+
+
+def parallel_from(args):
+    from .parallel import Parallel, parse_devices
+
+    if args.ray is not None:
+        from .parallel.ray import load_ray
+
+        load_ray()  # exit 2 with how to install, before any work
+    devices = parse_devices(args.devices)
+    return Parallel(jobs=args.jobs, devices=devices, ray=args.ray)
+
+
 def backend_options(args) -> dict:
     return {"opt_level": args.opt_level, "timing_cache": args.timing_cache, "noise_ok": args.noise_ok}
 
@@ -123,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="discard the journal of an earlier run of this search instead of resuming it")
     s.add_argument("--report", metavar="FILE.html", help="also write a self-contained HTML report")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    add_parallel_args(s)
 
     c = sub.add_parser("check", help="pre-flight: does the model meet the tolerance in FP16 (with overrides)? "
                                      "exit 0 yes, 1 no")
@@ -133,6 +167,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", metavar="FILE", help="also write the result as JSON")
     c.add_argument("--report", metavar="FILE.html", help="also write a self-contained HTML report")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    add_parallel_args(c)
+
+    b = sub.add_parser("batch", help="check or search many models listed in a manifest (TOML or JSON), in "
+                                     "parallel; exit 0 when every entry passes, 1 when any fails")
+    b.add_argument("manifest", help="the manifest: entries with model, inputs, references, tolerance, action")
+    b.add_argument("--json", metavar="FILE", help="also write every entry's result as JSON")
+    b.add_argument("--jobs", "-j", type=_jobs, default=2, metavar="N", help="entries run at once (default 2)")
+    b.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="run the entries as Ray tasks (on the cluster at ADDRESS, or a local Ray instance)")
 
     n = sub.add_parser("scan", help="FP32 run only: rank the tensors and weights FP16 would overflow or flush "
                                     "(seconds; no search)")
@@ -183,6 +226,7 @@ def cmd_search(args) -> int:
     from .report.console import ConsoleListener, print_summary
 
     tolerance = tolerance_from(args)
+    parallel = parallel_from(args)
     check_writable(args.output)  # before the search, not after an hour of it
     if args.report:
         check_writable(args.report)
@@ -194,7 +238,8 @@ def cmd_search(args) -> int:
             raise UsageError(f"--repeats {args.repeats}: give a number of evaluations per plan, 1 or more")
         outcome = search_model(args.model, args.inputs, args.reference, tolerance, args.backend,
                                check_minimal=args.check_minimal, listener=listener, output=args.output,
-                               backend_options=backend_options(args), repeats=args.repeats, restart=args.restart)
+                               backend_options=backend_options(args), repeats=args.repeats, restart=args.restart,
+                               parallel=parallel)
     except KeyboardInterrupt:
         listener.close()
         from .pipeline import journal_path
@@ -232,13 +277,14 @@ def cmd_check(args) -> int:
     from .report.console import ConsoleListener, print_check
 
     tolerance = tolerance_from(args)
+    parallel = parallel_from(args)
     for path in (args.json, args.report):
         if path:
             check_writable(path)
     listener = ConsoleListener(quiet=args.quiet)
     try:
         outcome = check_model(args.model, args.inputs, args.reference, tolerance, args.backend, args.overrides,
-                              listener, backend_options(args))
+                              listener, backend_options(args), parallel=parallel)
     finally:
         listener.close()
     line = verdict(outcome, search_hint(args))
@@ -252,6 +298,25 @@ def cmd_check(args) -> int:
     if outcome.fp32 is not None and not outcome.fp32.passed:
         return 3
     return 0 if outcome.passed else 1
+
+
+def cmd_batch(args) -> int:
+    from .batch import print_table, read_manifest, run_batch, write_results
+
+    entries = read_manifest(args.manifest)
+    if args.json:
+        from .artifacts.overrides import check_writable
+
+        check_writable(args.json)
+    if args.ray is not None:
+        from .parallel.ray import load_ray
+
+        load_ray()
+    results = run_batch(entries, jobs=args.jobs, ray=args.ray)
+    print_table(results)
+    if args.json:
+        write_results(args.json, args.manifest, results)
+    return 0 if all(r["passed"] for r in results) else 1
 
 
 def cmd_scan(args) -> int:
@@ -343,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             raise UsageError("no command given: try 'fp16bisect search MODEL --inputs X.npz'")
         commands = {"search": cmd_search, "check": cmd_check, "scan": cmd_scan, "compare": cmd_compare,
-                    "apply": cmd_apply}
+                    "apply": cmd_apply, "batch": cmd_batch}
         return commands[args.command](args)
     except (UsageError, ToleranceUnreachable) as exc:
         if debug:

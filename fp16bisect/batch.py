@@ -1,0 +1,222 @@
+"""``batch MANIFEST``: check or search many models in one call, several at once (a model zoo's CI gate).
+
+The manifest is TOML (``.toml``; read with ``tomllib``, Python 3.11+) or JSON.
+An optional ``defaults`` table applies to every entry; each entry
+(``[[entry]]`` in TOML, ``"entries": [...]`` in JSON) names:
+
+    model       the ONNX model                                   (required)
+    inputs      one .npz or a list of them                       (required)
+    references  matching reference .npz files                    (default: FP32 ONNX Runtime)
+    action      "check" or "search"                              (default "check")
+    atol, rtol, min_cosine, max_mismatch                         (default: fp16bisect's)
+    backend     "emulate", "tensorrt" or "auto"                  (default "auto")
+    overrides   check: keep this override file's nodes in FP32
+    output      search: where to write the override JSON (its journal goes beside it)
+    name        a label for the table                            (default: the model's file name)
+
+Relative paths are relative to the manifest. A manifest that cannot be read
+or has a malformed entry is bad input (exit 2, nothing runs); an entry that
+fails when it runs (a missing file, a wrong input name, a tolerance FP32
+misses) fails alone, with its message, and the others go on. Entries run in
+worker processes (``--jobs``) or as Ray tasks (``--ray``); each runs its own
+check or search serially, so results are those of the single commands.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from .errors import UsageError
+
+SCHEMA = "fp16bisect.batch/1"
+ACTIONS = ("check", "search")
+KEYS = {"model", "inputs", "references", "action", "atol", "rtol", "min_cosine", "max_mismatch", "backend",
+        "overrides", "output", "name"}
+TOLERANCE_KEYS = ("atol", "rtol", "min_cosine", "max_mismatch")
+
+
+def read_manifest(path: str) -> list[dict]:
+    """The manifest's entries, paths resolved, defaults applied; a malformed manifest is a UsageError."""
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"manifest {path!r} not found: pass a .toml or .json file listing the models")
+    text = p.read_bytes()
+    if p.suffix.lower() == ".toml":
+        try:
+            import tomllib
+        except ImportError:  # Python 3.10
+            raise UsageError("TOML manifests need Python 3.11 or later (tomllib): write the manifest as JSON") \
+                from None
+        try:
+            data = tomllib.loads(text.decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise UsageError(f"manifest {path!r} is not valid TOML ({exc}): fix it (see README, 'batch')") from None
+    else:
+        try:
+            data = json.loads(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise UsageError(f"manifest {path!r} is not valid JSON ({exc}): fix it, or name a TOML file *.toml") \
+                from None
+    if not isinstance(data, dict):
+        raise UsageError(f"manifest {path!r} must be a table with 'entries' (JSON) or [[entry]] (TOML)")
+    entries = data.get("entries", data.get("entry"))
+    defaults = data.get("defaults", {})
+    if not isinstance(entries, list) or not entries:
+        raise UsageError(f"manifest {path!r} lists no entries: add [[entry]] tables (TOML) or an 'entries' list "
+                         "(JSON), each with model, inputs and action")
+    if not isinstance(defaults, dict):
+        raise UsageError(f"manifest {path!r}: 'defaults' must be a table of entry keys")
+    return [_entry({**defaults, **e} if isinstance(e, dict) else e, i + 1, p.parent, path)
+            for i, e in enumerate(entries)]
+
+
+def _entry(raw, number: int, base: Path, manifest: str) -> dict:
+    where = f"manifest {manifest!r}, entry {number}"
+    if not isinstance(raw, dict):
+        raise UsageError(f"{where} is not a table: give model, inputs and action")
+    unknown = sorted(set(raw) - KEYS)
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(KEYS))}")
+    if not isinstance(raw.get("model"), str) or not raw["model"]:
+        raise UsageError(f"{where} has no 'model': give the path of the ONNX model")
+    entry = dict(raw)
+    for key in ("inputs", "references"):
+        value = entry.get(key, [])
+        value = [value] if isinstance(value, str) else value
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise UsageError(f"{where}: '{key}' must be a path or a list of paths to .npz files")
+        entry[key] = [str(base / v) for v in value]
+    if not entry["inputs"]:
+        raise UsageError(f"{where} has no 'inputs': give one .npz (or a list) with one array per model input")
+    entry.setdefault("action", "check")
+    if entry["action"] not in ACTIONS:
+        raise UsageError(f"{where}: action {entry['action']!r} is neither 'check' nor 'search'")
+    for key in TOLERANCE_KEYS:
+        value = entry.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value != value):
+            raise UsageError(f"{where}: '{key}' must be a number, not {value!r}")
+    for key in ("model", "overrides", "output"):
+        if entry.get(key) is not None:
+            if not isinstance(entry[key], str):
+                raise UsageError(f"{where}: '{key}' must be a path")
+            entry[key] = str(base / entry[key])
+    entry.setdefault("backend", "auto")
+    entry.setdefault("name", Path(entry["model"]).name)
+    entry["number"] = number
+    return entry
+
+
+def run_entry(_state, entry: dict) -> dict:
+    """One entry's check or search (in a worker). Never raises for the entry's own faults: it fails alone."""
+    from .errors import ToleranceUnreachable
+    from .tolerance import Tolerance
+
+    start = time.perf_counter()
+    result = {"number": entry["number"], "name": entry["name"], "model": entry["model"], "action": entry["action"],
+              "passed": False, "verdict": "", "fp32_nodes": None, "set_size": None, "evaluations": None,
+              "seconds": 0.0, "error": "", "result": None}
+    try:
+        defaults = Tolerance()
+        tolerance = Tolerance(**{k: entry[k] if entry.get(k) is not None else getattr(defaults, k)
+                                 for k in TOLERANCE_KEYS})
+        if entry["action"] == "check":
+            _check(entry, tolerance, result)
+        else:
+            _search(entry, tolerance, result)
+    except (UsageError, ToleranceUnreachable) as exc:
+        result.update(verdict="ERROR" if isinstance(exc, UsageError) else "FAIL", error=str(exc))
+    except Exception as exc:  # a bug of ours: this entry fails, the others go on
+        result.update(verdict="ERROR", error=f"internal error: {type(exc).__name__}: {exc}")
+    result["seconds"] = round(time.perf_counter() - start, 3)
+    return result
+
+
+def _check(entry: dict, tolerance, result: dict) -> None:
+    from .diagnose.preflight import check_model, verdict
+
+    outcome = check_model(entry["model"], entry["inputs"], entry["references"] or None, tolerance, entry["backend"],
+                          entry.get("overrides"))
+    line = verdict(outcome, f"fp16bisect search {entry['model']}")
+    result.update(passed=outcome.passed, verdict="PASS" if outcome.passed else "FAIL", error="" if outcome.passed
+                  else line, set_size=len(outcome.overrides.nodes) if outcome.overrides else 0,
+                  fp32_nodes=list(outcome.overrides.nodes) if outcome.overrides else [],
+                  evaluations=outcome_evaluations(outcome), result={**outcome.data(), "verdict": line})
+
+
+def outcome_evaluations(outcome) -> int:
+    return 1 + (outcome.fp32 is not None)
+
+
+def _search(entry: dict, tolerance, result: dict) -> None:
+    from .artifacts.overrides import check_writable, write_json
+    from .pipeline import search_model
+
+    output = entry.get("output")
+    if output:
+        check_writable(output)
+    outcome = search_model(entry["model"], entry["inputs"], entry["references"] or None, tolerance, entry["backend"],
+                           output=output)
+    r = outcome.result
+    ok = r.passed and r.minimal
+    if output:
+        write_json(output, outcome.data)
+    result.update(passed=ok, verdict="FOUND" if ok else "NOT MINIMAL", fp32_nodes=list(r.fp32),
+                  set_size=len(r.fp32), evaluations=r.evaluations, result=outcome.data,
+                  error="" if ok else r.minimality)
+
+
+def run_batch(entries: list[dict], jobs: int = 2, ray: str | None = None) -> list[dict]:
+    """Every entry's result, in manifest order; entries run ``jobs`` at once (worker processes) or on Ray."""
+    from .parallel.local import Died, LocalPool
+
+    if ray is not None:
+        from .parallel.ray import RayPool
+
+        pool = RayPool(run_entry, jobs=jobs if jobs > 1 else 0, address=ray or None)
+    else:
+        pool = LocalPool(run_entry, jobs=max(1, min(jobs, len(entries))))
+    results: list = [None] * len(entries)
+    try:
+        for index, got in pool.run(entries):
+            if isinstance(got, Died):
+                e = entries[index]
+                got = {"number": e["number"], "name": e["name"], "model": e["model"], "action": e["action"],
+                       "passed": False, "verdict": "ERROR", "fp32_nodes": None, "set_size": None,
+                       "evaluations": None, "seconds": None, "error": f"the entry was lost: {got.reason}",
+                       "result": None}
+            results[index] = got
+    finally:
+        pool.close()
+    return results
+
+
+def print_table(results: list[dict]) -> None:
+    rows = [("model", "action", "verdict", "set size", "evaluations", "seconds")]
+    for r in results:
+        rows.append((r["name"], r["action"], r["verdict"], _cell(r["set_size"]), _cell(r["evaluations"]),
+                     _cell(r["seconds"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for n, row in enumerate(rows):
+        print("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+    for r in results:
+        if r["error"]:
+            print(f"{r['name']} (entry {r['number']}): {r['error']}")
+    failed = sum(not r["passed"] for r in results)
+    print(f"{len(results) - failed} of {len(results)} entries passed" + (f", {failed} failed" if failed else ""))
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def write_results(path: str, manifest: str, results: list[dict]) -> None:
+    from .artifacts.overrides import write_json
+
+    write_json(path, {"schema": SCHEMA, "manifest": str(manifest), "passed": all(r["passed"] for r in results),
+                      "entries": results})

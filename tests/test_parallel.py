@@ -1,0 +1,235 @@
+"""Parallel evaluation: --jobs (worker processes), --ray (a local Ray cluster), workers that die, k-ary rounds.
+
+Ray starts once for this module (``ray.init(num_cpus=2)``, a few seconds). Timing is never asserted: speed is in
+scripts/bench_parallel.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import SAMPLES
+from fp16bisect import cli
+from fp16bisect.parallel import Parallel
+from fp16bisect.parallel.local import Died, LocalPool
+from fp16bisect.pipeline import journal_path, search_model
+from fp16bisect.search import search
+from fp16bisect.tolerance import Tolerance
+
+MODELS = ("transformer_block", "two_branches", "accumulation")
+
+
+def _search(name, known, parallel=None, output=None):
+    tol = Tolerance(known[name]["atol"], known[name]["rtol"])
+    return search_model(str(SAMPLES / f"{name}.onnx"), [str(SAMPLES / f"{name}.npz")], tolerance=tol,
+                        backend="emulate", parallel=parallel, output=output)
+
+
+# ----------------------------------------------------------------------------------------- tasks for the pools
+# (module level: spawned workers import them by name)
+
+
+def _square(_state, x):
+    return x * x
+
+
+def _die_once(_state, arg):
+    """Kills its own process the first time it meets ``marker`` (a file it creates), then answers."""
+    marker, value = arg
+    if not os.path.exists(marker):
+        Path(marker).touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return value
+
+
+def _die_always(_state, arg):
+    if arg == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return arg
+
+
+def _visible(_state, _arg):
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def _setup_fails(_shared, _device):
+    from fp16bisect.errors import UsageError
+
+    raise UsageError("no such input 'x': pass an npz with the model's inputs")
+
+
+# ----------------------------------------------------------------------------------------- --jobs
+
+
+def test_four_workers_find_the_same_minimal_set_as_one(known, tmp_path):
+    for name in MODELS:
+        serial = _search(name, known)
+        out = tmp_path / f"{name}.json"
+        parallel = _search(name, known, Parallel(jobs=4), str(out))
+        assert parallel.result.fp32 == serial.result.fp32, name
+        assert sorted(parallel.result.fp32) == sorted(known[name]["culprits"]), name
+        assert parallel.result.minimal and parallel.result.passed
+        assert parallel.result.rounds <= serial.result.rounds
+        # every evaluation was journaled as it completed: a rerun replays them all
+        lines = Path(journal_path(str(out))).read_text().splitlines()[1:]
+        assert len(lines) == parallel.result.evaluations == parallel.data["search"]["evaluations_run"]
+
+
+def test_an_interrupted_parallel_search_resumes_from_its_journal(known, tmp_path):
+    out = str(tmp_path / "o.json")
+    first = _search("two_branches", known, Parallel(jobs=2), out)
+    journal = Path(journal_path(out))
+    lines = journal.read_text().splitlines(keepends=True)
+    journal.write_text("".join(lines[:6]) + lines[6][:20])  # killed mid-write after five evaluations
+    again = _search("two_branches", known, Parallel(jobs=2), out)
+    assert again.result.fp32 == first.result.fp32 and again.result.minimal
+    assert again.data["search"]["evaluations_run"] == again.result.evaluations - 5
+
+
+def test_check_with_two_jobs_gives_the_serial_verdict(known):
+    from fp16bisect.diagnose.preflight import check_model
+
+    model, data = str(SAMPLES / "cnn_batchnorm.onnx"), [str(SAMPLES / "cnn_batchnorm.npz")]
+    serial = check_model(model, data, backend="emulate")
+    parallel = check_model(model, data, backend="emulate", parallel=Parallel(jobs=2))
+    assert (serial.passed, parallel.passed) == (False, False)
+    assert parallel.fp32 is not None and parallel.fp32.passed == serial.fp32.passed is True
+
+
+def test_a_worker_killed_mid_task_loses_only_its_task(tmp_path):
+    marker = str(tmp_path / "died")
+    with LocalPool(_die_once, jobs=2) as pool:
+        got = dict(pool.run([(marker, 1), (str(tmp_path / "other"), 2), (marker, 3)]))
+    assert got == {0: 1, 1: 2, 2: 3}  # the killed tasks ran again on a fresh worker
+    with LocalPool(_die_always, jobs=2) as pool:
+        got = dict(pool.run(["a", "die", "b"]))
+    assert got[0] == "a" and got[2] == "b"
+    assert isinstance(got[1], Died) and "SIGKILL" in got[1].reason and "2 attempts" in got[1].reason
+
+
+def test_a_worker_that_dies_twice_is_a_failed_build_in_the_search():
+    """Through the executor and the Oracle: the plan fails with the reason; the search still ends verified."""
+    from fp16bisect.oracle import Evaluation, Oracle
+    from fp16bisect.parallel.executor import PlanExecutor
+
+    class Pool:
+        width = 4
+
+        def run(self, args):
+            for i, (plan, _, _) in enumerate(args):
+                yield i, Died("its worker process died (killed by SIGKILL) on each of 2 attempts") \
+                    if plan == frozenset({"a", "b"}) else Evaluation(frozenset(plan), {"c"} <= plan, (), 0.0)
+
+        def close(self):
+            pass
+
+    oracle = Oracle(None, [], Tolerance(), [], executor=PlanExecutor(Pool(), "test"))
+    result = search(list("abcd"), oracle, test_many=oracle.test_many, width=oracle.width)
+    assert result.fp32 == ("c",) and result.minimal
+    died = [e for e in oracle.build_failures if e.plan == frozenset({"a", "b"})]
+    assert all("SIGKILL" in e.error for e in died)
+
+
+def test_each_worker_sees_only_its_device():
+    with LocalPool(_visible, devices=["3", "5"], visible_devices=True) as pool:
+        seen = {v for _, v in pool.run(range(8))}
+    assert pool.width == 2 and seen <= {"3", "5"}
+
+
+def test_a_setup_error_in_a_worker_is_the_usage_error_it_was():
+    from fp16bisect.errors import UsageError
+
+    with pytest.raises(UsageError, match="no such input"):
+        with LocalPool(_square, setup=_setup_fails, jobs=2) as pool:
+            list(pool.run([1, 2]))
+
+
+def test_ray_without_ray_installed_is_exit_2_with_how_to_install(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    model = str(SAMPLES / "fp16_safe.onnx")
+    code = cli.main(["search", model, "--inputs", str(SAMPLES / "fp16_safe.npz"), "--ray"])
+    assert code == 2 and "pip install 'fp16bisect[ray]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("devices", ["0,,1", "1,1"])
+def test_bad_devices_are_exit_2(devices, capsys):
+    code = cli.main(["check", str(SAMPLES / "fp16_safe.onnx"), "--inputs", str(SAMPLES / "fp16_safe.npz"),
+                     "--devices", devices])
+    assert code == 2 and "--devices" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------- k-ary rounds
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(2, 200), k=st.integers(1, 8), width=st.integers(2, 8), suspects=st.integers(0, 200),
+       seed=st.integers(0, 10**6))
+def test_speculative_rounds_return_the_width_one_set_in_no_more_rounds(n, k, width, suspects, seed):
+    import random
+
+    rng = random.Random(seed)
+    k = min(k, n)
+    members = frozenset(rng.sample(range(n), k))
+    order = rng.sample(range(n), n)
+    suspects = suspects % (n + 1)
+
+    def test(plan):
+        return members <= plan
+
+    def test_many(plans):
+        assert 1 <= len(plans) <= width
+        return [members <= p for p in plans]
+
+    one = search(range(n), test, order=order, suspects=suspects)
+    many = search(range(n), test, order=order, suspects=suspects, test_many=test_many, width=width)
+    assert set(many.fp32) == set(one.fp32) == members and many.minimal
+    assert many.rounds <= one.rounds
+    assert len({s.round for s in many.trace}) == many.rounds
+
+
+# ----------------------------------------------------------------------------------------- Ray
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray")  # in the test extra; skipped only where it is not installed
+    # the workers import this module's task functions by name: they need tests/ on their path
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parent)}})
+    yield ray
+    ray.shutdown()
+
+
+def test_a_local_ray_cluster_finds_the_same_sets(known, ray_cluster, tmp_path):
+    serial = _search("two_branches", known)
+    on_ray = _search("two_branches", known, Parallel(jobs=1, ray=""))
+    assert on_ray.result.fp32 == serial.result.fp32 and on_ray.result.minimal
+    assert on_ray.result.rounds < on_ray.result.evaluations  # plans went out together
+
+    from fp16bisect.batch import read_manifest, run_batch
+
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps({"defaults": {"backend": "emulate", "action": "search"}, "entries": [
+        {"model": str(SAMPLES / f"{m}.onnx"), "inputs": str(SAMPLES / f"{m}.npz"),
+         "atol": known[m]["atol"], "rtol": known[m]["rtol"]} for m in MODELS]}))
+    results = run_batch(read_manifest(str(manifest)), ray="")
+    assert [sorted(r["fp32_nodes"]) for r in results] == [sorted(known[m]["culprits"]) for m in MODELS]
+    assert all(r["passed"] for r in results)
+
+
+def test_a_ray_worker_killed_mid_task_is_retried_once_then_counted_as_failed(ray_cluster, tmp_path):
+    from fp16bisect.parallel.ray import RayPool
+
+    pool = RayPool(_die_once, jobs=2)
+    assert dict(pool.run([(str(tmp_path / "m"), 7)])) == {0: 7}  # died, retried, answered
+    pool = RayPool(_die_always, jobs=2)
+    got = dict(pool.run(["a", "die"]))
+    assert got[0] == "a" and isinstance(got[1], Died) and "died" in got[1].reason

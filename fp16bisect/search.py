@@ -456,8 +456,23 @@ def search(
             **kw,
         )
 
+    def opening(state):  # the plans asked first: all-FP16 (0), suspect prefixes (1, 2, 4, ...), all-FP32
+        if state == 0:
+            return frozenset()
+        if state == "all":
+            return everything
+        return None if state is None else frozenset(order[: min(state, suspects)])
+
+    def opened(state, passed: bool):
+        if passed or state == "all":
+            return None
+        if state == 0:
+            return 1 if suspects else "all"
+        return state * 2 if state < suspects else "all"
+
     # Preconditions. All-FP16 first; all-FP32 only when no suspect prefix passes: a passing plan implies
-    # it by monotonicity, and on a GPU it is one engine build saved.
+    # it by monotonicity, and on a GPU it is one engine build saved. (Width > 1: asked together, ahead.)
+    _speculate(memo, 0, opening, opened)
     if memo(frozenset()):
         return result("fp16_passes", passed=True, minimal=True, minimality="empty set")
 
@@ -466,12 +481,8 @@ def search(
     if suspects:
         memo.phase = "suspects"
         size = 1
-
-        def prefix(size):  # growing prefixes; a passing one ends the growth
-            return frozenset(order[: min(size, suspects)]) if size < 2 * suspects else None
-
         while True:
-            _speculate(memo, size, prefix, lambda size, passed: 2 * suspects if passed else size * 2)
+            _speculate(memo, size, opening, opened)
             size = min(size, suspects)
             memo.remaining = size
             if memo(frozenset(order[:size])):

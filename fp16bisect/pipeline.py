@@ -247,6 +247,8 @@ def overrides_json(o: Outcome, versions: dict, output: str | None = None) -> dic
             "candidates": len(graph.candidates),
             "evaluations": result.evaluations,
             "evaluations_run": o.oracle.runs,
+            "rounds": result.rounds,  # batches that waited on each other (== evaluations with --jobs 1)
+            "jobs": o.oracle.width,  # plans evaluated at once
             "repeats": o.oracle.repeats,
             "flaky": [sorted(e.plan) for e in o.oracle.flaky],
             "minimal": result.minimal,
@@ -254,7 +256,8 @@ def overrides_json(o: Outcome, versions: dict, output: str | None = None) -> dic
             "verified": result.passed,
             "contradictions": [[sorted(a), sorted(b)] for a, b in result.contradictions],
             "seconds": round(o.seconds, 3),
-            "trace": [{"fp32": len(s.plan), "passed": s.passed, "phase": s.phase} for s in result.trace],
+            "trace": [{"fp32": len(s.plan), "passed": s.passed, "phase": s.phase, "round": s.round}
+                      for s in result.trace],
             "build_failures": [{"fp32": sorted(e.plan), "error": e.error} for e in o.oracle.build_failures],
         },
         # fp32 is null when the search never needed the all-FP32 plan (a passing plan implies it)

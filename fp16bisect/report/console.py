@@ -113,6 +113,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
         console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
     console.print(
         f"{result.evaluations} evaluation(s) in {outcome.seconds:.1f} s"
+        + (f" ({result.rounds} round(s), up to {outcome.oracle.width} at once)" if outcome.oracle.width > 1 else "")
         + (f"; overrides written to {output_path}" if output_path else ""),
         highlight=False,
     )

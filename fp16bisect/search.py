@@ -42,8 +42,10 @@ galloping, dropping one by one) look ahead: before asking a plan not yet known,
 ``_speculate`` asks, in the same round, the plans the next steps would ask
 under either answer (breadth first, up to ``width``), so that a binary search
 tests several split points at once (a k-ary split) and the steps that follow
-find their answers known. QuickXplain's recursion is not speculated. At width 1
-nothing changes: the same plans in the same order.
+find their answers known. QuickXplain's recursion is not speculated: at width > 1
+dense members without a suspicion order stay with bisection, whose k-ary rounds
+are fewer (more evaluations, fewer rounds). At width 1 nothing changes: the same
+plans in the same order.
 """
 
 from __future__ import annotations
@@ -372,6 +374,8 @@ def _bisect(memo: _Memo, pool: list, suspected: bool = False) -> list:
 
     while rest:
         dense = bool(found) and _dense(len(found), len(pool) - len(rest), len(rest))
+        if dense and memo.width > 1 and not suspected:  # rounds, not evaluations: k-ary splits beat QuickXplain
+            dense = False
         if found and not dense:  # the base question and the first split points in one round
             _speculate(memo, (-1, len(rest)), trial, advance)
         if found and memo(base):

@@ -99,7 +99,8 @@ def _died(plan, reason: str, seconds: float):
 
 def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, outputs, options: dict):
     """A ``PlanExecutor`` for ``backend`` (a resolved name: emulate, tensorrt, command), or None when serial."""
-    if parallel.serial:
+    uses_devices = backend == "tensorrt" or "device" in options  # emulate has no use for --devices
+    if parallel.serial or (parallel.jobs <= 1 and parallel.ray is None and not uses_devices):
         return None
     job = Job(backend, graph.path.read_bytes() if graph.path else graph.model.SerializeToString(),
               str(graph.path or ""), graph.sha256, options, samples, tolerance, outputs)
@@ -115,7 +116,7 @@ def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, o
         from ..backends.tensorrt.pins import gpu_count
 
         devices = [str(i) for i in range(gpu_count())]
-    if gpu or (devices and "device" in options):  # one worker per device
+    if gpu or (devices and uses_devices):  # one worker per device
         if not devices:
             raise UsageError("no GPU visible: pass --devices 0,1,... or run on a machine with NVIDIA GPUs")
         pool = LocalPool(evaluate_task, setup_backend, job, devices=devices, visible_devices=gpu)

@@ -59,15 +59,29 @@ def setup_backend(job: Job, device: str):
         options["timing_cache"] = f"{options['timing_cache']}.{device}"
     if "device" in options:
         options["device"] = device
-    return make_backend(job.backend, graph, **options), job
+    return WorkerState(make_backend(job.backend, graph, **options), job)
 
 
-def evaluate_task(state, arg):
+@dataclass
+class WorkerState:
+    """A worker's backend and the job it serves."""
+
+    backend: object
+    job: Job
+
+    def close(self) -> None:
+        if hasattr(self.backend, "close"):
+            self.backend.close()
+
+
+def evaluate_task(state: WorkerState, arg):
     """In a worker: one plan's evaluation (every sample, every repeat)."""
     from ..oracle import evaluate_plan
 
-    (backend, job), (plan, first_repeat, repeats) = state, arg
-    return evaluate_plan(backend, job.samples, job.tolerance, job.outputs, frozenset(plan), first_repeat, repeats)
+    plan, first_repeat, repeats = arg
+    job = state.job
+    return evaluate_plan(state.backend, job.samples, job.tolerance, job.outputs, frozenset(plan), first_repeat,
+                         repeats)
 
 
 class PlanExecutor:

@@ -48,6 +48,14 @@ def _serve(conn, work, setup, shared, device, visible_devices: bool) -> None:
     except BaseException as exc:  # reported with the first task, where the caller waits for an answer
         state, failure = None, exc
     del shared
+    try:
+        _loop(conn, work, state, failure)
+    finally:
+        if hasattr(state, "close"):  # free what setup made (a live engine, say) before the process ends
+            state.close()
+
+
+def _loop(conn, work, state, failure) -> None:
     while True:
         try:
             arg = conn.recv()

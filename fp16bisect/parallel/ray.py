@@ -45,12 +45,15 @@ def connect(address: str | None, num_cpus: int | None = None):
 
 
 def _task(work, setup, shared, key: str, arg):
-    state = _STATES.get(key)
-    if state is None and key not in _STATES:
+    if key not in _STATES:
         import ray
 
-        state = _STATES[key] = setup(ray.get(shared[0]), "ray") if setup is not None else None
-    return work(state, arg)
+        for old in _STATES.values():  # one search's backend at a time per worker process (a session can be large)
+            if hasattr(old, "close"):
+                old.close()
+        _STATES.clear()
+        _STATES[key] = setup(ray.get(shared[0]), "ray") if setup is not None else None
+    return work(_STATES[key], arg)
 
 
 class RayPool:

@@ -35,3 +35,33 @@ def setup_fails(_shared, _device):
     from fp16bisect.errors import UsageError
 
     raise UsageError("no such input 'x': pass an npz with the model's inputs")
+
+
+def setup_fake_tensorrt(job, device):
+    """A worker of the tensorrt backend without TensorRT or a GPU: the test double of the ``tensorrt`` module
+    (tests/fake_tensorrt.py) builds, and an engine 'runs' by emulating exactly the nodes its layers were pinned
+    for (read back from the built engine), as in test_tensorrt.py's ``engines_run_as_built``."""
+    import json
+    import sys
+
+    import fake_tensorrt
+    from fp16bisect.artifacts.overrides import trtexec_layer_name
+    from fp16bisect.backends.emulate import EmulateBackend
+    from fp16bisect.backends.tensorrt import backend as backend_module
+    from fp16bisect.backends.tensorrt import pins
+    from fp16bisect.parallel.executor import setup_backend
+
+    sys.modules["tensorrt"] = fake_tensorrt.make(weak=True)
+    pins.gpu_available = lambda: True
+    emulators = {}
+
+    def execute(self, key, engine, inputs):
+        info = json.loads(engine)
+        pinned = {pins.metadata_node(layer["metadata"]) for layer in info["layers"].values()
+                  if layer["precision"] == "FLOAT"}
+        plan = frozenset(n.id for n in self.graph.candidates if trtexec_layer_name(n) in pinned)
+        out = emulators.setdefault(id(self.graph), EmulateBackend(self.graph)).run(plan, inputs)
+        return out
+
+    backend_module.TensorRTBackend._execute = execute
+    return setup_backend(job, device)

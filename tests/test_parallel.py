@@ -110,6 +110,34 @@ def test_each_worker_sees_only_its_device():
     assert pool.width == 2 and seen <= {"3", "5"}
 
 
+def test_tensorrt_workers_one_per_device_find_the_serial_set_with_the_test_double(known, tmp_path):
+    """No GPU and no TensorRT here: tests/fake_tensorrt.py builds in each worker, engines 'run' as emulations
+    of what was pinned. Two workers, devices 0 and 1, each with its own timing cache."""
+    from fp16bisect.model.graph import Graph
+    from fp16bisect.model.samples import add_fp32_references, load_samples
+    from fp16bisect.oracle import Oracle
+    from fp16bisect.parallel.executor import Job, PlanExecutor, evaluate_task
+    from parallel_tasks import setup_fake_tensorrt
+
+    path = SAMPLES / "transformer_block.onnx"
+    graph = Graph.load(path)
+    samples = load_samples(graph, [str(SAMPLES / "transformer_block.npz")])
+    add_fp32_references(graph, samples)
+    cache = tmp_path / "t.cache"
+    job = Job("tensorrt", path.read_bytes(), str(path), graph.sha256, {"timing_cache": str(cache)}, samples,
+              Tolerance(), ["y"])
+    pool = LocalPool(evaluate_task, setup_fake_tensorrt, job, devices=["0", "1"], visible_devices=True)
+    oracle = Oracle(None, samples, Tolerance(), ["y"], executor=PlanExecutor(pool, "two fake GPUs"))
+    try:
+        ids = [n.id for n in graph.candidates]
+        result = search(ids, oracle, test_many=oracle.test_many, width=oracle.width)
+    finally:
+        pool.close()
+    assert sorted(result.fp32) == sorted(known["transformer_block"]["culprits"]) and result.minimal
+    assert result.rounds < result.evaluations
+    assert {p.name for p in tmp_path.iterdir()} == {"t.cache.0", "t.cache.1"}  # one cache per worker
+
+
 def test_a_setup_error_in_a_worker_is_the_usage_error_it_was():
     from fp16bisect.errors import UsageError
 

@@ -65,3 +65,12 @@ def setup_fake_tensorrt(job, device):
 
     backend_module.TensorRTBackend._execute = execute
     return setup_backend(job, device)
+
+
+def slot_device(state, arg):
+    """(the device its slot was set up for, arg): which slot ran it."""
+    return state, arg
+
+
+def device_as_state(_shared, device):
+    return device

@@ -138,6 +138,19 @@ def test_tensorrt_workers_one_per_device_find_the_serial_set_with_the_test_doubl
     assert {p.name for p in tmp_path.iterdir()} == {"t.cache.0", "t.cache.1"}  # one cache per worker
 
 
+def test_a_thread_pool_sets_up_one_state_per_device_and_raises_work_errors_here():
+    """The command backend's pool: threads of this process, one backend per slot ({device})."""
+    from fp16bisect.parallel.threads import ThreadPool
+    from parallel_tasks import device_as_state, slot_device
+
+    with ThreadPool(slot_device, device_as_state, devices=["2", "5"]) as pool:
+        got = dict(pool.run(range(6)))
+    assert sorted(got) == list(range(6)) and {device for device, _ in got.values()} <= {"2", "5"}
+    with pytest.raises(ZeroDivisionError):
+        with ThreadPool(lambda state, x: 1 / x, jobs=2) as pool:
+            list(pool.run([1, 0, 2]))
+
+
 def test_a_setup_error_in_a_worker_is_the_usage_error_it_was():
     from fp16bisect.errors import UsageError
 

@@ -29,7 +29,7 @@ class Parallel:
 
     @property
     def serial(self) -> bool:
-        return self.jobs <= 1 and self.ray is None and len(self.devices) <= 1
+        return self.jobs <= 1 and self.ray is None and not self.devices
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,17 @@ def setup_backend(job: Job, device: str):
     options = dict(job.options)
     if job.backend == "tensorrt" and options.get("timing_cache"):  # one cache file per worker: no write races
         options["timing_cache"] = f"{options['timing_cache']}.{device}"
-    if "device" in options:
-        options["device"] = device
+    if job.backend == "command":
+        options["device"] = device  # the command's {device}
     return WorkerState(make_backend(job.backend, graph, **options), job)
+
+
+def setup_in_process(shared, device: str):
+    """In a thread of this process (the command backend): a backend of its own for the slot's device."""
+    from ..backends import make_backend
+
+    graph, job = shared
+    return WorkerState(make_backend(job.backend, graph, **{**job.options, "device": device}), job)
 
 
 @dataclass
@@ -113,12 +121,20 @@ def _died(plan, reason: str, seconds: float):
 
 def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, outputs, options: dict):
     """A ``PlanExecutor`` for ``backend`` (a resolved name: emulate, tensorrt, command), or None when serial."""
-    uses_devices = backend == "tensorrt" or "device" in options  # emulate has no use for --devices
-    if parallel.serial or (parallel.jobs <= 1 and parallel.ray is None and not uses_devices):
+    uses_devices = backend in ("tensorrt", "command") and parallel.devices  # emulate has no use for --devices
+    if parallel.jobs <= 1 and parallel.ray is None and not uses_devices:
         return None
-    job = Job(backend, graph.path.read_bytes() if graph.path else graph.model.SerializeToString(),
-              str(graph.path or ""), graph.sha256, options, samples, tolerance, outputs)
     gpu = backend == "tensorrt"
+    if backend == "command" and parallel.ray is None:  # N concurrent commands: threads here, waiting on them
+        from .threads import ThreadPool
+
+        job = Job(backend, b"", str(graph.path or ""), graph.sha256, options, samples, tolerance, outputs)
+        pool = ThreadPool(evaluate_task, setup_in_process, (graph, job), jobs=parallel.jobs,
+                          devices=parallel.devices or None)
+        return PlanExecutor(pool, f"{pool.width} concurrent command(s)")
+    remote = {k: v for k, v in options.items() if k != "progress"}  # a callable of this process's console
+    job = Job(backend, graph.path.read_bytes() if graph.path else graph.model.SerializeToString(),
+              str(graph.path or ""), graph.sha256, remote, samples, tolerance, outputs)
     if parallel.ray is not None:
         from .ray import RayPool
 
@@ -130,7 +146,7 @@ def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, o
         from ..backends.tensorrt.pins import gpu_count
 
         devices = [str(i) for i in range(gpu_count())]
-    if gpu or (devices and uses_devices):  # one worker per device
+    if gpu:  # one worker per device
         if not devices:
             raise UsageError("no GPU visible: pass --devices 0,1,... or run on a machine with NVIDIA GPUs")
         pool = LocalPool(evaluate_task, setup_backend, job, devices=devices, visible_devices=gpu)

@@ -145,7 +145,7 @@ def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, o
     if gpu and not devices:
         from ..backends.tensorrt.pins import gpu_count
 
-        devices = [str(i) for i in range(gpu_count())]
+        devices = [str(i) for i in range(gpu_count())][: parallel.jobs]  # --jobs N: the first N GPUs
     if gpu:  # one worker per device
         if not devices:
             raise UsageError("no GPU visible: pass --devices 0,1,... or run on a machine with NVIDIA GPUs")

@@ -68,9 +68,13 @@ def add_tolerance_args(p: argparse.ArgumentParser, default_from: str = "") -> No
 def add_backend_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("backend")
     g.add_argument("--backend", default="auto", choices=("auto", "emulate", "tensorrt"),
-                   help="emulate: FP16 emulated on ONNX Runtime CPU; tensorrt: real engine builds (TensorRT 10.x "
-                        "layer precisions, 11.x / TensorRT-RTX mixed-precision ONNX; needs an NVIDIA GPU); "
+                   help="emulate: FP16 emulated on ONNX Runtime CPU; tensorrt: real engine builds of each plan's "
+                        "mixed-precision ONNX, strongly typed (needs an NVIDIA GPU); "
                         "auto (default): tensorrt when TensorRT, Polygraphy and a GPU are present, else emulate")
+    g.add_argument("--typing", default="strong", choices=("strong", "weak"),
+                   help="tensorrt: strong (default) builds each plan's mixed-precision ONNX strongly typed "
+                        "(TensorRT 9.0+, so every 10.x, 11.x, RTX); weak (TensorRT 10.x only) builds the original "
+                        "model with FP16 and FP32 layer precisions, and checks each engine for pins TensorRT ignored")
     g.add_argument("--opt-level", type=int, choices=range(6), default=None, metavar="0-5",
                    help="TensorRT builder optimisation level for search builds (lower builds faster; default "
                         "TensorRT's, 3)")
@@ -81,7 +85,8 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
 
 
 def backend_options(args) -> dict:
-    return {"opt_level": args.opt_level, "timing_cache": args.timing_cache, "noise_ok": args.noise_ok}
+    return {"opt_level": args.opt_level, "timing_cache": args.timing_cache, "noise_ok": args.noise_ok,
+            "typing": args.typing}
 
 
 def tolerance_from(args, fallback: Tolerance | None = None) -> Tolerance:

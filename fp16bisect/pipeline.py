@@ -199,7 +199,22 @@ def _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, n
     outcome.data = overrides_json(outcome, chosen.versions(), output)
     if noise:
         outcome.data["backend"]["build_noise"] = noise
+    if getattr(chosen, "typing", None):  # tensorrt: strong (mixed-precision ONNX) or weak (layer precisions)
+        outcome.data["backend"]["typing"] = chosen.typing
     return outcome
+
+
+def ignored_pins(oracle: Oracle) -> list[dict]:
+    """Weakly typed TensorRT builds whose FP32 pins TensorRT ignored: node, the engine layer it was fused
+    into, and the plan (not counted as evidence). Read from the evaluations' errors, so a resumed search
+    lists those of the replayed evaluations too."""
+    from .backends.tensorrt.pins import ignored_in
+
+    found = []
+    for evaluation in oracle.build_failures:
+        for pin in ignored_in(evaluation.error):
+            found.append({**pin.to_json(), "fp32": sorted(evaluation.plan)})
+    return found
 
 
 def overrides_json(o: Outcome, versions: dict, output: str | None = None) -> dict:
@@ -232,14 +247,15 @@ def overrides_json(o: Outcome, versions: dict, output: str | None = None) -> dic
             "seconds": round(o.seconds, 3),
             "trace": [{"fp32": len(s.plan), "passed": s.passed, "phase": s.phase} for s in result.trace],
             "build_failures": [{"fp32": sorted(e.plan), "error": e.error} for e in o.oracle.build_failures],
+            "ignored_pins": ignored_pins(o.oracle),
         },
         # fp32 is null when the search never needed the all-FP32 plan (a passing plan implies it)
         "metrics": {"fp32": worst(everything) or None, "fp16": worst(()), "with_overrides": worst(result.fp32)},
         "skipped_nodes": graph.skipped,
         "notes": notes(graph),
-        "exports": {
+        "exports": {  # the strongly typed route first: it is the one TensorRT must honour (10.x included)
+            "strongly_typed": strongly_typed_export(graph, output),
             "trtexec": trtexec_export(graph, nodes),
             "modelopt_autocast": autocast_export(graph, nodes),
-            "strongly_typed": strongly_typed_export(graph, output),
         },
     }

@@ -7,7 +7,7 @@ from ..errors import UsageError
 from ..model.graph import Graph
 
 NAMES = ("auto", "emulate", "tensorrt")
-TENSORRT_OPTIONS = ("timing_cache", "opt_level", "input_shapes")
+TENSORRT_OPTIONS = ("timing_cache", "opt_level", "input_shapes", "typing")
 
 
 def tensorrt_usable() -> bool:
@@ -25,12 +25,15 @@ def tensorrt_usable() -> bool:
 def make_backend(name: str, graph: Graph, **options):
     """The backend called ``name``. ``tensorrt`` needs TensorRT (or TensorRT-RTX), Polygraphy and an NVIDIA GPU:
     asking for it without them is a usage error, never a silent fallback; ``auto`` picks it when all of that is
-    present, else ``emulate``. ``options``: for tensorrt, ``timing_cache`` (path), ``opt_level``, ``input_shapes``;
+    present, else ``emulate``. ``options``: for tensorrt, ``timing_cache`` (path), ``opt_level``, ``input_shapes``, ``typing`` (strong|weak);
     emulate takes none."""
     if name not in NAMES:
         raise UsageError(f"unknown backend {name!r}: use one of {', '.join(NAMES)}")
     if name == "auto":
         name = "tensorrt" if tensorrt_usable() else "emulate"
+    if options.get("typing") == "weak" and name != "tensorrt":
+        raise UsageError("--typing weak builds TensorRT 10.x engines with layer precisions: it needs --backend "
+                         "tensorrt (TensorRT 10.x and a GPU); drop it for --backend emulate")
     if name == "tensorrt":
         from .tensorrt.backend import TensorRTBackend
 

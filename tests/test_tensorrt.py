@@ -320,6 +320,10 @@ def test_verify_pins_on_a_users_engine(trt, tmp_path):
     assert check.ignored == [T.IgnoredPin("ln2_var", "{ForeignNode[ln2_square...ln2_add_eps]}")]
     assert str(check) == ("TensorRT ignored the FP32 pin on ln2_var (fused into {ForeignNode[ln2_square...ln2_add_eps]}); "
                           "use the default strongly typed build")
+    # from the serialized engine (deserialized for the check: on real TensorRT that needs the GPU)
+    assert verify_pins(builder.build_serialized_network(net, config), ["ln1_square", "ln1_var"]).ok
+    unpinned = builder.build_serialized_network(network(TRANSFORMER), config)  # FP16 flag, nothing pinned
+    assert verify_pins(unpinned, ["ln1_var"]).ignored == [T.IgnoredPin("ln1_var", "ln1_var")]
     # the same from the layer information JSON, as trtexec --exportLayerInfo writes it
     info = tmp_path / "layers.json"
     info.write_text(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
@@ -681,6 +685,32 @@ def test_typing_weak_is_refused_where_there_is_no_weak_typing(trt11, engines_run
     assert main([*argv, "--backend", "emulate"]) == 2
     assert "--typing weak builds TensorRT 10.x engines" in capsys.readouterr().err
     assert main([*argv[:-2], "--typing", "loose", "--backend", "emulate"]) == 2
+    check = ["check", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"), "--typing", "weak"]
+    assert main([*check, "--backend", "tensorrt"]) == 2
+    assert "--typing weak needs TensorRT 10.x" in capsys.readouterr().err
+
+
+def test_tensorrt_10_before_10_7_says_why_a_strongly_typed_batchnorm_model_may_not_build(
+        monkeypatch, backend_factory):
+    from fp16bisect.errors import BuildFailed
+
+    early = fake_tensorrt.make(weak=True, version="10.3.0.26")
+    monkeypatch.setitem(sys.modules, "tensorrt", early)
+    backend, _runs = backend_factory(SAMPLES / "cnn_batchnorm.onnx")
+    early._fail_build = "Error Code 4: ... (node_of_bn1_out: mixed precision BatchNormalization)"
+    with pytest.raises(BuildFailed, match="BatchNormalization in strongly typed mode from 10.7 on: upgrade "
+                                          "TensorRT, or pass --typing weak"):
+        backend.run(frozenset(), {"image": np.zeros((1, 3, 8, 8), dtype=np.float32)})
+    backend, _runs = backend_factory(SAMPLES / "cnn_batchnorm.onnx")  # no such hint where it cannot apply
+    early._fail_build = "Error Code 2: out of memory"
+    with pytest.raises(BuildFailed) as err:
+        backend.run(frozenset(), {"image": np.zeros((1, 3, 8, 8), dtype=np.float32)}, repeat=1)
+    assert "10.7" in str(err.value)  # the model has a BatchNormalization: the hint stays, the cause may be it
+    backend, _runs = backend_factory()  # transformer_block: no BatchNormalization, no hint
+    early._fail_build = "Error Code 2: out of memory"
+    with pytest.raises(BuildFailed) as err:
+        backend.run(frozenset(), {"x": np.zeros((1, 16, 64), dtype=np.float32)})
+    assert str(err.value).endswith("Error Code 2: out of memory")
 
 
 def test_a_tensorrt_without_strong_typing_falls_back_to_weak_typing_with_a_warning(

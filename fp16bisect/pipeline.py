@@ -69,6 +69,7 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
         listener.stage(f"note: {note}")
     options = dict(backend_options or {})
     options.setdefault("input_shapes", sample_shapes([s.inputs for s in samples]))
+    options.setdefault("notify", listener.stage)  # tensorrt: ignored FP32 pins, the typing fallback, said once
     chosen = make_backend(backend, graph, **options)
     journal = None
     if journal_path:

@@ -7,7 +7,7 @@ from ..errors import UsageError
 from ..model.graph import Graph
 
 NAMES = ("auto", "emulate", "tensorrt")
-TENSORRT_OPTIONS = ("timing_cache", "opt_level", "input_shapes", "typing")
+TENSORRT_OPTIONS = ("timing_cache", "opt_level", "input_shapes", "typing", "notify")
 
 
 def tensorrt_usable() -> bool:
@@ -25,7 +25,7 @@ def tensorrt_usable() -> bool:
 def make_backend(name: str, graph: Graph, **options):
     """The backend called ``name``. ``tensorrt`` needs TensorRT (or TensorRT-RTX), Polygraphy and an NVIDIA GPU:
     asking for it without them is a usage error, never a silent fallback; ``auto`` picks it when all of that is
-    present, else ``emulate``. ``options``: for tensorrt, ``timing_cache`` (path), ``opt_level``, ``input_shapes``, ``typing`` (strong|weak);
+    present, else ``emulate``. ``options``: for tensorrt, ``timing_cache`` (path), ``opt_level``, ``input_shapes``, ``typing`` (strong|weak), ``notify`` (one-line notices);
     emulate takes none."""
     if name not in NAMES:
         raise UsageError(f"unknown backend {name!r}: use one of {', '.join(NAMES)}")

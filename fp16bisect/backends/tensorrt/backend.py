@@ -105,7 +105,11 @@ class TensorRTBackend:
         max_engines: int = 4,
         max_results: int = 256,
         typing: str = "strong",
+        notify=None,
     ):
+        """``notify``: called with one line for what the user must know (an ignored pin, the typing fallback);
+        without it, a Python warning (``IgnoredPinWarning``, ``TypingFallbackWarning``)."""
+        self.notify = notify
         self.tensorrt = trt_support.load()
         self.typing = self._typing(typing)
         if not trt_support.gpu_available():
@@ -155,11 +159,10 @@ class TensorRTBackend:
                 "(no layer precisions): drop --typing weak"
             )
         if typing == "strong" and not loaded.can_strongly_type:
-            warnings.warn(
+            self._say(
                 f"{loaded.flavour} {loaded.version} has no NetworkDefinitionCreationFlag.STRONGLY_TYPED (TensorRT 9.0+): "
                 "building weakly typed with layer precisions, each engine checked for ignored pins",
                 TypingFallbackWarning,
-                stacklevel=3,
             )
             return "weak"
         return typing
@@ -282,8 +285,14 @@ class TensorRTBackend:
         for pin in check.ignored:
             if (pin.node, pin.layer) not in self.warned_ignored:
                 self.warned_ignored.add((pin.node, pin.layer))
-                warnings.warn(f"{pin}; {trt_support.IGNORED_ADVICE}", IgnoredPinWarning, stacklevel=4)
+                self._say(f"{pin}; {trt_support.IGNORED_ADVICE}", IgnoredPinWarning)
         raise PinsIgnored(plan, check)
+
+    def _say(self, text: str, category) -> None:
+        if self.notify is not None:
+            self.notify(text)
+        else:
+            warnings.warn(text, category, stacklevel=4)
 
     def _hint(self) -> str:
         """TensorRT 10.0-10.6 parse strongly typed models but not mixed-precision BatchNormalization."""

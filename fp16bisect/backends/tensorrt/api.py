@@ -1,6 +1,6 @@
 """The one list of TensorRT Python API names fp16bisect uses, each with the page that documents it.
 
-``fp16bisect/tensorrt.py`` and ``fp16bisect/backends/tensorrt.py`` may use a
+``fp16bisect/backends/tensorrt/*.py`` may use a
 ``trt.<name>`` only if it is listed here, and the test double
 ``tests/fake_tensorrt.py`` exposes exactly these names (tests check both), so
 the fake cannot drift from the real API without a test failing.

@@ -658,10 +658,13 @@ def test_ignored_pins_are_recorded_and_not_evidence_and_the_search_still_verifie
     out = tmp_path / "o.json"
     code = main(["search", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"),
                  "--backend", "tensorrt", "--typing", "weak", "-o", str(out)])
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
     assert code == 0, err
     said = [line for line in err.splitlines() if "TensorRT ignored" in line]
     layer = "{ForeignNode[ln1_square...ln1_add_eps]}"
+    summary = [line for line in (captured.out + err).splitlines() if "could not be built" in line]
+    assert summary and layer in summary[0]  # the layer name survives the console's markup
     assert sorted(said) == [  # once per node and layer, though several plans met each
         f"fp16bisect: TensorRT ignored the FP32 pin on {node} (fused into {layer}); use the default strongly typed "
         "build" for node in ("ln1_add_eps", "ln1_square", "ln1_var")]

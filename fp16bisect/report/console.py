@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -98,7 +99,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
         )
         for entry in outcome.data["fp32_nodes"]:
             console.print(
-                f"  {entry['name']}  [dim]{entry['op_type']}; FP32 run: {entry['fp32_profile']}[/dim]",
+                f"  {escape(entry['name'])}  [dim]{escape(entry['op_type'])}; FP32 run: {escape(entry['fp32_profile'])}[/dim]",
                 highlight=False,
                 soft_wrap=True,
             )
@@ -106,11 +107,11 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
     if failures:
         console.print(
             f"[yellow]{len(failures)} plan(s) could not be built and counted as failing[/yellow]; the first "
-            f"({len(failures[0].plan)} node(s) in FP32): {failures[0].error}",
+            f"({len(failures[0].plan)} node(s) in FP32): {escape(failures[0].error)}",
             highlight=False, soft_wrap=True,
         )
     for note in outcome.data.get("notes", []):
-        console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
     console.print(
         f"{result.evaluations} evaluation(s) in {outcome.seconds:.1f} s"
         + (f"; overrides written to {output_path}" if output_path else ""),
@@ -135,7 +136,7 @@ def print_mixed(mixed, output_path: str, console: Console | None = None) -> None
         highlight=False, soft_wrap=True,
     )
     for note in mixed.notes:
-        console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
 
 
 def print_verification(v, console: Console | None = None) -> None:

@@ -250,7 +250,9 @@ def write_report(path: str, data: dict) -> None:
 def search_hint(args) -> str:
     import shlex
 
-    return shlex.join(["fp16bisect", "search", args.model, *[x for i in args.inputs for x in ("--inputs", i)]])
+    judge = ["--backend", "command", "--check", args.check_command] if args.backend == "command" else []
+    return shlex.join(["fp16bisect", "search", args.model, *[x for i in args.inputs for x in ("--inputs", i)],
+                       *judge])
 
 
 def cmd_check(args) -> int:

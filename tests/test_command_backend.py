@@ -4,6 +4,7 @@ compared when written, the plan files, aborts and resuming, and the ONNX Runtime
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import re
 import shlex
@@ -292,3 +293,80 @@ def test_flags_that_do_not_go_together_exit_2_with_one_line(tmp_path, capsys, ar
         code, _, err = run(capsys, command, LN, "--inputs", LN_IN, *argv, "-q",
                            *(["-o", tmp_path / "o.json"] if command == "search" else []))
         assert code == 2 and said in one_line_error(err), (command, err)
+
+
+# -- the trtexec judge script, against a stand-in trtexec (no GPU here)
+
+FAKE_TRTEXEC = """\
+#!{python}
+# A stand-in for trtexec: the flags judge_trtexec.py passes, its JSON export (6 significant digits, bare inf/nan).
+# The "engine" is the ONNX path; running it is ONNX Runtime CPU with FP16 storage made explicit.
+import os, sys
+flags = dict(a[2:].split("=", 1) if "=" in a else (a[2:], "") for a in sys.argv[1:])
+if "saveEngine" in flags:
+    if "stronglyTyped" not in flags or "skipInference" not in flags:
+        sys.exit("[E] expected --stronglyTyped --skipInference")
+    if os.environ.get("FAKE_TRTEXEC_BUILD_FAILS"):
+        print("[E] Error Code 4: Internal Error (could not find any implementation for node ln1_var)")
+        sys.exit(1)
+    open(flags["saveEngine"], "w").write(flags["onnx"])
+    sys.exit(0)
+import numpy as np
+import onnx, onnxruntime as ort
+from fp16bisect.artifacts.verify import storage_emulation
+model = onnx.load(open(flags["loadEngine"]).read())
+feed = {{}}
+for item in flags["loadInputs"].split(","):
+    name, path = item.rsplit(":", 1)
+    name = name.strip("'")
+    spec = next(v for v in model.graph.input if v.name == name)
+    feed[name] = np.fromfile(path, np.float32).reshape([d.dim_value for d in spec.type.tensor_type.shape.dim])
+session = ort.InferenceSession(storage_emulation(model).SerializeToString(), providers=["CPUExecutionProvider"])
+names = [o.name for o in session.get_outputs()]
+with open(flags["exportOutput"], "w") as f:
+    f.write("[\\n")
+    for i, (name, value) in enumerate(zip(names, session.run(names, feed))):
+        text = ", ".join("%g" % v for v in value.ravel())
+        f.write(("  " if i == 0 else ", ") + '{{ "name" : "%s"\\n  , "dimensions" : "%s"\\n  , "values" : [ %s ]\\n  }}\\n'
+                % (name, "x".join(map(str, value.shape)), text))
+    f.write("]\\n")
+"""
+
+
+@pytest.fixture(scope="module")
+def trtexec_judge():
+    spec = importlib.util.spec_from_file_location("judge_trtexec", ROOT / "scripts" / "judge_trtexec.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_trtexec_exports_with_bare_inf_and_nan_are_read(trtexec_judge, tmp_path):
+    export = tmp_path / "out.json"
+    export.write_text('[\n  { "name" : "y"\n  , "dimensions" : "2x3"\n  , "values" : [ 1.5, inf, -inf, nan, -nan, '
+                      '65504 ]\n  }\n, { "name" : "s"\n  , "dimensions" : ""\n  , "values" : [ 0.25 ]\n  }\n]\n')
+    got = trtexec_judge.read_export(export)
+    assert got["y"].shape == (2, 3) and got["y"][0, 0] == 1.5 and got["y"][1, 2] == 65504
+    assert np.isposinf(got["y"][0, 1]) and np.isneginf(got["y"][0, 2]) and np.isnan(got["y"][1, :2]).all()
+    assert got["s"].shape == () and got["s"] == 0.25
+
+
+def test_the_trtexec_judge_builds_runs_and_writes_outputs(trtexec_judge, known, tmp_path, monkeypatch):
+    fake = tmp_path / "bin" / "trtexec"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_TRTEXEC.format(python=PY))
+    fake.chmod(0o755)
+    judge = f"{PY} {ROOT / 'scripts' / 'judge_trtexec.py'} {{model}} {{inputs}} {{outputs}} --trtexec {fake}"
+    model = SAMPLES / "attention_unscaled.onnx"
+    inputs = (SAMPLES / "attention_unscaled.npz",)
+    _, _, oracle = command_oracle(tmp_path, judge, inputs, model)
+    fp16 = oracle.evaluate(frozenset())
+    assert not fp16.passed and fp16.verdict_from == OUTPUTS and fp16.metrics[0].nonfinite > 0  # inf/NaN read back
+    final = oracle.evaluate(frozenset(known["attention_unscaled"]["culprits"]))
+    assert final.passed and final.metrics[0].nonfinite == 0
+    monkeypatch.setenv("FAKE_TRTEXEC_BUILD_FAILS", "1")
+    failed = oracle.evaluate(frozenset({"softmax"}))
+    assert "exited 125" in failed.error and "could not find any implementation for node ln1_var" in failed.error
+    _, _, missing = command_oracle(tmp_path, judge.replace(str(fake), str(tmp_path / "nowhere")), inputs, model)
+    with pytest.raises(CommandAborted, match="exited with code 255.*not found: install TensorRT"):
+        missing.evaluate(frozenset())

@@ -106,6 +106,10 @@ def test_the_files_exist_when_the_command_runs(tmp_path):
     assert (seen / "outputs.txt").read_text() == ""
     assert (seen / "original.txt").read_text().split()[0] == hashlib.sha256(LN.read_bytes()).hexdigest()
     assert not (tmp_path / "plans dir").exists() or not any((tmp_path / "plans dir").iterdir())
+    # more placeholders for an executor (a GPU index per concurrent plan): the same substitution
+    backend.command = f": {{model}}; echo {{device}} > {out}device.txt"
+    assert backend.run_plan(plan, [{}], placeholders={"device": 3}).passed
+    assert (seen / "device.txt").read_text() == "3\n"
     backend.close()
     assert not (tmp_path / "plans dir").exists()
 

@@ -135,14 +135,17 @@ class CommandBackend:
 
     # -- evaluation
 
-    def run_plan(self, plan, inputs: list[dict[str, np.ndarray]], repeat: int = 0):
-        """Every sample's outputs (a list of dicts) when the command wrote them, else a ``Verdict``."""
+    def run_plan(self, plan, inputs: list[dict[str, np.ndarray]], repeat: int = 0,
+                 placeholders: Mapping[str, object] | None = None):
+        """Every sample's outputs (a list of dicts) when the command wrote them, else a ``Verdict``.
+        ``placeholders``: more values to substitute, e.g. ``{"device": 1}`` for an executor that runs plans on
+        several GPUs at once."""
         plan = frozenset(plan)
         key = plan_key(plan)
         workdir = self._workdir(key, repeat)
         try:
             paths = self._write(plan, inputs, workdir, repeat)
-            line = substitute(self.command, {name: paths[name] for name in PLACEHOLDERS})
+            line = substitute(self.command, {**{name: paths[name] for name in PLACEHOLDERS}, **(placeholders or {})})
             (workdir / "command.txt").write_text(line + "\n", encoding="utf-8")
             where = f" in {workdir}" if self.keep_plans else ""
             again = f", repeat {repeat}" if repeat else ""

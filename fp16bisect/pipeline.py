@@ -11,7 +11,7 @@ from .backends import make_backend
 from .errors import BuildFailed, ToleranceUnreachable, UsageError
 from .model.graph import Graph
 from .journal import Journal, samples_digest
-from .oracle import Evaluation, Oracle
+from .oracle import EXIT_CODE, OUTPUTS, Evaluation, Oracle
 from .artifacts.overrides import SCHEMA, autocast_export, node_entry, strongly_typed_export, trtexec_export
 from .model.profile import Profile, profile
 from .model.samples import add_fp32_references, load_samples
@@ -70,10 +70,14 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
     options = dict(backend_options or {})
     options.setdefault("input_shapes", sample_shapes([s.inputs for s in samples]))
     options.setdefault("notify", listener.stage)  # tensorrt: ignored FP32 pins, the typing fallback, said once
+    options.setdefault("progress", listener.stage)  # the command backend says which command runs on which plan
+    options.setdefault("tolerance", tolerance.to_json())  # ... and writes it into each plan's override file
     chosen = make_backend(backend, graph, **options)
     journal = None
     if journal_path:
-        header = {"model_sha256": graph.sha256, "backend": chosen.name, "tolerance": tolerance.to_json(),
+        # another judge (the command backend: another command) is another search: its verdicts are not replayed
+        header = {"model_sha256": graph.sha256, "backend": getattr(chosen, "journal_name", chosen.name),
+                  "tolerance": tolerance.to_json(),
                   "samples": given, "repeats": repeats}
         journal = Journal(journal_path, header, restart=restart)
         if journal.entries:
@@ -121,6 +125,8 @@ def search_model(
     noise_ok = options.pop("noise_ok", False)
     if output and not options.get("timing_cache"):
         options["timing_cache"] = str(Path(output).with_suffix(".timing.cache"))
+    if output and not options.get("plans_dir"):  # the command backend's plan files: overrides.json -> overrides.plans/
+        options["plans_dir"] = str(Path(output).with_suffix(".plans"))
     graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, options,
                                     repeats=repeats, journal_path=journal_path(output) if output else None,
                                     restart=restart)
@@ -187,6 +193,11 @@ def _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, n
         everything = oracle.memo[frozenset(n.id for n in graph.candidates)]
         if everything.error:
             raise UsageError(f"the all-FP32 plan could not be built on the {chosen.name} backend: {everything.error}")
+        if not everything.metrics:  # judged by a command's exit code: no numbers, only what it said
+            raise ToleranceUnreachable(
+                f"the command judged even the all-FP32 plan failing ({everything.detail}): check the command "
+                "(fp16bisect search --keep-plans keeps each plan's files, stdout.txt and stderr.txt to run it by hand)"
+            )
         worst = max((m for m in everything.metrics if not m.passed), key=lambda m: m.excess)
         fix = (
             "check --reference and the inputs"
@@ -198,6 +209,11 @@ def _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, n
         )
     outcome = Outcome(graph, tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start)
     outcome.data = overrides_json(outcome, chosen.versions(), output)
+    if hasattr(chosen, "describe"):  # the command backend: the command that judged, and how its verdicts came
+        outcome.data["backend"].update(chosen.describe())
+        judged = [e for e in oracle.history if not e.error]
+        outcome.data["backend"]["verdicts_from"] = {
+            kind: sum(e.verdict_from == kind for e in judged) for kind in (OUTPUTS, EXIT_CODE)}
     if noise:
         outcome.data["backend"]["build_noise"] = noise
     if getattr(chosen, "typing", None):  # tensorrt: strong (mixed-precision ONNX) or weak (layer precisions)
@@ -224,8 +240,12 @@ def overrides_json(o: Outcome, versions: dict, output: str | None = None) -> dic
     nodes = [graph.by_id[i] for i in result.fp32]
     everything = frozenset(n.id for n in graph.candidates)
 
-    def worst(plan) -> dict:
+    def worst(plan) -> dict | None:
+        """Per output, the worst sample; {} when the plan was not evaluated, None when its verdict was a
+        command's exit code (no outputs to measure)."""
         evaluation = o.oracle.memo.get(frozenset(plan))
+        if evaluation is not None and evaluation.verdict_from == EXIT_CODE:
+            return None
         return {k: m.to_json() for k, m in evaluation.worst().items()} if evaluation else {}
 
     return {

@@ -39,8 +39,8 @@ def setup_fails(_shared, _device):
 
 def setup_fake_tensorrt(job, device):
     """A worker of the tensorrt backend without TensorRT or a GPU: the test double of the ``tensorrt`` module
-    (tests/fake_tensorrt.py) builds, and an engine 'runs' by emulating exactly the nodes its layers were pinned
-    for (read back from the built engine), as in test_tensorrt.py's ``engines_run_as_built``."""
+    (tests/fake_tensorrt.py) builds, and an engine 'runs' by emulating exactly the nodes its layers ran in FP32
+    (read back from the built engine), as in test_tensorrt.py's ``engines_run_as_built``."""
     import json
     import sys
 
@@ -55,13 +55,15 @@ def setup_fake_tensorrt(job, device):
     pins.gpu_available = lambda: True
     emulators = {}
 
-    def execute(self, key, engine, inputs):
-        info = json.loads(engine)
-        pinned = {pins.metadata_node(layer["metadata"]) for layer in info["layers"].values()
-                  if layer["precision"] == "FLOAT"}
-        plan = frozenset(n.id for n in self.graph.candidates if trtexec_layer_name(n) in pinned)
-        out = emulators.setdefault(id(self.graph), EmulateBackend(self.graph)).run(plan, inputs)
-        return out
+    def execute(self, key, engine, inputs):  # as test_tensorrt.py's ran_in_fp32
+        layers = pins.engine_layers({"Layers": json.loads(engine)["engine"]})
+        plan = set()
+        for n in self.graph.candidates:
+            mine = [layer for layer in layers if trtexec_layer_name(n) in layer.nodes]
+            kinds = [kind for layer in mine for _name, kind in layer.tensors if kind in ("float32", "float16")]
+            if kinds and all(kind == "float32" for kind in kinds):
+                plan.add(n.id)
+        return emulators.setdefault(id(self.graph), EmulateBackend(self.graph)).run(frozenset(plan), inputs)
 
     backend_module.TensorRTBackend._execute = execute
     return setup_backend(job, device)

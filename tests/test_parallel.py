@@ -138,6 +138,34 @@ def test_tensorrt_workers_one_per_device_find_the_serial_set_with_the_test_doubl
     assert {p.name for p in tmp_path.iterdir()} == {"t.cache.0", "t.cache.1"}  # one cache per worker
 
 
+def test_the_command_backend_runs_commands_concurrently_one_per_device(tmp_path, capsys):
+    """--backend command --jobs 2 --devices 3,5: each command gets its slot's {device}; the set is the serial one.
+    Without --jobs, {device} is 0."""
+    judge = tmp_path / "judge.py"
+    judge.write_text(
+        "import json, sys\n"
+        "overrides, device, seen = sys.argv[1:4]\n"
+        "open(seen, 'a').write(device + '\\n')\n"
+        "names = {n['name'] for n in json.load(open(overrides))['fp32_nodes']}\n"
+        "sys.exit(0 if {'ln1_square', 'ln1_var'} <= names else 1)\n")
+    model, data = str(SAMPLES / "transformer_block.onnx"), str(SAMPLES / "transformer_block.npz")
+    found = {}
+    for flags in ([], ["--jobs", "2", "--devices", "3,5"]):
+        seen = tmp_path / f"seen{len(flags)}.txt"
+        out = tmp_path / f"o{len(flags)}.json"
+        check = f"{sys.executable} {judge} {{overrides}} {{device}} {seen}"
+        code = cli.main(["search", model, "--inputs", data, "--backend", "command", "--check", check, "-o", str(out),
+                         "-q", *flags])
+        assert code == 0, capsys.readouterr().err
+        result = json.loads(out.read_text())
+        found[len(flags)] = [n["name"] for n in result["fp32_nodes"]]
+        devices = seen.read_text().split()
+        assert len(devices) == result["search"]["evaluations"]
+        assert set(devices) == ({"3", "5"} if flags else {"0"})
+        assert result["search"]["jobs"] == (2 if flags else 1) and result["search"]["minimal"]
+    assert found[0] == found[4] and sorted(found[0]) == ["ln1_square", "ln1_var"]
+
+
 def test_a_thread_pool_sets_up_one_state_per_device_and_raises_work_errors_here():
     """The command backend's pool: threads of this process, one backend per slot ({device})."""
     from fp16bisect.parallel.threads import ThreadPool

@@ -10,6 +10,7 @@ samples it received once: an ONNX Runtime session per process for
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,29 +58,28 @@ def setup_backend(job: Job, device: str):
     options = dict(job.options)
     if job.backend == "tensorrt" and options.get("timing_cache"):  # one cache file per worker: no write races
         options["timing_cache"] = f"{options['timing_cache']}.{device}"
-    if job.backend == "command":
-        options["device"] = device  # the command's {device}
-    return WorkerState(make_backend(job.backend, graph, **options), job)
+    return WorkerState(make_backend(job.backend, graph, **options), job, device)
 
 
 def setup_in_process(shared, device: str):
-    """In a thread of this process (the command backend): a backend of its own for the slot's device."""
-    from ..backends import make_backend
-
-    graph, job = shared
-    return WorkerState(make_backend(job.backend, graph, **{**job.options, "device": device}), job)
+    """In a thread of this process (the command backend): this process's backend, and the slot's device."""
+    backend, job = shared
+    return WorkerState(backend, job, device, owned=False)
 
 
 @dataclass
 class WorkerState:
-    """A worker's backend and the job it serves."""
+    """A worker's backend, the job it serves and its device (the command backend's ``{device}``)."""
 
     backend: object
     job: Job
+    device: str = "0"
+    owned: bool = True  # made for this worker: closed with it
 
     def close(self) -> None:
-        if hasattr(self.backend, "close"):
+        if self.owned and hasattr(self.backend, "close"):
             self.backend.close()
+
 
 
 def evaluate_task(state: WorkerState, arg):
@@ -89,7 +89,7 @@ def evaluate_task(state: WorkerState, arg):
     plan, first_repeat, repeats = arg
     job = state.job
     return evaluate_plan(state.backend, job.samples, job.tolerance, job.outputs, frozenset(plan), first_repeat,
-                         repeats)
+                         repeats, placeholders={"device": state.device})
 
 
 class PlanExecutor:
@@ -119,8 +119,9 @@ def _died(plan, reason: str, seconds: float):
     return Evaluation(frozenset(plan), False, (), seconds, error=reason)
 
 
-def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, outputs, options: dict):
-    """A ``PlanExecutor`` for ``backend`` (a resolved name: emulate, tensorrt, command), or None when serial."""
+def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, outputs, options: dict, here=None):
+    """A ``PlanExecutor`` for ``backend`` (a resolved name: emulate, tensorrt, command), or None when serial.
+    ``here``: this process's backend (the command backend's threads share it)."""
     uses_devices = backend in ("tensorrt", "command") and parallel.devices  # emulate has no use for --devices
     if parallel.jobs <= 1 and parallel.ray is None and not uses_devices:
         return None
@@ -129,7 +130,8 @@ def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, o
         from .threads import ThreadPool
 
         job = Job(backend, b"", str(graph.path or ""), graph.sha256, options, samples, tolerance, outputs)
-        pool = ThreadPool(evaluate_task, setup_in_process, (graph, job), jobs=parallel.jobs,
+        _one_line_at_a_time(here)
+        pool = ThreadPool(evaluate_task, setup_in_process, (here, job), jobs=parallel.jobs,
                           devices=parallel.devices or None)
         return PlanExecutor(pool, f"{pool.width} concurrent command(s)")
     remote = {k: v for k, v in options.items() if k != "progress"}  # a callable of this process's console
@@ -153,6 +155,20 @@ def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, o
         return PlanExecutor(pool, f"{pool.width} worker(s), one per device ({', '.join(devices)})")
     pool = LocalPool(evaluate_task, setup_backend, job, jobs=parallel.jobs)
     return PlanExecutor(pool, f"{pool.width} worker processes")
+
+
+def _one_line_at_a_time(backend) -> None:
+    """The backend's progress lines come from several threads: one at a time to the console."""
+    said = getattr(backend, "progress", None)
+    if said is None:
+        return
+    lock = threading.Lock()
+
+    def progress(text: str) -> None:
+        with lock:
+            said(text)
+
+    backend.progress = progress
 
 
 def parse_devices(text: str | None) -> list[str]:

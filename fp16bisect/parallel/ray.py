@@ -52,7 +52,8 @@ def _task(work, setup, shared, key: str, arg):
             if hasattr(old, "close"):
                 old.close()
         _STATES.clear()
-        _STATES[key] = setup(ray.get(shared[0]), "ray") if setup is not None else None
+        device = ",".join(map(str, ray.get_gpu_ids())) or "0"  # Ray set CUDA_VISIBLE_DEVICES for a GPU task
+        _STATES[key] = setup(ray.get(shared[0]), device) if setup is not None else None
     return work(_STATES[key], arg)
 
 

@@ -109,9 +109,10 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("parallel evaluation")
     g.add_argument("--jobs", "-j", type=_jobs, default=1, metavar="N",
                    help="evaluate up to N plans at once (emulate: N worker processes, each with its own ONNX Runtime "
-                        "session; default 1)")
+                        "session; command: N commands; default 1)")
     g.add_argument("--devices", default=None, metavar="0,1,...",
-                   help="GPUs to use, one worker each (tensorrt; default every GPU CUDA sees)")
+                   help="GPUs to use, one worker each (tensorrt: each sees only its GPU; command: the value of "
+                        "{device}; default with --jobs N: the first N GPUs CUDA sees)")
     g.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="evaluate as Ray tasks: on the cluster at ADDRESS ('auto': the one this machine is part of), "
                         "or on a local Ray instance without ADDRESS (needs pip install 'fp16bisect[ray]')")

@@ -157,7 +157,10 @@ FIRST_FAILING = {
     "log_underflow": "log",  # softmax flushes tiny probabilities to 0 (harmless there); log makes them -inf
     "two_branches": "a_square",  # the first of the two planted sites in topological order
     "fp16_safe": None,
-    "accumulation": "sum",  # no node fails alone: ten small errors add up in the final sum
+    # no node fails alone: ten branches each lose 0.125 (rounding 1000.125 to FP16) and the sum adds them up to
+    # 1.25 on values near 204, 0.6% of its scale: rounding, not a fault born at one node (the old absolute rule,
+    # max abs > 1, named "sum"); 'check' and 'search' judge the output against the tolerance and catch it
+    "accumulation": None,
 }
 
 

@@ -16,7 +16,7 @@ the search tries first. This one ranking is what ``scan`` prints and what the
 search uses.
 
 How the statistics are gathered (the results are those of ``TensorStats.add`` on
-every whole tensor): the model runs with a few statistics nodes after each float
+every whole tensor): a Constant node's tensor is measured from the model file; the model runs with a few statistics nodes after each float
 tensor (max |x|, sum |x| to see NaN/inf, min |x| over |x| >= 2^-14, and the
 nonzero values below 2^-14, usually a handful), so ONNX Runtime frees each
 activation as soon as its statistics are taken: memory stays near that of a
@@ -149,16 +149,21 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
             s = stats.setdefault(init.name, TensorStats(init.name, initializer=True))
             s.initializer = True
             s.add(onnx.numpy_helper.to_array(init))
-    instrumented = _with_statistics(graph, names)
+    constants = _constant_values(graph, names)  # the same every run: measured here, once per sample
+    for value in constants.values():
+        for _ in samples:
+            stats[value.name].add(value.array)
+    computed = [t for t in names if t not in constants]
+    instrumented = _with_statistics(graph, computed)
     sess = None if instrumented is None else _session(instrumented, "the model with statistics nodes")
     if sess is None:
-        _fetch(graph.runnable_copy(), names, samples, stats, chunk)
+        _fetch(graph.runnable_copy(), computed, samples, stats, chunk)
     else:
         outputs = [o.name for o in instrumented.graph.output]
         for sample in samples:
             values = run(sess, outputs, sample.inputs, "the model in FP32")
             whole = []  # NaN/inf or past the FP16 range: measured on the whole tensor
-            for i, t in enumerate(names):
+            for i, t in enumerate(computed):
                 size, max_abs, total, min_large, small = values[5 * i : 5 * i + 5]
                 if not (np.isfinite(total) and max_abs < FP16_OVERFLOW):
                     whole.append(t)
@@ -168,6 +173,25 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
             if whole:  # from the same instrumented model: the same fusions, so the same FP32 values
                 _fetch(instrumented, whole, [sample], stats, chunk)
     return Profile(stats, rank(graph, stats))
+
+
+@dataclass
+class _Constant:
+    name: str
+    array: np.ndarray
+
+
+def _constant_values(graph: Graph, names: list[str]) -> dict[str, _Constant]:
+    """The float tensors of ``names`` that Constant nodes hold as a tensor (weights, in many exported models)."""
+    wanted = set(names)
+    found = {}
+    for node in graph.model.graph.node:
+        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or node.output[0] not in wanted:
+            continue
+        attr = next((a for a in node.attribute if a.name == "value"), None)
+        if attr is not None and attr.t.data_type == onnx.TensorProto.FLOAT and not attr.t.data_location:
+            found[node.output[0]] = _Constant(node.output[0], onnx.numpy_helper.to_array(attr.t))
+    return found
 
 
 FP16_OVERFLOW = 65520.0  # the smallest float32 that float16 rounds to inf
@@ -242,7 +266,7 @@ def _fetch(model: onnx.ModelProto, names: list[str], samples, stats: dict[str, T
     model = _copy(model)
     declared = {o.name for o in model.graph.output}
     model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in names if t not in declared)
-    sess = session(model, "the model with every float tensor as an output")
+    sess = session(model, "the model with every float tensor as an output", producer_order=True)
     for sample in samples:
         for start in range(0, len(names), chunk):
             part = names[start : start + chunk]

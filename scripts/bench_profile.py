@@ -9,7 +9,8 @@ Each measurement runs in a fresh Python process (so peak memory is that process'
 peak RSS the median too. "plain" loads the model, makes one ONNX Runtime session (the options every fp16bisect
 session uses) and runs it once; "profile" loads the model and runs ``fp16bisect.model.profile.profile`` on one
 sample, session creation included. ``--code DIR`` imports fp16bisect from DIR (for example an older commit
-unpacked with ``git archive COMMIT | tar -x -C DIR``) instead of this checkout.
+unpacked with ``git archive COMMIT | tar -x -C DIR``) instead of this checkout, even when this checkout is
+installed with ``pip install -e`` (each child checks which fp16bisect it imported).
 
 Target (benchmarked here, never asserted in tests): the profile within 3x of the plain run, in time and in peak
 memory.
@@ -31,6 +32,11 @@ sys.path.insert(0, str(ROOT))
 
 CHILD = r"""
 import json, resource, sys, time
+code = sys.argv[4]
+sys.path.insert(0, code)
+sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith("__editable__")]  # pip -e
+import fp16bisect
+assert fp16bisect.__file__.startswith(code), (fp16bisect.__file__, code)
 import numpy as np
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.samples import Sample
@@ -52,11 +58,10 @@ print(json.dumps({"seconds": seconds, "peak_mb": resource.getrusage(resource.RUS
 
 
 def measure(code: Path, model: Path, shape: str, mode: str, repeats: int) -> tuple[float, float]:
-    env = {**os.environ, "PYTHONPATH": str(code)}
     runs = []
     for _ in range(repeats):
-        done = subprocess.run([sys.executable, "-c", CHILD, str(model), shape, mode], env=env, check=True,
-                              capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-c", CHILD, str(model), shape, mode, str(code.resolve())],
+                              cwd=code, check=True, capture_output=True, text=True)
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     return statistics.median(r["seconds"] for r in runs), statistics.median(r["peak_mb"] for r in runs)
 

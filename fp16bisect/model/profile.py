@@ -239,7 +239,8 @@ def _with_statistics(graph: Graph, names: list[str]) -> onnx.ModelProto | None:
         ]
         outputs += outs
     nodes = list(model.graph.node)
-    inputs_first = [n for t in names if t not in {o for node in nodes for o in node.output} for n in after.pop(t)]
+    produced = {o for node in nodes for o in node.output}
+    inputs_first = [n for t in names if t not in produced for n in after.pop(t)]
     ordered = inputs_first
     for node in nodes:
         ordered.append(node)

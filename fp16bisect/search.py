@@ -19,7 +19,9 @@ Algorithm
    costs a handful of evaluations. A passing prefix of at most ``SMALL_POOL``
    suspects is reduced by dropping its members one by one.
 3. Otherwise bisection over the pool (the passing prefix, or all candidates
-   in suspicion order): each member found costs one binary search for the
+   in suspicion order; there the caller may reorder the candidates after the
+   suspects, ``rest_order``, e.g. by measured effect when the failure is
+   accumulated rounding): each member found costs one binary search for the
    shortest passing prefix, about log2(n) + 1 tests, near the group-testing
    bound log2 C(n, k) when members are few. When they turn out dense, the
    rest goes to QuickXplain (Junker 2004), whose worst case is
@@ -370,11 +372,16 @@ def search(
     test_many: Callable[[list], list] | None = None,
     width: int = 1,
     start: Iterable[Hashable] | None = None,
+    rest_order: Callable[[], Sequence[Hashable]] | None = None,
 ) -> SearchResult:
     """Search a 1-minimal FP32 set; see the module docstring.
 
     ``start``: a set to certify or continue from (another oracle's answer; see "Starting from a given set").
     ``order`` then ranks the candidates outside it (``suspects`` is not used).
+
+    ``rest_order()``: called only when no suspect prefix passes (and all-FP32 does); returns the candidates
+    after the suspects in the order to search them (e.g. by measured effect, which costs the caller work
+    that a passing suspect prefix makes unnecessary).
 
     ``test_many(plans) -> verdicts`` with ``width`` > 1: independent plans (the minimality checks, for one)
     are evaluated up to ``width`` at once; ``SearchResult.rounds`` counts the batches that waited on each other.
@@ -439,6 +446,13 @@ def search(
         memo.phase = "precondition"
         if not memo(everything):
             return result("fp32_fails")
+        if rest_order is not None:  # no suspect prefix explains the failure: the caller's ranking of the rest
+            later = list(rest_order())
+            if sorted(map(repr, later)) != sorted(map(repr, order[suspects:])) or len(later) != len(ids) - suspects:
+                raise SearchError("rest_order must return a permutation of the candidates after the suspects")
+            order[suspects:] = later
+            rank.clear()
+            rank.update((c, i) for i, c in enumerate(order))
 
     memo.phase = "split"
     memo.remaining = memo.pool = len(pool)

@@ -34,8 +34,9 @@ class ConsoleListener(Listener):
         if self.quiet:
             return
         verdict = ("pass" if step.passed else "FAIL") + (" (from the journal)" if progress.get("replayed") else "")
+        on = f" on {progress['backend']}" if progress.get("backend") else ""
         line = (
-            f"evaluation {step.index}: {len(step.plan)} node(s) in FP32 -> {verdict} "
+            f"evaluation {step.index}{on}: {len(step.plan)} node(s) in FP32 -> {verdict} "
             f"[{step.phase}; {progress['searching']} candidate(s) in play, {progress['found']} found, "
             f"roughly {progress['estimate_left']} more evaluation(s) (estimate)]"
         )
@@ -72,7 +73,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
         if not console.is_terminal:  # a log file or pipe: do not cut output names at 80 columns
             console = Console(width=160)
     result = outcome.result
-    fp16 = outcome.fp16.worst()
+    fp16 = outcome.fp16.worst() if outcome.fp16 is not None else {}
     final = outcome.final.worst()
     console.print(
         f"fp16bisect on {outcome.graph.path} ({outcome.backend} backend; {outcome.tolerance})",
@@ -80,7 +81,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
     )
     table = Table()
     table.add_column("output")
-    table.add_column("all FP16: max error")
+    table.add_column("all FP16: max error" + (" (emulated)" if outcome.fp16_backend != outcome.backend else ""))
     table.add_column("with overrides: max error")
     table.add_column("pass")
     for name in outcome.oracle.outputs:
@@ -111,8 +112,18 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
         )
     for note in outcome.data.get("notes", []):
         console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
+    prior = outcome.data.get("prior")
+    if prior:
+        how = "agreed" if prior["agreed"] else "disagreed"
+        changes = "; ".join(f"{what} {', '.join(prior[what])}" for what in ("added", "dropped") if prior[what])
+        console.print(
+            f"prior: the emulator's {len(prior['fp32'])} node(s) after {prior['evaluations']} emulated evaluation(s)"
+            f"{' (read from the journal)' if prior['replayed'] else ''}; the {outcome.backend} backend {how}"
+            + (f" ({changes})" if changes else ""),
+            highlight=False, soft_wrap=True,
+        )
     console.print(
-        f"{result.evaluations} evaluation(s) in {outcome.seconds:.1f} s"
+        f"{result.evaluations} evaluation(s) on the {outcome.backend} backend in {outcome.seconds:.1f} s"
         + (f"; overrides written to {output_path}" if output_path else ""),
         highlight=False,
     )

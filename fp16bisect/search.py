@@ -52,12 +52,14 @@ Certify or continue, instead of steps 1-3:
   passes (the last is all-FP32: failing means ``fp32_fails``), then bisection
   with S as the base finds the additions (step 3).
 * Either way the set then goes through the same reduction: every single
-  removal is evaluated directly (batched); members whose removal passes are
-  dropped (all together first, one by one if that fails), and the removals of
-  the smaller set are evaluated again, until every single removal of a passing
-  set has been evaluated and failed. So the result is 1-minimal on this
-  oracle by direct evaluation, even where the oracle is not monotone
-  (contradictions are still reported). ``SearchResult.added`` and
+  removal without a failing witness (a failed plan holding all other
+  members) is evaluated (batched); members whose removal passes are dropped
+  (all together first, one by one if that fails), and the smaller set is
+  checked again, until no removal of a passing set is known to pass. Once the
+  oracle has contradicted monotonicity (or with ``check_minimal``), witnesses
+  are not trusted: every removal is evaluated directly, so the result passes
+  and each single removal was seen to fail on this oracle even where it is not
+  monotone (the contradictions are reported). ``SearchResult.added`` and
   ``.dropped`` say how the answer differs from S; ``.agreed`` is True when it
   is S.
 """
@@ -420,7 +422,7 @@ def search(
         unknown = [c for c in start if c not in rank]
         if unknown:
             raise SearchError(f"start holds {len(unknown)} id(s) that are not candidates, e.g. {unknown[0]!r}")
-        return _from_start(memo, result, start, order, recheck)
+        return _from_start(memo, result, start, order, recheck, check_minimal)
 
     # Preconditions. All-FP16 first; all-FP32 only when no suspect prefix passes: a passing plan implies
     # it by monotonicity, and on a GPU it is one engine build saved.
@@ -487,7 +489,7 @@ def search(
     return result("found", found, passed=True, minimal=True, minimality=how)
 
 
-def _from_start(memo: _Memo, result, start: frozenset, order: list, recheck) -> SearchResult:
+def _from_start(memo: _Memo, result, start: frozenset, order: list, recheck, check_minimal: bool) -> SearchResult:
     """Certify ``start`` or continue from it (module docstring, "Starting from a given set")."""
     rank = {c: i for i, c in enumerate(order)}
     memo.phase = "start"
@@ -515,12 +517,16 @@ def _from_start(memo: _Memo, result, start: frozenset, order: list, recheck) -> 
 
     memo.phase = "certify"
     memo.remaining = 0
-    while True:  # every removal evaluated; members whose removal passes are dropped, then check again
+    while True:  # removals evaluated (batched); members whose removal passes are dropped, then check again
+        direct = check_minimal or bool(memo.contradictions)  # else a failing superset is a witness
         members = sorted(current, key=rank.__getitem__)
-        verdicts = memo.many([current - {m} for m in members])
-        loose = [m for m, passed in zip(members, verdicts) if passed]
+        ask = [m for m in members if direct or memo.failing_witness(m, current - {m}) is None]
+        verdicts = memo.many([current - {m} for m in ask])
+        loose = [m for m, passed in zip(ask, verdicts) if passed]
         if not loose:
-            break
+            if direct or not memo.contradictions:
+                break
+            continue  # the oracle contradicted itself meanwhile: evaluate every removal directly
         if len(loose) > 1 and memo(current - frozenset(loose)):
             current = current - frozenset(loose)
             continue
@@ -532,9 +538,11 @@ def _from_start(memo: _Memo, result, start: frozenset, order: list, recheck) -> 
                       dropped=tuple(sorted(start, key=rank.__getitem__)))
     if recheck is not None and not memo.again(current, recheck):
         return _fallback(memo, result, "the set found failed when evaluated again")
-    how = "each removal evaluated and failed"
+    evaluated = sum(1 for m in current if current - {m} in memo.results)
+    how = ("each removal evaluated and failed" if evaluated == len(current) else
+           f"{evaluated} removal(s) evaluated, {len(current) - evaluated} implied by a failing superset (monotonicity)")
     if memo.contradictions:
-        how += f" (the oracle contradicted monotonicity {len(memo.contradictions)} time(s))"
+        how += f"; the oracle contradicted monotonicity {len(memo.contradictions)} time(s)"
     return result("found", current, passed=True, minimal=True, minimality=how, agreed=current == start,
                   added=tuple(sorted(current - start, key=rank.__getitem__)),
                   dropped=tuple(sorted(start - current, key=rank.__getitem__)))

@@ -52,16 +52,15 @@ Certify or continue, instead of steps 1-3:
   passes (the last is all-FP32: failing means ``fp32_fails``), then bisection
   with S as the base finds the additions (step 3).
 * Either way the set then goes through the same reduction: every single
-  removal without a failing witness (a failed plan holding all other
-  members) is evaluated (batched); members whose removal passes are dropped
-  (all together first, one by one if that fails), and the smaller set is
-  checked again, until no removal of a passing set is known to pass. Once the
-  oracle has contradicted monotonicity (or with ``check_minimal``), witnesses
-  are not trusted: every removal is evaluated directly, so the result passes
-  and each single removal was seen to fail on this oracle even where it is not
-  monotone (the contradictions are reported). ``SearchResult.added`` and
-  ``.dropped`` say how the answer differs from S; ``.agreed`` is True when it
-  is S.
+  removal is evaluated (batched); members whose removal passes are dropped
+  (all together first, one by one if that fails), and the removals of the
+  smaller set are evaluated again, until every single removal of a passing
+  set has been evaluated and failed. No witness is trusted here: where two
+  oracles disagree, the judging one (an engine) need not be monotone, and the
+  result must be 1-minimal on it, by direct evaluation (contradictions are
+  still reported). In agreement this costs nothing extra: the k removals are
+  the certificate. ``SearchResult.added`` and ``.dropped`` say how the answer
+  differs from S; ``.agreed`` is True when it is S.
 """
 
 from __future__ import annotations
@@ -422,7 +421,7 @@ def search(
         unknown = [c for c in start if c not in rank]
         if unknown:
             raise SearchError(f"start holds {len(unknown)} id(s) that are not candidates, e.g. {unknown[0]!r}")
-        return _from_start(memo, result, start, order, recheck, check_minimal)
+        return _from_start(memo, result, start, order, recheck)
 
     # Preconditions. All-FP16 first; all-FP32 only when no suspect prefix passes: a passing plan implies
     # it by monotonicity, and on a GPU it is one engine build saved.
@@ -489,7 +488,7 @@ def search(
     return result("found", found, passed=True, minimal=True, minimality=how)
 
 
-def _from_start(memo: _Memo, result, start: frozenset, order: list, recheck, check_minimal: bool) -> SearchResult:
+def _from_start(memo: _Memo, result, start: frozenset, order: list, recheck) -> SearchResult:
     """Certify ``start`` or continue from it (module docstring, "Starting from a given set")."""
     rank = {c: i for i, c in enumerate(order)}
     memo.phase = "start"
@@ -517,16 +516,12 @@ def _from_start(memo: _Memo, result, start: frozenset, order: list, recheck, che
 
     memo.phase = "certify"
     memo.remaining = 0
-    while True:  # removals evaluated (batched); members whose removal passes are dropped, then check again
-        direct = check_minimal or bool(memo.contradictions)  # else a failing superset is a witness
+    while True:  # every removal evaluated (batched); members whose removal passes are dropped, then check again
         members = sorted(current, key=rank.__getitem__)
-        ask = [m for m in members if direct or memo.failing_witness(m, current - {m}) is None]
-        verdicts = memo.many([current - {m} for m in ask])
-        loose = [m for m, passed in zip(ask, verdicts) if passed]
+        verdicts = memo.many([current - {m} for m in members])
+        loose = [m for m, passed in zip(members, verdicts) if passed]
         if not loose:
-            if direct or not memo.contradictions:
-                break
-            continue  # the oracle contradicted itself meanwhile: evaluate every removal directly
+            break
         if len(loose) > 1 and memo(current - frozenset(loose)):
             current = current - frozenset(loose)
             continue
@@ -538,9 +533,7 @@ def _from_start(memo: _Memo, result, start: frozenset, order: list, recheck, che
                       dropped=tuple(sorted(start, key=rank.__getitem__)))
     if recheck is not None and not memo.again(current, recheck):
         return _fallback(memo, result, "the set found failed when evaluated again")
-    evaluated = sum(1 for m in current if current - {m} in memo.results)
-    how = ("each removal evaluated and failed" if evaluated == len(current) else
-           f"{evaluated} removal(s) evaluated, {len(current) - evaluated} implied by a failing superset (monotonicity)")
+    how = "each removal evaluated and failed"
     if memo.contradictions:
         how += f"; the oracle contradicted monotonicity {len(memo.contradictions)} time(s)"
     return result("found", current, passed=True, minimal=True, minimality=how, agreed=current == start,

@@ -132,8 +132,10 @@ def setup_real(which, make_inputs):
 def judge_row(found, oracle) -> str:
     if found is None:
         return "-"
-    ok = oracle(found) and all(not oracle(found - {m}) for m in found)
-    return "yes" if ok else "NO"
+    if not oracle(found):
+        return "FAILS"
+    passing = sum(1 for m in found if oracle(found - {m}))
+    return "yes" if not passing else f"passes; {passing} removal(s) pass too"
 
 
 def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None) -> list[dict]:

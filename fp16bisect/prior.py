@@ -2,7 +2,10 @@
 
 On a non-emulate backend the whole search first runs on the emulate backend
 (ONNX Runtime CPU, milliseconds a plan, its own journal beside ``-o``:
-``*.prior.journal.jsonl``). Its set S and its evidence (S first, then every
+``*.prior.journal.jsonl``), and its set is then certified there as it will be
+on the expensive backend (every single removal evaluated directly: FP16
+rounding is not always monotone, and on the emulator that check is free). Its
+set S and its evidence (S first, then every
 other candidate ranked by the output error it causes alone in FP16, see
 ``ranking.py``) are handed to the search on the expensive backend, which
 certifies S there (k + 1 evaluations when the two agree) or continues from it
@@ -106,15 +109,22 @@ def run(graph, backend, samples, tolerance, outputs, prof, listener, *, header: 
     result = search(ids, oracle, order=order, suspects=prof.suspects,
                     on_step=lambda step, progress: listener.step(
                         step, {**progress, "backend": LABEL, "replayed": step.plan in oracle.replayed}))
-    seconds = time.perf_counter() - start
     if result.status == "fp32_fails":
         listener.stage("prior: even all-FP32 misses the tolerance on the emulator; searching on the backend alone")
         return None
+    if result.status == "found":
+        # What the expensive backend will check, checked here first, where it costs nothing: every single removal
+        # evaluated directly (the search's own witnesses assume monotonicity, which FP16 rounding need not obey).
+        result = search(ids, oracle, order=order, start=result.fp32,
+                        on_step=lambda step, progress: listener.step(
+                            step, {**progress, "backend": LABEL, "replayed": step.plan in oracle.replayed}))
+    seconds = time.perf_counter() - start
     found = list(result.fp32)
     rest = ranking.by_effect([c for c in prof.order if c not in set(found)], measured)
     fp16 = oracle.memo.get(frozenset())
-    prior = Prior(tuple(found), found + rest, result.status, result.evaluations, seconds, result.minimal,
+    evaluations = len(oracle.history)  # distinct plans on the emulator, both passes
+    prior = Prior(tuple(found), found + rest, result.status, evaluations, seconds, result.minimal,
                   fp16.to_json() if fp16 else {}, path or "")
-    listener.stage(f"prior: the emulator keeps {len(found)} node(s) in FP32 after {result.evaluations} "
+    listener.stage(f"prior: the emulator keeps {len(found)} node(s) in FP32 after {evaluations} "
                    f"evaluation(s) in {seconds:.1f} s")
     return prior

@@ -31,7 +31,6 @@ import argparse
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +40,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts"), str(ROOT / "tests")]
 
 from bench_peers import ONNXCONVERTER_OP_BLOCK_LIST, load_known, onnxconverter_greedy  # noqa: E402
 
+from fp16bisect import prior as priors  # noqa: E402
 from fp16bisect import ranking  # noqa: E402
+from fp16bisect.pipeline import Listener  # noqa: E402
 from fp16bisect.backends.emulate import EmulateBackend  # noqa: E402
 from fp16bisect.model.graph import Graph  # noqa: E402
 from fp16bisect.model.profile import profile  # noqa: E402
@@ -145,13 +146,9 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
     prof = profile(graph, samples)
 
     # The prior: the pipeline's emulator search (prior.py), measured effects included.
-    start = time.perf_counter()
-    measured = ranking.effects(emulator, samples, tol, outputs, ids)
-    order = ranking.search_order(prof.order, prof.suspects, measured)
-    emulated = search(ids, Oracle(emulator, samples, tol, outputs), order=order, suspects=prof.suspects)
-    prior_seconds = time.perf_counter() - start
-    prior_set = list(emulated.fp32)
-    prior_order = prior_set + ranking.by_effect([c for c in prof.order if c not in set(prior_set)], measured)
+    found = priors.run(graph, emulator, samples, tol, outputs, prof, Listener(), header={}, path=None, restart=False)
+    prior_set, prior_order = list(found.fp32), found.order
+    measured = ranking.effects(emulator, samples, tol, outputs, ids)  # (the prior measured the same)
 
     variants = [Variant(emulator, "same"), Variant(emulator, "fewer", fused=fused_epilogues(graph))]
     everything = frozenset(ids)
@@ -187,7 +184,7 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
             "model": label, "variant": variant.name,
             "rounding": {"same": "-", "fewer": f"{len(variant.fused)} fused",
                          "more": f"{len(variant.forced)} forced FP16"}[variant.name],
-            "prior_evals": emulated.evaluations, "prior_k": len(prior_set), "prior_s": prior_seconds,
+            "prior_evals": found.evaluations, "prior_k": len(prior_set), "prior_s": found.seconds,
             "k": size(with_prior), "with": with_prior.evaluations, "without": without.evaluations,
             "without_k": size(without), "segment": segment.evaluations,
             "segment_k": "-" if segment_set is None else len(segment_set), "agreement": agreement,

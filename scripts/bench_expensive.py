@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts"), str(ROOT / "tests")]
 
 from bench_peers import ONNXCONVERTER_OP_BLOCK_LIST, load_known, onnxconverter_greedy  # noqa: E402
+from judge_emulate_variant import fused_epilogues, variant_plan  # noqa: E402
 
 from fp16bisect import prior as priors  # noqa: E402
 from fp16bisect import ranking  # noqa: E402
@@ -51,13 +52,8 @@ from fp16bisect.oracle import Oracle  # noqa: E402
 from fp16bisect.search import search  # noqa: E402
 from fp16bisect.tolerance import Tolerance  # noqa: E402
 
-FUSED_INTO = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
-EPILOGUES = {"Add", "Mul", "BatchNormalization", "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish",
-             "LeakyRelu", "Tanh", "PRelu", "Elu"}
-
-
 class Variant:
-    """The emulate arithmetic with another rounding set: ``fused`` never round, ``forced`` always round."""
+    """The emulate arithmetic with another rounding set (``judge_emulate_variant.py``), in process."""
 
     deterministic = True
 
@@ -66,17 +62,7 @@ class Variant:
         self.fused, self.forced = frozenset(fused), frozenset(forced)
 
     def run(self, plan, inputs, repeat=0):
-        return self.emulator.run((frozenset(plan) | self.fused) - self.forced, inputs)
-
-
-def fused_epilogues(graph: Graph) -> frozenset:
-    producer = {t: n for n in graph.nodes for t in n.outputs}
-    found = set()
-    for node in graph.candidates:
-        if node.op_type in EPILOGUES and node.inputs and node.inputs[0] in producer:
-            if producer[node.inputs[0]].op_type in FUSED_INTO:
-                found.add(node.id)
-    return frozenset(found)
+        return self.emulator.run(variant_plan(plan, self.fused, self.forced), inputs)
 
 
 # --------------------------------------------------------------------------- models

@@ -213,6 +213,27 @@ def test_an_engine_that_rounds_more_gets_a_set_that_passes_and_is_one_minimal_th
     assert oracle(found) and not any(oracle(found - {m}) for m in found)
 
 
+def test_when_the_emulator_needs_nothing_one_engine_build_confirms_it(engine, tmp_path, capsys):
+    out = tmp_path / "o.json"
+    safe = ["search", str(SAMPLES / "fp16_safe.onnx"), "--inputs", str(SAMPLES / "fp16_safe.npz")]
+    assert run(capsys, *safe, "-o", out, "-q")[0] == 0
+    data = read(out)
+    assert data["fp32_nodes"] == [] and data["search"]["status"] == "fp16_passes"
+    assert engine.runs == [frozenset()] and data["prior"]["agreed"] is True
+    assert data["metrics"]["fp16_backend"] == "engine"
+
+
+def test_the_fused_epilogues_of_the_benchmark_judge():
+    import sys
+
+    sys.path.insert(0, str(SAMPLES.parent / "scripts"))
+    from judge_emulate_variant import fused_epilogues, variant_plan
+
+    graph = pipeline.Graph.load(SAMPLES / "cnn_batchnorm.onnx")
+    assert fused_epilogues(graph) == {"bn1_out", "bn2_out"}  # each BatchNormalization follows a Conv
+    assert variant_plan({"conv1_out"}, fused={"bn1_out"}, forced={"conv1_out"}) == {"bn1_out"}
+
+
 def test_prior_none_and_prior_on_the_emulator(engine, tmp_path, capsys):
     out = tmp_path / "o.json"
     assert run(capsys, *LN, "-o", out, "-q", "--prior", "none")[0] == 0

@@ -10,6 +10,7 @@ import argparse
 import math
 import os
 import sys
+from pathlib import Path
 
 from . import __version__
 from .errors import ToleranceUnreachable, UsageError
@@ -67,10 +68,24 @@ def add_tolerance_args(p: argparse.ArgumentParser, default_from: str = "") -> No
 
 def add_backend_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("backend")
-    g.add_argument("--backend", default="auto", choices=("auto", "emulate", "tensorrt"),
-                   help="emulate: FP16 emulated on ONNX Runtime CPU; tensorrt: real engine builds (TensorRT 10.x "
-                        "layer precisions, 11.x / TensorRT-RTX mixed-precision ONNX; needs an NVIDIA GPU); "
+    g.add_argument("--backend", default="auto", choices=("auto", "emulate", "tensorrt", "command"),
+                   help="emulate: FP16 emulated on ONNX Runtime CPU; tensorrt: real engine builds of each plan's "
+                        "mixed-precision ONNX, strongly typed (needs an NVIDIA GPU); "
+                        "command: your own command judges each plan (--check); "
                         "auto (default): tensorrt when TensorRT, Polygraphy and a GPU are present, else emulate")
+    g.add_argument("--check", default=None, metavar="'CMD'", dest="check_command",
+                   help="with --backend command: the shell command that judges a plan, run once per plan with "
+                        "{model} (the plan's mixed-precision ONNX), {overrides} (the plan as an override JSON), "
+                        "{original}, {inputs} (sample_<i>.npz) and {outputs} (write sample_<i>.npz there to have "
+                        "them compared) replaced by quoted paths; exit 0 pass, 1-127 fail, 125 cannot evaluate, "
+                        "other codes abort (as git bisect run)")
+    g.add_argument("--keep-plans", action="store_true",
+                   help="with --backend command: keep each plan's files (model, overrides, inputs, outputs, "
+                        "stdout/stderr) under <output>.plans/ instead of removing them after each evaluation")
+    g.add_argument("--typing", default="strong", choices=("strong", "weak"),
+                   help="tensorrt: strong (default) builds each plan's mixed-precision ONNX strongly typed "
+                        "(TensorRT 9.0+, so every 10.x, 11.x, RTX); weak (TensorRT 10.x only) builds the original "
+                        "model with FP16 and FP32 layer precisions, and checks each engine for pins TensorRT ignored")
     g.add_argument("--opt-level", type=int, choices=range(6), default=None, metavar="0-5",
                    help="TensorRT builder optimisation level for search builds (lower builds faster; default "
                         "TensorRT's, 3)")
@@ -81,7 +96,17 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
 
 
 def backend_options(args) -> dict:
-    return {"opt_level": args.opt_level, "timing_cache": args.timing_cache, "noise_ok": args.noise_ok}
+    if args.backend == "command" and args.check_command is None:
+        raise UsageError("--backend command needs the command that judges a plan: add --check 'CMD' "
+                         "(e.g. --check 'python judge.py {model} {inputs} {outputs}')")
+    if args.check_command is not None and args.backend != "command":
+        raise UsageError(f"--check is the command of --backend command, not of --backend {args.backend}: "
+                         "add --backend command, or drop --check")
+    if args.keep_plans and args.backend != "command":
+        raise UsageError("--keep-plans keeps the plan files of --backend command: add --backend command --check "
+                         "'CMD', or drop --keep-plans")
+    return {"opt_level": args.opt_level, "timing_cache": args.timing_cache, "noise_ok": args.noise_ok,
+            "command": args.check_command, "keep_plans": args.keep_plans, "typing": args.typing}
 
 
 def tolerance_from(args, fallback: Tolerance | None = None) -> Tolerance:
@@ -184,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_search(args) -> int:
     from .artifacts.overrides import check_writable, write_json
+    from .backends.command import CommandAborted
     from .pipeline import search_model
     from .report.console import ConsoleListener, print_summary
 
@@ -201,6 +227,11 @@ def cmd_search(args) -> int:
                                check_minimal=args.check_minimal, listener=listener, output=args.output,
                                backend_options=backend_options(args), repeats=args.repeats, restart=args.restart,
                                prior=args.prior)
+    except CommandAborted as exc:
+        from .pipeline import journal_path
+
+        raise CommandAborted(f"{exc}; finished evaluations are kept in {journal_path(args.output)}: fix the "
+                             "command and rerun the same fp16bisect command to continue") from None
     except KeyboardInterrupt:
         listener.close()
         from .pipeline import journal_path
@@ -229,7 +260,9 @@ def write_report(path: str, data: dict) -> None:
 def search_hint(args) -> str:
     import shlex
 
-    return shlex.join(["fp16bisect", "search", args.model, *[x for i in args.inputs for x in ("--inputs", i)]])
+    judge = ["--backend", "command", "--check", args.check_command] if args.backend == "command" else []
+    return shlex.join(["fp16bisect", "search", args.model, *[x for i in args.inputs for x in ("--inputs", i)],
+                       *judge])
 
 
 def cmd_check(args) -> int:
@@ -242,9 +275,12 @@ def cmd_check(args) -> int:
         if path:
             check_writable(path)
     listener = ConsoleListener(quiet=args.quiet)
+    options = backend_options(args)
+    # the command backend's plan files: beside --json, else ./fp16bisect.plans/ (removed unless --keep-plans)
+    options["plans_dir"] = str(Path(args.json).with_suffix(".plans")) if args.json else "fp16bisect.plans"
     try:
         outcome = check_model(args.model, args.inputs, args.reference, tolerance, args.backend, args.overrides,
-                              listener, backend_options(args))
+                              listener, options)
     finally:
         listener.close()
     line = verdict(outcome, search_hint(args))

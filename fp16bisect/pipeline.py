@@ -11,7 +11,7 @@ from .backends import make_backend
 from .errors import BuildFailed, ToleranceUnreachable, UsageError
 from .model.graph import Graph
 from .journal import Journal, samples_digest
-from .oracle import Evaluation, Oracle
+from .oracle import EXIT_CODE, OUTPUTS, Evaluation, Oracle
 from .artifacts.overrides import SCHEMA, autocast_export, node_entry, strongly_typed_export, trtexec_export
 from .model.profile import Profile, profile
 from .model.samples import add_fp32_references, load_samples
@@ -82,10 +82,14 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
         listener.stage(f"note: {note}")
     options = dict(backend_options or {})
     options.setdefault("input_shapes", sample_shapes([s.inputs for s in samples]))
+    options.setdefault("notify", listener.stage)  # tensorrt: ignored FP32 pins, the typing fallback, said once
+    options.setdefault("progress", listener.stage)  # the command backend says which command runs on which plan
+    options.setdefault("tolerance", tolerance.to_json())  # ... and writes it into each plan's override file
     chosen = make_backend(backend, graph, **options)
     journal = None
     if journal_path:
-        header = journal_header(graph, chosen.name, tolerance, given, repeats)
+        # another judge (the command backend: another command) is another search: its verdicts are not replayed
+        header = journal_header(graph, getattr(chosen, "journal_name", chosen.name), tolerance, given, repeats)
         journal = Journal(journal_path, header, restart=restart)
         if journal.entries:
             listener.stage(f"resuming: {len(journal.entries)} evaluation(s) replayed from {journal_path}")
@@ -139,6 +143,8 @@ def search_model(
     noise_ok = options.pop("noise_ok", False)
     if output and not options.get("timing_cache"):
         options["timing_cache"] = str(Path(output).with_suffix(".timing.cache"))
+    if output and not options.get("plans_dir"):  # the command backend's plan files: overrides.json -> overrides.plans/
+        options["plans_dir"] = str(Path(output).with_suffix(".plans"))
     graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, options,
                                     repeats=repeats, journal_path=journal_path(output) if output else None,
                                     restart=restart)
@@ -255,6 +261,11 @@ def _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, n
         everything = oracle.memo[frozenset(n.id for n in graph.candidates)]
         if everything.error:
             raise UsageError(f"the all-FP32 plan could not be built on the {chosen.name} backend: {everything.error}")
+        if not everything.metrics:  # judged by a command's exit code: no numbers, only what it said
+            raise ToleranceUnreachable(
+                f"the command judged even the all-FP32 plan failing ({everything.detail}): check the command "
+                "(fp16bisect search --keep-plans keeps each plan's files, stdout.txt and stderr.txt to run it by hand)"
+            )
         worst = max((m for m in everything.metrics if not m.passed), key=lambda m: m.excess)
         fix = (
             "check --reference and the inputs"
@@ -266,8 +277,15 @@ def _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, n
         )
     outcome = Outcome(graph, tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start, prior=prior)
     outcome.data = overrides_json(outcome, chosen.versions(), output)
+    if hasattr(chosen, "describe"):  # the command backend: the command that judged, and how its verdicts came
+        outcome.data["backend"].update(chosen.describe())
+        judged = [e for e in oracle.history if not e.error]
+        outcome.data["backend"]["verdicts_from"] = {
+            kind: sum(e.verdict_from == kind for e in judged) for kind in (OUTPUTS, EXIT_CODE)}
     if noise:
         outcome.data["backend"]["build_noise"] = noise
+    if getattr(chosen, "typing", None):  # tensorrt: strong (mixed-precision ONNX) or weak (layer precisions)
+        outcome.data["backend"]["typing"] = chosen.typing
     return outcome
 
 
@@ -291,14 +309,31 @@ def prior_json(o: Outcome) -> dict | None:
             "added": list(r.added), "dropped": list(r.dropped), "journal": p.journal, "replayed": p.replayed}
 
 
+def ignored_pins(oracle: Oracle) -> list[dict]:
+    """Weakly typed TensorRT builds whose FP32 pins TensorRT ignored: node, the engine layer it was fused
+    into, and the plan (not counted as evidence). Read from the evaluations' errors, so a resumed search
+    lists those of the replayed evaluations too."""
+    from .backends.tensorrt.pins import ignored_in
+
+    found = []
+    for evaluation in oracle.build_failures:
+        for pin in ignored_in(evaluation.error):
+            found.append({**pin.to_json(), "fp32": sorted(evaluation.plan)})
+    return found
+
+
 def overrides_json(o: Outcome, versions: dict, output: str | None = None) -> dict:
     graph, result = o.graph, o.result
     reasons = {r.node: r.reason for r in o.profile.risks}
     nodes = [graph.by_id[i] for i in result.fp32]
     everything = frozenset(n.id for n in graph.candidates)
 
-    def worst(plan) -> dict:
+    def worst(plan) -> dict | None:
+        """Per output, the worst sample; {} when the plan was not evaluated, None when its verdict was a
+        command's exit code (no outputs to measure). The all-FP16 plan may come from the prior (o.fp16)."""
         evaluation = o.fp16 if not plan else o.oracle.memo.get(frozenset(plan))
+        if evaluation is not None and evaluation.verdict_from == EXIT_CODE:
+            return None
         return {k: m.to_json() for k, m in evaluation.worst().items()} if evaluation else {}
 
     return {
@@ -321,6 +356,7 @@ def overrides_json(o: Outcome, versions: dict, output: str | None = None) -> dic
             "seconds": round(o.seconds, 3),
             "trace": [{"fp32": len(s.plan), "passed": s.passed, "phase": s.phase} for s in result.trace],
             "build_failures": [{"fp32": sorted(e.plan), "error": e.error} for e in o.oracle.build_failures],
+            "ignored_pins": ignored_pins(o.oracle),
         },
         "prior": prior_json(o),
         # fp32 is null when the search never needed the all-FP32 plan (a passing plan implies it); fp16 comes
@@ -329,9 +365,9 @@ def overrides_json(o: Outcome, versions: dict, output: str | None = None) -> dic
                     "with_overrides": worst(result.fp32)},
         "skipped_nodes": graph.skipped,
         "notes": notes(graph),
-        "exports": {
+        "exports": {  # the strongly typed route first: it is the one TensorRT must honour (10.x included)
+            "strongly_typed": strongly_typed_export(graph, output),
             "trtexec": trtexec_export(graph, nodes),
             "modelopt_autocast": autocast_export(graph, nodes),
-            "strongly_typed": strongly_typed_export(graph, output),
         },
     }

@@ -14,8 +14,20 @@ Constant nodes become CONSTANT layers and, where an elementwise or matrix
 layer reads them, a broadcast SHUFFLE, both with empty metadata.
 
 ``build_serialized_network`` returns JSON describing what would be built (the
-FP16 flag, every layer's precision and output types), so tests can assert what
-was pinned. Test hooks are private (``_``-prefixed) module attributes.
+FP16 flag, whether the network is strongly typed, every layer's precision and
+output types) and the engine's layers as TensorRT's engine inspector reports
+them (``EngineInspector.get_engine_information(LayerInformationFormat.JSON)``
+with ``ProfilingVerbosity.DETAILED``: ``{"Layers": [{"Name", "LayerType",
+"Inputs": [{"Name", "Location", "Dimensions", "Format/Datatype"}], "Outputs",
+"TacticValue", "StreamId", "Metadata"}], "Bindings"}``, the format documented
+at ``api.LAYER_INFORMATION``), so tests can assert what was pinned and what
+ran. A weakly typed layer runs in its precision (pinned: FP32, else FP16 with
+the FP16 flag) and its float inputs are reformatted to it. ``trt._myelin``
+(lists of ONNX node names) imitates NVIDIA/TensorRT#3889: a weakly typed build
+fuses each such group into one Myelin layer, which runs in FP16 unless every
+layer of the group is pinned (pins ignored); its metadata joins the nodes'
+``[ONNX Layer: ...]`` with ``\x1f`` as TensorRT-RTX prints it. Test hooks are
+private (``_``-prefixed) module attributes.
 """
 
 from __future__ import annotations
@@ -44,11 +56,14 @@ ONNX_TO_DT = {TensorProto.FLOAT: "FLOAT", TensorProto.FLOAT16: "HALF", TensorPro
               TensorProto.INT64: "INT64", TensorProto.BOOL: "BOOL"}
 
 
-def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
+def make(weak: bool = True, version: str | None = None, strongly_typed_flag: bool = True) -> types.ModuleType:
+    """``strongly_typed_flag=False``: a TensorRT before 9.0 (no NetworkDefinitionCreationFlag.STRONGLY_TYPED)."""
     trt = types.ModuleType("tensorrt")
     trt.__version__ = version or ("10.16.1.11" if weak else "11.4.0.106")
     trt._builds = []  # every build: the JSON dict it produced
     trt._fail_build = None  # a message: the next build logs it as an error and returns None
+    trt._myelin = []  # groups of ONNX node names a weakly typed build fuses into one layer (see above)
+    trt._inspected = 0  # engines whose layer information was read
 
     class DataType(enum.Enum):
         FLOAT = 0
@@ -71,8 +86,14 @@ def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
     members = ["FP16", "OBEY_PRECISION_CONSTRAINTS"] if weak else []
     BuilderFlag = enum.IntEnum("BuilderFlag", members) if members else type("BuilderFlag", (), {})
 
-    class NetworkDefinitionCreationFlag(enum.IntEnum):
-        STRONGLY_TYPED = 0
+    NetworkDefinitionCreationFlag = enum.IntEnum(
+        "NetworkDefinitionCreationFlag", {"STRONGLY_TYPED": 0} if strongly_typed_flag else {})
+
+    class ProfilingVerbosity(enum.Enum):  # LAYER_NAMES_ONLY (the default) and NONE exist too, unused
+        DETAILED = 2
+
+    class LayerInformationFormat(enum.Enum):  # ONELINE exists too, unused
+        JSON = 1
 
     class TensorIOMode(enum.Enum):
         INPUT = 1
@@ -113,6 +134,7 @@ def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
             self._outputs = list(outputs)
             self._precision = None
             self._output_types = {}
+            self._strong = False
 
         @property
         def num_inputs(self):
@@ -133,9 +155,13 @@ def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
             return self._precision if self._precision is not None else DataType.FLOAT
 
         def _set_precision(self, dtype):
+            if self._strong:
+                raise RuntimeError("setPrecision is not allowed on a strongly typed network")
             self._precision = dtype
 
         def set_output_type(self, index, dtype):
+            if self._strong:
+                raise RuntimeError("setOutputType is not allowed on a strongly typed network")
             if self._outputs[index].dtype not in (DataType.FLOAT, DataType.HALF):
                 raise ValueError(f"set_output_type on non-float output {index} of {self.name}")
             self._output_types[index] = dtype
@@ -170,6 +196,10 @@ def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
 
         def get_flag(self, flag):
             return bool(self._flags & (1 << int(flag))) or not weak  # TensorRT 11: always strongly typed
+
+        @property
+        def _strong(self):
+            return not weak or bool(self._flags & 1)
 
     class ParserError:
         def __init__(self, text):
@@ -242,8 +272,11 @@ def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
         network._inputs = list(tensors.values())
         weights = {t.name for t in g.initializer} | {n.output[0] for n in g.node if n.op_type == "Constant"}
 
+        strong = network._strong
+
         def add(base, kind, metadata, inputs, outputs):
             layer = ILayer(unique(base), getattr(LayerType, kind), metadata, inputs, outputs)
+            layer._strong = strong
             network._layers.append(layer)
             return layer
 
@@ -308,6 +341,7 @@ def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
 
     class IBuilderConfig:
         builder_optimization_level = 3
+        profiling_verbosity = None  # ProfilingVerbosity.LAYER_NAMES_ONLY in TensorRT
 
         def __init__(self):
             self._flags = set()
@@ -362,6 +396,10 @@ def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
                     "precision": None if layer._precision is None else layer._precision.name,
                     "output_types": {str(i): t.name for i, t in sorted(layer._output_types.items())},
                 }
+            if network._strong and weak and BuilderFlag.FP16 in config._flags:
+                self._logger.log(ILogger.Severity.ERROR, "Error Code 3: API Usage Error (BuilderFlag::kFP16 is "
+                                 "not allowed with a strongly typed network)")
+                return None
             dynamic = [t.name for t in network._inputs if any(d < 0 for d in t.shape)]
             shapes = {k: v for p in config._profiles for k, v in p._shapes.items()}
             if any(name not in shapes for name in dynamic):
@@ -373,16 +411,101 @@ def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
                 "fp16": weak and BuilderFlag.FP16 in config._flags,
                 "obey": weak and BuilderFlag.OBEY_PRECISION_CONSTRAINTS in config._flags,
                 "opt_level": config.builder_optimization_level,
+                "strongly_typed": network._strong,
+                "profiling_verbosity": getattr(config.profiling_verbosity, "name", None),
                 "layers": layers,
+                "engine": _engine_layers(network, weak and BuilderFlag.FP16 in config._flags),
+                "bindings": [t.name for t in network._inputs + network._outputs],
             }
             trt._builds.append(built)
             return IHostMemory(json.dumps(built).encode())
+
+    def _engine_layers(network, fp16):
+        """What the engine runs, as the inspector reports it with ProfilingVerbosity.DETAILED."""
+        strong = network._strong
+        floats = (DataType.FLOAT, DataType.HALF)
+
+        def runs_in(layer):
+            if layer._precision is not None:
+                return layer._precision
+            return DataType.HALF if fp16 else DataType.FLOAT
+
+        def tensor(t, dtype, myelin=False):
+            text = {DataType.FLOAT: "Float", DataType.HALF: "Half"}.get(dtype) if myelin else None
+            text = text or {DataType.FLOAT: "Row major linear FP32", DataType.HALF: "Row major linear FP16 format",
+                            DataType.INT32: "Row major linear Int32", DataType.INT64: "Row major linear Int64",
+                            DataType.BOOL: "Row major linear Bool"}[dtype]
+            return {"Name": t.name, "Location": "Device", "Dimensions": list(t.shape), "Format/Datatype": text}
+
+        def types(layer):
+            if strong:
+                return [t.dtype for t in layer._inputs], [t.dtype for t in layer._outputs]
+            kind = runs_in(layer)
+            ins = [kind if t.dtype in floats else t.dtype for t in layer._inputs]
+            outs = [layer._output_types.get(i, kind) if t.dtype in floats else t.dtype
+                    for i, t in enumerate(layer._outputs)]
+            return ins, outs
+
+        def node(layer):
+            return layer.metadata[len("[ONNX Layer: "):-1] if layer.metadata else None
+
+        computed = [layer for layer in network._layers if layer.type != LayerType.CONSTANT]
+        fused = {}  # layer name -> group index (weak typing only: strongly typed builds honour the types)
+        for g, group in enumerate([] if strong else trt._myelin):
+            members = [layer for layer in computed if node(layer) in set(group)]
+            for layer in members:
+                fused[layer.name] = g
+        records, done = [], set()
+        for layer in computed:
+            g = fused.get(layer.name)
+            if g is None:
+                ins, outs = types(layer)
+                records.append({
+                    "Name": layer.name, "LayerType": layer.type.name.title(),
+                    "Inputs": [tensor(t, d) for t, d in zip(layer._inputs, ins)],
+                    "Outputs": [tensor(t, d) for t, d in zip(layer._outputs, outs)],
+                    "TacticValue": "0x0000000000000000", "StreamId": 0, "Metadata": layer.metadata,
+                })
+                continue
+            if g in done:
+                continue
+            done.add(g)
+            members = [m for m in computed if fused.get(m.name) == g]
+            made = {t.name for m in members for t in m._outputs}
+            used_outside = {t.name for m in computed if fused.get(m.name) != g for t in m._inputs}
+            used_outside |= {t.name for t in network._outputs}
+            kind = DataType.FLOAT if all(m._precision == DataType.FLOAT for m in members) else DataType.HALF
+            inputs = list({t.name: t for m in members for t in m._inputs if t.name not in made}.values())
+            outputs = [t for m in members for t in m._outputs if t.name in used_outside]
+            records.append({
+                "Name": f"{{ForeignNode[{node(members[0])}...{node(members[-1])}]}}", "LayerType": "Myelin",
+                "Inputs": [tensor(t, kind if t.dtype in floats else t.dtype, True) for t in inputs],
+                "Outputs": [tensor(t, kind if t.dtype in floats else t.dtype, True) for t in outputs],
+                "TacticName": "__myl_fused", "StreamId": 0,
+                "Metadata": "\x1f".join(m.metadata for m in members if m.metadata),
+            })
+        return records
+
+    class EngineInspector:
+        def __init__(self, built):
+            self._built = built
+
+        def get_engine_information(self, format):
+            assert format == LayerInformationFormat.JSON
+            trt._inspected += 1
+            built = self._built
+            if built["profiling_verbosity"] == "DETAILED":
+                return json.dumps({"Layers": built["engine"], "Bindings": built["bindings"]})
+            return json.dumps({"Layers": [layer["Name"] for layer in built["engine"]], "Bindings": built["bindings"]})
 
     class ICudaEngine:
         num_io_tensors = 0
 
         def __init__(self, data):
             self._data = data
+
+        def create_engine_inspector(self):
+            return EngineInspector(json.loads(self._data))
 
         def get_tensor_name(self, index):
             raise IndexError(index)
@@ -417,7 +540,8 @@ def make(weak: bool = True, version: str | None = None) -> types.ModuleType:
             return ICudaEngine(bytes(data))
 
     for name, value in list(locals().items()):
-        if not name.startswith("_") and name not in ("weak", "version", "trt", "members", "name", "value"):
+        if not name.startswith("_") and name not in ("weak", "version", "trt", "members", "name", "value",
+                                                      "strongly_typed_flag"):
             setattr(trt, name, value)
     trt.float32 = DataType.FLOAT
     for name in ("set_output_type", "_get_precision", "_set_precision"):

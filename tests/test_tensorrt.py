@@ -62,6 +62,21 @@ def pinned_names(trt, net) -> set:
     return {layer.name for layer in T.layers(net) if is_pinned(trt, layer)}
 
 
+def ran_in_fp32(graph: Graph, info: dict) -> frozenset:
+    """The candidates the fake engine ran in FP32: every engine layer naming the node reads and writes FP32
+    only (what the engine did, whatever was asked)."""
+    from fp16bisect.artifacts.overrides import trtexec_layer_name
+
+    layers = T.engine_layers({"Layers": info["engine"]})
+    found = set()
+    for n in graph.candidates:
+        mine = [layer for layer in layers if trtexec_layer_name(n) in layer.nodes]
+        kinds = [kind for layer in mine for _name, kind in layer.tensors if kind in ("float32", "float16")]
+        if kinds and all(kind == "float32" for kind in kinds):
+            found.add(n.id)
+    return frozenset(found)
+
+
 # --------------------------------------------------------------------------- the API list
 
 
@@ -289,6 +304,51 @@ def test_a_strongly_typed_network_on_tensorrt_10_says_so(trt):
         T.apply_overrides(net, ["ln1_var"])
 
 
+def test_verify_pins_on_a_users_engine(trt, tmp_path):
+    """A user's own TensorRT 10 pipeline: apply_overrides, build, then verify_pins on the engine."""
+    from fp16bisect.tensorrt import verify_pins
+
+    trt._myelin = [["ln2_square", "ln2_var", "ln2_add_eps"]]
+    builder = trt.Builder(None)
+    net = network(TRANSFORMER)
+    config = builder.create_builder_config()
+    T.apply_overrides(net, ["ln1_square", "ln1_var", "ln2_var"], config)
+    assert config.profiling_verbosity == trt.ProfilingVerbosity.DETAILED  # set, so the check can read types
+    engine = trt.Runtime(None).deserialize_cuda_engine(builder.build_serialized_network(net, config))
+    check = verify_pins(engine, ["ln1_square", "ln1_var", "ln2_var"])
+    assert not check.ok and check.verified == ["ln1_square", "ln1_var"]
+    assert check.ignored == [T.IgnoredPin("ln2_var", "{ForeignNode[ln2_square...ln2_add_eps]}")]
+    assert str(check) == ("TensorRT ignored the FP32 pin on ln2_var (fused into {ForeignNode[ln2_square...ln2_add_eps]}); "
+                          "use the default strongly typed build")
+    # from the serialized engine (deserialized for the check: on real TensorRT that needs the GPU)
+    assert verify_pins(builder.build_serialized_network(net, config), ["ln1_square", "ln1_var"]).ok
+    unpinned = builder.build_serialized_network(network(TRANSFORMER), config)  # FP16 flag, nothing pinned
+    assert verify_pins(unpinned, ["ln1_var"]).ignored == [T.IgnoredPin("ln1_var", "ln1_var")]
+    # the same from the layer information JSON, as trtexec --exportLayerInfo writes it
+    info = tmp_path / "layers.json"
+    info.write_text(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
+    assert verify_pins(info, ["ln1_square", "ln1_var"]).ok
+    assert verify_pins(str(info), {"fp32_nodes": [{"name": "ln2_var", "outputs": ["ln2_var_out"]}]}).ignored
+    # an engine built without detailed layer information cannot be checked: said, not guessed
+    plain = builder.create_builder_config()
+    bare = trt.Runtime(None).deserialize_cuda_engine(builder.build_serialized_network(network(TRANSFORMER), plain))
+    with pytest.raises(UsageError, match="ProfilingVerbosity.DETAILED"):
+        verify_pins(bare, ["ln1_var"])
+
+
+def test_engine_layer_information_parsing():
+    assert T.metadata_nodes("[ONNX Layer: a]\x1f[ONNX Layer: b | Local Function: f]") == ("a", "b")
+    assert T.metadata_nodes("[ONNX Layer: a][ONNX Layer: b]") == ("a", "b")
+    assert T.metadata_nodes("") == ()
+    kinds = [T.tensor_kind(t) for t in ("Row major linear FP32", "Channel major FP16 format where channel % 8 == 0",
+                                         "Float", "Half", "Row major linear Int32", "BFloat16")]
+    assert kinds == ["float32", "float16", "float32", "float16", "Row major linear Int32", "bfloat16"]
+    # TensorRT 11 writes "Datatype" beside "Format"
+    layers = T.engine_layers({"Layers": [{"Name": "l", "Inputs": [{"Name": "x", "Datatype": "Half"}],
+                                          "Outputs": [], "Metadata": "[ONNX Layer: n]"}]})
+    assert layers == [T.EngineLayer("l", ("n",), (("x", "float16"),))]
+
+
 # --------------------------------------------------------------------------- building
 
 
@@ -323,9 +383,9 @@ def backend_factory(monkeypatch, tmp_path):
     runs = []
 
     def execute(self, key, engine, inputs):
-        """No GPU: 'run' the engine description; the output says how many layers were pinned."""
+        """No GPU: 'run' the engine description; the output says how many candidate nodes ran in FP32."""
         info = json.loads(engine)
-        pinned = sum(1 for layer in info["layers"].values() if layer["precision"] == "FLOAT")
+        pinned = len(ran_in_fp32(self.graph, info))
         runs.append((key, float(inputs["x"].ravel()[0])))
         return {"y": np.full((1, 16, 64), pinned + float(inputs["x"].ravel()[0]), dtype=np.float32)}
 
@@ -352,11 +412,56 @@ def test_backend_memoises_engines_and_results_by_plan(trt, backend_factory, tmp_
     assert backend.builds == 1 and len(trt._builds) == 1 and len(runs) == 2
     backend.run(frozenset(), x1)
     assert backend.builds == 2
-    first = trt._builds[0]
-    assert first["fp16"] and first["obey"] and first["opt_level"] == 2
-    assert {n for n, layer in first["layers"].items() if layer["precision"] == "FLOAT"} == {"ln1_square", "ln1_var"}
-    assert not any(layer["precision"] for layer in trt._builds[1]["layers"].values())
+    first = trt._builds[0]  # TensorRT 10.x, default: the plan's mixed-precision model, strongly typed
+    assert first["strongly_typed"] and not first["fp16"] and not first["obey"] and first["opt_level"] == 2
+    assert not any(layer["precision"] for layer in first["layers"].values())
+    assert "fp16bisect/cast_fp32/ln1_centered" in first["layers"]  # the mixed model's casts
+    assert ran_in_fp32(backend.graph, first) == plan
+    assert ran_in_fp32(backend.graph, trt._builds[1]) == frozenset()
+    assert trt._inspected == 0  # strongly typed engines need no inspection
     assert (tmp_path / "timing.cache").read_bytes() == b"++"  # saved after every build
+
+
+def test_weak_typing_pins_layer_precisions_and_inspects_every_engine(trt, backend_factory):
+    backend, _runs = backend_factory(typing="weak")
+    plan = frozenset({"ln1_square", "ln1_var"})
+    assert backend.run(plan, {"x": np.zeros((1, 16, 64), dtype=np.float32)})["y"].ravel()[0] == 2.0
+    built = trt._builds[-1]
+    assert built["fp16"] and built["obey"] and not built["strongly_typed"] and built["profiling_verbosity"] == "DETAILED"
+    assert {n for n, layer in built["layers"].items() if layer["precision"] == "FLOAT"} == plan
+    assert "fp16bisect/cast_fp32/ln1_centered" not in built["layers"]  # the original model
+    assert trt._inspected == 1
+
+
+def test_a_fused_pinned_layer_makes_the_plan_unreliable_and_is_warned_once(trt, backend_factory):
+    from fp16bisect.backends.tensorrt.backend import IgnoredPinWarning, PinsIgnored
+    from fp16bisect.errors import BuildFailed
+
+    trt._myelin = [["ln1_square", "ln1_var", "ln1_add_eps"]]  # Myelin fuses the variance with its epsilon
+    backend, _runs = backend_factory(typing="weak")
+    x = {"x": np.zeros((1, 16, 64), dtype=np.float32)}
+    with pytest.warns(IgnoredPinWarning) as warned, pytest.raises(PinsIgnored) as err:
+        backend.run(frozenset({"ln1_square", "ln1_var"}), x)
+    layer = "{ForeignNode[ln1_square...ln1_add_eps]}"
+    assert err.value.check.ignored == [T.IgnoredPin("ln1_square", layer), T.IgnoredPin("ln1_var", layer)]
+    assert isinstance(err.value, BuildFailed)  # the oracle records it like a failed build
+    assert str(err.value).endswith(
+        f"TensorRT ignored the FP32 pin on ln1_square (fused into {layer}); TensorRT ignored the FP32 pin on "
+        f"ln1_var (fused into {layer}); use the default strongly typed build")
+    assert T.ignored_in(str(err.value)) == err.value.check.ignored
+    assert [str(w.message) for w in warned] == [
+        f"TensorRT ignored the FP32 pin on ln1_square (fused into {layer}); use the default strongly typed build",
+        f"TensorRT ignored the FP32 pin on ln1_var (fused into {layer}); use the default strongly typed build"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once: the same pins ignored again warn no more
+        with pytest.raises(PinsIgnored):
+            backend.run(frozenset({"ln1_square", "ln1_var", "ln1_mean"}), x)
+    # the whole fused group pinned: the engine runs it in FP32, the plan is evidence
+    whole = frozenset({"ln1_square", "ln1_var", "ln1_add_eps"})
+    assert backend.run(whole, x)["y"].ravel()[0] == 3.0
+    # strongly typed builds (the default) keep their types: no fusion can drop them
+    backend, _runs = backend_factory()
+    assert backend.run(frozenset({"ln1_square", "ln1_var"}), x)["y"].ravel()[0] == 2.0
 
 
 def test_backend_reuses_a_saved_timing_cache(trt, backend_factory, tmp_path):
@@ -375,12 +480,12 @@ def test_backend_keeps_a_bounded_number_of_engines(trt, backend_factory):
 
 
 def test_backend_pins_every_layer_of_unnamed_and_duplicate_named_nodes(trt, backend_factory):
-    backend, _runs = backend_factory(SAMPLES / "cnn_batchnorm.onnx")
+    backend, _runs = backend_factory(SAMPLES / "cnn_batchnorm.onnx", typing="weak")
     backend._execute = lambda key, engine, inputs: {}
     backend.run(frozenset({"logits"}), {"image": np.zeros((1, 3, 8, 8), dtype=np.float32)})
     pinned = {n for n, layer in trt._builds[-1]["layers"].items() if layer["precision"] == "FLOAT"}
     assert {"node_of_logits", "node_of_logits_1"} <= pinned
-    backend, _runs = backend_factory(SAMPLES / "two_branches.onnx")
+    backend, _runs = backend_factory(SAMPLES / "two_branches.onnx", typing="weak")
     backend._execute = lambda key, engine, inputs: {}
     graph = backend.graph
     b_sum = next(n.id for n in graph.nodes if n.outputs == ("b_sum",))
@@ -487,21 +592,17 @@ def test_real_tensorrt_rtx_builds_a_mixed_model_and_refuses_layer_precisions(mon
 
 @pytest.fixture
 def engines_run_as_built(monkeypatch):
-    """No GPU: an engine 'runs' by emulating exactly the nodes its layers were pinned for (read back
-    from the built engine through metadata), so the search sees what the pins did, not what it asked."""
+    """No GPU: an engine 'runs' by emulating exactly the nodes its layers ran in FP32 (read back from the
+    built engine's layer information), so the search sees what the engine did, not what was asked."""
     from fp16bisect.backends.tensorrt import backend as backend_module
     from fp16bisect.backends.emulate import EmulateBackend
-    from fp16bisect.artifacts.overrides import trtexec_layer_name
 
     monkeypatch.setattr(T, "gpu_available", lambda: True)
     emulators = {}
     noisy = {"on": False, "count": 0}
 
     def execute(self, key, engine, inputs):
-        info = json.loads(engine)
-        pinned = {T.metadata_node(layer["metadata"]) for layer in info["layers"].values()
-                  if layer["precision"] == "FLOAT"}
-        plan = frozenset(n.id for n in self.graph.candidates if trtexec_layer_name(n) in pinned)
+        plan = ran_in_fp32(self.graph, json.loads(engine))
         emulator = emulators.setdefault(id(self.graph), EmulateBackend(self.graph))
         out = emulator.run(plan, inputs)
         if noisy["on"] and key.startswith("noise"):
@@ -526,7 +627,122 @@ def test_search_on_the_tensorrt_backend_pins_through_metadata_and_finds_the_culp
     assert data["backend"]["name"] == "tensorrt" and data["backend"]["build_noise"] == {"y": 0.0}
     assert data["search"]["minimal"] and data["search"]["verified"]
     assert (tmp_path / "o.timing.cache").read_bytes().startswith(b"+")  # one cache, saved beside -o
-    assert all(build["opt_level"] == 1 and build["fp16"] and build["obey"] for build in trt._builds)
+    # TensorRT 10.x by default: every plan's mixed-precision model, strongly typed
+    assert data["backend"]["typing"] == "strong" and data["search"]["ignored_pins"] == []
+    assert all(build["opt_level"] == 1 and build["strongly_typed"] and not build["fp16"] for build in trt._builds)
+    assert list(data["exports"])[0] == "strongly_typed"  # the route TensorRT must honour, first
+
+
+def test_weak_typing_search_uses_layer_precisions(trt, engines_run_as_built, tmp_path, capsys):
+    from fp16bisect.cli import main
+
+    out = tmp_path / "o.json"
+    code = main(["search", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"),
+                 "--backend", "tensorrt", "--typing", "weak", "-o", str(out), "-q"])
+    assert code == 0, capsys.readouterr().err
+    data = json.loads(out.read_text())
+    assert sorted(n["name"] for n in data["fp32_nodes"]) == ["ln1_square", "ln1_var"]
+    assert data["backend"]["typing"] == "weak" and data["search"]["ignored_pins"] == []
+    assert all(build["fp16"] and build["obey"] and not build["strongly_typed"] for build in trt._builds)
+    pinned = [b for b in trt._builds if any(layer["precision"] for layer in b["layers"].values())]
+    assert trt._inspected == len(pinned) > 0  # every engine with pins is inspected (the all-FP16 ones need not)
+
+
+def test_ignored_pins_are_recorded_and_not_evidence_and_the_search_still_verifies(
+        trt, engines_run_as_built, tmp_path, capsys):
+    """The fake fuses LayerNorm-1's variance with its epsilon (NVIDIA/TensorRT#3889): pinning the culprits
+    alone is ignored, so those plans are not evidence; the search ends on a set whose pins hold."""
+    from fp16bisect.cli import main
+
+    trt._myelin = [["ln1_square", "ln1_var", "ln1_add_eps"]]
+    out = tmp_path / "o.json"
+    code = main(["search", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"),
+                 "--backend", "tensorrt", "--typing", "weak", "-o", str(out)])
+    captured = capsys.readouterr()
+    err = captured.err
+    assert code == 0, err
+    said = [line for line in err.splitlines() if "TensorRT ignored" in line]
+    layer = "{ForeignNode[ln1_square...ln1_add_eps]}"
+    summary = [line for line in (captured.out + err).splitlines() if "could not be built" in line]
+    assert summary and layer in summary[0]  # the layer name survives the console's markup
+    assert sorted(said) == [  # once per node and layer, though several plans met each
+        f"fp16bisect: TensorRT ignored the FP32 pin on {node} (fused into {layer}); use the default strongly typed "
+        "build" for node in ("ln1_add_eps", "ln1_square", "ln1_var")]
+    data = json.loads(out.read_text())
+    search = data["search"]
+    assert sorted(n["name"] for n in data["fp32_nodes"]) == ["ln1_add_eps", "ln1_square", "ln1_var"]
+    assert search["verified"] and search["minimal"]
+    assert search["ignored_pins"] and all(p["layer"] == layer for p in search["ignored_pins"])
+    assert {p["node"] for p in search["ignored_pins"]} <= {"ln1_square", "ln1_var", "ln1_add_eps"}
+    assert ["ln1_square", "ln1_var"] in [p["fp32"] for p in search["ignored_pins"]]
+    unreliable = {tuple(f["fp32"]) for f in search["build_failures"]}
+    assert {tuple(p["fp32"]) for p in search["ignored_pins"]} <= unreliable
+    assert all("use the default strongly typed build" in f["error"] for f in search["build_failures"])
+
+
+def test_typing_weak_is_refused_where_there_is_no_weak_typing(trt11, engines_run_as_built, tmp_path, capsys):
+    from fp16bisect.cli import main
+
+    argv = ["search", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"), "-o",
+            str(tmp_path / "o.json"), "-q", "--typing", "weak"]
+    assert main([*argv, "--backend", "tensorrt"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("fp16bisect: error: --typing weak needs TensorRT 10.x, and tensorrt 11.4.0.106 is always "
+                   "strongly typed (no layer precisions): drop --typing weak\n")
+    assert main([*argv, "--backend", "emulate"]) == 2
+    assert "--typing weak builds TensorRT 10.x engines" in capsys.readouterr().err
+    assert main([*argv[:-2], "--typing", "loose", "--backend", "emulate"]) == 2
+    check = ["check", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"), "--typing", "weak"]
+    assert main([*check, "--backend", "tensorrt"]) == 2
+    assert "--typing weak needs TensorRT 10.x" in capsys.readouterr().err
+
+
+def test_tensorrt_10_before_10_7_says_why_a_strongly_typed_batchnorm_model_may_not_build(
+        monkeypatch, backend_factory):
+    from fp16bisect.errors import BuildFailed
+
+    early = fake_tensorrt.make(weak=True, version="10.3.0.26")
+    monkeypatch.setitem(sys.modules, "tensorrt", early)
+    backend, _runs = backend_factory(SAMPLES / "cnn_batchnorm.onnx")
+    early._fail_build = "Error Code 4: ... (node_of_bn1_out: mixed precision BatchNormalization)"
+    with pytest.raises(BuildFailed, match="BatchNormalization in strongly typed mode from 10.7 on: upgrade "
+                                          "TensorRT, or pass --typing weak"):
+        backend.run(frozenset(), {"image": np.zeros((1, 3, 8, 8), dtype=np.float32)})
+    backend, _runs = backend_factory(SAMPLES / "cnn_batchnorm.onnx")  # no such hint where it cannot apply
+    early._fail_build = "Error Code 2: out of memory"
+    with pytest.raises(BuildFailed) as err:
+        backend.run(frozenset(), {"image": np.zeros((1, 3, 8, 8), dtype=np.float32)}, repeat=1)
+    assert "10.7" in str(err.value)  # the model has a BatchNormalization: the hint stays, the cause may be it
+    backend, _runs = backend_factory()  # transformer_block: no BatchNormalization, no hint
+    early._fail_build = "Error Code 2: out of memory"
+    with pytest.raises(BuildFailed) as err:
+        backend.run(frozenset(), {"x": np.zeros((1, 16, 64), dtype=np.float32)})
+    assert str(err.value).endswith("Error Code 2: out of memory")
+
+
+def test_a_tensorrt_without_strong_typing_falls_back_to_weak_typing_with_a_warning(
+        monkeypatch, engines_run_as_built, tmp_path, capsys):
+    from fp16bisect.backends.tensorrt.backend import TypingFallbackWarning
+    from fp16bisect.cli import main
+
+    old = fake_tensorrt.make(weak=True, version="8.6.1.6", strongly_typed_flag=False)
+    monkeypatch.setitem(sys.modules, "tensorrt", old)
+    out = tmp_path / "o.json"
+    code = main(["search", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"),
+                 "--backend", "tensorrt", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert [line for line in err.splitlines() if "STRONGLY_TYPED" in line] == [
+        "fp16bisect: tensorrt 8.6.1.6 has no NetworkDefinitionCreationFlag.STRONGLY_TYPED (TensorRT 9.0+): building "
+        "weakly typed with layer precisions, each engine checked for ignored pins"]
+    with pytest.warns(TypingFallbackWarning):  # without a listener (the Python API): a warning
+        from fp16bisect.backends.tensorrt.backend import TensorRTBackend
+
+        TensorRTBackend(Graph.load(TRANSFORMER), timing_cache=tmp_path / "c")
+    data = json.loads(out.read_text())
+    assert data["backend"]["typing"] == "weak"
+    assert sorted(n["name"] for n in data["fp32_nodes"]) == ["ln1_square", "ln1_var"]
+    assert all(build["fp16"] and not build["strongly_typed"] for build in old._builds)
 
 
 def test_a_tolerance_below_build_to_build_noise_is_refused_unless_told(trt, engines_run_as_built, tmp_path, capsys):

@@ -8,6 +8,7 @@ FLOAT, those of every other candidate produce HALF, and the engine builds.
 """
 
 import random
+import re
 
 import pytest
 from conftest import SAMPLES
@@ -106,3 +107,170 @@ def test_a_dynamic_input_builds_with_a_profile_from_the_samples(tmp_path):
         warnings.simplefilter("ignore", DeprecationWarning)
         built = builder.build(onnx_bytes, shapes=shapes, opt_level=0)
     assert len(built.engine) > 0
+
+
+# --------------------------------------------------------------------------- what the built engine runs
+
+# TensorRT-RTX cannot deserialise an engine without a GPU, so IEngineInspector is out of reach; with
+# ProfilingVerbosity.DETAILED and a verbose logger the builder itself prints the engine's layer list at the end
+# of a build: one line per kernel, "Name: ..., LayerType: ..., Inputs: [ { Name: ..., Datatype: Half, ... }],
+# Constants: [...], Outputs: [...], TacticName: ..., StreamId: 0, Metadata: [ONNX Layer: a]\x1f[ONNX Layer: b]".
+LAYERNORM_VARIANCE = {"transformer_block": ["ln1_square", "ln1_var"], "two_branches": ["a_square", "a_mean_sq"],
+                      "fp16_safe": ["layernorm"]}  # a LayerNorm's x^2 and mean(x^2) (fp16_safe: the op itself)
+
+
+class Collecting(trt.ILogger):
+    def __init__(self):
+        trt.ILogger.__init__(self)
+        self.messages = []
+
+    def log(self, severity, msg):
+        self.messages.append(str(msg))
+
+
+def build_logged(model, shapes=None):
+    """(parsed network, serialized engine or None, every message the build logged, verbose included)."""
+    logger = Collecting()
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, logger)
+    assert parser.parse(model.SerializeToString()), [str(parser.get_error(i)) for i in range(parser.num_errors)]
+    config = builder.create_builder_config()
+    config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+    if shapes:
+        profile = builder.create_optimization_profile()
+        for name, shape in shapes.items():
+            profile.set_shape(name, shape, shape, shape)
+        config.add_optimization_profile(profile)
+    engine = builder.build_serialized_network(network, config)
+    return network, engine, logger.messages
+
+
+def printed_layers(messages) -> list:
+    """The engine's layers from the "Layers:" list the build printed: EngineLayer (name, ONNX nodes, tensor
+    kinds of inputs then outputs; constants left out)."""
+    from fp16bisect.backends.tensorrt.pins import EngineLayer, metadata_nodes, tensor_kind
+
+    listing = [m for m in messages if m.startswith("Layers:\n")]
+    assert len(listing) == 1, "no engine layer list in the build log (ProfilingVerbosity.DETAILED, verbose logger)"
+    found = []
+    for line in listing[0].split("\n")[1:]:
+        if not line.startswith("Name: "):
+            continue
+        name = line[len("Name: "):line.index(", LayerType: ")]
+        head, tail = line.split(", Outputs: [", 1)
+        inputs = head.split("Inputs: [", 1)[1].split("], Constants: [")[0]
+        outputs = re.split(r"\], (?:TacticName|TacticValue|StreamId):", tail)[0]
+        tensors = [(n, tensor_kind(d)) for part in (inputs, outputs)
+                   for n, d in re.findall(r"\{ Name: (.*?), Dimensions: .*?Datatype: (\w+)", part)]
+        metadata = line.split(", Metadata: ", 1)[1] if ", Metadata: " in line else ""
+        found.append(EngineLayer(name, metadata_nodes(metadata), tuple(tensors)))
+    return found
+
+
+def kernel_ops(layer) -> list:
+    """A fused kernel's operations, from its name: __myl_MeanSubCastMulMeanCast_myl0_7 -> [Mean, Sub, Cast, ...]."""
+    body = re.sub(r"_myl\d+_\d+$", "", layer.name).removeprefix("__myl_")
+    return re.findall(r"[A-Z][a-z]*", body)
+
+
+def fp16_layernorm_nodes(messages) -> set:
+    """The Reduce/Pow layers TensorRT reports as "layernorm nodes in FP16" (the message after its warning)."""
+    for i, message in enumerate(messages[:-1]):
+        if message.startswith("Detected layernorm nodes in FP16"):
+            return set(messages[i + 1].split(","))
+    return set()
+
+
+def assert_pinned_fp32_rest_half(graph: Graph, plan, layers):
+    """Every engine layer of a pinned node has an FP32 tensor or our FP16<->FP32 casts inside it (the pinned
+    work is FP32 inside the kernel); every layer of unpinned candidates only (no cast of ours) is all FP16."""
+    pinned = {trtexec_layer_name(graph.by_id[n]) for n in plan}
+    computing = {trtexec_layer_name(n) for n in graph.candidates}
+    seen = set()
+    for layer in layers:
+        nodes = set(layer.nodes)
+        casts = {n for n in nodes if n.startswith("fp16bisect/")}
+        kinds = {kind for _name, kind in layer.tensors if kind in ("float32", "float16")}
+        if nodes & pinned:
+            seen |= nodes & pinned
+            assert "float32" in kinds or casts, (layer, "a pinned node in an all-FP16 kernel with no cast of ours")
+        elif nodes & computing and not casts:
+            assert kinds == {"float16"}, (layer, "an FP16 node's kernel with FP32 tensors")
+    return seen
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_pinned_layernorm_builds_and_the_engine_runs_it_in_fp32_the_rest_in_fp16(name, known):
+    graph = Graph.load(SAMPLES / f"{name}.onnx")
+    plan = LAYERNORM_VARIANCE.get(name) or sorted(known[name]["culprits"])
+    network, engine, messages = build_logged(mixed_model(graph, plan))
+    assert engine is not None and engine.nbytes > 0
+    for i in range(network.num_layers):  # the parsed network: the pinned nodes' layers are FLOAT
+        layer = network.get_layer(i)
+        if layer_node_ids(graph, layer) & set(plan):
+            assert all(layer.get_output(k).dtype == trt.DataType.FLOAT for k in range(layer.num_outputs)), layer.name
+    seen = assert_pinned_fp32_rest_half(graph, plan, printed_layers(messages))
+    assert seen, f"{name}: no engine layer names a pinned node"
+    assert not fp16_layernorm_nodes(messages) & {trtexec_layer_name(graph.by_id[n]) for n in plan}
+
+
+# PP-OCRv4 rec (rapidocr-onnxruntime 1.4.4): a CNN, then two transformer blocks with decomposed LayerNorms
+# (ReduceMean, Sub, Pow(2), ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add beta). Dynamic width: one fixed shape.
+REC_SHAPE = {"x": (1, 3, 48, 320)}
+REC_LN1 = ["p2o.ReduceMean.0", "p2o.Sub.0", "p2o.Pow.0", "p2o.ReduceMean.2", "p2o.Add.232", "p2o.Sqrt.0",
+           "p2o.Div.28", "p2o.Mul.178", "p2o.Add.234"]
+REC_LN1_VARIANCE = ["p2o.Pow.0", "p2o.ReduceMean.2"]
+REC_OTHER_VARIANCES = ["p2o.Pow.2", "p2o.ReduceMean.6", "p2o.Pow.4", "p2o.ReduceMean.10", "p2o.Pow.6",
+                       "p2o.ReduceMean.14", "p2o.Pow.8", "p2o.ReduceMean.18"]
+
+
+@pytest.fixture(scope="module")
+def rec():
+    from real_models import PP_OCRV4_REC, real_model
+
+    graph = Graph.load(real_model(PP_OCRV4_REC))
+    ops = [graph.by_id[n].op_type for n in REC_LN1]
+    assert ops == ["ReduceMean", "Sub", "Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul", "Add"]
+    return graph
+
+
+def test_pp_ocrv4_rec_a_pinned_layernorm_variance_computes_in_fp32_inside_its_kernel(rec):
+    network, engine, messages = build_logged(mixed_model(rec, REC_LN1_VARIANCE), REC_SHAPE)
+    assert engine is not None and engine.nbytes > 0
+    floats = {}
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        for node in layer_node_ids(rec, layer) & {*REC_LN1_VARIANCE, *REC_OTHER_VARIANCES}:
+            floats.setdefault(node, set()).update(layer.get_output(k).dtype for k in range(layer.num_outputs))
+    assert {n for n, d in floats.items() if d == {trt.DataType.FLOAT}} == set(REC_LN1_VARIANCE)
+    assert {n for n, d in floats.items() if d == {trt.DataType.HALF}} == set(REC_OTHER_VARIANCES)
+    layers = printed_layers(messages)
+    assert_pinned_fp32_rest_half(rec, REC_LN1_VARIANCE, layers)
+    # Myelin fuses the whole LayerNorm into one kernel whose boundary tensors are FP16: our casts to FP32 and
+    # back are inside it, around exactly the pinned Pow (lowered to Mul) and ReduceMean (Mean) ...
+    mine = [layer for layer in layers if "p2o.Pow.0" in layer.nodes]
+    assert len(mine) == 1 and {"p2o.ReduceMean.2", "fp16bisect/cast_fp32/p2o.Sub.1",
+                               "fp16bisect/cast_fp16/p2o.ReduceMean.3"} <= set(mine[0].nodes)
+    assert "Cast Mul Mean Cast" in " ".join(kernel_ops(mine[0]))
+    # ... while every unpinned LayerNorm squares and averages in FP16: no cast between Sub, Mul and Mean
+    others = [layer for layer in layers if set(layer.nodes) & {"p2o.Pow.2", "p2o.Pow.4", "p2o.Pow.6", "p2o.Pow.8"}]
+    assert len(others) == 4 and all("Sub Mul Mean" in " ".join(kernel_ops(layer)) for layer in others)
+    # TensorRT's own warning lists the LayerNorm Pow/ReduceMean layers that run in FP16: all but the pinned
+    fp16 = fp16_layernorm_nodes(messages)
+    assert set(REC_OTHER_VARIANCES) <= fp16 and not fp16 & set(REC_LN1_VARIANCE)
+
+
+def test_pp_ocrv4_rec_a_pinned_region_passes_fp32_tensors_between_kernels_the_rest_fp16(rec):
+    plan = [*REC_LN1, "p2o.MatMul.0"]  # LayerNorm 1 and the QKV projection that reads it
+    _network, engine, messages = build_logged(mixed_model(rec, plan), REC_SHAPE)
+    assert engine is not None
+    layers = printed_layers(messages)
+    assert_pinned_fp32_rest_half(rec, plan, layers)
+    ln = [layer for layer in layers if "p2o.Pow.0" in layer.nodes]
+    qkv = [layer for layer in layers if "p2o.MatMul.0" in layer.nodes]
+    assert len(ln) == len(qkv) == 1
+    handed = {name for name, kind in ln[0].tensors if kind == "float32"} & \
+        {name for name, kind in qkv[0].tensors if kind == "float32"}
+    assert handed, "the LayerNorm kernel hands the projection an FP32 tensor"
+    assert not fp16_layernorm_nodes(messages) & set(plan)

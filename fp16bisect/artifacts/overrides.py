@@ -10,7 +10,9 @@ Schema ``fp16bisect.overrides/1`` (a public interface; change deliberately):
     search      {status, candidates, evaluations, minimal, minimality, verified, contradictions, seconds,
                  trace, build_failures: [{fp32: [node ids], error: the backend's message}]}
     metrics     {fp32, fp16, with_overrides}: output -> worst metrics over samples
-    exports     {trtexec: {...}, modelopt_autocast: {...}, strongly_typed: {tensorrt, command, trtexec}}
+    exports     {strongly_typed: {tensorrt, command, trtexec}, trtexec: {...}, modelopt_autocast: {...}}
+                (the strongly typed route first: TensorRT must honour the types of a mixed-precision model,
+                while 10.x weak-typing pins can be ignored where layers are fused, NVIDIA/TensorRT#3889)
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ def trtexec_layer_name(node: Node) -> str:
 
 
 def trtexec_export(graph: Graph, nodes: list[Node]) -> dict:
-    """TensorRT 10 trtexec flags that keep these nodes' layers in FP32."""
+    """TensorRT 10 trtexec flags that keep these nodes' layers in FP32 (weak typing: prefer the strongly typed
+    export, since TensorRT can ignore these pins where it fuses layers)."""
     warnings = []
     names = []
     for node in nodes:
@@ -64,7 +67,8 @@ def trtexec_export(graph: Graph, nodes: list[Node]) -> dict:
         args += [f"--layerPrecisions={precisions}", f"--layerOutputTypes={precisions}"]
     model = str(graph.path) if graph.path else "model.onnx"
     return {
-        "tensorrt": "10.x (weakly typed; TensorRT 11 removed these flags)",
+        "tensorrt": "10.x weakly typed (deprecated since 10.12, removed in 11); TensorRT may ignore these pins "
+                    "where it fuses layers (NVIDIA/TensorRT#3889): prefer exports.strongly_typed",
         "args": args,
         "command": shlex.join(["trtexec", f"--onnx={model}", *args]),
         "warnings": warnings,
@@ -119,11 +123,13 @@ def autocast_export(graph: Graph, nodes: list[Node]) -> dict:
 
 
 def strongly_typed_export(graph: Graph, overrides_path: str | None) -> dict:
-    """TensorRT 11 / TensorRT-RTX (and 10.x strongly typed): the mixed-precision model ``apply`` writes."""
+    """The mixed-precision model ``apply`` writes, built strongly typed: TensorRT 10.x (the flag exists since 9.0;
+    trtexec --stronglyTyped), 11.x and TensorRT-RTX (always strongly typed)."""
     model = str(graph.path) if graph.path else "model.onnx"
     mixed = (model[:-5] if model.endswith(".onnx") else model) + ".mixed.onnx"
     return {
-        "tensorrt": "11.x and TensorRT-RTX (always strongly typed); 10.12+ with --stronglyTyped",
+        "tensorrt": "10.x with --stronglyTyped (recommended; mixed-precision BatchNormalization needs 10.7+), "
+                    "11.x and TensorRT-RTX (always strongly typed)",
         "command": shlex.join(["fp16bisect", "apply", overrides_path or "overrides.json", model, "-o", mixed]),
         "trtexec": shlex.join(["trtexec", f"--onnx={mixed}", "--stronglyTyped"]),
     }

@@ -42,6 +42,7 @@ class CheckOutcome:
     fp32: Evaluation | None  # evaluated when the check fails: is the tolerance reachable at all?
     seconds: float
     samples: list = field(default_factory=list)
+    backend_details: dict = field(default_factory=dict)  # the command backend: its command
 
     @property
     def passed(self) -> bool:
@@ -51,7 +52,9 @@ class CheckOutcome:
         return {
             "schema": SCHEMA,
             "model": {"path": str(self.graph.path), "sha256": self.graph.sha256},
-            "backend": {"name": self.backend, "versions": {"fp16bisect": __version__, **self.versions}},
+            "backend": {"name": self.backend, "versions": {"fp16bisect": __version__, **self.versions},
+                        **self.backend_details},
+            "verdict_from": self.evaluation.verdict_from,  # outputs (metrics below) or exit_code (none)
             "tolerance": self.tolerance.to_json(),
             "overrides": None if self.overrides is None else {
                 "path": self.overrides.path, "made_for_sha256": self.overrides.made_for,
@@ -114,7 +117,8 @@ def check_model(
         if not evaluation.passed:
             fp32 = oracle.evaluate(frozenset(n.id for n in graph.candidates))
         return CheckOutcome(graph, tolerance, chosen.name, chosen.versions(), evaluation, use, fp32,
-                            time.perf_counter() - start, oracle.samples)
+                            time.perf_counter() - start, oracle.samples,
+                            chosen.describe() if hasattr(chosen, "describe") else {})
     finally:
         if hasattr(chosen, "close"):
             chosen.close()
@@ -125,7 +129,15 @@ def verdict(o: CheckOutcome, command_hint: str) -> str:
     use = o.overrides
     with_what = f" with {len(use.nodes)} override node(s) in FP32" if use else " in all-FP16"
     if o.evaluation.error:
-        return f"FAIL: the engine could not be built{with_what}: {o.evaluation.error}"
+        what = "the plan could not be evaluated" if o.backend == "command" else "the engine could not be built"
+        return f"FAIL: {what}{with_what}: {o.evaluation.error}"
+    if not o.evaluation.metrics:  # a command's exit code judged: no numbers to show
+        verdict = "PASS" if o.passed else "FAIL"
+        text = f"{verdict}: the command judged the model{with_what} {'passing' if o.passed else 'failing'} " \
+               f"({o.evaluation.detail})"
+        if o.fp32 is not None and not o.fp32.passed:
+            return text + f"; it judges all-FP32 failing too ({o.fp32.detail}): check the command"
+        return text if o.passed else text + f"; find the nodes to keep in FP32 with '{command_hint}'"
     if o.passed:
         text = f"PASS: every output of every sample meets the tolerance{with_what}"
         if use and not use.same_model:

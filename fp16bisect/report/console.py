@@ -5,9 +5,11 @@ from __future__ import annotations
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..oracle import EXIT_CODE
 from ..pipeline import Listener, Outcome
 from ..search import Step
 
@@ -79,15 +81,23 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
         f"fp16bisect on {outcome.graph.path} ({outcome.backend} backend; {outcome.tolerance})",
         highlight=False, soft_wrap=True,
     )
-    table = Table()
-    table.add_column("output")
-    table.add_column("all FP16: max error" + (" (emulated)" if outcome.fp16_backend != outcome.backend else ""))
-    table.add_column("with overrides: max error")
-    table.add_column("pass")
-    for name in outcome.oracle.outputs:
-        m = final.get(name)
-        table.add_row(name, _error_cell(fp16.get(name)), _error_cell(m), "yes" if m and m.passed else "[red]no[/red]")
-    console.print(table)
+    if fp16 or final:
+        table = Table()
+        table.add_column("output")
+        table.add_column("all FP16: max error" + (" (emulated)" if outcome.fp16_backend != outcome.backend else ""))
+        table.add_column("with overrides: max error")
+        table.add_column("pass")
+        for name in outcome.oracle.outputs:
+            m = final.get(name)
+            passed = m.passed if m else outcome.final.passed  # no metrics: the command's exit code judged
+            table.add_row(name, _error_cell(fp16.get(name)), _error_cell(m), "yes" if passed else "[red]no[/red]")
+        console.print(table)
+    judged = [(label, e) for label, e in (("all FP16", outcome.fp16), ("with overrides", outcome.final))
+              if e is not None and e.verdict_from == EXIT_CODE]
+    if judged:
+        console.print("judged by the command's exit code (it wrote no outputs to compare): " + "; ".join(
+            f"{label} {'passes' if e.passed else 'fails'} ({e.detail})" for label, e in judged),
+            highlight=False, soft_wrap=True)
     if result.status == "fp16_passes":
         console.print("All-FP16 already meets the tolerance: nothing needs to stay in FP32.")
     else:
@@ -99,23 +109,24 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
         )
         for entry in outcome.data["fp32_nodes"]:
             console.print(
-                f"  {entry['name']}  [dim]{entry['op_type']}; FP32 run: {entry['fp32_profile']}[/dim]",
+                f"  {escape(entry['name'])}  [dim]{escape(entry['op_type'])}; FP32 run: {escape(entry['fp32_profile'])}[/dim]",
                 highlight=False,
                 soft_wrap=True,
             )
     failures = outcome.oracle.build_failures
     if failures:
+        what = "evaluated" if outcome.backend == "command" else "built"
         console.print(
-            f"[yellow]{len(failures)} plan(s) could not be built and counted as failing[/yellow]; the first "
-            f"({len(failures[0].plan)} node(s) in FP32): {failures[0].error}",
+            f"[yellow]{len(failures)} plan(s) could not be {what} and counted as failing[/yellow]; the first "
+            f"({len(failures[0].plan)} node(s) in FP32): {escape(failures[0].error)}",
             highlight=False, soft_wrap=True,
         )
     for note in outcome.data.get("notes", []):
-        console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
     prior = outcome.data.get("prior")
     if prior:
         how = "agreed" if prior["agreed"] else "disagreed"
-        changes = "; ".join(f"{what} {', '.join(prior[what])}" for what in ("added", "dropped") if prior[what])
+        changes = "; ".join(f"{what} {escape(', '.join(prior[what]))}" for what in ("added", "dropped") if prior[what])
         console.print(
             f"prior: the emulator's {len(prior['fp32'])} node(s) after {prior['evaluations']} emulated evaluation(s)"
             f"{' (read from the journal)' if prior['replayed'] else ''}; the {outcome.backend} backend {how}"
@@ -146,7 +157,7 @@ def print_mixed(mixed, output_path: str, console: Console | None = None) -> None
         highlight=False, soft_wrap=True,
     )
     for note in mixed.notes:
-        console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
 
 
 def print_verification(v, console: Console | None = None) -> None:

@@ -1,6 +1,6 @@
 """The one list of TensorRT Python API names fp16bisect uses, each with the page that documents it.
 
-``fp16bisect/tensorrt.py`` and ``fp16bisect/backends/tensorrt.py`` may use a
+``fp16bisect/backends/tensorrt/*.py`` may use a
 ``trt.<name>`` only if it is listed here, and the test double
 ``tests/fake_tensorrt.py`` exposes exactly these names (tests check both), so
 the fake cannot drift from the real API without a test failing.
@@ -11,10 +11,26 @@ Names were checked against the bindings' docstring sources in NVIDIA/TensorRT
 ``release/10.16`` (weakly typed) and ``release/11.x`` / main (strongly typed
 only), and against a real TensorRT-RTX 1.7 install.
 
+Strong typing on TensorRT 10.x: ``NetworkDefinitionCreationFlag::kSTRONGLY_TYPED``
+first appears in TensorRT 9.0 (``include/NvInfer.h`` and its Python binding in
+``python/src/infer/pyCore.cpp`` on NVIDIA/TensorRT ``release/9.0``; 8.6 has no
+such flag), and the ONNX parser honours it from the same release (onnx-tensorrt
+``9.0-EA``/``9.0-GA``: ``ModelImporter.cpp`` and the Q/DQ importers check
+``getFlag(kSTRONGLY_TYPED)``). Later fixes, from NVIDIA/TensorRT ``CHANGELOG.md``:
+9.2 "changes to a few operator importers to ensure that TensorRT preserves the
+precision of operations when using strongly typed mode"; 10.7 "support for
+parsing mixed-precision BatchNormalization nodes in strongly-typed mode" (the
+mixed models we write keep BatchNormalization statistics in FP32, so 10.0-10.6
+may refuse such a node: ``STRONG_BATCHNORM``). Weak typing (``BuilderFlag.FP16``,
+layer precisions) is deprecated since 10.12 ("Deprecated in TensorRT 10.12.
+Superseded by strong typing", ``include/NvInfer.h`` on ``release/10.16``) and
+gone in 11. So: every 10.x can build strongly typed; an older TensorRT (no
+``STRONGLY_TYPED`` member) falls back to weak typing.
+
 ``WEAK_TYPING``: names that exist only in TensorRT 10.x. TensorRT 11 and
 TensorRT-RTX are strongly typed: no ``BuilderFlag.FP16``, no precision
 constraints, no ``ILayer.precision`` / ``set_output_type``; precision there
-comes from the ONNX graph (Cast nodes), see ``fp16bisect/mixed.py``.
+comes from the ONNX graph (Cast nodes), see ``fp16bisect/artifacts/mixed.py``.
 """
 
 from __future__ import annotations
@@ -33,7 +49,17 @@ LAYER_BASE = f"{_PY}/infer/Graph/LayerBase.html"
 DATA_TYPE = f"{_PY}/infer/FoundationalTypes/DataType.html"
 HOST_MEMORY = f"{_PY}/infer/FoundationalTypes/HostMemory.html"
 ONNX_PARSER = f"{_PY}/parsers/Onnx/pyOnnx.html"
+INSPECTOR = f"{_PY}/infer/Core/EngineInspector.html"
 INDEX = _PY
+# The JSON an engine inspector returns with ProfilingVerbosity.DETAILED: {"Layers": [{"Name", "LayerType",
+# "Inputs": [{"Name", "Location", "Dimensions", "Format/Datatype"}], "Outputs": [...], ..., "Metadata"}],
+# "Bindings": [...]}; TensorRT 11 also writes "Datatype" per tensor and "I/O Tensors" instead of "Bindings".
+LAYER_INFORMATION = "https://docs.nvidia.com/deeplearning/tensorrt/latest/inference-library/engine-tools.html"
+LAYER_INFORMATION_11 = (
+    "https://docs.nvidia.com/deeplearning/tensorrt/11.3.0/api/migration/tensorrt-10x-to-11x-IEngineInspector.html"
+)
+STRONG_TYPING_SINCE = (9, 0)  # NetworkDefinitionCreationFlag.STRONGLY_TYPED and the parser's support
+STRONG_BATCHNORM = (10, 7)  # the parser reads mixed-precision BatchNormalization in strongly typed mode
 
 # LayerType members: the ones pin() treats as transparent (they move data and never compute),
 # and the ones the test double's parser creates. Same page as ILayer.type.
@@ -109,6 +135,9 @@ NAMES: dict[str, str] = {
     "IBuilderConfig.builder_optimization_level": CONFIG,
     "IBuilderConfig.create_timing_cache": CONFIG,
     "IBuilderConfig.set_timing_cache": CONFIG,
+    "IBuilderConfig.profiling_verbosity": CONFIG,  # DETAILED: the inspector reports each layer's tensor types
+    "ProfilingVerbosity": INSPECTOR,
+    "ProfilingVerbosity.DETAILED": INSPECTOR,
     "BuilderFlag": CONFIG,
     "BuilderFlag.FP16": CONFIG,
     "BuilderFlag.OBEY_PRECISION_CONSTRAINTS": CONFIG,
@@ -123,6 +152,12 @@ NAMES: dict[str, str] = {
     "ICudaEngine.get_tensor_mode": ENGINE,
     "ICudaEngine.get_tensor_dtype": ENGINE,
     "ICudaEngine.create_execution_context": ENGINE,
+    # reading what the engine runs (weakly typed builds: did TensorRT keep the FP32 pins?)
+    "ICudaEngine.create_engine_inspector": ENGINE,
+    "EngineInspector": INSPECTOR,  # the Python name of IEngineInspector
+    "EngineInspector.get_engine_information": INSPECTOR,  # JSON: LAYER_INFORMATION
+    "LayerInformationFormat": INSPECTOR,
+    "LayerInformationFormat.JSON": INSPECTOR,
     "TensorIOMode": ENGINE,
     "TensorIOMode.INPUT": ENGINE,
     "TensorIOMode.OUTPUT": ENGINE,
@@ -149,4 +184,10 @@ OTHER: dict[str, str] = {
     "polygraphy.cuda.Stream": "https://docs.nvidia.com/deeplearning/tensorrt/latest/_static/polygraphy/cuda/toc.html",
     "cuda.bindings.runtime.cudaGetDeviceCount": "https://nvidia.github.io/cuda-python/cuda-bindings/latest/module/runtime.html",
     "onnx-tensorrt getNodeName / processMetadata": "https://github.com/onnx/onnx-tensorrt/blob/main/importerUtils.cpp",
+    "engine layer information JSON (Engine Inspector)": LAYER_INFORMATION,
+    "engine layer information JSON, TensorRT 11 changes": LAYER_INFORMATION_11,
+    "NetworkDefinitionCreationFlag::kSTRONGLY_TYPED in TensorRT 9.0":
+        "https://github.com/NVIDIA/TensorRT/blob/release/9.0/include/NvInfer.h",
+    "strongly typed parsing fixes (9.2, 10.7) and weak-typing deprecation":
+        "https://github.com/NVIDIA/TensorRT/blob/main/CHANGELOG.md",
 }

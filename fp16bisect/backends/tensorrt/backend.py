@@ -1,10 +1,16 @@
 """Real TensorRT engine builds: a plan (candidate ids kept in FP32) -> model outputs.
 
-TensorRT 10.x (weakly typed): the original model is built with FP16 enabled,
-precision constraints obeyed, and the plan's nodes pinned to FP32 through
-layer metadata (``fp16bisect.tensorrt.pin``). TensorRT 11 and TensorRT-RTX
-(strongly typed): the plan's mixed-precision ONNX (``fp16bisect.mixed``) is
-built as it is.
+Strongly typed (the default, ``typing="strong"``): the plan's mixed-precision
+ONNX (``artifacts/mixed.py``) is built with the types it carries, on TensorRT
+11 and TensorRT-RTX (always strongly typed) and on 10.x through
+``NetworkDefinitionCreationFlag.STRONGLY_TYPED`` (TensorRT 9.0+, see
+``api.py``). Weakly typed (``typing="weak"``, 10.x only, and the fallback on a
+TensorRT without the flag): the original model is built with FP16 enabled,
+precision constraints obeyed and the plan's nodes pinned to FP32 through layer
+metadata (``pins.py``); TensorRT may ignore such pins where it fuses layers
+(NVIDIA/TensorRT#3889, #4505), so every weakly typed engine is inspected and a
+plan whose pins did not take effect is not evidence (``PinsIgnored``, counted
+like a failed build).
 
 Builds are slow and not deterministic (tactic timing), so: one timing cache
 for every build of a search, saved after each build; engines memoised by plan
@@ -45,6 +51,30 @@ class BuildFailed(errors.BuildFailed):
         )
 
 
+class PinsIgnored(BuildFailed):
+    """A weakly typed engine does not run every pinned node in FP32: its outputs say nothing about the plan."""
+
+    def __init__(self, plan, check: trt_support.PinCheck):
+        self.plan = frozenset(plan)
+        self.check = check
+        self.message = check.message()
+        nodes = ", ".join(sorted(self.plan)[:5]) + (", ..." if len(self.plan) > 5 else "")
+        errors.BuildFailed.__init__(
+            self, f"the plan with {len(self.plan)} node(s) in FP32 ({nodes}) is not evidence: {self.message}"
+        )
+
+
+class IgnoredPinWarning(UserWarning):
+    """TensorRT ignored an FP32 pin of a weakly typed build (said once per node and layer)."""
+
+
+class TypingFallbackWarning(UserWarning):
+    """This TensorRT cannot build strongly typed networks: the search builds weakly typed."""
+
+
+TYPINGS = ("strong", "weak")
+
+
 def plan_key(plan) -> str:
     return hashlib.sha256("\n".join(sorted(plan)).encode("utf-8")).hexdigest()
 
@@ -74,8 +104,14 @@ class TensorRTBackend:
         input_shapes: dict | None = None,
         max_engines: int = 4,
         max_results: int = 256,
+        typing: str = "strong",
+        notify=None,
     ):
+        """``notify``: called with one line for what the user must know (an ignored pin, the typing fallback);
+        without it, a Python warning (``IgnoredPinWarning``, ``TypingFallbackWarning``)."""
+        self.notify = notify
         self.tensorrt = trt_support.load()
+        self.typing = self._typing(typing)
         if not trt_support.gpu_available():
             raise UsageError(
                 f"{self.tensorrt.flavour} {self.tensorrt.version} is installed but CUDA sees no GPU "
@@ -99,6 +135,7 @@ class TensorRTBackend:
         self.results: OrderedDict[tuple, dict] = OrderedDict()  # (plan key, inputs key) -> outputs
         self.builds = 0
         self.warned_missing: set = set()
+        self.warned_ignored: set = set()
         self._live: tuple[str, trt_engine.Engine] | None = None
         self._cache = self._read_cache()
         model = graph.runnable_copy()  # nodes sharing a name get unique ones, so metadata tells them apart
@@ -109,6 +146,30 @@ class TensorRTBackend:
             )
             for node in graph.candidates
         }
+
+    def _typing(self, typing: str) -> str:
+        """The typing this TensorRT can do for the one asked: a UsageError for weak typing where it is gone,
+        a one-line warning (and weak typing) for strong typing where it does not exist yet."""
+        loaded = self.tensorrt
+        if typing not in TYPINGS:
+            raise UsageError(f"--typing {typing!r}: use strong (default) or weak")
+        if typing == "weak" and not loaded.weakly_typed:
+            raise UsageError(
+                f"--typing weak needs TensorRT 10.x, and {loaded.flavour} {loaded.version} is always strongly typed "
+                "(no layer precisions): drop --typing weak"
+            )
+        if typing == "strong" and not loaded.can_strongly_type:
+            self._say(
+                f"{loaded.flavour} {loaded.version} has no NetworkDefinitionCreationFlag.STRONGLY_TYPED (TensorRT 9.0+): "
+                "building weakly typed with layer precisions, each engine checked for ignored pins",
+                TypingFallbackWarning,
+            )
+            return "weak"
+        return typing
+
+    @property
+    def strongly_typed(self) -> bool:
+        return self.typing == "strong"
 
     # -- public
 
@@ -174,7 +235,7 @@ class TensorRTBackend:
         return engine
 
     def _model_bytes(self, plan: frozenset):
-        if self.tensorrt.weakly_typed:
+        if not self.strongly_typed:
             return self._onnx.model if isinstance(self._onnx, external_copy) else self._onnx
         from ...artifacts import mixed
 
@@ -186,14 +247,14 @@ class TensorRTBackend:
         unknown = sorted(plan - set(self._refs))
         if unknown:
             raise UsageError(f"plan names node(s) that are not candidates of this model: {', '.join(unknown[:5])}")
-        fp32 = [self._refs[n] for n in sorted(plan)] if self.tensorrt.weakly_typed else []
+        fp32 = [] if self.strongly_typed else [self._refs[n] for n in sorted(plan)]
         try:
             built = self.builder.build(
                 self._model_bytes(plan), fp32=fp32, opt_level=self.opt_level, timing_cache=self._cache,
-                shapes=self.input_shapes,
+                shapes=self.input_shapes, strongly_typed=self.strongly_typed,
             )
         except trt_engine.TensorRTError as exc:
-            raise BuildFailed(plan, str(exc)) from None
+            raise BuildFailed(plan, str(exc) + self._hint()) from None
         self.builds += 1
         new_missing = [m for m in built.missing if m not in self.warned_missing]
         if new_missing:
@@ -207,7 +268,41 @@ class TensorRTBackend:
         if built.timing_cache is not None:
             self._cache = built.timing_cache
             self._save_cache()
+        if fp32:
+            self._check_pins(plan, built.engine, fp32)
         return built.engine
+
+    def _check_pins(self, plan: frozenset, engine: bytes, fp32: list) -> None:
+        """Weak typing: read the engine's layers; a pinned node whose engine layer is not all FP32 makes the
+        plan no evidence (PinsIgnored, recorded by the oracle like a failed build)."""
+        try:
+            layers = trt_support.engine_layers(self.builder.layers(engine))
+        except trt_engine.TensorRTError as exc:
+            raise BuildFailed(plan, f"could not read the engine's layers to check the FP32 pins: {exc}") from None
+        check = trt_support.check_pins(layers, fp32)
+        if check.ok:
+            return
+        for pin in check.ignored:
+            if (pin.node, pin.layer) not in self.warned_ignored:
+                self.warned_ignored.add((pin.node, pin.layer))
+                self._say(f"{pin}; {trt_support.IGNORED_ADVICE}", IgnoredPinWarning)
+        raise PinsIgnored(plan, check)
+
+    def _say(self, text: str, category) -> None:
+        if self.notify is not None:
+            self.notify(text)
+        else:
+            warnings.warn(text, category, stacklevel=4)
+
+    def _hint(self) -> str:
+        """TensorRT 10.0-10.6 parse strongly typed models but not mixed-precision BatchNormalization."""
+        from .api import STRONG_BATCHNORM
+
+        if (self.strongly_typed and self.tensorrt.weakly_typed and self.tensorrt.version_tuple < STRONG_BATCHNORM
+                and any(n.op_type == "BatchNormalization" for n in self.graph.candidates)):
+            return (" (TensorRT parses mixed-precision BatchNormalization in strongly typed mode from 10.7 on: "
+                    "upgrade TensorRT, or pass --typing weak)")
+        return ""
 
     def _execute(self, key: str, engine: bytes, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run an engine; the last one stays loaded, so the samples of one plan load it once."""

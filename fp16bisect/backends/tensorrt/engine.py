@@ -4,7 +4,7 @@ Thin on purpose: each step is one TensorRT call sequence, and every failure
 carries TensorRT's own messages (a collecting ``ILogger`` plus the parser's
 errors). Importing this module does not import TensorRT; ``fp16bisect.tensorrt``
 loads it and finds the layers of nodes. Every ``trt.<name>`` used here is listed
-in ``fp16bisect/trt_api.py``.
+in ``fp16bisect/backends/tensorrt/api.py``.
 """
 
 from __future__ import annotations
@@ -82,13 +82,16 @@ class Built:
     timing_cache: bytes | None  # serialized after the build; None when not used (TensorRT-RTX)
     pinned: list[PinnedLayer] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    strongly_typed: bool = False  # built from a strongly typed network (types from the ONNX model)
 
 
 @dataclass
 class EngineBuilder:
-    """Parse -> (pin) -> build, sharing one logger. Weakly typed TensorRT 10.x builds with FP16 and
-    obeyed precision constraints; TensorRT 11 / RTX networks are always strongly typed (precision comes
-    from the ONNX model: build a mixed-precision model)."""
+    """Parse -> (pin) -> build, sharing one logger. ``strongly_typed`` builds (the default wherever
+    ``NetworkDefinitionCreationFlag.STRONGLY_TYPED`` exists; always on TensorRT 11 / RTX) take every type
+    from the ONNX model: build a mixed-precision model. Weakly typed TensorRT 10.x builds enable FP16,
+    obey precision constraints, pin ``fp32`` layers and keep detailed layer information, so the engine
+    can be checked (``pins.verify_pins``)."""
 
     tensorrt: TensorRT
     logger: object = None
@@ -97,14 +100,19 @@ class EngineBuilder:
         if self.logger is None:
             self.logger = collecting_logger(self.tensorrt.module)
 
-    def parse(self, onnx_bytes):
+    def parse(self, onnx_bytes, *, strongly_typed: bool = False):
         """(builder, network, parser); ParseError with TensorRT's messages when it fails.
 
-        ``onnx_bytes``: the model's bytes, or a ``Path`` to a model file (over 2 GB: with external weights)."""
+        ``onnx_bytes``: the model's bytes, or a ``Path`` to a model file (over 2 GB: with external weights).
+        ``strongly_typed``: on TensorRT 10.x, create the network with ``NetworkDefinitionCreationFlag.
+        STRONGLY_TYPED``; 11.x and RTX networks are strongly typed whatever the flags say (the flag is
+        deprecated there), so they get none."""
         trt = self.tensorrt.module
         builder = trt.Builder(self.logger)
-        # 0: weakly typed on 10.x; 11.x and RTX networks are strongly typed whatever the flags say
-        network = builder.create_network(0)
+        flags = 0
+        if strongly_typed and self.tensorrt.weakly_typed:
+            flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+        network = builder.create_network(flags)
         parser = trt.OnnxParser(network, self.logger)
         with self.logger.capture() as logged:
             ok = parser.parse_from_file(str(onnx_bytes)) if isinstance(onnx_bytes, Path) else parser.parse(onnx_bytes)
@@ -123,25 +131,31 @@ class EngineBuilder:
         opt_level: int | None = None,
         timing_cache: bytes | None = None,
         shapes: Mapping[str, tuple] | None = None,
+        strongly_typed: bool | None = None,
     ) -> Built:
-        """Build an engine. ``fp32``: nodes to pin (TensorRT 10.x only). ``timing_cache``: the bytes of the
-        shared cache (b"" or None for a new one); the result carries the updated cache to save.
+        """Build an engine. ``fp32``: nodes to pin (weakly typed TensorRT 10.x only). ``timing_cache``: the
+        bytes of the shared cache (b"" or None for a new one); the result carries the updated cache to save.
         ``shapes``: input name -> (min, opt, max) shapes, for the optimization profile that inputs with
-        dynamic dimensions need."""
+        dynamic dimensions need. ``strongly_typed``: None builds weakly typed on 10.x (``fp32`` pins) and
+        strongly typed elsewhere; True builds strongly typed wherever TensorRT can."""
         trt = self.tensorrt.module
-        builder, network, _parser = self.parse(onnx_bytes)
+        strong = not self.tensorrt.weakly_typed or bool(strongly_typed)
+        builder, network, _parser = self.parse(onnx_bytes, strongly_typed=strong)
         fp32 = list(fp32)
         pinned: list[PinnedLayer] = []
         missing: list[str] = []
         config = builder.create_builder_config()
-        if self.tensorrt.weakly_typed:
+        if not strong:
             found, lost = resolve(network, fp32)
             pinned = pin_layers(network, found, trt)
             missing = [r.label for r in lost]
             config.set_flag(trt.BuilderFlag.FP16)
             config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
+            config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED  # layer types, for verify_pins
         elif fp32:
-            raise UsageError(STRONGLY_TYPED.format(why=f"{self.tensorrt} is strongly typed"))
+            why = f"{self.tensorrt} is strongly typed" if not self.tensorrt.weakly_typed else \
+                "the network was created with NetworkDefinitionCreationFlag.STRONGLY_TYPED"
+            raise UsageError(STRONGLY_TYPED.format(why=why))
         if opt_level is not None:
             config.builder_optimization_level = int(opt_level)
         _add_profile(builder, network, config, shapes or {})
@@ -157,7 +171,25 @@ class EngineBuilder:
         if serialized is None:
             raise BuildError("TensorRT could not build the engine", logged)
         new_cache = bytes(cache.serialize()) if cache is not None else None
-        return Built(bytes(serialized), new_cache, pinned, missing)
+        return Built(bytes(serialized), new_cache, pinned, missing, strong)
+
+    def layers(self, engine_bytes: bytes) -> str:
+        """The engine's layer information (JSON; ``EngineInspector``): deserializes it, so needs the GPU."""
+        trt = self.tensorrt.module
+        _runtime, engine = deserialize(self.tensorrt, engine_bytes, self.logger)
+        return engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON)
+
+
+def deserialize(tensorrt: TensorRT, engine_bytes: bytes, logger=None):
+    """(runtime, ``ICudaEngine``) from an engine's bytes (keep the runtime while using the engine);
+    RunError with TensorRT's messages when it cannot be loaded."""
+    logger = logger if logger is not None else collecting_logger(tensorrt.module)
+    runtime = tensorrt.module.Runtime(logger)
+    with logger.capture() as logged:
+        engine = runtime.deserialize_cuda_engine(engine_bytes)
+    if engine is None:
+        raise RunError("TensorRT could not load the engine", logged)
+    return runtime, engine
 
 
 def _add_profile(builder, network, config, shapes: Mapping[str, tuple]) -> None:

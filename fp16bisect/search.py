@@ -59,7 +59,9 @@ Certify or continue, instead of steps 1-3:
   oracles disagree, the judging one (an engine) need not be monotone, and the
   result must be 1-minimal on it, by direct evaluation (contradictions are
   still reported). In agreement this costs nothing extra: the k removals are
-  the certificate. ``SearchResult.added`` and ``.dropped`` say how the answer
+  the certificate. After ``CERTIFY_ROUNDS`` rounds that each dropped members
+  (a judge far from monotone: each round costs k evaluations), the search
+  stops and returns the smallest set seen to pass, marked not minimal. ``SearchResult.added`` and ``.dropped`` say how the answer
   differs from S; ``.agreed`` is True when it is S.
 """
 
@@ -488,6 +490,11 @@ def search(
     return result("found", found, passed=True, minimal=True, minimality=how)
 
 
+# Rounds of "evaluate every removal, drop the members whose removal passes" before the search gives up on
+# 1-minimality (each costs k evaluations; a monotone judge needs one round more than its disagreements' depth).
+CERTIFY_ROUNDS = 4
+
+
 def _from_start(memo: _Memo, result, start: frozenset, order: list, recheck) -> SearchResult:
     """Certify ``start`` or continue from it (module docstring, "Starting from a given set")."""
     rank = {c: i for i, c in enumerate(order)}
@@ -516,12 +523,17 @@ def _from_start(memo: _Memo, result, start: frozenset, order: list, recheck) -> 
 
     memo.phase = "certify"
     memo.remaining = 0
+    rounds = 0
     while True:  # every removal evaluated (batched); members whose removal passes are dropped, then check again
         members = sorted(current, key=rank.__getitem__)
         verdicts = memo.many([current - {m} for m in members])
         loose = [m for m, passed in zip(members, verdicts) if passed]
         if not loose:
             break
+        rounds += 1
+        if rounds > CERTIFY_ROUNDS:  # each round re-evaluates every removal: on a judge this far from monotone, stop
+            return _fallback(memo, result, f"after {CERTIFY_ROUNDS} rounds of dropping members, {len(loose)} single "
+                             "removal(s) still pass: the judging oracle is far from monotone here")
         if len(loose) > 1 and memo(current - frozenset(loose)):
             current = current - frozenset(loose)
             continue

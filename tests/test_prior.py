@@ -91,7 +91,10 @@ def test_on_a_non_monotone_judge_the_result_still_passes_and_every_removal_fails
         assert seen[frozenset()]
         return
     found = frozenset(result.fp32)
-    assert result.status == "found" and seen[found] and result.minimal
+    assert result.status == "found" and seen[found]
+    if not result.minimal:  # it gave up after CERTIFY_ROUNDS rounds, and says so
+        assert "far from monotone" in result.minimality and "not minimal" in result.minimality
+        return
     assert all(found - {m} in seen and not seen[found - {m}] for m in found)  # evaluated there, failed
     if result.contradictions:
         assert "contradicted monotonicity" in result.minimality

@@ -126,7 +126,8 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
     prior = outcome.data.get("prior")
     if prior:
         how = "agreed" if prior["agreed"] else "disagreed"
-        changes = "; ".join(f"{what} {escape(', '.join(prior[what]))}" for what in ("added", "dropped") if prior[what])
+        changes = "; ".join(f"{what} {len(prior[what])}: {escape(', '.join(prior[what][:5]))}"
+                            + (", ..." if len(prior[what]) > 5 else "") for what in ("added", "dropped") if prior[what])
         console.print(
             f"prior: the emulator's {len(prior['fp32'])} node(s) after {prior['evaluations']} emulated evaluation(s)"
             f"{' (read from the journal)' if prior['replayed'] else ''}; the {outcome.backend} backend {how}"

@@ -180,6 +180,57 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
     return rows
 
 
+def judge_command(variant: Variant) -> str:
+    """The same variant as a ``--backend command`` judge (scripts/judge_emulate_variant.py)."""
+    cmd = (f"{sys.executable} {ROOT / 'scripts' / 'judge_emulate_variant.py'} {{original}} {{overrides}} "
+           f"{{inputs}} {{outputs}}")
+    if variant.fused:
+        cmd += " --fewer"
+    if variant.forced:
+        cmd += " --more " + ",".join(sorted(variant.forced))
+    return cmd
+
+
+def bench_command(name: str, spec: dict, work: Path) -> list[dict]:
+    """The pipeline end to end through ``--backend command`` (one judge process per evaluation), with and
+    without the prior, on a sample model; the variants as in ``bench_model``."""
+    from fp16bisect.pipeline import search_model
+
+    path = ROOT / "sample_models" / f"{name}.onnx"
+    graph, samples, tol = setup_sample(name, spec)
+    emulator = EmulateBackend(graph)
+    outputs = graph.float_output_names()
+    ids = [n.id for n in graph.candidates]
+    prof = profile(graph, samples)
+    found = priors.run(graph, emulator, samples, tol, outputs, prof, Listener(), header={}, path=None, restart=False)
+    measured = ranking.effects(emulator, samples, tol, outputs, ids)
+    variants = [Variant(emulator, "same"), Variant(emulator, "fewer", fused=fused_epilogues(graph))]
+    forced = []
+    for c in ranking.by_effect(ids, measured):
+        if len(forced) == 3 or measured[c] <= 0:
+            break
+        if Oracle(Variant(emulator, "more", forced=forced + [c]), samples, tol, outputs)(frozenset(ids)):
+            forced.append(c)
+    if forced:
+        variants.append(Variant(emulator, "more", forced=forced))
+    rows = []
+    for variant in variants:
+        runs = {}
+        for prior in ("auto", "none"):
+            out = work / f"{name}-{variant.name}-{prior}.json"
+            runs[prior] = search_model(str(path), [str(path.with_suffix(".npz"))], tolerance=tol, backend="command",
+                                       backend_options={"command": judge_command(variant)}, output=str(out),
+                                       prior=prior, restart=True)
+        with_prior, without = runs["auto"].result, runs["none"].result
+        rows.append({"model": name, "variant": variant.name, "evals": f"{with_prior.evaluations} / {without.evaluations}",
+                     "sets": f"{len(with_prior.fp32)} / {len(without.fp32)}",
+                     "agreement": "agreed" if with_prior.agreed else
+                     f"+{len(with_prior.added)} / -{len(with_prior.dropped)}",
+                     "prior": f"{found.evaluations}, {len(found.fp32)}"})
+        print(rows[-1], file=sys.stderr, flush=True)
+    return rows
+
+
 def table(rows: list[dict]) -> list[str]:
     lines = [
         "| model | expensive backend | emulator: evals, set | k (prior) | expensive evals: prior / no prior / "
@@ -201,12 +252,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="sample models only")
     parser.add_argument("--models", default="", help="comma-separated names to run (default: all)")
+    parser.add_argument("--command", action="store_true",
+                        help="instead: the sample models end to end through --backend command and "
+                             "scripts/judge_emulate_variant.py (one process per evaluation)")
     args = parser.parse_args()
     import onnxruntime
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"onnxruntime {onnxruntime.__version__}; expensive backends: in-process emulate variants (CPU)\n")
     wanted = set(filter(None, args.models.split(",")))
+    if args.command:
+        import tempfile
+
+        rows = []
+        with tempfile.TemporaryDirectory() as work:
+            for name, spec in load_known().items():
+                if name != "fp16_safe" and (not wanted or name in wanted):
+                    rows += bench_command(name, spec, Path(work))
+        print("| model | judge (--backend command) | emulator: evals, set | command evals: prior / no prior "
+              "| set sizes: prior / no prior | agreement |")
+        print("|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['model']} | {r['variant']} | {r['prior']} | {r['evals']} | {r['sets']} | {r['agreement']} |")
+        return
     rows = []
     for name, spec in load_known().items():
         if name == "fp16_safe" or (wanted and name not in wanted):

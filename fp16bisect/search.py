@@ -61,8 +61,10 @@ Certify or continue, instead of steps 1-3:
   still reported). In agreement this costs nothing extra: the k removals are
   the certificate. After ``CERTIFY_ROUNDS`` rounds that each dropped members
   (a judge far from monotone: each round costs k evaluations), the search
-  stops and returns the smallest set seen to pass, marked not minimal. ``SearchResult.added`` and ``.dropped`` say how the answer
-  differs from S; ``.agreed`` is True when it is S.
+  stops and returns the smallest set seen to pass, marked not minimal.
+* ``SearchResult.added`` and ``.dropped`` say how the answer differs from S;
+  ``.agreed`` is True when it is S. With ``recheck`` (an oracle whose verdicts
+  vary) the final set is evaluated once more, as in step 4.
 """
 
 from __future__ import annotations

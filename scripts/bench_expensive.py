@@ -259,7 +259,8 @@ def main() -> None:
     import onnxruntime
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"onnxruntime {onnxruntime.__version__}; expensive backends: in-process emulate variants (CPU)\n")
+          f"onnxruntime {onnxruntime.__version__}; expensive backends: emulate variants (CPU), "
+          + ("--backend command, scripts/judge_emulate_variant.py\n" if args.command else "in process\n"))
     wanted = set(filter(None, args.models.split(",")))
     if args.command:
         import tempfile

@@ -245,6 +245,11 @@ def test_prior_none_and_prior_on_the_emulator(engine, tmp_path, capsys):
     assert code == 2 and "--prior" in err
 
 
+def test_prior_emulate_on_the_emulator_is_a_usage_error(tmp_path, capsys):
+    code, _, err = run(capsys, *LN, "-o", tmp_path / "o.json", "--backend", "emulate", "--prior", "emulate")
+    assert code == 2 and "--prior emulate is for another backend" in err and "Traceback" not in err
+
+
 def test_an_interrupted_engine_search_resumes_without_running_the_prior_again(engine, monkeypatch, tmp_path,
                                                                               capsys):
     engine.fused = frozenset({"ln1_var"})

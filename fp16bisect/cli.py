@@ -179,12 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--overrides", metavar="O.json", help="keep the nodes of this override file in FP32")
     m.add_argument("--csv", metavar="FILE", help="write every node's row as CSV")
     m.add_argument("--report", metavar="FILE.html", help="also write a self-contained HTML report")
-    t = m.add_argument_group("layer-wise failure thresholds")
-    t.add_argument("--cosine", type=_cosine, default=0.99, help="fail below this cosine ... (default 0.99)")
-    t.add_argument("--abs-floor", type=_nonnegative, default=1e-3,
-                   help="... when max abs error is above this (default 1e-3)")
-    t.add_argument("--cosine-low", type=_cosine, default=0.9, help="fail below this cosine always (default 0.9)")
-    t.add_argument("--max-abs", type=_nonnegative, default=1.0, help="fail above this max abs error (default 1)")
+    t = m.add_argument_group("layer-wise failure rule (a node fails on inf/NaN where FP32 is finite, or on a "
+                             "large error for its own scale)")
+    t.add_argument("--max-error", type=_nonnegative, default=None, metavar="FRACTION",
+                   help="fail when a tensor's max abs error exceeds this fraction of its max |FP32 value| "
+                        "(default 0.125: 256 x FP16's unit roundoff 2^-11)")
     m.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
     a = sub.add_parser("apply", help="write the mixed-precision ONNX an override file describes "
@@ -336,7 +335,7 @@ def cmd_compare(args) -> int:
     if use and not use.same_model:
         listener.stage(f"note: {args.overrides} was made for another version of this model: comparing anyway")
     plan = frozenset(use.nodes) if use else frozenset()
-    thresholds = Thresholds(args.cosine, args.abs_floor, args.cosine_low, args.max_abs)
+    thresholds = Thresholds() if args.max_error is None else Thresholds(args.max_error)
     listener.stage(f"running {len(graph.candidates)} candidate node(s) in FP32 and in FP16 (emulated)")
     runner = LayerwiseRunner(graph, samples)
     result = runner.run(plan, thresholds)

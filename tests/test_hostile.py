@@ -440,6 +440,15 @@ def pinnable_ids() -> set[str]:
 PINNABLE = pinnable_ids()
 
 
+def node_ids() -> set[str]:
+    from fp16bisect.model.graph import Graph
+
+    return {n.id for n in Graph.load(MODEL).nodes}
+
+
+NODE_IDS = node_ids()
+
+
 @st.composite
 def hostile_overrides(draw, base: dict) -> tuple[bytes, str]:
     """(file bytes, expectation): 'invalid' (every reader refuses it), 'names' (well formed, and the node names
@@ -500,7 +509,9 @@ def test_fuzz_override_files(capsys, override_file, data, command):
     names = {n["name"] for n in parsed["fp32_nodes"]}
     same_model = parsed["model"]["sha256"] == override_file["model"]["sha256"]
     known = names <= PINNABLE
-    if known and (same_model or command in ("check", "compare") or "--force" in argv):
+    if names and not same_model and not names & NODE_IDS:
+        assert_refused(code, err, "none of which is in")  # another model's file, whatever the command or --force
+    elif known and (same_model or command in ("check", "compare") or "--force" in argv):
         assert code in VALID[command], err
     elif command == "apply" or same_model:
         assert_refused(code, err)  # another model's file (apply without --force), or nodes the model lacks

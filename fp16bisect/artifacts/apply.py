@@ -20,10 +20,11 @@ def apply(overrides: str | Path, model: str | Path, *, fp16_io: bool = False, fo
           keep_fp32: tuple = (), graph: Graph | None = None) -> tuple[Mixed, dict]:
     """The mixed model an override file describes, plus ``keep_fp32`` nodes (and the file's data).
 
-    Refuses an override file made for another model unless ``force``.
+    Refuses an override file made for another version of the model unless ``force``, and one none of whose
+    nodes is in the model always (``overrides.refuse_foreign``).
     """
     graph = graph or Graph.load(model)
-    data = read(overrides, model, force=force)
+    data = read(overrides, model, force=force, graph=graph)  # another model's file: refused even with --force
     mixed = convert(graph, [n["name"] for n in data["fp32_nodes"]] + list(keep_fp32), fp16_io=fp16_io)
     try:
         if too_big(mixed.model):  # over 2 GB: the checker reads it from files

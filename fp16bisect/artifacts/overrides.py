@@ -183,8 +183,12 @@ def _umask() -> int:
     return mask
 
 
-def read(path: str | Path, model_path: str | Path | None = None, force: bool = False) -> dict:
-    """Read and validate an override file; refuse one made for another model unless ``force``."""
+def read(path: str | Path, model_path: str | Path | None = None, force: bool = False,
+         graph: Graph | None = None) -> dict:
+    """Read and validate an override file; refuse one made for another model unless ``force``.
+
+    With ``graph``, also refuse (whatever ``force``) a file none of whose nodes is in that model: see
+    ``refuse_foreign``."""
     path = Path(path)
     again = "run 'fp16bisect search' again to write a new one"
     try:
@@ -219,14 +223,34 @@ def read(path: str | Path, model_path: str | Path | None = None, force: bool = F
     problem = _tolerance_problem(data["tolerance"])
     if problem:
         raise UsageError(f"{str(path)!r} has an invalid 'tolerance' ({problem}): {again}")
+    if graph is not None:
+        refuse_foreign(data, path, graph)
     if model_path is not None and not force:
-        digest = hashlib.sha256(Path(model_path).read_bytes()).hexdigest()
+        digest = graph.sha256 if graph is not None and graph.sha256 else \
+            hashlib.sha256(Path(model_path).read_bytes()).hexdigest()
         if digest != data["model"].get("sha256"):
             raise UsageError(
                 f"{str(path)!r} was made for another model (sha256 {str(data['model'].get('sha256'))[:12]}..., "
                 f"this one is {digest[:12]}...): rerun 'fp16bisect search' on this model, or pass --force"
             )
     return data
+
+
+def refuse_foreign(data: dict, path: str | Path, graph: Graph) -> None:
+    """The one rule for an override file whose model hash differs from ``graph``'s (``check --overrides``,
+    ``compare --overrides`` and ``apply`` all read through here): if it names nodes and none of them is in the
+    model, it was made for another model, not another version of this one (retrained: same nodes, new weights),
+    and is refused, even with ``--force``. A retrained model's file passes here; each command then says so."""
+    names = list(dict.fromkeys(n["name"] for n in data["fp32_nodes"]))
+    if not names or data["model"].get("sha256", "") == graph.sha256:
+        return  # an empty file fits any model; a same-hash file naming absent nodes is the caller's (damaged) case
+    if any(n in graph.by_id for n in names):
+        return
+    model = graph.path.name if graph.path else "this model"
+    raise UsageError(
+        f"{str(path)} names {len(names)} node(s), none of which is in {model}: it was made for another model; "
+        "pass the override file written for this model (or run 'fp16bisect search' on it)"
+    )
 
 
 def _tolerance_problem(t) -> str:

@@ -3,7 +3,8 @@
 An override file made for another version of the model (its sha256 differs) is
 not refused: the check runs with the nodes it names that still exist, and says
 so. That is the case of a model retrained on more data: the old overrides may
-still suffice, or the check fails and tells the user to search again.
+still suffice, or the check fails and tells the user to search again. A file
+none of whose nodes is in the model was made for another model: refused (exit 2).
 """
 
 from __future__ import annotations
@@ -72,9 +73,10 @@ class CheckOutcome:
 
 def use_overrides(graph: Graph, path: str) -> OverrideUse:
     """The file's nodes present in this model. A file made for another version of the model (its sha256
-    differs) may name nodes that are gone: those are listed, not refused. A file made for this very model that
-    names a node it does not have is damaged or hand-edited: refused."""
-    data = read(path)  # schema and shape checked; the model hash is compared here, not refused
+    differs) may name nodes that are gone: those are listed, not refused; but one none of whose nodes is in the
+    model belongs to another model: refused (``overrides.refuse_foreign``). A file made for this very model
+    that names a node it does not have is damaged or hand-edited: refused."""
+    data = read(path, graph=graph)  # schema checked; another model's file refused; the hash compared here
     names = list(dict.fromkeys(n["name"] for n in data["fp32_nodes"]))
     usable = [n for n in names if n in graph.by_id and graph.float_outputs(graph.by_id[n])]
     made_for = str(data["model"].get("sha256", ""))

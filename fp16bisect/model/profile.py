@@ -1,7 +1,7 @@
 """FP32 activation profile and the FP16 risk ranking built on it.
 
-One FP32 ONNX Runtime run records every float tensor (and the initializers);
-each tensor gets a risk tier:
+One FP32 ONNX Runtime run per sample records every float tensor (and the
+initializers); each tensor gets a risk tier:
 
     3 overflow    |x| rounds to inf in FP16 (|x| >= 65520)
     2 near        |x| within a factor of 2 of 65504, or nonzero values that
@@ -14,6 +14,17 @@ them rounded) and writes. The suspicion order sorts candidates by risk, worst
 first, ties in topological order; candidates of tier 2 and 3 are the suspects
 the search tries first. This one ranking is what ``scan`` prints and what the
 search uses.
+
+How the statistics are gathered (the results are those of ``TensorStats.add`` on
+every whole tensor): a Constant node's tensor is measured from the model file; the model runs with a few statistics nodes after each float
+tensor (max |x|, sum |x| to see NaN/inf, min |x| over |x| >= 2^-14, and the
+nonzero values below 2^-14, usually a handful), so ONNX Runtime frees each
+activation as soon as its statistics are taken: memory stays near that of a
+plain run, and no tensor is copied out or widened to float64. The rare tensor
+with NaN/inf or values past the FP16 range is fetched whole in a second run
+(only those tensors) and measured by ``TensorStats.add``. A model the
+statistics nodes cannot be added to (opset below 9, or ONNX Runtime refuses the
+instrumented model) falls back to fetching every tensor, in chunks.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from ..errors import UsageError
 from .graph import Graph
 from .runtime import run, session
 
@@ -58,6 +70,19 @@ class TensorStats:
         self.overflow += int(np.count_nonzero(np.isinf(half)))
         self.flushed += int(np.count_nonzero((half == 0) & (a > 0)))
         self.subnormal += int(np.count_nonzero((a > 0) & (a < FP16_MIN_NORMAL)))
+
+    def add_summary(self, size: int, max_abs: float, min_large: float, small: np.ndarray) -> None:
+        """What ``add`` would do on a tensor whose values are all finite and below 65520 in magnitude, from its
+        summary: its size, max |x|, min |x| over |x| >= 2^-14 (inf if none) and its |x| in (0, 2^-14)."""
+        self.size += int(size)
+        if max_abs < FP32_MIN_NORMAL:
+            return  # nothing but zeros and FP32 denormals
+        small = small[small >= FP32_MIN_NORMAL]
+        self.max_abs = max(self.max_abs, float(max_abs))
+        lowest = min(float(min_large), float(small.min()) if small.size else float("inf"))
+        self.min_nonzero = min(self.min_nonzero, lowest)
+        self.flushed += int(np.count_nonzero(small.astype(np.float16) == 0))
+        self.subnormal += int(small.size)
 
     @property
     def tier(self) -> int:
@@ -115,20 +140,134 @@ class Profile:
 
 
 def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
-    """Run the model in FP32 on every sample, recording every float tensor."""
+    """Run the model in FP32 on every sample, recording every float tensor (see the module's docstring)."""
     names = [t for n in graph.nodes for t in n.outputs if graph.is_float(t)]
     names = list(dict.fromkeys([*graph.float_output_names(), *names]))
-    model = graph.runnable_copy()
-    declared = {o.name for o in model.graph.output}
-    model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in names if t not in declared)
-    sess = session(model, "the model with every float tensor as an output")
-
     stats = {t: TensorStats(t) for t in names}
     for init in graph.model.graph.initializer:
         if init.data_type == onnx.TensorProto.FLOAT:
             s = stats.setdefault(init.name, TensorStats(init.name, initializer=True))
             s.initializer = True
             s.add(onnx.numpy_helper.to_array(init))
+    constants = _constant_values(graph, names)  # the same every run: measured here, once per sample
+    for value in constants.values():
+        for _ in samples:
+            stats[value.name].add(value.array)
+    computed = [t for t in names if t not in constants]
+    instrumented = _with_statistics(graph, computed)
+    sess = None if instrumented is None else _session(instrumented, "the model with statistics nodes")
+    if sess is None:
+        _fetch(graph.runnable_copy(), computed, samples, stats, chunk)
+    else:
+        outputs = [o.name for o in instrumented.graph.output]
+        for sample in samples:
+            values = run(sess, outputs, sample.inputs, "the model in FP32")
+            whole = []  # NaN/inf or past the FP16 range: measured on the whole tensor
+            for i, t in enumerate(computed):
+                size, max_abs, total, min_large, small = values[5 * i : 5 * i + 5]
+                if not (np.isfinite(total) and max_abs < FP16_OVERFLOW):
+                    whole.append(t)
+                    continue
+                min_large = float(min_large) if min_large < HUGE else float("inf")
+                stats[t].add_summary(int(size), float(max_abs), min_large, small)
+            if whole:  # from the same instrumented model: the same fusions, so the same FP32 values
+                _fetch(instrumented, whole, [sample], stats, chunk)
+    return Profile(stats, rank(graph, stats))
+
+
+@dataclass
+class _Constant:
+    name: str
+    array: np.ndarray
+
+
+def _constant_values(graph: Graph, names: list[str]) -> dict[str, _Constant]:
+    """The float tensors of ``names`` that Constant nodes hold as a tensor (weights, in many exported models)."""
+    wanted = set(names)
+    found = {}
+    for node in graph.model.graph.node:
+        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or node.output[0] not in wanted:
+            continue
+        attr = next((a for a in node.attribute if a.name == "value"), None)
+        if attr is not None and attr.t.data_type == onnx.TensorProto.FLOAT and not attr.t.data_location:
+            found[node.output[0]] = _Constant(node.output[0], onnx.numpy_helper.to_array(attr.t))
+    return found
+
+
+FP16_OVERFLOW = 65520.0  # the smallest float32 that float16 rounds to inf
+HUGE = 1e30  # stands for "no value" in a minimum over values below FP16_OVERFLOW (Where is slow in ONNX Runtime)
+
+
+def _with_statistics(graph: Graph, names: list[str]) -> onnx.ModelProto | None:
+    """The model with five statistics outputs per tensor of ``names`` (size, max |x|, sum |x|, min |x| over
+    |x| >= 2^-14 or 1e30, the |x| in (0, 2^-14)), each statistics node placed right after the tensor's
+    producer so that the tensor can be freed early; None if the model's opset lacks Where and Compress."""
+    opsets = [o.version for o in graph.model.opset_import if o.domain in ("", "ai.onnx")]
+    if not opsets or opsets[0] < 9:  # Where and Compress
+        return None
+    from onnx import TensorProto, helper
+
+    model = graph.runnable_copy()
+    prefix = "__fp16bisect_stat"
+    k = {"flat": f"{prefix}_flat_shape", "low": f"{prefix}_fp16_min_normal", "zero": f"{prefix}_zero",
+         "huge": f"{prefix}_huge"}
+    model.graph.initializer.extend([
+        helper.make_tensor(k["flat"], TensorProto.INT64, [1], [-1]),
+        helper.make_tensor(k["low"], TensorProto.FLOAT, [], [FP16_MIN_NORMAL]),
+        helper.make_tensor(k["zero"], TensorProto.FLOAT, [], [0.0]),
+        helper.make_tensor(k["huge"], TensorProto.FLOAT, [], [HUGE]),
+    ])
+    after: dict[str, list] = {}  # tensor -> its statistics nodes
+    outputs = []
+    for i, t in enumerate(names):
+        v = f"{prefix}{i}"
+        outs = [f"{v}_size", f"{v}_max", f"{v}_sum", f"{v}_min_large", f"{v}_small"]
+        after[t] = [
+            helper.make_node("Size", [t], [outs[0]]),
+            helper.make_node("Reshape", [t, k["flat"]], [f"{v}_flat"]),
+            helper.make_node("Abs", [f"{v}_flat"], [f"{v}_abs"]),
+            helper.make_node("ReduceMax", [f"{v}_abs"], [outs[1]], keepdims=0),
+            helper.make_node("ReduceSum", [f"{v}_abs"], [outs[2]], keepdims=0),
+            helper.make_node("Less", [f"{v}_abs", k["low"]], [f"{v}_below"]),
+            helper.make_node("Cast", [f"{v}_below"], [f"{v}_below_f"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", [f"{v}_below_f", k["huge"]], [f"{v}_lift"]),  # 0 or 1e30
+            helper.make_node("Max", [f"{v}_abs", f"{v}_lift"], [f"{v}_large"]),  # |x|, or 1e30 below 2^-14
+            helper.make_node("ReduceMin", [f"{v}_large"], [outs[3]], keepdims=0),
+            helper.make_node("Greater", [f"{v}_abs", k["zero"]], [f"{v}_nonzero"]),
+            helper.make_node("And", [f"{v}_below", f"{v}_nonzero"], [f"{v}_is_small"]),
+            helper.make_node("Compress", [f"{v}_abs", f"{v}_is_small"], [outs[4]]),
+        ]
+        outputs += outs
+    nodes = list(model.graph.node)
+    produced = {o for node in nodes for o in node.output}
+    inputs_first = [n for t in names if t not in produced for n in after.pop(t)]
+    ordered = inputs_first
+    for node in nodes:
+        ordered.append(node)
+        for o in node.output:
+            ordered.extend(after.pop(o, []))
+    del model.graph.node[:]
+    model.graph.node.extend(ordered)
+    del model.graph.output[:]
+    model.graph.output.extend(onnx.ValueInfoProto(name=o) for o in outputs)
+    return model
+
+
+def _session(model: onnx.ModelProto, what: str):
+    """In producer order, so each tensor is freed once its statistics are taken (ONNX Runtime's default order
+    keeps them alive to the end of the run); None if ONNX Runtime refuses the instrumented model."""
+    try:
+        return session(model, what, producer_order=True)
+    except UsageError:
+        return None
+
+
+def _fetch(model: onnx.ModelProto, names: list[str], samples, stats: dict[str, TensorStats], chunk: int) -> None:
+    """Fetch the tensors themselves, ``chunk`` per run, and measure each whole (``TensorStats.add``)."""
+    model = _copy(model)
+    declared = {o.name for o in model.graph.output}
+    model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in names if t not in declared)
+    sess = session(model, "the model with every float tensor as an output", producer_order=True)
     for sample in samples:
         for start in range(0, len(names), chunk):
             part = names[start : start + chunk]
@@ -136,7 +275,13 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
             for t, v in zip(part, values):
                 if isinstance(v, np.ndarray) and v.dtype == np.float32:
                     stats[t].add(v)
-    return Profile(stats, rank(graph, stats))
+            del values
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
 
 
 def rank(graph: Graph, stats: dict[str, TensorStats]) -> list[NodeRisk]:

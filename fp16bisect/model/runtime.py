@@ -15,15 +15,20 @@ from ..errors import UsageError
 PROTOBUF_LIMIT = 2**31 - 1
 
 
-def session(model: onnx.ModelProto, what: str = "the model", *, basic: bool = False):
+def session(model: onnx.ModelProto, what: str = "the model", *, basic: bool = False, producer_order: bool = False):
     """A CPU session; ``basic`` keeps to ONNX Runtime's basic optimisations (no layout changes such as NCHWc
-    convolutions, whose other summation order moves FP32 results by an ulp, which FP16 rounding can amplify)."""
+    convolutions, whose other summation order moves FP32 results by an ulp, which FP16 rounding can amplify);
+    ``producer_order`` runs the nodes in the model's order (ONNX Runtime's priority-based order) rather than its
+    default depth-first one, so that a node placed right after a tensor's producer runs then, and the tensor
+    can be freed early."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     level = ort.GraphOptimizationLevel
     options.graph_optimization_level = level.ORT_ENABLE_BASIC if basic else level.ORT_ENABLE_ALL
     options.log_severity_level = 3
+    if producer_order:
+        options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
     try:
         if too_big(model):  # protobuf cannot serialize 2 GB: hand ONNX Runtime a file with external weights
             files = external_copy(model)

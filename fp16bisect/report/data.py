@@ -71,6 +71,8 @@ def gather(
              "with_overrides": layer_metrics(by_node.get(n.node)) if layer_plan else None}
             for n in layer_fp16.nodes
         ],
+        "node_rule": str(thresholds),
+        "node_error_bound": thresholds.max_error,
         "first_failing": {
             "fp16": layer_fp16.first_failing.node if layer_fp16.first_failing else None,
             "with_overrides": layer_plan.first_failing.node if layer_plan and layer_plan.first_failing else None,
@@ -93,7 +95,9 @@ def layer_metrics(node) -> dict | None:
     if node is None:
         return None
     m = metrics(node.metrics)
-    m["passed"] = not node.failed
+    m["passed"] = not node.failed  # the layer-wise rule (diagnose/layerwise.py Thresholds), not the tolerance
+    m["fp32_max_abs"] = node.scale
+    m["error"] = node.error  # what the rule judges: max abs error / the tensor's max |FP32 value|
     return m
 
 

@@ -233,7 +233,7 @@ def _node_error_section(data: dict) -> str:
 def _node_table(nodes: list[dict]) -> str:
     plan = any(n.get("with_overrides") is not None for n in nodes)
     head = "<tr><th>#</th><th>node</th><th>op</th><th>FP32</th>" + "".join(
-        f"<th>{label}: max abs</th><th>cosine</th><th>inf/NaN</th><th>pass</th>"
+        f"<th>{label}: max abs</th><th>/ max |FP32|</th><th>cosine</th><th>inf/NaN</th><th>pass</th>"
         for label in (["all FP16", "with overrides"] if plan else ["all FP16"])) + "</tr>"
     rows = []
     for i, n in enumerate(nodes):
@@ -241,10 +241,11 @@ def _node_table(nodes: list[dict]) -> str:
         for key in ("fp16", "with_overrides") if plan else ("fp16",):
             m = n.get(key)
             if m is None:
-                cells += '<td colspan="4" class="empty">–</td>'
+                cells += '<td colspan="5" class="empty">–</td>'
             else:
-                cells += (f'<td class="num">{_num(m.get("max_abs"))}</td><td class="num">{_cosine(m.get("cosine"))}'
-                          f'</td><td class="num">{int(m.get("nonfinite") or 0)}</td>{_passed(m.get("passed"))}')
+                cells += (f'<td class="num">{_num(m.get("max_abs"))}</td><td class="num">{_num(m.get("error"))}</td>'
+                          f'<td class="num">{_cosine(m.get("cosine"))}</td>'
+                          f'<td class="num">{int(m.get("nonfinite") or 0)}</td>{_passed(m.get("passed"))}')
         rows.append(f"<tr><td class=\"num\">{i}</td><td><code>{_esc(n.get('id', ''))}</code></td>"
                     f"<td>{_esc(n.get('op_type', ''))}</td><td>{'yes' if n.get('pinned') else ''}</td>{cells}</tr>")
     return ("<details><summary>Per-node numbers (" + _plural(len(nodes), "node") + ")</summary>\n"
@@ -445,8 +446,15 @@ def _plot_node_error(data: dict) -> tuple[str, str]:
     def broken(m) -> bool:
         return m is not None and (int(m.get("nonfinite") or 0) > 0 or not _finite(m.get("max_abs")))
 
-    finite_values = [float(node[key]["max_abs"]) for key, *_ in series for node in nodes
+    bound = data.get("node_error_bound")
+
+    def y_of(m) -> float:  # what the per-node rule judges (older report data: the absolute error)
+        return float(m["error"]) if m.get("error") is not None else float(m["max_abs"])
+
+    finite_values = [y_of(node[key]) for key, *_ in series for node in nodes
                      if node.get(key) is not None and not broken(node[key])]
+    if bound:
+        finite_values.append(float(bound))
     floor = _log_floor(finite_values)
     top_finite = max([v for v in finite_values if v > 0], default=floor * 10)
     ceiling = 10.0 ** (math.floor(math.log10(top_finite)) + 2)  # the row where non-finite nodes are drawn
@@ -458,6 +466,8 @@ def _plot_node_error(data: dict) -> tuple[str, str]:
     for i in pinned:
         ax.axvspan(i - 0.5, i + 0.5, color=_COLOR_PINNED, alpha=0.28, lw=0, zorder=0)
     ax.axhline(ceiling, color="#999", lw=0.8, ls=":", zorder=1)
+    if bound:
+        ax.axhline(float(bound), color="#c0392b", lw=0.9, ls="--", zorder=1, label=f"fails above {float(bound):g}")
 
     counts, drawn = {}, []
     for key, label, color, marker in series:
@@ -471,7 +481,7 @@ def _plot_node_error(data: dict) -> tuple[str, str]:
                 if m is not None:
                     bad_x.append(i)
                 continue
-            v = float(m["max_abs"])
+            v = y_of(m)
             if v < floor:
                 v, zeros = floor, zeros + 1
             xs.append(i)
@@ -503,7 +513,7 @@ def _plot_node_error(data: dict) -> tuple[str, str]:
     ax.set_xlim(-0.7, n - 0.3)
     ax.set_ylim(floor / 2, ceiling * 3)
     _decade_ticks(ax, floor, ceiling / 10, [(ceiling, "inf/NaN")])
-    ax.set_ylabel("max abs error vs FP32 (log)")
+    ax.set_ylabel("max abs error / max |FP32| (log)" if bound else "max abs error vs FP32 (log)")
     ax.grid(axis="y", which="major", color="#eee", lw=0.6)
     ax.set_axisbelow(True)
     if n <= _DENSE_TICKS:
@@ -531,13 +541,16 @@ def _plot_node_error(data: dict) -> tuple[str, str]:
             continue
         i = index[name]
         m = nodes[i].get(key) or {}
-        y = ceiling if broken(m) else max(float(m.get("max_abs", floor)), floor)
+        y = ceiling if broken(m) else max(y_of(m) if m else floor, floor)
         taken.append(_place_note(ax, renderer, (i, y), f"{label} fails first:\n{_short(name)}", color, drawn, taken))
     svg = _svg(fig, PLOT_NODE_ERROR)
 
     caption = [f"Each candidate node's output compared with the FP32 run, {_plural(n, 'node')} in topological order; "
-               "y is the largest absolute difference on a log scale. Hollow markers are within the per-node "
-               "tolerance, filled ones fail."]
+               + ("y is the largest absolute difference divided by the largest |FP32 value| of the same tensor "
+                  "(each tensor's error at its own scale), on a log scale; a node fails (filled marker) on inf/NaN "
+                  f"or above the dashed line at {float(bound):g}. Hollow markers pass."
+                  if bound else "y is the largest absolute difference on a log scale. Hollow markers are within "
+                  "the per-node tolerance, filled ones fail.")]
     for key, label, *_ in series:
         bad, zeros = counts[key]
         if bad:

@@ -178,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluate each 'set minus one node' directly instead of relying on monotonicity")
     s.add_argument("--repeats", type=int, default=1, metavar="N",
                    help="evaluate each plan N times (on TensorRT: N builds); all must pass (default 1)")
+    s.add_argument("--prior", choices=("auto", "emulate", "none"), default="auto",
+                   help="emulate: search on the emulator (CPU) first, then certify its set on --backend (k+1 "
+                        "evaluations there when they agree) or continue from it; none: search on --backend "
+                        "alone; auto (default): emulate whenever --backend is not emulate and the model runs on "
+                        "ONNX Runtime CPU")
     s.add_argument("--restart", action="store_true",
                    help="discard the journal of an earlier run of this search instead of resuming it")
     s.add_argument("--report", metavar="FILE.html", help="also write a self-contained HTML report")
@@ -265,7 +270,7 @@ def cmd_search(args) -> int:
         outcome = search_model(args.model, args.inputs, args.reference, tolerance, args.backend,
                                check_minimal=args.check_minimal, listener=listener, output=args.output,
                                backend_options=backend_options(args), repeats=args.repeats, restart=args.restart,
-                               parallel=parallel)
+                               parallel=parallel, prior=args.prior)
     except CommandAborted as exc:
         from .pipeline import journal_path
 

@@ -7,6 +7,13 @@ line says what search it belongs to (model hash, backend, tolerance, samples,
 repeats); a journal of another search is refused, never mixed in. A line cut
 short by a kill is ignored. Plain text, ``git bisect log`` style: inspectable
 with ``head`` and ``jq``.
+
+Besides evaluations (lines with a ``plan``), a journal may hold the build noise
+measured before searching (a ``noise`` line) and, on an expensive backend, the
+result of the emulator's search that served as the prior (a ``prior`` line:
+its set, the order it handed on, its counts), so that a resumed search neither
+reruns the prior nor needs the emulator at all. The prior's own evaluations
+have their own journal (``*.prior.journal.jsonl``).
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ class Journal:
         self.header = {"schema": SCHEMA, **header}
         self.entries: list[dict] = []  # evaluations
         self.noise: dict | None = None  # the build-to-build noise measured before searching (TensorRT)
+        self.prior: dict | None = None  # the emulator's result that the search on this backend started from
         if self.path.exists() and not restart:
             self._load()
         else:
@@ -87,6 +95,8 @@ class Journal:
                 self.entries.append(entry)
             elif isinstance(entry, dict) and isinstance(entry.get("noise"), dict):
                 self.noise = entry["noise"]
+            elif isinstance(entry, dict) and isinstance(entry.get("prior"), dict):
+                self.prior = entry["prior"]
         if lines[-1]:  # drop the torn tail so the next line starts clean
             with open(self.path, "wb") as f:
                 f.write(b"\n".join(lines[:-1]) + b"\n")
@@ -99,6 +109,10 @@ class Journal:
     def record_noise(self, noise: dict) -> None:
         self._write({"noise": noise})
         self.noise = noise
+
+    def record_prior(self, prior: dict) -> None:
+        self._write({"prior": prior})
+        self.prior = prior
 
     def _write(self, entry: dict) -> None:
         with open(self.path, "a", encoding="utf-8") as f:

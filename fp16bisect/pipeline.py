@@ -15,6 +15,9 @@ from .oracle import EXIT_CODE, OUTPUTS, Evaluation, Oracle
 from .artifacts.overrides import SCHEMA, autocast_export, node_entry, strongly_typed_export, trtexec_export
 from .model.profile import Profile, profile
 from .model.samples import add_fp32_references, load_samples
+from . import prior as priors
+from . import ranking
+from .prior import Prior
 from .search import SearchResult, Step, search
 from .backends.tensorrt.engine import sample_shapes
 from .tolerance import Tolerance, compare
@@ -38,10 +41,20 @@ class Outcome:
     profile: Profile
     seconds: float
     data: dict = field(default_factory=dict)  # the override JSON
+    prior: Prior | None = None  # the emulator's search the search on an expensive backend started from
 
     @property
-    def fp16(self) -> Evaluation:
-        return self.oracle.memo[frozenset()]
+    def fp16(self) -> Evaluation | None:
+        """The all-FP16 plan: on the judging backend, or on the emulator when a prior's witness made that
+        build unnecessary (``fp16_backend`` says which)."""
+        judged = self.oracle.memo.get(frozenset())
+        if judged is None and self.prior is not None and self.prior.fp16:
+            return Evaluation.from_json(self.prior.fp16)
+        return judged
+
+    @property
+    def fp16_backend(self) -> str:
+        return self.backend if frozenset() in self.oracle.memo or self.fp16 is None else priors.LABEL
 
     @property
     def final(self) -> Evaluation:
@@ -77,9 +90,7 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
     journal = None
     if journal_path:
         # another judge (the command backend: another command) is another search: its verdicts are not replayed
-        header = {"model_sha256": graph.sha256, "backend": getattr(chosen, "journal_name", chosen.name),
-                  "tolerance": tolerance.to_json(),
-                  "samples": given, "repeats": repeats}
+        header = journal_header(graph, getattr(chosen, "journal_name", chosen.name), tolerance, given, repeats)
         journal = Journal(journal_path, header, restart=restart)
         if journal.entries:
             listener.stage(f"resuming: {len(journal.entries)} evaluation(s) replayed from {journal_path}")
@@ -106,6 +117,11 @@ def close(backend, oracle=None) -> None:
     finally:
         if hasattr(backend, "close"):
             backend.close()
+
+
+def journal_header(graph: Graph, backend: str, tolerance: Tolerance, samples_digest: str, repeats: int) -> dict:
+    return {"model_sha256": graph.sha256, "backend": backend, "tolerance": tolerance.to_json(),
+            "samples": samples_digest, "repeats": repeats}
 
 
 def notes(graph: Graph) -> list[str]:
@@ -137,11 +153,14 @@ def search_model(
     repeats: int = 1,
     restart: bool = False,
     parallel=None,
+    prior: str = "auto",
 ) -> Outcome:
     """``output``: where the caller writes the JSON (named in its exports); the journal (resume) and the
     TensorRT timing cache go beside it. ``backend_options``: passed to the backend (TensorRT: optimisation
     level, timing cache, noise policy). ``repeats``: evaluations per plan, all must pass. ``restart``:
-    discard the journal of an earlier run instead of resuming it. ``parallel``: see ``prepare``."""
+    discard the journal of an earlier run instead of resuming it. ``prior``: ``auto`` (the emulator's search
+    first whenever the backend is not the emulator and the model runs there), ``emulate`` or ``none``.
+    ``parallel``: see ``prepare``."""
     listener = listener or Listener()
     start = time.perf_counter()
     options = dict(backend_options or {})
@@ -153,8 +172,16 @@ def search_model(
     graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, options,
                                     repeats=repeats, journal_path=journal_path(output) if output else None,
                                     restart=restart, parallel=parallel)
+    if prior not in priors.CHOICES:
+        raise UsageError(f"unknown prior {prior!r}: use one of {', '.join(priors.CHOICES)}")
     try:
-        return _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, noise_ok, start)
+        noise = build_noise(chosen, oracle.samples, tolerance, noise_ok, listener, oracle.journal)
+        listener.stage(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s)")
+        prof = profile(graph, oracle.samples)
+        found = None
+        if priors.wanted(prior, chosen.name):
+            found = _prior(graph, oracle, prof, listener, output, prior, restart)
+        return _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, noise, prof, found, start)
     finally:
         close(chosen, oracle)
 
@@ -197,22 +224,64 @@ def build_noise(backend, samples, tolerance: Tolerance, noise_ok: bool, listener
     return found
 
 
-def _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, noise_ok, start) -> Outcome:
-    noise = build_noise(chosen, oracle.samples, tolerance, noise_ok, listener, oracle.journal)
-    listener.stage(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s)")
-    prof = profile(graph, oracle.samples)
-    listener.stage(f"searching on the {chosen.name} backend ({prof.suspects} suspect(s) first)")
-    result = search(
-        [n.id for n in graph.candidates],
-        oracle,
-        order=prof.order,
-        suspects=prof.suspects,
+def _prior(graph, oracle, prof, listener, output, choice, restart) -> Prior | None:
+    """The emulator's search (or its result, read back from this backend's journal when resuming)."""
+    journal = oracle.journal
+    if journal is not None and journal.prior is not None:
+        listener.stage(f"prior: the emulator's result read from {journal.path} (not run again)")
+        return Prior.from_json(journal.prior)
+    backend = priors.emulator(graph, choice, listener)
+    if backend is None:
+        return None
+    header = dict(journal.header) if journal is not None else {}
+    header.pop("schema", None)
+    found = priors.run(graph, backend, oracle.samples, oracle.tolerance, oracle.outputs, prof, listener,
+                       header=header, path=priors.journal_path(output) if output else None, restart=restart)
+    if found is not None and journal is not None:
+        journal.record_prior(found.to_json())
+    return found
+
+
+def effect_ranking(graph, chosen, oracle, prof, listener):
+    """On the emulate backend: a function ranking the candidates after the suspects by the output error each
+    causes alone in FP16 (ranking.py), which the search calls only when no suspect prefix explains the failure
+    (accumulated rounding). None on other backends (there the prior brings the ranking)."""
+    from .backends.emulate import EmulateBackend
+
+    if chosen.name != "emulate":
+        return None
+
+    def rest() -> list:
+        listener.stage(f"no suspect prefix explains the failure: ranking {len(prof.order) - prof.suspects} "
+                       "candidate(s) by the output error each causes alone in FP16")
+        # on an emulator of our own unless ``chosen`` is one: these runs are not evaluations of the search
+        runner = chosen if isinstance(chosen, EmulateBackend) else EmulateBackend(graph)
+        rest = prof.order[prof.suspects:]
+        return ranking.by_effect(rest, ranking.effects(runner, oracle.samples, oracle.tolerance, oracle.outputs, rest))
+
+    return rest
+
+
+def _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, noise, prof, prior, start) -> Outcome:
+    step = lambda step, progress: listener.step(  # noqa: E731
+        step, {**progress, "backend": chosen.name, "replayed": step.plan in oracle.replayed})
+    common = dict(
         check_minimal=check_minimal,
-        on_step=lambda step, progress: listener.step(step, {**progress, "replayed": step.plan in oracle.replayed}),
+        on_step=step,
         recheck=None if getattr(chosen, "deterministic", False) else lambda plan: oracle.evaluate(plan, 1).passed,
         test_many=oracle.test_many if oracle.width > 1 else None,
         width=oracle.width,
     )
+    ids = [n.id for n in graph.candidates]
+    if prior is not None:
+        listener.stage(f"on the {chosen.name} backend: evaluating the emulator's {len(prior.fp32)} node(s), then "
+                       "certifying each (or continuing from them if they fail)")
+        result = search(ids, oracle, order=prior.order, start=prior.fp32, **common)
+        listener.stage(_agreement(result, chosen.name))
+    else:
+        listener.stage(f"searching on the {chosen.name} backend ({prof.suspects} suspect(s) first)")
+        result = search(ids, oracle, order=prof.order, suspects=prof.suspects,
+                        rest_order=effect_ranking(graph, chosen, oracle, prof, listener), **common)
     if result.status == "fp32_fails":
         everything = oracle.memo[frozenset(n.id for n in graph.candidates)]
         if everything.error:
@@ -231,7 +300,7 @@ def _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, n
         raise ToleranceUnreachable(
             f"the tolerance is unreachable even in FP32 on the {chosen.name} backend: {worst.why(tolerance)}; {fix}"
         )
-    outcome = Outcome(graph, tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start)
+    outcome = Outcome(graph, tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start, prior=prior)
     outcome.data = overrides_json(outcome, chosen.versions(), output)
     if hasattr(chosen, "describe"):  # the command backend: the command that judged, and how its verdicts came
         outcome.data["backend"].update(chosen.describe())
@@ -243,6 +312,31 @@ def _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, n
     if getattr(chosen, "typing", None):  # tensorrt: strong (mixed-precision ONNX) or weak (layer precisions)
         outcome.data["backend"]["typing"] = chosen.typing
     return outcome
+
+
+def _agreement(result: SearchResult, backend: str) -> str:
+    if result.agreed:
+        return f"{backend} agrees with the emulator: {result.evaluations} evaluation(s) on {backend}"
+    if result.status == "fp32_fails":
+        return f"{backend} disagrees with the emulator: even all-FP32 misses the tolerance there"
+    said = [f"added {len(result.added)}: {_names(result.added)}" if result.added else "",
+            f"dropped {len(result.dropped)}: {_names(result.dropped)}" if result.dropped else ""]
+    return (f"{backend} disagrees with the emulator: {'; '.join(s for s in said if s) or 'another set'} "
+            f"({result.evaluations} evaluation(s) on {backend})")
+
+
+def _names(ids, limit: int = 5) -> str:
+    ids = list(map(str, ids))
+    return ", ".join(ids[:limit]) + (f", ... ({len(ids) - limit} more)" if len(ids) > limit else "")
+
+
+def prior_json(o: Outcome) -> dict | None:
+    p, r = o.prior, o.result
+    if p is None:
+        return None
+    return {"backend": "emulate", "status": p.status, "fp32": list(p.fp32), "evaluations": p.evaluations,
+            "seconds": round(p.seconds, 3), "minimal": p.minimal, "agreed": bool(r.agreed),
+            "added": list(r.added), "dropped": list(r.dropped), "journal": p.journal, "replayed": p.replayed}
 
 
 def ignored_pins(oracle: Oracle) -> list[dict]:
@@ -266,8 +360,8 @@ def overrides_json(o: Outcome, versions: dict, output: str | None = None) -> dic
 
     def worst(plan) -> dict | None:
         """Per output, the worst sample; {} when the plan was not evaluated, None when its verdict was a
-        command's exit code (no outputs to measure)."""
-        evaluation = o.oracle.memo.get(frozenset(plan))
+        command's exit code (no outputs to measure). The all-FP16 plan may come from the prior (o.fp16)."""
+        evaluation = o.fp16 if not plan else o.oracle.memo.get(frozenset(plan))
         if evaluation is not None and evaluation.verdict_from == EXIT_CODE:
             return None
         return {k: m.to_json() for k, m in evaluation.worst().items()} if evaluation else {}
@@ -297,8 +391,11 @@ def overrides_json(o: Outcome, versions: dict, output: str | None = None) -> dic
             "build_failures": [{"fp32": sorted(e.plan), "error": e.error} for e in o.oracle.build_failures],
             "ignored_pins": ignored_pins(o.oracle),
         },
-        # fp32 is null when the search never needed the all-FP32 plan (a passing plan implies it)
-        "metrics": {"fp32": worst(everything) or None, "fp16": worst(()), "with_overrides": worst(result.fp32)},
+        "prior": prior_json(o),
+        # fp32 is null when the search never needed the all-FP32 plan (a passing plan implies it); fp16 comes
+        # from the emulator (fp16_backend says so) when a prior's witness made the all-FP16 build unnecessary
+        "metrics": {"fp32": worst(everything) or None, "fp16": worst(()), "fp16_backend": o.fp16_backend,
+                    "with_overrides": worst(result.fp32)},
         "skipped_nodes": graph.skipped,
         "notes": notes(graph),
         "exports": {  # the strongly typed route first: it is the one TensorRT must honour (10.x included)

@@ -19,7 +19,9 @@ Algorithm
    costs a handful of evaluations. A passing prefix of at most ``SMALL_POOL``
    suspects is reduced by dropping its members one by one.
 3. Otherwise bisection over the pool (the passing prefix, or all candidates
-   in suspicion order): each member found costs one binary search for the
+   in suspicion order; there the caller may reorder the candidates after the
+   suspects, ``rest_order``, e.g. by measured effect when the failure is
+   accumulated rounding): each member found costs one binary search for the
    shortest passing prefix, about log2(n) + 1 tests, near the group-testing
    bound log2 C(n, k) when members are few. When they turn out dense, the
    rest goes to QuickXplain (Junker 2004), whose worst case is
@@ -34,6 +36,35 @@ Algorithm
 When the oracle contradicts monotonicity (a plan fails while a subset of it
 passed), the search says so and returns the smallest set it has actually seen
 pass, marked not minimal.
+
+Starting from a given set (``start``: another oracle's answer, e.g. the
+emulator's when the oracle here is an engine build)
+--------------------------------------------------------------------------
+Certify or continue, instead of steps 1-3:
+
+* The start set S is evaluated. If it passes, each member m is certified by
+  evaluating S - {m} (independent plans: one batch with ``test_many``). When
+  every removal fails, S is the answer after k + 1 evaluations for k members:
+  no all-FP16 or all-FP32 plan is needed (a passing S implies all-FP32 passes
+  and a failing S - {m} that all-FP16 fails, under monotonicity).
+* If S fails, the answer needs a candidate outside S (monotonicity). The rest
+  of ``order`` is added on top of S in prefixes of 1, 2, 4, ... until one
+  passes (the last is all-FP32: failing means ``fp32_fails``), then bisection
+  with S as the base finds the additions (step 3).
+* Either way the set then goes through the same reduction: every single
+  removal is evaluated (batched); members whose removal passes are dropped
+  (all together first, one by one if that fails), and the removals of the
+  smaller set are evaluated again, until every single removal of a passing
+  set has been evaluated and failed. No witness is trusted here: where two
+  oracles disagree, the judging one (an engine) need not be monotone, and the
+  result must be 1-minimal on it, by direct evaluation (contradictions are
+  still reported). In agreement this costs nothing extra: the k removals are
+  the certificate. After ``CERTIFY_ROUNDS`` rounds that each dropped members
+  (a judge far from monotone: each round costs k evaluations), the search
+  stops and returns the smallest set seen to pass, marked not minimal.
+* ``SearchResult.added`` and ``.dropped`` say how the answer differs from S;
+  ``.agreed`` is True when it is S. With ``recheck`` (an oracle whose verdicts
+  vary) the final set is evaluated once more, as in step 4.
 
 Parallel rounds (``test_many`` and ``width`` > 1): where the next questions are
 independent they go out together. The minimality checks are one batch. The
@@ -68,7 +99,7 @@ class Step:
     index: int  # 1-based count of distinct evaluations so far
     plan: frozenset
     passed: bool
-    phase: str  # precondition | suspects | split | verify | minimality
+    phase: str  # precondition | suspects | split | verify | minimality; from a start set: start | extend | certify
     round: int = 0  # evaluations of one round ran together (``test_many``); a round waits for the one before
 
 
@@ -83,6 +114,9 @@ class SearchResult:
     rounds: int = 0  # batches of evaluations that had to wait for each other (== evaluations at width 1)
     trace: list = field(default_factory=list)  # list[Step]
     contradictions: list = field(default_factory=list)  # (passing plan, failing superset)
+    agreed: bool | None = None  # with a start set: the answer is the start set (None: no start set given)
+    added: tuple = ()  # with a start set: members of the answer not in it, in order
+    dropped: tuple = ()  # with a start set: its members not in the answer, in order
 
     def __str__(self) -> str:
         if self.status == "fp32_fails":
@@ -343,10 +377,12 @@ def _drop_one_by_one(memo: _Memo, pool: list) -> list:
     return list(state[1])
 
 
-def _bisect(memo: _Memo, pool: list, suspected: bool = False) -> list:
-    """Smallest subset of ``pool`` that passes, one member at a time.
+def _bisect(memo: _Memo, pool: list, suspected: bool = False, base: frozenset = frozenset(),
+            fails: int = 0) -> list:
+    """Smallest subset of ``pool`` that passes (with ``base``, kept throughout), one member at a time.
 
-    Precondition: ``pool`` passes and the empty plan fails. Each round binary
+    Precondition: ``base | pool`` passes and ``base`` alone fails; ``base | pool[:fails]`` is known to fail
+    (a bound for the first round). Each round binary
     searches the shortest passing prefix of what is left (with the members
     found so far); its last element is a member. About log2(n) + 1 tests a
     member, close to the group-testing bound when members are few. When
@@ -354,7 +390,6 @@ def _bisect(memo: _Memo, pool: list, suspected: bool = False) -> list:
     rest, which is cheaper there.
     """
     found: list = []
-    base: frozenset = frozenset()
     rest = list(pool)
 
     # A member's search: (fails, passes) prefix lengths of rest, base | rest[:fails] fails and base | rest[:passes]
@@ -387,7 +422,7 @@ def _bisect(memo: _Memo, pool: list, suspected: bool = False) -> list:
                 return found + _gallop(memo, rest, base)
             return found + _quickxplain(memo, base, True, rest)
         memo.remaining = len(rest)
-        fails, passes = 0, len(rest)  # prefix lengths: base | rest[:fails] fails, base | rest[:passes] passes
+        fails, passes = (0 if found else fails), len(rest)  # base | rest[:fails] fails, base | rest[:passes] passes
         while passes - fails > 1:
             _speculate(memo, (fails, passes), trial, advance)  # width > 1: several split points at once
             mid = (fails + passes) // 2
@@ -425,8 +460,17 @@ def search(
     recheck: Callable[[frozenset], bool] | None = None,
     test_many: Callable[[list], list] | None = None,
     width: int = 1,
+    start: Iterable[Hashable] | None = None,
+    rest_order: Callable[[], Sequence[Hashable]] | None = None,
 ) -> SearchResult:
     """Search a 1-minimal FP32 set; see the module docstring.
+
+    ``start``: a set to certify or continue from (another oracle's answer; see "Starting from a given set").
+    ``order`` then ranks the candidates outside it (``suspects`` is not used).
+
+    ``rest_order()``: called only when no suspect prefix passes (and all-FP32 does); returns the candidates
+    after the suspects in the order to search them (e.g. by measured effect, which costs the caller work
+    that a passing suspect prefix makes unnecessary).
 
     ``test_many(plans) -> verdicts`` with ``width`` > 1: independent plans (the minimality checks, for one)
     are evaluated up to ``width`` at once; ``SearchResult.rounds`` counts the batches that waited on each other.
@@ -459,6 +503,13 @@ def search(
             contradictions=memo.contradictions,
             **kw,
         )
+
+    if start is not None:
+        start = frozenset(start)
+        unknown = [c for c in start if c not in rank]
+        if unknown:
+            raise SearchError(f"start holds {len(unknown)} id(s) that are not candidates, e.g. {unknown[0]!r}")
+        return _from_start(memo, result, start, order, recheck)
 
     def opening(state):  # the plans asked first: all-FP16 (0), suspect prefixes (1, 2, 4, ...), all-FP32
         if state == 0:
@@ -500,6 +551,13 @@ def search(
         memo.phase = "precondition"
         if not memo(everything):
             return result("fp32_fails")
+        if rest_order is not None:  # no suspect prefix explains the failure: the caller's ranking of the rest
+            later = list(rest_order())
+            if sorted(map(repr, later)) != sorted(map(repr, order[suspects:])) or len(later) != len(ids) - suspects:
+                raise SearchError("rest_order must return a permutation of the candidates after the suspects")
+            order[suspects:] = later
+            rank.clear()
+            rank.update((c, i) for i, c in enumerate(order))
 
     memo.phase = "split"
     memo.remaining = memo.pool = len(pool)
@@ -532,6 +590,69 @@ def search(
         else f"{direct} removal(s) evaluated, {len(found) - direct} implied by a failing superset (monotonicity)"
     )
     return result("found", found, passed=True, minimal=True, minimality=how)
+
+
+# Rounds of "evaluate every removal, drop the members whose removal passes" before the search gives up on
+# 1-minimality (each costs k evaluations; a monotone judge needs one round more than its disagreements' depth).
+CERTIFY_ROUNDS = 4
+
+
+def _from_start(memo: _Memo, result, start: frozenset, order: list, recheck) -> SearchResult:
+    """Certify ``start`` or continue from it (module docstring, "Starting from a given set")."""
+    rank = {c: i for i, c in enumerate(order)}
+    memo.phase = "start"
+    memo.remaining = memo.pool = len(start)
+    if memo(start):
+        if not start:
+            return result("fp16_passes", passed=True, minimal=True, minimality="empty set", agreed=True)
+        current = start
+    else:
+        rest = [c for c in order if c not in start]
+        memo.phase = "extend"
+        memo.remaining = memo.pool = len(rest)
+        size, fails = 1, 0
+        while True:  # prefixes of the rest on top of start: 1, 2, 4, ..., all (the all-FP32 plan)
+            if not rest:
+                return result("fp32_fails", agreed=False)
+            size = min(size, len(rest))
+            if memo(start | frozenset(rest[:size])):
+                break
+            if size == len(rest):
+                return result("fp32_fails", agreed=False)
+            fails, size = size, size * 2
+        memo.phase = "split"
+        current = start | frozenset(_bisect(memo, rest[:size], base=start, fails=fails))
+
+    memo.phase = "certify"
+    memo.remaining = 0
+    rounds = 0
+    while True:  # every removal evaluated (batched); members whose removal passes are dropped, then check again
+        members = sorted(current, key=rank.__getitem__)
+        verdicts = memo.many([current - {m} for m in members])
+        loose = [m for m, passed in zip(members, verdicts) if passed]
+        if not loose:
+            break
+        rounds += 1
+        if rounds > CERTIFY_ROUNDS:  # each round re-evaluates every removal: on a judge this far from monotone, stop
+            return _fallback(memo, result, f"after {CERTIFY_ROUNDS} rounds of dropping members, {len(loose)} single "
+                             "removal(s) still pass: the judging oracle is far from monotone here")
+        if len(loose) > 1 and memo(current - frozenset(loose)):
+            current = current - frozenset(loose)
+            continue
+        for member in reversed(loose):  # the least suspicious first
+            if memo(current - {member}):
+                current = current - {member}
+    if not current:  # every member could go: the all-FP16 plan passed
+        return result("fp16_passes", passed=True, minimal=True, minimality="empty set", agreed=False,
+                      dropped=tuple(sorted(start, key=rank.__getitem__)))
+    if recheck is not None and not memo.again(current, recheck):
+        return _fallback(memo, result, "the set found failed when evaluated again")
+    how = "each removal evaluated and failed"
+    if memo.contradictions:
+        how += f"; the oracle contradicted monotonicity {len(memo.contradictions)} time(s)"
+    return result("found", current, passed=True, minimal=True, minimality=how, agreed=current == start,
+                  added=tuple(sorted(current - start, key=rank.__getitem__)),
+                  dropped=tuple(sorted(start - current, key=rank.__getitem__)))
 
 
 def _fallback(memo: _Memo, result, why: str) -> SearchResult:

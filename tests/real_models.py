@@ -18,6 +18,9 @@ CACHE = Path(os.environ.get("FP16BISECT_MODEL_CACHE", Path.home() / ".cache" / "
 PP_OCRV4_DET = ("rapidocr-onnxruntime", "1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx")
 PP_OCRV4_REC = ("rapidocr-onnxruntime", "1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx")
 PP_OCR_CLS = ("rapidocr-onnxruntime", "1.4.4", "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx")
+NUDENET_320N = ("nudenet", "3.4.2", "nudenet/320n.onnx")  # YOLOv8n-style detector, input images [N, 3, H, W]
+# Silero VAD with LSTM: input [sequence, 576] (36 ms at 16 kHz a row), h and c [1, 1, 128]
+SILERO_VAD_SEQ = ("silero-vad", "6.2.3", "silero_vad/data/silero_vad_16k_sequence.onnx")
 
 
 def wheel_member(package: str, version: str, member: str) -> Path:

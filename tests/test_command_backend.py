@@ -211,7 +211,8 @@ def test_outputs_written_are_compared_under_the_tolerance(tmp_path, references):
 def test_search_by_exit_code_finds_the_known_set_and_records_the_command(culprit_judge, tmp_path, capsys):
     out = tmp_path / "o.json"
     check = f"{PY} {culprit_judge} {{overrides}} {tmp_path / 'runs'} 0 --cannot-with-one"
-    code, stdout, err = run(capsys, *SEARCH, "--check", check, "-o", out)
+    # --prior none: the whole search driven by the command's exit codes (with the prior it would only certify)
+    code, stdout, err = run(capsys, *SEARCH, "--check", check, "-o", out, "--prior", "none")
     assert code == 0, err
     data = json.loads(out.read_text())
     assert {n["name"] for n in data["fp32_nodes"]} == CULPRITS and data["search"]["minimal"] is True
@@ -246,8 +247,8 @@ def test_an_abort_exits_2_keeps_the_journal_and_a_rerun_resumes(culprit_judge, t
     line = one_line_error(err)
     assert "exited with code 200" in line and check in line and "o.journal.jsonl" in line
     journal = (tmp_path / "o.journal.jsonl").read_text().splitlines()
-    assert len(journal) == 1 + 2  # the header and the two evaluations before the abort
-    assert json.loads(journal[1])["verdict_from"] == EXIT_CODE
+    assert len(journal) == 1 + 1 + 2  # the header, the emulator's result (the prior), two evaluations before the abort
+    assert "prior" in json.loads(journal[1]) and json.loads(journal[2])["verdict_from"] == EXIT_CODE
     (tmp_path / "runs").write_text("-100")  # the judge is fixed: the same command no longer aborts
     code, _, err = run(capsys, *SEARCH, "--check", check, "-o", out)
     assert code == 0 and "resuming: 2 evaluation(s) replayed" in err

@@ -36,8 +36,9 @@ class ConsoleListener(Listener):
         if self.quiet:
             return
         verdict = ("pass" if step.passed else "FAIL") + (" (from the journal)" if progress.get("replayed") else "")
+        on = f" on {progress['backend']}" if progress.get("backend") else ""
         line = (
-            f"evaluation {step.index}: {len(step.plan)} node(s) in FP32 -> {verdict} "
+            f"evaluation {step.index}{on}: {len(step.plan)} node(s) in FP32 -> {verdict} "
             f"[{step.phase}; {progress['searching']} candidate(s) in play, {progress['found']} found, "
             f"roughly {progress['estimate_left']} more evaluation(s) (estimate)]"
         )
@@ -74,7 +75,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
         if not console.is_terminal:  # a log file or pipe: do not cut output names at 80 columns
             console = Console(width=160)
     result = outcome.result
-    fp16 = outcome.fp16.worst()
+    fp16 = outcome.fp16.worst() if outcome.fp16 is not None else {}
     final = outcome.final.worst()
     console.print(
         f"fp16bisect on {outcome.graph.path} ({outcome.backend} backend; {outcome.tolerance})",
@@ -83,7 +84,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
     if fp16 or final:
         table = Table()
         table.add_column("output")
-        table.add_column("all FP16: max error")
+        table.add_column("all FP16: max error" + (" (emulated)" if outcome.fp16_backend != outcome.backend else ""))
         table.add_column("with overrides: max error")
         table.add_column("pass")
         for name in outcome.oracle.outputs:
@@ -92,7 +93,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
             table.add_row(name, _error_cell(fp16.get(name)), _error_cell(m), "yes" if passed else "[red]no[/red]")
         console.print(table)
     judged = [(label, e) for label, e in (("all FP16", outcome.fp16), ("with overrides", outcome.final))
-              if e.verdict_from == EXIT_CODE]
+              if e is not None and e.verdict_from == EXIT_CODE]
     if judged:
         console.print("judged by the command's exit code (it wrote no outputs to compare): " + "; ".join(
             f"{label} {'passes' if e.passed else 'fails'} ({e.detail})" for label, e in judged),
@@ -122,8 +123,19 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
         )
     for note in outcome.data.get("notes", []):
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
+    prior = outcome.data.get("prior")
+    if prior:
+        how = "agreed" if prior["agreed"] else "disagreed"
+        changes = "; ".join(f"{what} {len(prior[what])}: {escape(', '.join(prior[what][:5]))}"
+                            + (", ..." if len(prior[what]) > 5 else "") for what in ("added", "dropped") if prior[what])
+        console.print(
+            f"prior: the emulator's {len(prior['fp32'])} node(s) after {prior['evaluations']} emulated evaluation(s)"
+            f"{' (read from the journal)' if prior['replayed'] else ''}; the {outcome.backend} backend {how}"
+            + (f" ({changes})" if changes else ""),
+            highlight=False, soft_wrap=True,
+        )
     console.print(
-        f"{result.evaluations} evaluation(s) in {outcome.seconds:.1f} s"
+        f"{result.evaluations} evaluation(s) on the {outcome.backend} backend in {outcome.seconds:.1f} s"
         + (f" ({result.rounds} round(s), up to {outcome.oracle.width} at once)" if outcome.oracle.width > 1 else "")
         + (f"; overrides written to {output_path}" if output_path else ""),
         highlight=False,

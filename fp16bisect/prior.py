@@ -1,0 +1,130 @@
+"""The emulator as a free prior for an expensive backend (an engine build, a user's command per plan).
+
+On a non-emulate backend the whole search first runs on the emulate backend
+(ONNX Runtime CPU, milliseconds a plan, its own journal beside ``-o``:
+``*.prior.journal.jsonl``), and its set is then certified there as it will be
+on the expensive backend (every single removal evaluated directly: FP16
+rounding is not always monotone, and on the emulator that check is free). Its
+set S and its evidence (S first, then every
+other candidate ranked by the output error it causes alone in FP16, see
+``ranking.py``) are handed to the search on the expensive backend, which
+certifies S there (k + 1 evaluations when the two agree) or continues from it
+(``search(..., start=S)``). The expensive backend is always the judge.
+
+The prior's result is written into the expensive backend's journal before the
+first expensive evaluation, so an interrupted search resumes from there
+without the emulator.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import ranking
+from .errors import UsageError
+from .journal import Journal
+from .oracle import Oracle
+from .search import search
+
+CHOICES = ("auto", "emulate", "none")
+LABEL = "emulate (prior)"
+
+
+@dataclass
+class Prior:
+    fp32: tuple  # the emulator's set, in its order (empty when all-FP16 passed there)
+    order: list  # for the expensive search: the set first, then the other candidates by measured effect
+    status: str  # the emulator search's status: found | fp16_passes
+    evaluations: int  # on the emulator
+    seconds: float
+    minimal: bool
+    fp16: dict = field(default_factory=dict)  # the all-FP16 evaluation on the emulator (Evaluation.to_json)
+    journal: str = ""
+    replayed: bool = False  # read back from the expensive backend's journal: the emulator did not run
+
+    def to_json(self) -> dict:
+        return {"backend": "emulate", "status": self.status, "fp32": list(self.fp32), "order": list(self.order),
+                "evaluations": self.evaluations, "seconds": round(self.seconds, 3), "minimal": self.minimal,
+                "fp16": self.fp16, "journal": self.journal}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Prior:
+        return cls(tuple(data["fp32"]), list(data["order"]), str(data["status"]), int(data["evaluations"]),
+                   float(data["seconds"]), bool(data["minimal"]), dict(data.get("fp16") or {}),
+                   str(data.get("journal", "")), replayed=True)
+
+
+def wanted(choice: str, backend_name: str) -> bool:
+    """``--prior``: auto (the default) means emulate whenever the judging backend is not the emulator itself."""
+    if choice not in CHOICES:
+        raise UsageError(f"unknown --prior {choice!r}: use one of {', '.join(CHOICES)}")
+    if choice == "none":
+        return False
+    if backend_name == "emulate":
+        if choice == "emulate":
+            raise UsageError("--prior emulate is for another backend: on --backend emulate the search already "
+                             "runs on the emulator; drop --prior")
+        return False
+    return True
+
+
+def journal_path(output: str) -> str:
+    """Beside the override JSON: overrides.json -> overrides.prior.journal.jsonl."""
+    return str(Path(output).with_suffix(".prior.journal.jsonl"))
+
+
+def emulator(graph, choice: str, listener):
+    """The emulate backend for the prior, or None when the model does not run on ONNX Runtime CPU and the
+    prior was not asked for explicitly (then the search runs without it, and says so)."""
+    from .backends.emulate import EmulateBackend
+
+    try:
+        return EmulateBackend(graph)
+    except (UsageError, RuntimeError) as exc:
+        if choice == "emulate":
+            raise UsageError(f"--prior emulate: {exc}") from None
+        listener.stage(f"no prior: the model does not run on the emulator ({exc}); searching on the backend alone")
+        return None
+
+
+def run(graph, backend, samples, tolerance, outputs, prof, listener, *, header: dict, path: str | None,
+        restart: bool) -> Prior | None:
+    """The search on the emulator, as a prior. None when even all-FP32 misses the tolerance there (the
+    expensive backend may still reach it: it searches alone then)."""
+    start = time.perf_counter()
+    journal = None
+    if path:
+        journal = Journal(path, {**header, "backend": backend.name, "repeats": 1}, restart=restart)
+        if journal.entries:
+            listener.stage(f"prior: {len(journal.entries)} emulator evaluation(s) replayed from {path}")
+    oracle = Oracle(backend, samples, tolerance, outputs, journal=journal)
+    ids = [n.id for n in graph.candidates]
+    listener.stage(f"prior: measuring the output error each of {len(ids)} candidate(s) causes alone in FP16 "
+                   "(emulate backend)")
+    measured = ranking.effects(backend, samples, tolerance, outputs, ids)
+    order = ranking.search_order(prof.order, prof.suspects, measured)
+    listener.stage(f"prior: searching on the emulate backend first ({prof.suspects} suspect(s) first)")
+    result = search(ids, oracle, order=order, suspects=prof.suspects,
+                    on_step=lambda step, progress: listener.step(
+                        step, {**progress, "backend": LABEL, "replayed": step.plan in oracle.replayed}))
+    if result.status == "fp32_fails":
+        listener.stage("prior: even all-FP32 misses the tolerance on the emulator; searching on the backend alone")
+        return None
+    if result.status == "found":
+        # What the expensive backend will check, checked here first, where it costs nothing: every single removal
+        # evaluated directly (the search's own witnesses assume monotonicity, which FP16 rounding need not obey).
+        result = search(ids, oracle, order=order, start=result.fp32,
+                        on_step=lambda step, progress: listener.step(
+                            step, {**progress, "backend": LABEL, "replayed": step.plan in oracle.replayed}))
+    seconds = time.perf_counter() - start
+    found = list(result.fp32)
+    rest = ranking.by_effect([c for c in prof.order if c not in set(found)], measured)
+    fp16 = oracle.memo.get(frozenset())
+    evaluations = len(oracle.history)  # distinct plans on the emulator, both passes
+    prior = Prior(tuple(found), found + rest, result.status, evaluations, seconds, result.minimal,
+                  fp16.to_json() if fp16 else {}, path or "")
+    listener.stage(f"prior: the emulator keeps {len(found)} node(s) in FP32 after {evaluations} "
+                   f"evaluation(s) in {seconds:.1f} s")
+    return prior

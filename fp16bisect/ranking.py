@@ -1,0 +1,43 @@
+"""The search order: FP32 activation risk first, then the error each candidate causes, measured.
+
+The FP32 profile (``model/profile.py``) names the candidates whose activations
+come near the FP16 limits: an overflow or an underflow is found among those
+suspects in a handful of evaluations. Where no suspect prefix explains the
+failure (accumulated rounding, no single culprit), magnitudes say nothing about
+which node matters, so the other candidates are ranked by measured effect: the
+worst output error, in units of the tolerance's allowance (the ``excess`` of
+``tolerance.compare``; NaN/inf counts as infinite), when that candidate alone
+runs in FP16 and every other candidate in FP32. On the emulator a plan is one
+run of one session, so the ranking costs one run per candidate and sample and
+no engine build; the search itself only receives the resulting order.
+"""
+
+from __future__ import annotations
+
+from .tolerance import Tolerance, compare
+
+
+def effects(backend, samples, tolerance: Tolerance, outputs: list[str], candidates: list[str]) -> dict[str, float]:
+    """Candidate -> worst excess over outputs and samples when it alone is in FP16 (``backend.run`` plans)."""
+    everything = frozenset(candidates)
+    found = {}
+    for node in candidates:
+        worst = 0.0
+        for i, sample in enumerate(samples):
+            got = backend.run(everything - {node}, sample.inputs)
+            for name in outputs:
+                m = compare(got[name], sample.reference[name], tolerance, name, i)
+                worst = max(worst, float("inf") if m.nonfinite else m.excess)
+        found[node] = worst
+    return found
+
+
+def by_effect(candidates, measured: dict[str, float]) -> list:
+    """``candidates`` sorted by measured effect, largest first; ties keep their given order."""
+    return sorted(candidates, key=lambda c: -measured.get(c, 0.0))
+
+
+def search_order(profile_order: list, suspects: int, measured: dict[str, float] | None) -> list:
+    """Suspects first (as the profile ranks them), then the rest by measured effect when it was measured."""
+    head, rest = list(profile_order[:suspects]), list(profile_order[suspects:])
+    return head + (by_effect(rest, measured) if measured is not None else rest)

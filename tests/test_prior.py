@@ -1,0 +1,293 @@
+"""The emulator as a prior: the search certifies or continues from another oracle's set (search(start=...)),
+the pipeline runs the emulator first on an expensive backend, and the measured-effect ranking."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+
+import pytest
+from conftest import SAMPLES
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_cli import run
+
+import fp16bisect.pipeline as pipeline
+import fp16bisect.prior as priors
+from fp16bisect import ranking
+from fp16bisect.backends.emulate import EmulateBackend
+from fp16bisect.search import search
+from fp16bisect.tolerance import Tolerance
+
+# --------------------------------------------------------------------------- search(start=...) on synthetic oracles
+
+
+class Counted:
+    def __init__(self, oracle):
+        self.oracle, self.plans = oracle, []
+
+    def __call__(self, plan):
+        self.plans.append(plan)
+        return bool(self.oracle(plan))
+
+
+def assert_passes_and_one_minimal(result, oracle):
+    found = frozenset(result.fp32)
+    assert result.status == "found" and result.minimal
+    assert oracle(found), "the result does not pass on the judging oracle"
+    for member in found:
+        assert not oracle(found - {member}), f"removing {member!r} still passes on the judging oracle"
+
+
+@st.composite
+def prior_and_judge(draw):
+    """An emulator's planted set S and a judging oracle's planted set T = S with culprits added and removed."""
+    n = draw(st.integers(1, 300))
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    ids = list(range(n))
+    emulated = frozenset(rng.sample(ids, rng.randint(1, min(n, 8))))
+    removed = frozenset(rng.sample(sorted(emulated), draw(st.integers(0, len(emulated)))))
+    added = frozenset(rng.sample(ids, draw(st.integers(0, min(n, 4))))) - emulated
+    judged = (emulated - removed) | added
+    order = sorted(emulated) + [c for c in rng.sample(ids, n) if c not in emulated]
+    return ids, order, emulated, judged
+
+
+@settings(max_examples=300, deadline=None)
+@given(prior_and_judge())
+def test_from_a_prior_the_result_passes_and_is_one_minimal_on_the_judging_oracle(case):
+    ids, order, emulated, judged = case
+    test = Counted(lambda plan: judged <= plan)
+    result = search(ids, test, order=order, start=emulated)
+    assert len(test.plans) == len(set(test.plans)) == result.evaluations
+    if not judged:
+        assert result.status == "fp16_passes" and not result.fp32
+        return
+    assert_passes_and_one_minimal(result, lambda plan: judged <= plan)
+    assert set(result.fp32) == judged  # a conjunctive oracle has exactly one 1-minimal set
+    assert set(result.added) == judged - emulated and set(result.dropped) == emulated - judged
+    assert result.agreed is (judged == emulated)
+    if judged == emulated:
+        assert result.evaluations == len(emulated) + 1  # S, then S - {m} for each member: nothing else
+        assert frozenset() not in test.plans and frozenset(ids) not in test.plans or len(emulated) in (1, len(ids))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 40), st.integers(0, 2**32 - 1), st.floats(0.2, 0.8))
+def test_on_a_non_monotone_judge_the_result_still_passes_and_every_removal_fails(n, seed, p):
+    """A judge whose verdicts are arbitrary (a real engine need not be monotone): whatever the search returns
+    as found passes there, and every single removal was evaluated there and failed."""
+    def judge(plan):
+        digest = hashlib.sha256(f"{seed}:{sorted(plan)}".encode()).digest()
+        return len(plan) == n or digest[0] < 256 * p  # all-FP32 passes
+
+    rng = random.Random(seed)
+    start = frozenset(rng.sample(range(n), rng.randint(0, n)))
+    test = Counted(judge)
+    result = search(list(range(n)), test, order=list(range(n)), start=start)
+    seen = dict(zip(test.plans, map(judge, test.plans)))
+    if result.status == "fp16_passes":
+        assert seen[frozenset()]
+        return
+    found = frozenset(result.fp32)
+    assert result.status == "found" and seen[found]
+    if not result.minimal:  # it gave up after CERTIFY_ROUNDS rounds, and says so
+        assert "far from monotone" in result.minimality and "not minimal" in result.minimality
+        return
+    assert all(found - {m} in seen and not seen[found - {m}] for m in found)  # evaluated there, failed
+    if result.contradictions:
+        assert "contradicted monotonicity" in result.minimality
+
+
+def test_agreement_costs_k_plus_1_evaluations_in_two_rounds_when_batched():
+    culprits = frozenset({3, 17, 42, 99})
+    batches = []
+
+    def test_many(plans):
+        batches.append(len(plans))
+        return [culprits <= p for p in plans]
+
+    result = search(range(100), lambda p: culprits <= p, order=sorted(culprits) + [i for i in range(100) if i not in
+                    culprits], start=culprits, test_many=test_many, width=8)
+    assert result.agreed and set(result.fp32) == culprits
+    assert result.evaluations == 5 and result.rounds == 2 and batches == [4]
+
+
+def test_a_start_set_of_unknown_ids_is_refused():
+    from fp16bisect.search import SearchError
+
+    with pytest.raises(SearchError, match="not candidates"):
+        search([1, 2, 3], lambda p: True, start={4})
+
+
+def test_when_all_fp32_fails_on_the_judge_the_search_says_so():
+    result = search(range(10), lambda p: False, start={1, 2})
+    assert result.status == "fp32_fails" and result.agreed is False
+
+
+# --------------------------------------------------------------------------- the pipeline with an expensive double
+
+
+class Engine:
+    """An expensive backend double: the emulator, except that ``fused`` candidates never round (a fused kernel
+    keeps them in registers: it rounds fewer tensors) and ``forced`` candidates always round (no FP32 kernel:
+    it rounds more). Counts its runs per plan; raises KeyboardInterrupt on run ``stop_at``."""
+
+    name = "engine"
+    deterministic = True
+    fused: frozenset = frozenset()
+    forced: frozenset = frozenset()
+    runs: list = []
+    stop_at = None
+
+    def __init__(self, graph):
+        self.inner = EmulateBackend(graph)
+
+    def versions(self):
+        return {"engine": "test double"}
+
+    def run(self, plan, inputs, repeat=0):
+        if Engine.stop_at is not None and len(Engine.runs) + 1 == Engine.stop_at:
+            raise KeyboardInterrupt
+        Engine.runs.append(frozenset(plan))
+        return self.inner.run((frozenset(plan) | Engine.fused) - Engine.forced, inputs)
+
+
+@pytest.fixture
+def engine(monkeypatch):
+    Engine.fused, Engine.forced, Engine.runs, Engine.stop_at = frozenset(), frozenset(), [], None
+    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, **_: Engine(graph))
+    return Engine
+
+
+LN = ["search", str(SAMPLES / "transformer_block.onnx"), "--inputs", str(SAMPLES / "transformer_block.npz")]
+ACC = ["search", str(SAMPLES / "accumulation.onnx"), "--inputs", str(SAMPLES / "accumulation.npz"),
+       "--atol", "0.4", "--rtol", "0"]
+
+
+def read(out):
+    return json.loads(out.read_text())
+
+
+def test_when_the_engine_agrees_it_builds_k_plus_1_plans_and_never_all_fp16(engine, tmp_path, capsys):
+    out = tmp_path / "o.json"
+    code, stdout, err = run(capsys, *LN, "-o", out)
+    assert code == 0
+    data = read(out)
+    assert sorted(n["name"] for n in data["fp32_nodes"]) == ["ln1_square", "ln1_var"]
+    assert data["search"]["evaluations"] == 3 and len(engine.runs) == 3
+    assert frozenset() not in engine.runs  # the failing S - {m} implies all-FP16 fails
+    assert data["prior"]["agreed"] is True and data["prior"]["fp32"] == ["ln1_square", "ln1_var"]
+    assert data["prior"]["added"] == [] == data["prior"]["dropped"] and data["prior"]["evaluations"] == 4
+    assert data["metrics"]["fp16_backend"] == "emulate (prior)" and not data["metrics"]["fp16"]["y"]["passed"]
+    assert data["search"]["minimality"] == "each removal evaluated and failed"
+    assert "on emulate (prior):" in err and "evaluation 1 on engine:" in err and "engine agrees" in err
+    assert "the engine backend agreed" in stdout
+
+
+def test_an_engine_that_rounds_fewer_tensors_drops_what_it_does_not_need(engine, tmp_path, capsys):
+    engine.fused = frozenset({"ln1_var"})  # fused: its input arrives unrounded from an FP32 ln1_square
+    out = tmp_path / "o.json"
+    assert run(capsys, *LN, "-o", out, "-q")[0] == 0
+    data = read(out)
+    assert [n["name"] for n in data["fp32_nodes"]] == ["ln1_square"]
+    assert data["prior"]["agreed"] is False and data["prior"]["dropped"] == ["ln1_var"]
+    assert data["search"]["minimal"] is True and data["search"]["minimality"] == "each removal evaluated and failed"
+    runs = engine.runs  # S, its two removals (one passes), then the removal of what is left: all-FP16
+    assert runs[0] == {"ln1_square", "ln1_var"} and set(runs[1:3]) == {frozenset({"ln1_square"}),
+                                                                       frozenset({"ln1_var"})}
+    assert runs[3:] == [frozenset()]
+
+
+def test_an_engine_that_rounds_more_gets_a_set_that_passes_and_is_one_minimal_there(engine, tmp_path, capsys):
+    engine.forced = frozenset({"branch0"})  # pinning branch0 has no effect there: another branch must stay
+    out = tmp_path / "o.json"
+    assert run(capsys, *ACC, "-o", out, "-q")[0] == 0
+    data = read(out)
+    found = frozenset(n["name"] for n in data["fp32_nodes"])
+    prior = data["prior"]
+    assert "branch0" in prior["fp32"] and prior["agreed"] is False
+    assert len(found) == 7 and "branch0" not in found and found <= {f"branch{i}" for i in range(10)}
+    assert prior["dropped"] == ["branch0"] and len(prior["added"]) == 1
+    judge = Engine(pipeline.Graph.load(SAMPLES / "accumulation.onnx"))
+    oracle = pipeline.Oracle(judge, pipeline.load_samples(judge.inner.graph, [ACC[3]]), Tolerance(0.4, 0), ["y"])
+    pipeline.add_fp32_references(judge.inner.graph, oracle.samples)
+    assert oracle(found) and not any(oracle(found - {m}) for m in found)
+
+
+def test_when_the_emulator_needs_nothing_one_engine_build_confirms_it(engine, tmp_path, capsys):
+    out = tmp_path / "o.json"
+    safe = ["search", str(SAMPLES / "fp16_safe.onnx"), "--inputs", str(SAMPLES / "fp16_safe.npz")]
+    assert run(capsys, *safe, "-o", out, "-q")[0] == 0
+    data = read(out)
+    assert data["fp32_nodes"] == [] and data["search"]["status"] == "fp16_passes"
+    assert engine.runs == [frozenset()] and data["prior"]["agreed"] is True
+    assert data["metrics"]["fp16_backend"] == "engine"
+
+
+def test_the_fused_epilogues_of_the_benchmark_judge():
+    import sys
+
+    sys.path.insert(0, str(SAMPLES.parent / "scripts"))
+    from judge_emulate_variant import fused_epilogues, variant_plan
+
+    graph = pipeline.Graph.load(SAMPLES / "cnn_batchnorm.onnx")
+    assert fused_epilogues(graph) == {"bn1_out", "bn2_out"}  # each BatchNormalization follows a Conv
+    assert variant_plan({"conv1_out"}, fused={"bn1_out"}, forced={"conv1_out"}) == {"bn1_out"}
+
+
+def test_prior_none_and_prior_on_the_emulator(engine, tmp_path, capsys):
+    out = tmp_path / "o.json"
+    assert run(capsys, *LN, "-o", out, "-q", "--prior", "none")[0] == 0
+    assert read(out)["prior"] is None and frozenset() in engine.runs
+    code, _, err = run(capsys, *LN, "-o", tmp_path / "e.json", "--prior", "bogus")
+    assert code == 2 and "--prior" in err
+
+
+def test_prior_emulate_on_the_emulator_is_a_usage_error(tmp_path, capsys):
+    code, _, err = run(capsys, *LN, "-o", tmp_path / "o.json", "--backend", "emulate", "--prior", "emulate")
+    assert code == 2 and "--prior emulate is for another backend" in err and "Traceback" not in err
+
+
+def test_an_interrupted_engine_search_resumes_without_running_the_prior_again(engine, monkeypatch, tmp_path,
+                                                                              capsys):
+    engine.fused = frozenset({"ln1_var"})
+    out = tmp_path / "o.json"
+    engine.stop_at = 2  # the first engine evaluation finishes, the second is interrupted
+    assert run(capsys, *LN, "-o", out, "-q")[0] == 130
+    assert (tmp_path / "o.prior.journal.jsonl").exists()
+    lines = (tmp_path / "o.journal.jsonl").read_text().splitlines()
+    assert [next(iter(json.loads(line))) for line in lines[1:]] == ["prior", "plan"]
+
+    def no_prior(*args, **kwargs):
+        raise AssertionError("the prior ran again")
+
+    monkeypatch.setattr(priors, "run", no_prior)
+    monkeypatch.setattr(priors, "emulator", no_prior)
+    engine.stop_at = None
+    code, _, err = run(capsys, *LN, "-o", out)
+    assert code == 0 and "read from" in err and "not run again" in err
+    data = read(out)
+    assert [n["name"] for n in data["fp32_nodes"]] == ["ln1_square"]
+    assert data["prior"]["replayed"] is True and data["search"]["evaluations_run"] == data["search"]["evaluations"] - 1
+    assert len(engine.runs) == len(set(engine.runs))  # no engine evaluation repeated over the two runs
+
+
+# --------------------------------------------------------------------------- the measured-effect ranking
+
+
+def test_accumulated_rounding_is_ordered_by_measured_effect_not_magnitude(known):
+    """accumulation.onnx: every branch costs 0.125 alone in FP16 (0.3125 of atol 0.4), the Sum nothing."""
+    graph = pipeline.Graph.load(SAMPLES / "accumulation.onnx")
+    samples = pipeline.load_samples(graph, [str(SAMPLES / "accumulation.npz")])
+    pipeline.add_fp32_references(graph, samples)
+    ids = [n.id for n in graph.candidates]
+    measured = ranking.effects(EmulateBackend(graph), samples, Tolerance(0.4, 0), ["y"], ids)
+    branches = set(known["accumulation"]["branches"])
+    assert all(measured[b] == pytest.approx(0.125 / 0.4) for b in branches)
+    assert measured["sum"] == 0.0
+    order = ranking.by_effect(list(reversed(ids)), measured)  # whatever the given order, the Sum goes last
+    assert order[-1] == "sum" and set(order[:10]) == branches
+    found = search(ids, lambda plan: len(plan & branches) >= 7, order=order)
+    assert len(found.fp32) == 7 and set(found.fp32) <= branches and found.minimal

@@ -9,6 +9,8 @@
   before that lands, the minimality batch (``check_minimal=True``: every removal of the set found, one batch).
 * The sample models on the emulate backend with ``--jobs N`` worker processes (the wall time includes
   spawning N processes and building N ONNX Runtime sessions; the sample models evaluate in milliseconds).
+* An expensive judge: the command backend running scripts/judge_onnxruntime.py per plan, with the emulator's
+  set as its prior (certified there: S, then its k removals), N commands at once.
 
 Targets (never asserted in tests): N = 8 certifies an agreeing prior of k members in 2 rounds instead of k + 1;
 overall rounds at N = 8 at most half of N = 1 for k >= 4. Prints Markdown tables (docs/benchmarks.md).
@@ -129,6 +131,42 @@ def sample_models(widths, ray: bool) -> list[str]:
     return rows
 
 
+def command_backend(widths) -> list[str]:
+    """An expensive judge: --backend command with scripts/judge_onnxruntime.py --provider cpu (a fresh Python and
+    ONNX Runtime session per plan), the emulator's set as the prior (--prior auto), N commands at once."""
+    import importlib.util
+    import tempfile
+
+    from fp16bisect.parallel import Parallel
+    from fp16bisect.pipeline import search_model
+    from fp16bisect.tolerance import Tolerance
+
+    spec = importlib.util.spec_from_file_location("make_sample_models", ROOT / "scripts" / "make_sample_models.py")
+    make = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make)
+    judge = f"{sys.executable} {ROOT / 'scripts' / 'judge_onnxruntime.py'} --provider cpu {{model}} {{inputs}} {{outputs}}"
+    rows = ["| model | N | prior agreed | rounds | rounds(N)/rounds(1) | evaluations | wall s | set |",
+            "|---|---:|---|---:|---:|---:|---:|---|"]
+    for name in ("transformer_block", "two_branches"):
+        known = make.KNOWN[name]
+        base = None
+        for width in widths:
+            with tempfile.TemporaryDirectory() as tmp:
+                start = time.perf_counter()
+                o = search_model(str(ROOT / "sample_models" / f"{name}.onnx"),
+                                 [str(ROOT / "sample_models" / f"{name}.npz")],
+                                 tolerance=Tolerance(known["atol"], known["rtol"]), backend="command",
+                                 backend_options={"command": judge}, output=str(Path(tmp) / "o.json"),
+                                 parallel=Parallel(jobs=width))
+                wall = time.perf_counter() - start
+            r = o.result
+            base = base or r
+            same = "same" if r.fp32 == base.fp32 and r.minimal else "DIFFERENT"
+            rows.append(f"| {name} | {width} | {r.agreed} | {r.rounds} | {r.rounds / base.rounds:.2f} "
+                        f"| {r.evaluations} | {wall:.1f} | {same} |")
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--delay", type=float, default=0.2, help="seconds per synthetic evaluation (default 0.2)")
@@ -148,11 +186,15 @@ def main() -> None:
         cases = cases[::2]
     print("\n".join(synthetic(args.delay, cases)))
     print()
-    print("\n".join(certification(args.delay, 100, (2, 4, 8))))
+    print("\n".join(certification(args.delay, 100, (2, 4, 8, 16))))
     print()
     print("Sample models, emulate backend (wall time includes starting the workers):")
     print()
     print("\n".join(sample_models(WIDTHS, args.ray)))
+    print()
+    print("Command backend (scripts/judge_onnxruntime.py --provider cpu per plan), the emulator's set as prior:")
+    print()
+    print("\n".join(command_backend((1, 2, 4))))
 
 
 if __name__ == "__main__":

@@ -67,6 +67,13 @@ def test_a_bn_whose_statistics_fit_fp16_stays_a_bn_node():
         "var": H, "gamma": H}
 
 
+def test_a_bn_whose_variance_would_flush_to_zero_in_fp16_is_folded_too():
+    mixed = convert(Graph(conv_bn_relu(var=1e-9, gamma=1.0)), [])
+    assert "BatchNormalization" not in {n.op_type for n in mixed.model.graph.node}
+    assert mixed.notes == ["BatchNormalization bn written as its folded FP32-computed scale and shift in FP16 "
+                           "(its running variance 1e-09 would flush to zero in FP16; TensorRT folds it the same way)"]
+
+
 def test_a_bn_in_training_mode_is_not_folded_and_keeps_the_error():
     with pytest.raises(UsageError, match=r"'var' read by FP16 node\(s\) bn holds 1e\+08.*--keep-fp32 bn"):
         convert(Graph(conv_bn_relu(opset=14, training=True)), [])

@@ -19,8 +19,9 @@ read in FP16 are stored in FP16 (a copy when FP32 readers share them); a value
 beyond FP16's range is an error, never clamped. Graph inputs and outputs keep
 FP32 unless ``fp16_io``.
 
-An FP16 BatchNormalization whose statistics FP16 cannot hold (before opset 15
-they share X's type; PP-OCRv4's detector has a running variance of 9.79e7) is
+An FP16 BatchNormalization whose statistics FP16 cannot hold (beyond +-65504,
+or non-zero values that would flush to zero) where the opset types them like X
+(before opset 15; PP-OCRv4's detector has a running variance of 9.79e7) is
 written as its folded form, as TensorRT's ONNX parser builds it: scale =
 gamma / sqrt(var + epsilon) and shift = beta - mean * scale, computed in FP32
 at write time, stored in FP16 and applied per channel by a Mul and an Add that

@@ -234,11 +234,13 @@ def test_batchnorm_statistics_stay_fp32_where_the_opset_lets_them():
     onnx.checker.check_model(mixed.model, full_check=True)
 
 
-def test_batchnorm_statistics_beyond_fp16_in_an_old_opset_say_how_to_keep_the_node_fp32():
-    graph = Graph(batchnorm_model(12))  # BatchNormalization-9: one type for X and its statistics
-    with pytest.raises(UsageError, match=r"'var' read by FP16 node\(s\) bn holds 1e\+08.*--keep-fp32 bn"):
-        convert(graph, [])
-    assert convert(graph, ["bn"]).fp16_nodes == []
+def test_batchnorm_statistics_beyond_fp16_in_an_old_opset_are_folded_unless_pinned():
+    """BatchNormalization-9 has one type for X and its statistics: FP16 cannot hold a 1e8 variance, so the FP16
+    node is written folded (tests/test_bn_fold.py), and pinned it stays a BatchNormalization in FP32."""
+    graph = Graph(batchnorm_model(12))
+    assert [n.op_type for n in convert(graph, []).model.graph.node] == ["Cast", "Mul", "Add", "Cast"]
+    pinned = convert(graph, ["bn"])
+    assert pinned.fp16_nodes == [] and [n.op_type for n in pinned.model.graph.node] == ["BatchNormalization"]
 
 
 def test_the_emulation_does_not_round_batchnorm_statistics():

@@ -18,6 +18,14 @@ the other, once per tensor and direction. Initializers and Constant values
 read in FP16 are stored in FP16 (a copy when FP32 readers share them); a value
 beyond FP16's range is an error, never clamped. Graph inputs and outputs keep
 FP32 unless ``fp16_io``.
+
+An FP16 BatchNormalization whose statistics FP16 cannot hold (beyond +-65504,
+or non-zero values that would flush to zero) where the opset types them like X
+(before opset 15; PP-OCRv4's detector has a running variance of 9.79e7) is
+written as its folded form, as TensorRT's ONNX parser builds it: scale =
+gamma / sqrt(var + epsilon) and shift = beta - mean * scale, computed in FP32
+at write time, stored in FP16 and applied per channel by a Mul and an Add that
+writes the BatchNormalization's output tensor.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import UsageError, shown
-from ..model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, Graph, Node, _subgraphs
+from ..model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, Graph, Node, _outer_reads, _subgraphs
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
 FP16_MAX = 65504.0
@@ -85,6 +93,8 @@ class _Converter:
         self.constants = self._constants()
         self.prec: dict[str, int] = {}  # float tensor -> FLOAT or HALF
         self.notes: list[str] = []
+        self.folds: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # BatchNormalization id -> FP16 scale, shift
+        self._ranks: dict[str, int] | None = None
 
     def _constants(self) -> dict[str, np.ndarray]:
         found = {t.name: numpy_helper.to_array(t) for t in self.graph.model.graph.initializer if t.data_type == FLOAT}
@@ -105,6 +115,8 @@ class _Converter:
                 continue
             p = self._precision(node)
             required, outputs = self._slots(node, p)
+            if node.op_type == "BatchNormalization" and p == HALF and self._fold(node, required):
+                required = [required[0]] + [None] * (len(required) - 1)  # the statistics are not read as such
             for t, q in zip(node.outputs, outputs):
                 if q is not None:
                     self.prec[t] = q
@@ -155,6 +167,75 @@ class _Converter:
             for kind, i in slots:
                 (ins if kind == "in" else outs)[i] = q
         return ins, outs
+
+    # -- BatchNormalization with statistics FP16 cannot hold -------------------------------------
+    def _fold(self, node: Node, required: list[int | None]) -> bool:
+        """Record ``node``'s folded FP16 scale and shift when its statistics would be stored in FP16 but FP16
+        cannot hold them, and it can be folded (inference mode, constant per-channel statistics, known rank)."""
+        stats = list(node.inputs[1:5])
+        if len(stats) < 4 or HALF not in required[1:5] or any(t not in self.constants for t in stats):
+            return False
+        values = [np.asarray(self.constants[t], dtype=np.float32) for t in stats]
+        stored_half = [(what, v) for what, v, q in zip(("scale", "bias", "mean", "running variance"), values,
+                                                        required[1:5]) if q == HALF]
+        reason = _unstorable(stored_half)
+        if reason is None:
+            return False  # they fit: written as a BatchNormalization, statistics in FP16, as before
+        proto = self.graph.model.graph.node[node.index]
+        attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
+        rank = self._rank(node.inputs[0])
+        if (attrs.get("training_mode", 0) or attrs.get("spatial", 1) != 1 or any(node.outputs[1:])
+                or self.opset < 7 or rank is None or rank < 2 or any(v.ndim != 1 for v in values)
+                or len({v.size for v in values}) != 1
+                or set(stats) & {v.name for v in self.graph.model.graph.input}):
+            return False  # not foldable: the statistics go to FP16 as before, which refuses what does not fit
+        gamma, beta, mean, var = values
+        eps = np.float32(attrs.get("epsilon", 1e-5))
+        scale = gamma / np.sqrt(var + eps)
+        shift = beta - mean * scale
+        shape = [gamma.size] + [1] * (rank - 2)
+        folded = []
+        for what, value in (("scale", scale), ("shift", shift)):
+            beyond = ~np.isfinite(value) | (np.abs(value) > FP16_MAX)
+            if beyond.any():
+                worst = float(value[beyond][np.argmax(np.abs(value[beyond]))])
+                raise UsageError(
+                    f"BatchNormalization {node.id!r} has statistics FP16 cannot hold ({reason}) and its folded "
+                    f"{what} holds {worst:g}, which FP16 (+-65504) cannot hold either: keep it in FP32 "
+                    f"(fp16bisect apply --keep-fp32 {node.id}, or add it to the override file's fp32_nodes)"
+                )
+            folded.append(value.reshape(shape).astype(np.float16))
+        self.folds[node.id] = (folded[0], folded[1])
+        self.notes.append(
+            f"BatchNormalization {node.id} written as its folded FP32-computed scale and shift in FP16 "
+            f"({reason}; TensorRT folds it the same way)"
+        )
+        return True
+
+    def _rank(self, tensor: str) -> int | None:
+        if self._ranks is None:
+            model = self.graph.model
+            try:
+                model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+            except Exception:
+                pass
+            g = model.graph
+            self._ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in [*g.input, *g.value_info, *g.output]
+                           if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")}
+        return self._ranks.get(tensor)
+
+    def _write_fold(self, out: onnx.GraphProto, node: Node, proto: onnx.NodeProto, x: str, fresh_t, fresh_n,
+                    mixed: Mixed) -> None:
+        """Mul by the folded scale, Add the folded shift, into the BatchNormalization's own output tensor."""
+        scale, shift = self.folds[node.id]
+        names = [fresh_t(f"{node.id}/folded_{what}") for what in ("scale", "shift")]
+        for name, value in zip(names, (scale, shift)):
+            out.initializer.append(numpy_helper.from_array(value, name))
+        mixed.fp16_constants += 2
+        scaled = fresh_t(f"{node.id}/scaled")
+        self.prec[scaled] = HALF
+        out.node.append(helper.make_node("Mul", [x, names[0]], [scaled], name=fresh_n(f"{node.id}/folded_scale")))
+        out.node.append(helper.make_node("Add", [scaled, names[1]], [proto.output[0]], name=proto.name))
 
     # -- pass 2: write --------------------------------------------------------------------------
     def run(self) -> Mixed:
@@ -225,8 +306,13 @@ class _Converter:
                     _rename_reads(proto, t, view(t, FLOAT))
             if p == HALF:
                 mixed.fp16_nodes.append(node.id)
-            out.node.append(proto)
+            if node.id in self.folds:
+                self._write_fold(out, node, proto, proto.input[0], fresh_t, fresh_n, mixed)
+            else:
+                out.node.append(proto)
 
+        if self.folds:
+            self._drop_unread(out, {t for i in self.folds for t in self.graph.by_id[i].inputs[1:5]})
         self._retype_io(out, fresh_t, fresh_n)
         self._retype_value_info(out)
         mixed.casts = sum(1 for n in out.node if n.name.startswith("fp16bisect/cast"))
@@ -277,6 +363,23 @@ class _Converter:
                 self.prec[t] = want
             v.type.tensor_type.elem_type = want
 
+    @staticmethod
+    def _drop_unread(out: onnx.GraphProto, names: set) -> None:
+        """Statistics of folded BatchNormalizations that nothing else reads: no dead weights in the file."""
+        read = {t for n in out.node for t in (*n.input, *_outer_reads(n))} | {v.name for v in out.output}
+        dead = names - read
+        if not dead:
+            return
+        keep = [t for t in out.initializer if t.name not in dead]
+        del out.initializer[:]
+        out.initializer.extend(keep)
+        keep_nodes = [n for n in out.node if not (n.op_type == "Constant" and n.output and n.output[0] in dead)]
+        del out.node[:]
+        out.node.extend(keep_nodes)
+        keep_info = [v for v in out.value_info if v.name not in dead]
+        del out.value_info[:]
+        out.value_info.extend(keep_info)
+
     def _retype_value_info(self, out: onnx.GraphProto) -> None:
         for v in out.value_info:
             if v.name in self.prec and v.type.HasField("tensor_type"):
@@ -324,6 +427,18 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray:
         if a.name == "value_floats":
             return np.array(list(a.floats), dtype=np.float32)
     raise ValueError(f"Constant {node.output[0]!r} has no float value")
+
+
+def _unstorable(stats) -> str | None:
+    """Why FP16 cannot hold these (name, values) statistics, or None: beyond +-65504, or non-zero but flushed."""
+    for what, value in stats:
+        beyond = np.isfinite(value) & (np.abs(value) > FP16_MAX)
+        if beyond.any():
+            return f"its {what} {float(value[beyond][np.argmax(np.abs(value[beyond]))]):.3g} does not fit FP16"
+        flushed = (value != 0) & (value.astype(np.float16) == 0)
+        if flushed.any():
+            return f"its {what} {float(value[flushed][0]):.3g} would flush to zero in FP16"
+    return None
 
 
 def _to_half(name: str, value: np.ndarray, readers: list[str]) -> np.ndarray:

@@ -1,0 +1,100 @@
+"""An FP16 BatchNormalization whose statistics FP16 cannot hold is written folded, as TensorRT builds it."""
+
+import numpy as np
+import onnx
+import pytest
+from conftest import F, make_model
+from onnx import TensorProto, helper
+from real_models import PP_OCRV4_DET, real_model
+from test_cli import one_line_error, run
+
+from fp16bisect.artifacts.mixed import convert
+from fp16bisect.errors import UsageError
+from fp16bisect.model.graph import Graph
+from fp16bisect.model.runtime import session
+
+H = TensorProto.FLOAT16
+C = 4
+
+
+def conv_bn_relu(var=1e8, gamma=1e4, opset=12, training=False):
+    """conv -> BatchNormalization (running variance ``var``) -> relu; gamma/sqrt(var) = 1 by default."""
+    rng = np.random.default_rng(0)
+    bn_outputs = ["bn_out", "running_mean", "running_var"] if training else ["bn_out"]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["conv_out"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["conv_out", "gamma", "beta", "mean", "var"], bn_outputs, name="bn",
+                         **({"training_mode": 1} if training else {})),
+        helper.make_node("Relu", ["bn_out"], ["y"], name="relu"),
+    ]
+    inits = {"w": rng.normal(size=(C, 3, 3, 3)).astype(np.float32),
+             "gamma": np.full(C, gamma, np.float32), "beta": np.linspace(-0.5, 0.5, C).astype(np.float32),
+             "mean": np.linspace(-1, 1, C).astype(np.float32), "var": np.full(C, var, np.float32)}
+    return make_model(nodes, [("x", F, [1, 3, 8, 8])], [("y", F, [1, C, 8, 8])], inits, opset=opset)
+
+
+def test_apply_writes_a_bn_with_a_1e8_variance_as_its_folded_scale_and_shift(tmp_path, capsys):
+    model = conv_bn_relu()
+    path, inputs, overrides, out = (tmp_path / n for n in ("m.onnx", "x.npz", "o.json", "mixed.onnx"))
+    onnx.save(model, path)
+    x = np.random.default_rng(1).normal(size=(1, 3, 8, 8)).astype(np.float32)
+    np.savez(inputs, x=x)
+    assert run(capsys, "search", path, "--inputs", inputs, "-o", overrides, "-q")[0] == 0  # all FP16 passes
+    code, stdout, err = run(capsys, "apply", overrides, path, "-o", out, "--verify", "--inputs", inputs)
+    assert code == 0, err
+    assert ("BatchNormalization bn written as its folded FP32-computed scale and shift in FP16 "
+            "(its running variance 1e+08 does not fit FP16; TensorRT folds it the same way)") in " ".join(stdout.split())
+    assert "verified" in stdout
+    mixed = onnx.load(out)
+    onnx.checker.check_model(mixed, full_check=True)
+    assert [n.op_type for n in mixed.graph.node if n.op_type not in ("Cast",)] == ["Conv", "Mul", "Add", "Relu"]
+    assert [o.name for o in mixed.graph.output] == ["y"]
+    add = next(n for n in mixed.graph.node if n.op_type == "Add")
+    assert (add.name, list(add.output)) == ("bn", ["bn_out"])  # the BN's own name and output tensor
+    assert Graph(mixed).dtypes["bn_out"] == H
+    assert {t.name for t in mixed.graph.initializer} == {"w", "bn/folded_scale", "bn/folded_shift"}  # no dead stats
+    expected = session(model).run(None, {"x": x})[0]
+    got = session(mixed).run(None, {"x": x})[0]  # FP32 ONNX Runtime, FP16 inside
+    assert np.abs(expected).max() > 1  # the BN does not wipe the signal out
+    np.testing.assert_allclose(got, expected, atol=2e-2, rtol=2e-2)
+
+
+def test_a_bn_whose_statistics_fit_fp16_stays_a_bn_node():
+    mixed = convert(Graph(conv_bn_relu(var=1.0, gamma=1.0)), [])
+    bn = [n for n in mixed.model.graph.node if n.op_type == "BatchNormalization"]
+    assert [n.name for n in bn] == ["bn"] and mixed.notes == []
+    assert {t.name: t.data_type for t in mixed.model.graph.initializer if t.name in ("var", "gamma")} == {
+        "var": H, "gamma": H}
+
+
+def test_a_bn_whose_variance_would_flush_to_zero_in_fp16_is_folded_too():
+    mixed = convert(Graph(conv_bn_relu(var=1e-9, gamma=1.0)), [])
+    assert "BatchNormalization" not in {n.op_type for n in mixed.model.graph.node}
+    assert mixed.notes == ["BatchNormalization bn written as its folded FP32-computed scale and shift in FP16 "
+                           "(its running variance 1e-09 would flush to zero in FP16; TensorRT folds it the same way)"]
+
+
+def test_a_bn_in_training_mode_is_not_folded_and_keeps_the_error():
+    with pytest.raises(UsageError, match=r"'var' read by FP16 node\(s\) bn holds 1e\+08.*--keep-fp32 bn"):
+        convert(Graph(conv_bn_relu(opset=14, training=True)), [])
+
+
+def test_a_folded_scale_beyond_fp16_is_an_error_naming_the_fix():
+    with pytest.raises(UsageError, match=r"BatchNormalization 'bn'.*folded scale holds 1e\+06.*--keep-fp32 bn"):
+        convert(Graph(conv_bn_relu(var=1e8, gamma=1e10)), [])
+    assert convert(Graph(conv_bn_relu(var=1e8, gamma=1e10)), ["bn"]).notes == []  # pinned: nothing to fold
+
+
+def test_pp_ocrv4_det_all_fp16_is_written_and_verifies(tmp_path, capsys):
+    """PP-OCRv4 det (opset 12): p2o.BatchNormalization.1's running variance 9.79e7 refused every plan before."""
+    model = real_model(PP_OCRV4_DET)
+    inputs, overrides, out = tmp_path / "x.npz", tmp_path / "o.json", tmp_path / "mixed.onnx"
+    np.savez(inputs, x=np.random.default_rng(0).normal(size=(1, 3, 64, 64)).astype(np.float32))
+    assert run(capsys, "search", model, "--inputs", inputs, "--atol", "0.05", "-o", overrides, "-q")[0] == 0
+    code, stdout, err = run(capsys, "apply", overrides, model, "-o", out, "--verify", "--inputs", inputs)
+    assert code == 0, one_line_error(err)
+    assert "0 pinned in FP32" in stdout and "verified" in stdout
+    assert "BatchNormalization p2o.BatchNormalization.1 written as its folded" in " ".join(stdout.split())
+    mixed = onnx.load(out)
+    assert "p2o.BatchNormalization.1" not in {n.name for n in mixed.graph.node if n.op_type == "BatchNormalization"}
+    assert [o.name for o in mixed.graph.output] == [o.name for o in onnx.load(model).graph.output]

@@ -175,7 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", default="overrides.json", metavar="FILE",
                    help="where to write the override JSON (default overrides.json)")
     s.add_argument("--check-minimal", action="store_true",
-                   help="evaluate each 'set minus one node' directly instead of relying on monotonicity")
+                   help="no effect, kept so existing scripts run: every 'set minus one node' of the answer is "
+                        "always evaluated directly")
     s.add_argument("--repeats", type=int, default=1, metavar="N",
                    help="evaluate each plan N times (on TensorRT: N builds); all must pass (default 1)")
     s.add_argument("--prior", choices=("auto", "emulate", "none"), default="auto",
@@ -268,7 +269,7 @@ def cmd_search(args) -> int:
         if args.repeats < 1:
             raise UsageError(f"--repeats {args.repeats}: give a number of evaluations per plan, 1 or more")
         outcome = search_model(args.model, args.inputs, args.reference, tolerance, args.backend,
-                               check_minimal=args.check_minimal, listener=listener, output=args.output,
+                               listener=listener, output=args.output,
                                backend_options=backend_options(args), repeats=args.repeats, restart=args.restart,
                                parallel=parallel, prior=args.prior)
     except CommandAborted as exc:

@@ -146,7 +146,6 @@ def search_model(
     references: list[str] | None = None,
     tolerance: Tolerance = Tolerance(),
     backend: str = "auto",
-    check_minimal: bool = False,
     listener: Listener | None = None,
     output: str | None = None,
     backend_options: dict | None = None,
@@ -175,13 +174,15 @@ def search_model(
     if prior not in priors.CHOICES:
         raise UsageError(f"unknown prior {prior!r}: use one of {', '.join(priors.CHOICES)}")
     try:
-        noise = build_noise(chosen, oracle.samples, tolerance, noise_ok, listener, oracle.journal)
         listener.stage(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s)")
         prof = profile(graph, oracle.samples)
         found = None
         if priors.wanted(prior, chosen.name):
             found = _prior(graph, oracle, prof, listener, output, prior, restart)
-        return _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, noise, prof, found, start)
+        # with a prior, the noise is measured on its set, the first plan the search evaluates (its build is kept)
+        noise = build_noise(chosen, oracle.samples, tolerance, noise_ok, listener, oracle.journal,
+                            plan=frozenset(found.fp32) if found is not None else frozenset())
+        return _search(graph, chosen, oracle, tolerance, listener, output, noise, prof, found, start)
     finally:
         close(chosen, oracle)
 
@@ -191,8 +192,11 @@ def journal_path(output: str) -> str:
     return str(Path(output).with_suffix(".journal.jsonl"))
 
 
-def build_noise(backend, samples, tolerance: Tolerance, noise_ok: bool, listener: Listener, journal=None) -> dict:
-    """Output -> max abs difference between two builds of the all-FP16 plan (backends that build engines).
+def build_noise(backend, samples, tolerance: Tolerance, noise_ok: bool, listener: Listener, journal=None,
+                plan: frozenset = frozenset()) -> dict:
+    """Output -> max abs difference between two builds of one plan (backends that build engines): all-FP16, or
+    the prior's set when there is one (the first plan the search builds anyway: one build saved, none of
+    all-FP16).
 
     Verdicts finer than build-to-build noise are coin flips: a tolerance the two builds do not meet
     against each other is refused unless ``noise_ok``.
@@ -202,10 +206,15 @@ def build_noise(backend, samples, tolerance: Tolerance, noise_ok: bool, listener
     if journal is not None and journal.noise is not None:
         listener.stage("build noise: measured before, read from the journal")
         return journal.noise
-    listener.stage("building the all-FP16 engine twice to measure build-to-build noise")
+    what = f"the engine of the prior's set ({len(plan)} node(s) in FP32)" if plan else "the all-FP16 engine"
+    listener.stage(f"building {what} twice to measure build-to-build noise")
     try:
-        first, second = backend.noise(samples[0].inputs)
-    except BuildFailed as exc:  # the search meets (and records) the same failure; nothing to measure
+        first, second = backend.noise(samples[0].inputs, plan=plan)
+    except BuildFailed as exc:  # the search meets (and records) the same failure
+        if plan:  # the all-FP16 engine pins nothing: measure there instead
+            listener.stage("build noise: the prior's set did not build as asked (the search reports why); "
+                           "measuring on the all-FP16 engine instead")
+            return build_noise(backend, samples, tolerance, noise_ok, listener, journal)
         listener.stage(f"could not measure build noise: {exc}")
         return {}
     found = {}
@@ -214,7 +223,7 @@ def build_noise(backend, samples, tolerance: Tolerance, noise_ok: bool, listener
         found[name] = m.max_abs if not m.nonfinite else float("inf")
         if not m.passed and not noise_ok:
             raise UsageError(
-                f"two builds of the same all-FP16 engine differ beyond the tolerance ({m.why(tolerance)}): "
+                f"two builds of {what} differ beyond the tolerance ({m.why(tolerance)}): "
                 "TensorRT picks kernels per build, so verdicts at this tolerance would be noise; loosen "
                 "--atol/--rtol, or pass --noise-ok to search anyway"
             )
@@ -262,11 +271,10 @@ def effect_ranking(graph, chosen, oracle, prof, listener):
     return rest
 
 
-def _search(graph, chosen, oracle, tolerance, check_minimal, listener, output, noise, prof, prior, start) -> Outcome:
+def _search(graph, chosen, oracle, tolerance, listener, output, noise, prof, prior, start) -> Outcome:
     step = lambda step, progress: listener.step(  # noqa: E731
         step, {**progress, "backend": chosen.name, "replayed": step.plan in oracle.replayed})
     common = dict(
-        check_minimal=check_minimal,
         on_step=step,
         recheck=None if getattr(chosen, "deterministic", False) else lambda plan: oracle.evaluate(plan, 1).passed,
         test_many=oracle.test_many if oracle.width > 1 else None,

@@ -5,8 +5,7 @@
 
 * Synthetic oracles (``test = culprits <= plan``) whose every evaluation sleeps ``--delay`` seconds in a
   thread, N threads at once: wall time is then rounds x delay, meaningful even on a 2-core machine.
-* Certification of a prior that agrees: ``search(start=S)`` when the search has ``start=`` (the prior's set);
-  before that lands, the minimality batch (``check_minimal=True``: every removal of the set found, one batch).
+* Certification of a prior that agrees: ``search(start=S)`` (the prior's set): S, then its k removals.
 * The sample models on the emulate backend with ``--jobs N`` worker processes (the wall time includes
   spawning N processes and building N ONNX Runtime sessions; the sample models evaluate in milliseconds).
 * An expensive judge: the command backend running scripts/judge_onnxruntime.py per plan, with the emulator's
@@ -19,7 +18,6 @@ overall rounds at N = 8 at most half of N = 1 for k >= 4. Prints Markdown tables
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import platform
 import random
@@ -73,9 +71,7 @@ def synthetic(delay: float, cases) -> list[str]:
 
 
 def certification(delay: float, n: int, ks) -> list[str]:
-    has_start = "start" in inspect.signature(search).parameters
-    how = "search(start=S), S the culprits (a prior that agrees)" if has_start else \
-        "minimality batch: check_minimal=True, the removals of the set found (search has no start= yet)"
+    how = "search(start=S), S the culprits (a prior that agrees)"
     rows = [f"Certification: {how}.", "",
             "| k | N | rounds | rounds of the certification | target | evaluations | wall s |",
             "|---:|---:|---:|---:|---|---:|---:|"]
@@ -85,12 +81,8 @@ def certification(delay: float, n: int, ks) -> list[str]:
         for width in (1, 8):
             test, test_many, pool = delayed(culprits, delay, width)
             start = time.perf_counter()
-            if has_start:
-                r = search(range(n), test, start=culprits, test_many=test_many, width=width)
-                phases = ("start", "certify")
-            else:
-                r = search(range(n), test, check_minimal=True, test_many=test_many, width=width)
-                phases = ("verify", "minimality")
+            r = search(range(n), test, start=culprits, test_many=test_many, width=width)
+            phases = ("start", "certify")
             wall = time.perf_counter() - start
             pool.shutdown()
             assert set(r.fp32) == culprits and r.minimal

@@ -633,6 +633,37 @@ def test_search_on_the_tensorrt_backend_pins_through_metadata_and_finds_the_culp
     assert list(data["exports"])[0] == "strongly_typed"  # the route TensorRT must honour, first
 
 
+def test_with_a_prior_the_noise_is_measured_on_its_set_and_all_fp16_is_never_built(
+        trt, engines_run_as_built, tmp_path, capsys):
+    """The emulator's set S is the first plan the search builds: building it twice for the noise keeps the
+    first engine as S's own. An agreeing prior then costs k + 1 evaluations and, since builds vary, one fresh
+    build of the answer (the recheck): k + 3 builds in all, none of all-FP16 (it was k + 4 with all-FP16's)."""
+    from fp16bisect.cli import main
+
+    out = tmp_path / "o.json"
+    code = main(["search", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"),
+                 "--backend", "tensorrt", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    data = json.loads(out.read_text())
+    assert sorted(n["name"] for n in data["fp32_nodes"]) == ["ln1_square", "ln1_var"]
+    assert data["prior"]["agreed"]
+    assert [s["phase"] for s in data["search"]["trace"]] == ["start", "certify", "certify", "recheck"]
+    assert "building the engine of the prior's set (2 node(s) in FP32) twice" in err
+    assert len(trt._builds) == 5  # S twice (the first is its evaluation), its 2 removals, S afresh
+    assert data["backend"]["build_noise"] == {"y": 0.0}
+
+
+def test_noise_of_a_plan_keeps_its_first_engine_for_the_evaluation(trt, backend_factory):
+    backend, _runs = backend_factory()
+    x = {"x": np.zeros((1, 16, 64), dtype=np.float32)}
+    plan = frozenset({"ln1_square", "ln1_var"})
+    backend.noise(x, plan=plan)
+    assert len(trt._builds) == 2
+    backend.run(plan, x)
+    assert len(trt._builds) == 2  # the evaluation reused the noise's first engine
+
+
 def test_weak_typing_search_uses_layer_precisions(trt, engines_run_as_built, tmp_path, capsys):
     from fp16bisect.cli import main
 
@@ -751,10 +782,13 @@ def test_a_tolerance_below_build_to_build_noise_is_refused_unless_told(trt, engi
     engines_run_as_built["on"] = True
     argv = ["search", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"),
             "--backend", "tensorrt", "-o", str(tmp_path / "o.json"), "-q"]
-    assert main(argv) == 2
+    assert main(argv) == 2  # with the emulator's prior, the noise is measured on its set
     err = capsys.readouterr().err
-    assert "two builds of the same all-FP16 engine differ beyond the tolerance" in err and "--noise-ok" in err
-    assert main([*argv, "--noise-ok"]) == 0
+    assert "two builds of the engine of the prior's set (2 node(s) in FP32) differ beyond the tolerance" in err
+    assert "--noise-ok" in err
+    assert main([*argv, "--prior", "none", "--restart"]) == 2  # without one, on the all-FP16 engine
+    assert "two builds of the all-FP16 engine differ beyond the tolerance" in capsys.readouterr().err
+    assert main([*argv, "--noise-ok", "--restart"]) == 0
 
 
 def test_a_model_over_the_protobuf_limit_is_parsed_from_a_file(trt, engines_run_as_built, tmp_path, monkeypatch):

@@ -200,14 +200,22 @@ class TensorRTBackend:
             self.results.popitem(last=False)
         return outputs
 
-    def noise(self, inputs: dict[str, np.ndarray]) -> tuple[dict, dict]:
-        """The outputs of two fresh builds of the all-FP16 plan (memo bypassed): how much builds differ.
+    def noise(self, inputs: dict[str, np.ndarray], plan=frozenset()) -> tuple[dict, dict]:
+        """The outputs of two fresh builds of one plan (all-FP16 unless told): how much builds differ.
 
         TensorRT picks kernels by timing, so two builds of one plan can compute differently; the
-        pipeline compares the two runs with the tolerance before trusting any verdict.
+        pipeline compares the two runs with the tolerance before trusting any verdict. The first engine
+        is kept as the plan's own, so the search's evaluation of that plan builds nothing more (with a
+        prior, the pipeline measures on the prior's set: the first plan the search evaluates anyway).
         """
-        first = self._execute("noise-1", self._build(frozenset()), inputs)
-        second = self._execute("noise-2", self._build(frozenset()), inputs)
+        plan = frozenset(plan)
+        key = plan_key(plan)
+        first_engine = self._build(plan)
+        first = self._execute("noise-1", first_engine, inputs)
+        second = self._execute("noise-2", self._build(plan), inputs)
+        self.engines[key] = first_engine
+        while len(self.engines) > self.max_engines:
+            self.engines.popitem(last=False)
         return first, second
 
     def close(self) -> None:

@@ -116,13 +116,15 @@ def setup_real(which, make_inputs):
 # --------------------------------------------------------------------------- one model
 
 
-def judge_row(found, oracle) -> str:
-    if found is None:
+def judge_row(result, oracle) -> str:
+    if result.status != "found":
         return "-"
+    found = frozenset(result.fp32)
     if not oracle(found):
         return "FAILS"
     passing = sum(1 for m in found if oracle(found - {m}))
-    return "yes" if not passing else f"passes; {passing} removal(s) pass too"
+    said = "" if result.minimal else " (said: not minimal)"
+    return ("yes" if not passing else f"passes; {passing} removal(s) pass too") + said
 
 
 def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None) -> list[dict]:
@@ -174,8 +176,7 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
             "k": size(with_prior), "with": with_prior.evaluations, "without": without.evaluations,
             "without_k": size(without), "segment": segment.evaluations,
             "segment_k": "-" if segment_set is None else len(segment_set), "agreement": agreement,
-            "ok": "/".join(judge_row(frozenset(r.fp32) if r.status == "found" else None, judge)
-                           for r in (with_prior, without)),
+            "ok": "/".join(judge_row(r, judge) for r in (with_prior, without)),
         })
     return rows
 

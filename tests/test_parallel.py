@@ -49,6 +49,17 @@ def test_four_workers_find_the_same_minimal_set_as_one(known, tmp_path):
         assert len(lines) == parallel.result.evaluations == parallel.data["search"]["evaluations_run"]
 
 
+def test_the_command_line_with_two_jobs_finds_the_serial_set(known, tmp_path, capsys):
+    """Through the CLI, whose console listener (a rich Console) must stay in this process."""
+    out = tmp_path / "o.json"
+    code = cli.main(["search", str(SAMPLES / "two_branches.onnx"), "--inputs", str(SAMPLES / "two_branches.npz"),
+                     "--backend", "emulate", "--jobs", "2", "-o", str(out)])
+    assert code == 0, capsys.readouterr().err
+    data = json.loads(out.read_text())
+    assert sorted(n["name"] for n in data["fp32_nodes"]) == sorted(known["two_branches"]["culprits"])
+    assert data["search"]["minimal"] and data["search"]["jobs"] == 2
+
+
 def test_an_interrupted_parallel_search_resumes_from_its_journal(known, tmp_path):
     out = str(tmp_path / "o.json")
     first = _search("two_branches", known, Parallel(jobs=2), out)

@@ -134,7 +134,8 @@ def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, o
         pool = ThreadPool(evaluate_task, setup_in_process, (here, job), jobs=parallel.jobs,
                           devices=parallel.devices or None)
         return PlanExecutor(pool, f"{pool.width} concurrent command(s)")
-    remote = {k: v for k, v in options.items() if k != "progress"}  # a callable of this process's console
+    # callables (progress, notify) write to this process's console: they stay here
+    remote = {k: v for k, v in options.items() if not callable(v)}
     job = Job(backend, graph.path.read_bytes() if graph.path else graph.model.SerializeToString(),
               str(graph.path or ""), graph.sha256, remote, samples, tolerance, outputs)
     if parallel.ray is not None:

@@ -2,9 +2,9 @@
 
 On a non-emulate backend the whole search first runs on the emulate backend
 (ONNX Runtime CPU, milliseconds a plan, its own journal beside ``-o``:
-``*.prior.journal.jsonl``), and its set is then certified there as it will be
-on the expensive backend (every single removal evaluated directly: FP16
-rounding is not always monotone, and on the emulator that check is free). Its
+``*.prior.journal.jsonl``), ending as every search does with each single
+removal of its set evaluated directly (FP16 rounding is not always monotone;
+on the emulator that check is free). Its
 set S and its evidence (S first, then every
 other candidate ranked by the output error it causes alone in FP16, see
 ``ranking.py``) are handed to the search on the expensive backend, which
@@ -106,23 +106,18 @@ def run(graph, backend, samples, tolerance, outputs, prof, listener, *, header: 
     measured = ranking.effects(backend, samples, tolerance, outputs, ids)
     order = ranking.search_order(prof.order, prof.suspects, measured)
     listener.stage(f"prior: searching on the emulate backend first ({prof.suspects} suspect(s) first)")
+    # the search ends with every single removal of its set evaluated, as the expensive backend will check it
     result = search(ids, oracle, order=order, suspects=prof.suspects,
                     on_step=lambda step, progress: listener.step(
                         step, {**progress, "backend": LABEL, "replayed": step.plan in oracle.replayed}))
     if result.status == "fp32_fails":
         listener.stage("prior: even all-FP32 misses the tolerance on the emulator; searching on the backend alone")
         return None
-    if result.status == "found":
-        # What the expensive backend will check, checked here first, where it costs nothing: every single removal
-        # evaluated directly (the search's own witnesses assume monotonicity, which FP16 rounding need not obey).
-        result = search(ids, oracle, order=order, start=result.fp32,
-                        on_step=lambda step, progress: listener.step(
-                            step, {**progress, "backend": LABEL, "replayed": step.plan in oracle.replayed}))
     seconds = time.perf_counter() - start
     found = list(result.fp32)
     rest = ranking.by_effect([c for c in prof.order if c not in set(found)], measured)
     fp16 = oracle.memo.get(frozenset())
-    evaluations = len(oracle.history)  # distinct plans on the emulator, both passes
+    evaluations = len(oracle.history)  # distinct plans on the emulator
     prior = Prior(tuple(found), found + rest, result.status, evaluations, seconds, result.minimal,
                   fp16.to_json() if fp16 else {}, path or "")
     listener.stage(f"prior: the emulator keeps {len(found)} node(s) in FP32 after {evaluations} "

@@ -153,11 +153,6 @@ class Oracle:
         return evaluation
 
     @property
-    def whole_plans(self) -> bool:
-        """The backend judges a plan over all samples at once (``run_plan``), not sample by sample."""
-        return hasattr(self.backend, "run_plan")
-
-    @property
     def build_failures(self) -> list[Evaluation]:
         return [e for e in self.history if e.error]
 

@@ -27,11 +27,13 @@ Algorithm
    rest goes to QuickXplain (Junker 2004), whose worst case is
    2k*log2(n/k) + 2k tests for k members among n.
 4. Verification, on the oracle that judges, trusting no monotonicity: the
-   final set is evaluated, then every single removal (``set - {member}``,
-   independent plans: one batch with ``test_many``). Members whose removal
-   passes are dropped (all together first, one by one if that fails) and the
-   removals of the smaller set are evaluated again, until a passing set none
-   of whose single removals passes (``_reduce``). Real oracles are not
+   final set is evaluated, then every single removal (``set - {member}``).
+   One at a time (``_sweep``), a member whose removal passes is dropped at
+   once and only the members checked before the last drop are evaluated again
+   on the smaller set. With ``test_many`` all removals are one batch; members
+   whose removal passes are dropped (all together first, one by one if that
+   fails) and the removals of the smaller set are evaluated again. Either way
+   it ends at a passing set none of whose single removals passes (``_reduce``). Real oracles are not
    monotone (FP16 rounding errors can cancel; pinning a node can break a
    fusion on an engine), so a failing superset is no proof: measured on real
    models at a tolerance of half their all-FP16 error, 1 to 11 removals of a
@@ -55,7 +57,18 @@ Certify or continue, instead of steps 1-3:
   every removal fails, S is the answer after k + 1 evaluations for k members:
   no all-FP16 or all-FP32 plan is needed (a passing S implies all-FP32 passes
   and a failing S - {m} that all-FP16 fails, under monotonicity).
-* If S fails, the answer needs a candidate outside S (monotonicity). The rest
+* If S fails and the caller gave ``alternatives`` (other sets that pass where
+  S came from, e.g. the emulator's answer when one member's FP32 pin has no
+  effect on the judge), they are evaluated one by one (``width`` at a time),
+  and the first that passes goes on to the reduction. The next to try is the
+  one that leaves out most of the members common to S and every alternative
+  that failed (a failing plan holds the cause), then the smallest.
+  A runtime that ignores a pin (TensorRT 10 inside a Myelin fusion, a
+  runtime with no FP32 kernel for an op) then costs a few evaluations more
+  than agreement, where bisecting for what to add costs about log2(n) + 1
+  evaluations an addition.
+* Otherwise (no alternative passes) the answer needs a candidate outside S
+  (monotonicity). The rest
   of ``order`` is added on top of S in prefixes of 1, 2, 4, ... until one
   passes (the last is all-FP32: failing means ``fp32_fails``), then bisection
   with S as the base finds the additions (step 3).
@@ -98,7 +111,8 @@ class Step:
     index: int  # 1-based count of distinct evaluations so far
     plan: frozenset
     passed: bool
-    phase: str  # precondition | suspects | split | verify | minimality; from a start set: start | extend | certify
+    phase: str  # precondition | suspects | split | verify | minimality; from a start set: start | alternative |
+    # extend | certify
     round: int = 0  # evaluations of one round ran together (``test_many``); a round waits for the one before
 
 
@@ -459,11 +473,13 @@ def search(
     width: int = 1,
     start: Iterable[Hashable] | None = None,
     rest_order: Callable[[], Sequence[Hashable]] | None = None,
+    alternatives: Callable[[], Iterable[Iterable[Hashable]]] | None = None,
 ) -> SearchResult:
     """Search a 1-minimal FP32 set; see the module docstring.
 
     ``start``: a set to certify or continue from (another oracle's answer; see "Starting from a given set").
-    ``order`` then ranks the candidates outside it (``suspects`` is not used).
+    ``order`` then ranks the candidates outside it (``suspects`` is not used). ``alternatives()``: called only
+    when ``start`` fails; other sets to try before searching for additions, most plausible first.
 
     ``rest_order()``: called only when no suspect prefix passes (and all-FP32 does); returns the candidates
     after the suspects in the order to search them (e.g. by measured effect, which costs the caller work
@@ -506,7 +522,7 @@ def search(
         unknown = [c for c in start if c not in rank]
         if unknown:
             raise SearchError(f"start holds {len(unknown)} id(s) that are not candidates, e.g. {unknown[0]!r}")
-        return _from_start(memo, result, start, order, recheck)
+        return _from_start(memo, result, start, order, recheck, alternatives)
 
     def opening(state):  # the plans asked first: all-FP16 (0), suspect prefixes (1, 2, 4, ...), all-FP32
         if state == 0:
@@ -575,16 +591,19 @@ def search(
 CERTIFY_ROUNDS = 4
 
 
-def _from_start(memo: _Memo, result, start: frozenset, order: list, recheck) -> SearchResult:
+def _from_start(memo: _Memo, result, start: frozenset, order: list, recheck, alternatives=None) -> SearchResult:
     """Certify ``start`` or continue from it (module docstring, "Starting from a given set")."""
     rank = {c: i for i, c in enumerate(order)}
     memo.phase = "start"
     memo.remaining = memo.pool = len(start)
+    current = None
     if memo(start):
         if not start:
             return result("fp16_passes", passed=True, minimal=True, minimality="empty set", agreed=True)
         current = start
-    else:
+    elif alternatives is not None:
+        current = _first_passing(memo, start, alternatives, rank)
+    if current is None:
         rest = [c for c in order if c not in start]
         memo.phase = "extend"
         memo.remaining = memo.pool = len(rest)
@@ -604,12 +623,43 @@ def _from_start(memo: _Memo, result, start: frozenset, order: list, recheck) -> 
     return _reduce(memo, result, current, rank, recheck, "certify", start=start)
 
 
+def _first_passing(memo: _Memo, start: frozenset, alternatives, rank: dict) -> frozenset | None:
+    """An alternative that passes, or None when none does (each evaluated at most once, ``width`` at a time).
+
+    Which to try next is learnt from those that failed: a plan that fails holds a cause (a pin with no effect
+    on the judge, say), so the members common to ``start`` and every failed alternative are the suspects, and
+    the next alternative is the one that leaves out most of them (then the smallest, then the caller's order).
+    """
+    options = list(dict.fromkeys(frozenset(a) for a in alternatives()))
+    unknown = [c for a in options for c in a if c not in rank]
+    if unknown:
+        raise SearchError(f"an alternative holds id(s) that are not candidates, e.g. {unknown[0]!r}")
+    options = [a for a in options if a != start]
+    memo.phase = "alternative"
+    suspects = set(start)
+    while options:
+        options.sort(key=lambda a: (-len(suspects - a), len(a)))  # stable: ties keep the caller's order
+        chunk, options = options[: memo.width], options[memo.width :]
+        memo.remaining = len(options) + len(chunk)
+        for plan, passed in zip(chunk, memo.many(chunk)):
+            if passed:
+                return plan
+            common = suspects & plan
+            suspects = common or suspects  # none in common: more than one cause; keep what was suspected
+    return None
+
+
 def _reduce(memo: _Memo, result, current: frozenset, rank: dict, recheck, phase: str,
             start: frozenset | None = None) -> SearchResult:
     """From a passing set to one whose every single removal was evaluated and failed (module docstring, step 4).
     ``start``: the set another oracle gave (the result then says how the answer differs from it)."""
     memo.phase = phase
     memo.remaining = 0
+    if memo.width == 1:
+        current = _sweep(memo, current, rank)
+        if current is None:
+            return _fallback(memo, result, f"after {CERTIFY_ROUNDS} sweeps that dropped members, single removals "
+                             "still pass: the judging oracle is far from monotone here")
     rounds = 0
     while True:  # every removal evaluated (batched); members whose removal passes are dropped, then check again
         members = sorted(current, key=rank.__getitem__)
@@ -641,6 +691,32 @@ def _reduce(memo: _Memo, result, current: frozenset, rank: dict, recheck, phase:
     if memo.contradictions:
         how += f"; the oracle contradicted monotonicity {len(memo.contradictions)} time(s)"
     return result("found", current, passed=True, minimal=True, minimality=how, **compared)
+
+
+def _sweep(memo: _Memo, current: frozenset, rank: dict) -> frozenset | None:
+    """One evaluation at a time: each member's removal, least suspicious first, dropping a member as soon as
+    its removal passes; a member whose removal was evaluated on a larger set is evaluated again on the set that
+    is left, until every removal of the set was evaluated on it and failed. None after ``CERTIFY_ROUNDS`` sweeps
+    that each dropped members. (A batch of all removals, then all removals of what is left, evaluates again
+    every member checked before a drop; here only those checked before the last drop.)"""
+    checked: dict = {}  # member -> the set its removal was evaluated on
+    for _ in range(CERTIFY_ROUNDS + 1):
+        dropped = False
+        for member in sorted(current, key=rank.__getitem__, reverse=True):
+            if member not in current or checked.get(member) == current:
+                continue
+            memo.pending = [current - {m} for m in current if checked.get(m) != current]
+            checked[member] = current
+            if memo(current - {member}):
+                current = current - {member}
+                dropped = True
+        if all(checked.get(m) == current for m in current):
+            memo.pending = []
+            return current
+        if not dropped:
+            break
+    memo.pending = []
+    return None
 
 
 def _fallback(memo: _Memo, result, why: str) -> SearchResult:

@@ -284,7 +284,8 @@ def _search(graph, chosen, oracle, tolerance, listener, output, noise, prof, pri
     if prior is not None:
         listener.stage(f"on the {chosen.name} backend: evaluating the emulator's {len(prior.fp32)} node(s), then "
                        "certifying each (or continuing from them if they fail)")
-        result = search(ids, oracle, order=prior.order, start=prior.fp32, **common)
+        result = search(ids, oracle, order=prior.order, start=prior.fp32, alternatives=lambda: priors.alternatives(
+            graph, prior, oracle.samples, oracle.tolerance, oracle.outputs, listener), **common)
         listener.stage(_agreement(result, chosen.name))
     else:
         listener.stage(f"searching on the {chosen.name} backend ({prof.suspects} suspect(s) first)")
@@ -344,7 +345,17 @@ def prior_json(o: Outcome) -> dict | None:
         return None
     return {"backend": "emulate", "status": p.status, "fp32": list(p.fp32), "evaluations": p.evaluations,
             "seconds": round(p.seconds, 3), "minimal": p.minimal, "agreed": bool(r.agreed),
-            "added": list(r.added), "dropped": list(r.dropped), "journal": p.journal, "replayed": p.replayed}
+            "added": list(r.added), "dropped": list(r.dropped), "journal": p.journal, "replayed": p.replayed,
+            "alternatives": alternatives_json(p, r)}
+
+
+def alternatives_json(p: Prior, r: SearchResult) -> dict | None:
+    """When the prior's set failed on the judge: the emulator's alternatives (made, from how many emulator
+    evaluations) and how many were evaluated on the judge; ``used``: the answer came from one of them."""
+    tried = [s for s in r.trace if s.phase == "alternative"]
+    if not p.alternatives and not tried:
+        return None
+    return {**p.alternatives, "evaluated": len(tried), "used": any(s.passed for s in tried)}
 
 
 def ignored_pins(oracle: Oracle) -> list[dict]:

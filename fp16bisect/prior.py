@@ -11,6 +11,15 @@ other candidate ranked by the output error it causes alone in FP16, see
 certifies S there (k + 1 evaluations when the two agree) or continues from it
 (``search(..., start=S)``). The expensive backend is always the judge.
 
+When S fails there, the likeliest reason on a real runtime is a pin that has
+no effect (TensorRT 10 ignoring a pin inside a Myelin fusion, a runtime with
+no FP32 kernel for an op): for each member m of S, the emulator searches
+again with m in FP16 (from S - {m}, over the candidates without m), and these
+alternatives, fewest members first, are evaluated on the expensive backend
+before any search for additions (``search(..., alternatives=...)``). They are
+computed only then, on the emulator (no engine build), and not journaled:
+a resumed search recomputes them, with the same result.
+
 The prior's result is written into the expensive backend's journal before the
 first expensive evaluation, so an interrupted search resumes from there
 without the emulator.
@@ -43,6 +52,8 @@ class Prior:
     fp16: dict = field(default_factory=dict)  # the all-FP16 evaluation on the emulator (Evaluation.to_json)
     journal: str = ""
     replayed: bool = False  # read back from the expensive backend's journal: the emulator did not run
+    alternatives: dict = field(default_factory=dict)  # when S failed on the judge: how the alternatives were made
+    oracle: object = field(default=None, repr=False, compare=False)  # the emulator's (None when replayed)
 
     def to_json(self) -> dict:
         return {"backend": "emulate", "status": self.status, "fp32": list(self.fp32), "order": list(self.order),
@@ -119,7 +130,39 @@ def run(graph, backend, samples, tolerance, outputs, prof, listener, *, header: 
     fp16 = oracle.memo.get(frozenset())
     evaluations = len(oracle.history)  # distinct plans on the emulator
     prior = Prior(tuple(found), found + rest, result.status, evaluations, seconds, result.minimal,
-                  fp16.to_json() if fp16 else {}, path or "")
+                  fp16.to_json() if fp16 else {}, path or "", oracle=oracle)
     listener.stage(f"prior: the emulator keeps {len(found)} node(s) in FP32 after {evaluations} "
                    f"evaluation(s) in {seconds:.1f} s")
     return prior
+
+
+def alternatives(graph, prior: Prior, samples, tolerance, outputs, listener) -> list[frozenset]:
+    """For each member m of the prior's set S: the emulator's answer with m in FP16 (its pin has no effect on
+    the judge), searched from S - {m} over the candidates without m; none for a member the emulator cannot do
+    without. Fewest members first, ties in S's order. Records counts and time in ``prior.alternatives``."""
+    begin = time.perf_counter()
+    oracle = prior.oracle  # the prior's own: its memo (and journal) already hold each S - {m}
+    if oracle is None:  # resumed from the judge's journal: a fresh emulator, with the same verdicts
+        from .backends.emulate import EmulateBackend
+
+        oracle = Oracle(EmulateBackend(graph), samples, tolerance, outputs)
+    before = len(oracle.history)
+    ids = [n.id for n in graph.candidates]
+    members = list(prior.fp32)
+    listener.stage(f"prior: the emulator's set fails here; searching on the emulate backend for an alternative to "
+                   f"each of its {len(members)} member(s), as if that member's FP32 pin had no effect")
+    found = []
+    for member in members:
+        rest = [c for c in ids if c != member]
+        result = search(rest, oracle, order=[c for c in prior.order if c != member],
+                        start=[c for c in members if c != member])
+        if result.status == "found":
+            found.append(frozenset(result.fp32))
+    ranked = sorted(dict.fromkeys(found), key=len)  # sorted() is stable: ties keep S's order
+    seconds = time.perf_counter() - begin
+    evaluations = len(oracle.history) - before
+    prior.alternatives = {"members": len(members), "found": len(ranked), "evaluations": evaluations,
+                          "seconds": round(seconds, 3)}
+    listener.stage(f"prior: {len(ranked)} alternative set(s) of {', '.join(str(len(a)) for a in ranked) or '-'} "
+                   f"node(s), from {evaluations} more emulator evaluation(s) in {seconds:.1f} s")
+    return ranked

@@ -82,13 +82,15 @@ def detector_image(h: int, w: int) -> np.ndarray:
 def real_models() -> dict:
     import real_models as rm
 
-    rng = np.random.default_rng(0)
+    def rng():  # each model its own: its inputs do not depend on which models run (--models)
+        return np.random.default_rng(0)
+
     return {
         "PP-OCRv4 det (64x96)": (rm.PP_OCRV4_DET, lambda: {"x": detector_image(64, 96)}),
-        "PP-OCRv4 rec (48x64)": (rm.PP_OCRV4_REC, lambda: {"x": rng.random((1, 3, 48, 64), dtype=np.float32)}),
-        "nudenet 320n (64x64)": (rm.NUDENET_320N, lambda: {"images": rng.random((1, 3, 64, 64), dtype=np.float32)}),
+        "PP-OCRv4 rec (48x64)": (rm.PP_OCRV4_REC, lambda: {"x": rng().random((1, 3, 48, 64), dtype=np.float32)}),
+        "nudenet 320n (64x64)": (rm.NUDENET_320N, lambda: {"images": rng().random((1, 3, 64, 64), dtype=np.float32)}),
         "silero-vad seq (4x576)": (rm.SILERO_VAD_SEQ, lambda: {
-            "input": (rng.standard_normal((4, 576)) * 0.1).astype(np.float32),
+            "input": (rng().standard_normal((4, 576)) * 0.1).astype(np.float32),
             "h": np.zeros((1, 1, 128), np.float32), "c": np.zeros((1, 1, 128), np.float32)}),
     }
 
@@ -154,7 +156,9 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
         def oracle():
             return Oracle(variant, samples, tol, outputs)
 
-        with_prior = search(ids, oracle(), order=prior_order, start=prior_set)
+        found.alternatives = {}
+        with_prior = search(ids, oracle(), order=prior_order, start=prior_set, alternatives=lambda: priors.alternatives(
+            graph, found, samples, tol, outputs, Listener()))
         without = search(ids, oracle(), order=prof.order, suspects=prof.suspects)
         test = oracle()
         nodes = [n for n in sorted(graph.nodes, key=lambda n: n.index) if n.op_type not in ("Loop", "If", "Scan")]
@@ -173,6 +177,7 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
             "rounding": {"same": "-", "fewer": f"{len(variant.fused)} fused",
                          "more": f"{len(variant.forced)} forced FP16"}[variant.name],
             "prior_evals": found.evaluations, "prior_k": len(prior_set), "prior_s": found.seconds,
+            "alternatives": found.alternatives,
             "k": size(with_prior), "with": with_prior.evaluations, "without": without.evaluations,
             "without_k": size(without), "segment": segment.evaluations,
             "segment_k": "-" if segment_set is None else len(segment_set), "agreement": agreement,
@@ -241,9 +246,11 @@ def table(rows: list[dict]) -> list[str]:
     ]
     for r in rows:
         half = "yes" if r["with"] <= r["segment"] / 2 else "NO"
+        alt = r["alternatives"]
+        alt = f"; alternatives {alt['found']} of {alt['members']}: {alt['evaluations']} ({alt['seconds']:.1f} s)" if alt else ""
         lines.append(
             f"| {r['model']} | {r['variant']} ({r['rounding']}) | {r['prior_evals']}, {r['prior_k']} "
-            f"({r['prior_s']:.1f} s) | {r['k']} | {r['with']} / {r['without']} / {r['segment']} | {half} "
+            f"({r['prior_s']:.1f} s){alt} | {r['k']} | {r['with']} / {r['without']} / {r['segment']} | {half} "
             f"| {r['k']} / {r['without_k']} / {r['segment_k']} | {r['agreement']} | {r['ok']} |"
         )
     return lines

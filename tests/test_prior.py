@@ -126,6 +126,68 @@ def test_when_all_fp32_fails_on_the_judge_the_search_says_so():
     assert result.status == "fp32_fails" and result.agreed is False
 
 
+def test_a_pin_the_judge_ignores_costs_one_evaluation_when_the_emulator_offers_the_alternative():
+    """The emulator passes with {1, 2, 3}, or with 40 and 41 standing in for 1; the judge ignores the pin on 1
+    (a fused layer, no FP32 kernel). The prior's alternatives (one per member: 2 and 3 have none) hold
+    {2, 3, 40, 41}: S fails, the alternative passes, its four removals fail: 6 evaluations, where searching for
+    additions on top of S takes more."""
+    def emulator(plan):
+        return {1, 2, 3} <= plan or {2, 3, 40, 41} <= plan
+
+    def judge(plan):
+        return emulator(plan - {1})
+
+    order = [1, 2, 3] + [c for c in range(100) if c not in (1, 2, 3)]
+    test = Counted(judge)
+    result = search(range(100), test, order=order, start={1, 2, 3}, alternatives=lambda: [{2, 3, 40, 41}])
+    assert set(result.fp32) == {2, 3, 40, 41} and result.added == (40, 41) and result.dropped == (1,)
+    assert_passes_and_one_minimal(result, judge)
+    assert test.plans[:2] == [{1, 2, 3}, {2, 3, 40, 41}] and result.evaluations == 6
+    assert [s.phase for s in result.trace[:2]] == ["start", "alternative"]
+    without = search(range(100), Counted(judge), order=order, start={1, 2, 3})
+    assert set(without.fp32) == {2, 3, 40, 41} and without.evaluations > 6 + 4
+
+
+def test_alternatives_are_asked_only_when_the_start_set_fails():
+    asked = []
+    result = search(range(10), lambda p: {1, 2} <= p, start={1, 2}, alternatives=lambda: asked.append(1) or [{3}])
+    assert result.agreed and asked == []
+
+
+@st.composite
+def judge_with_alternatives(draw):
+    """A judge that passes with any of a few planted sets, a start set and alternatives drawn at random."""
+    n = draw(st.integers(2, 60))
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    ways = [frozenset(rng.sample(range(n), rng.randint(1, min(n, 6)))) for _ in range(rng.randint(1, 3))]
+    start = frozenset(rng.sample(range(n), rng.randint(0, min(n, 8))))
+    options = [frozenset(rng.sample(range(n), rng.randint(0, min(n, 10)))) for _ in range(rng.randint(0, 6))]
+    options += [w | frozenset(rng.sample(range(n), rng.randint(0, min(n, 3)))) for w in ways if rng.random() < 0.5]
+    return n, ways, start, options
+
+
+@settings(max_examples=300, deadline=None)
+@given(judge_with_alternatives(), st.sampled_from([1, 4]))
+def test_with_alternatives_the_result_passes_and_every_removal_fails_on_the_judge(case, width):
+    n, ways, start, options = case
+
+    def judge(plan):
+        return any(w <= plan for w in ways)
+
+    test = Counted(judge)
+    result = search(range(n), test, start=start, alternatives=lambda: options,
+                    test_many=lambda plans: [test(p) for p in plans], width=width)
+    assert len(test.plans) == len(set(test.plans)) == result.evaluations  # each plan evaluated once
+    if result.status == "fp16_passes":
+        assert judge(frozenset())
+        return
+    found = frozenset(result.fp32)
+    assert result.status == "found" and result.minimal and judge(found)
+    assert all(found - {m} in test.plans and not judge(found - {m}) for m in found)
+    tried = [s.plan for s in result.trace if s.phase == "alternative"]
+    assert set(tried) <= set(options) and (not tried or not judge(start))
+
+
 # --------------------------------------------------------------------------- the pipeline with an expensive double
 
 
@@ -194,10 +256,9 @@ def test_an_engine_that_rounds_fewer_tensors_drops_what_it_does_not_need(engine,
     assert [n["name"] for n in data["fp32_nodes"]] == ["ln1_square"]
     assert data["prior"]["agreed"] is False and data["prior"]["dropped"] == ["ln1_var"]
     assert data["search"]["minimal"] is True and data["search"]["minimality"] == "each removal evaluated and failed"
-    runs = engine.runs  # S, its two removals (one passes), then the removal of what is left: all-FP16
-    assert runs[0] == {"ln1_square", "ln1_var"} and set(runs[1:3]) == {frozenset({"ln1_square"}),
-                                                                       frozenset({"ln1_var"})}
-    assert runs[3:] == [frozenset()]
+    # S, then one removal at a time, least suspicious first: without ln1_var it passes, so ln1_var goes at once;
+    # then the removal of what is left (all-FP16), which fails: 3 builds
+    assert engine.runs == [{"ln1_square", "ln1_var"}, {"ln1_square"}, frozenset()]
 
 
 def test_an_engine_that_rounds_more_gets_a_set_that_passes_and_is_one_minimal_there(engine, tmp_path, capsys):
@@ -210,6 +271,10 @@ def test_an_engine_that_rounds_more_gets_a_set_that_passes_and_is_one_minimal_th
     assert "branch0" in prior["fp32"] and prior["agreed"] is False
     assert len(found) == 7 and "branch0" not in found and found <= {f"branch{i}" for i in range(10)}
     assert prior["dropped"] == ["branch0"] and len(prior["added"]) == 1
+    # the emulator's alternative for branch0 (S - {branch0} + another branch; S's first member, so the first
+    # alternative of its size) was the first plan after S; then its 7 removals, one at a time: 9 engine builds
+    assert prior["alternatives"]["used"] is True and prior["alternatives"]["evaluated"] == 1
+    assert prior["alternatives"]["members"] == 7 and data["search"]["evaluations"] == 9 == len(engine.runs)
     judge = Engine(pipeline.Graph.load(SAMPLES / "accumulation.onnx"))
     oracle = pipeline.Oracle(judge, pipeline.load_samples(judge.inner.graph, [ACC[3]]), Tolerance(0.4, 0), ["y"])
     pipeline.add_fp32_references(judge.inner.graph, oracle.samples)

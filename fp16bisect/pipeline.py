@@ -284,7 +284,7 @@ def _search(graph, chosen, oracle, tolerance, listener, output, noise, prof, pri
     if prior is not None:
         listener.stage(f"on the {chosen.name} backend: evaluating the emulator's {len(prior.fp32)} node(s), then "
                        "certifying each (or continuing from them if they fail)")
-        result = search(ids, oracle, order=prior.order, start=prior.fp32, alternatives=lambda: priors.alternatives(
+        result = search(ids, oracle, order=prior.order, start=prior.fp32, alternatives=priors.Alternatives(
             graph, prior, oracle.samples, oracle.tolerance, oracle.outputs, listener), **common)
         listener.stage(_agreement(result, chosen.name))
     else:

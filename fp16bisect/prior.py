@@ -15,10 +15,11 @@ When S fails there, the likeliest reason on a real runtime is a pin that has
 no effect (TensorRT 10 ignoring a pin inside a Myelin fusion, a runtime with
 no FP32 kernel for an op): for each member m of S, the emulator searches
 again with m in FP16 (from S - {m}, over the candidates without m), and these
-alternatives, fewest members first, are evaluated on the expensive backend
-before any search for additions (``search(..., alternatives=...)``). They are
-computed only then, on the emulator (no engine build), and not journaled:
-a resumed search recomputes them, with the same result.
+alternatives are evaluated on the expensive backend before any search for
+additions (``search(..., alternatives=...)``); when all fail, the ignored
+pins are guessed from the failed plans (``Alternatives``). They are computed
+only then, on the emulator (no engine build), and not journaled: a resumed
+search recomputes them, with the same result.
 
 The prior's result is written into the expensive backend's journal before the
 first expensive evaluation, so an interrupted search resumes from there
@@ -136,33 +137,133 @@ def run(graph, backend, samples, tolerance, outputs, prof, listener, *, header: 
     return prior
 
 
-def alternatives(graph, prior: Prior, samples, tolerance, outputs, listener) -> list[frozenset]:
-    """For each member m of the prior's set S: the emulator's answer with m in FP16 (its pin has no effect on
-    the judge), searched from S - {m} over the candidates without m; none for a member the emulator cannot do
-    without. Fewest members first, ties in S's order. Records counts and time in ``prior.alternatives``."""
-    begin = time.perf_counter()
-    oracle = prior.oracle  # the prior's own: its memo (and journal) already hold each S - {m}
-    if oracle is None:  # resumed from the judge's journal: a fresh emulator, with the same verdicts
-        from .backends.emulate import EmulateBackend
+class Alternatives:
+    """``search(..., alternatives=...)``: the emulator's other answers, asked for only when the prior's set S
+    fails on the judge, and again (with every plan that failed there) when all those offered failed too.
 
-        oracle = Oracle(EmulateBackend(graph), samples, tolerance, outputs)
-    before = len(oracle.history)
-    ids = [n.id for n in graph.candidates]
-    members = list(prior.fp32)
-    listener.stage(f"prior: the emulator's set fails here; searching on the emulate backend for an alternative to "
-                   f"each of its {len(members)} member(s), as if that member's FP32 pin had no effect")
-    found = []
-    for member in members:
-        rest = [c for c in ids if c != member]
-        result = search(rest, oracle, order=[c for c in prior.order if c != member],
-                        start=[c for c in members if c != member])
-        if result.status == "found":
-            found.append(frozenset(result.fp32))
-    ranked = sorted(dict.fromkeys(found), key=len)  # sorted() is stable: ties keep S's order
-    seconds = time.perf_counter() - begin
-    evaluations = len(oracle.history) - before
-    prior.alternatives = {"members": len(members), "found": len(ranked), "evaluations": evaluations,
-                          "seconds": round(seconds, 3)}
-    listener.stage(f"prior: {len(ranked)} alternative set(s) of {', '.join(str(len(a)) for a in ranked) or '-'} "
-                   f"node(s), from {evaluations} more emulator evaluation(s) in {seconds:.1f} s")
-    return ranked
+    The model behind them: the judge ignores some FP32 pins (a fused layer, no FP32 kernel), so every plan that
+    passes on the emulator but fails on the judge holds one of the ignored pins. First round: for each member m
+    of S, the emulator's answer with m in FP16 (from S - {m}, over the candidates without m); none for a member
+    the emulator cannot do without (such a member is never suspected). Later rounds: the ignored pins are
+    guessed as a smallest hitting set of the failed plans (greedily: the candidate in most of them, then in
+    most of those left, ..., ties going to the candidate nearest in the graph to those already guessed, as
+    a runtime ignores the pins of a fused region), and the emulator answers with all of them in FP16.
+    ``prior.alternatives`` records the rounds, counts and time.
+    """
+
+    ROUNDS = 8  # each later round costs one evaluation on the judge and one search on the emulator
+
+    def __init__(self, graph, prior: Prior, samples, tolerance, outputs, listener):
+        self.graph, self.prior, self.listener = graph, prior, listener
+        self.samples, self.tolerance, self.outputs = samples, tolerance, outputs
+        self.needed: set = set()  # members the emulator cannot do without: not suspected
+        self.offered: set = {frozenset(prior.fp32)}
+        self.rounds = 0
+
+    def __call__(self, failed) -> list[frozenset]:
+        if self.rounds >= self.ROUNDS:
+            return []
+        self.rounds += 1
+        begin = time.perf_counter()
+        oracle = self.prior.oracle  # the prior's own: its memo (and journal) already hold each S - {m}
+        if oracle is None:  # resumed from the judge's journal: a fresh emulator, with the same verdicts
+            from .backends.emulate import EmulateBackend
+
+            oracle = self.prior.oracle = Oracle(EmulateBackend(self.graph), self.samples, self.tolerance,
+                                                self.outputs)
+        before = len(oracle.history)
+        members = list(self.prior.fp32)
+        if self.rounds == 1:
+            self.listener.stage(f"prior: the emulator's set fails here; searching on the emulate backend for an "
+                                f"alternative to each of its {len(members)} member(s), as if that member's FP32 "
+                                "pin had no effect")
+            guesses = [frozenset({m}) for m in members]
+        else:
+            guesses = []
+        found = []
+        for i, guess in enumerate(guesses, 1):
+            answer = self._answer(oracle, guess)
+            if answer is None:
+                self.needed |= guess
+            else:
+                found.append(answer)
+            self.listener.stage(f"prior: alternative {i} of {len(guesses)}, {', '.join(map(str, guess))} in "
+                                "FP16: " + (f"{len(answer)} node(s)" if answer is not None else
+                                            "none (the emulator needs it)"))
+        banned: set = set()
+        while self.rounds > 1 and not found and len(banned) < 3:
+            guess = self._hitting_set([frozenset(f) for f in failed], banned)
+            if not guess:
+                break
+            answer = self._answer(oracle, frozenset(guess))
+            self.listener.stage(f"prior: {len(failed)} plan(s) failed here that pass on the emulator; guessing the "
+                                f"pins with no effect as {', '.join(map(str, guess))}: "
+                                + (f"{len(answer)} node(s)" if answer is not None else "the emulator cannot pass so"))
+            if answer is None or answer in self.offered:
+                # the first guessed is in most failed plans: so is any pin the emulator cannot do without
+                banned.add(guess[0])
+            else:
+                found.append(answer)
+        if self.rounds > 1 and not found:
+            return []
+        ranked = sorted(dict.fromkeys(found), key=len)  # sorted() is stable: ties keep S's order
+        self.offered.update(ranked)
+        seconds = time.perf_counter() - begin
+        made = self.prior.alternatives or {"members": len(members), "found": 0, "evaluations": 0, "seconds": 0.0}
+        made.update(found=made["found"] + len(ranked), evaluations=made["evaluations"] + len(oracle.history) - before,
+                    seconds=round(made["seconds"] + seconds, 3), rounds=self.rounds)
+        self.prior.alternatives = made
+        self.listener.stage(f"prior: {len(ranked)} alternative set(s) of "
+                            f"{', '.join(str(len(a)) for a in ranked) or '-'} node(s), from "
+                            f"{len(oracle.history) - before} more emulator evaluation(s) in {seconds:.1f} s")
+        return ranked
+
+    def _answer(self, oracle, avoid: frozenset) -> frozenset | None:
+        """The emulator's answer with ``avoid`` in FP16, from S without them; None if it cannot pass so."""
+        ids = [n.id for n in self.graph.candidates if n.id not in avoid]
+        result = search(ids, oracle, order=[c for c in self.prior.order if c not in avoid],
+                        start=[c for c in self.prior.fp32 if c not in avoid])
+        return frozenset(result.fp32) if result.status == "found" else None
+
+    def _hitting_set(self, failed: list, banned=frozenset()) -> tuple:
+        """Greedy: the candidate (not one the emulator needs) in most failed plans, then in most of those it
+        misses, ...; ties go to the candidate nearest to those chosen (graph hops), then the prior's order."""
+        position = {c: i for i, c in enumerate(self.prior.order)}
+        left, chosen = list(failed), []
+        while left:
+            counts: dict = {}
+            for plan in left:
+                for c in plan:
+                    if c not in self.needed and c not in banned:
+                        counts[c] = counts.get(c, 0) + 1
+            if not counts:
+                break
+            near = self._hops(chosen)
+            best = min(counts, key=lambda c: (-counts[c], near.get(c, len(position)), position.get(c, len(position))))
+            chosen.append(best)
+            left = [plan for plan in left if best not in plan]
+        return tuple(chosen)
+
+    def _hops(self, sources: list) -> dict:
+        """Node id -> fewest tensor hops (either way along the graph's edges) from any of ``sources``."""
+        if not sources:
+            return {}
+        if not hasattr(self, "_neighbours"):
+            producer = {t: n.id for n in self.graph.nodes for t in n.outputs}
+            self._neighbours = {n.id: set() for n in self.graph.nodes}
+            for n in self.graph.nodes:
+                for t in n.inputs:
+                    if t in producer:
+                        self._neighbours[n.id].add(producer[t])
+                        self._neighbours[producer[t]].add(n.id)
+        hops = {s: 0 for s in sources}
+        frontier = list(sources)
+        while frontier:
+            after = []
+            for node in frontier:
+                for other in self._neighbours.get(node, ()):
+                    if other not in hops:
+                        hops[other] = hops[node] + 1
+                        after.append(other)
+            frontier = after
+        return hops

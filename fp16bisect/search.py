@@ -62,7 +62,9 @@ Certify or continue, instead of steps 1-3:
   effect on the judge), they are evaluated one by one (``width`` at a time),
   and the first that passes goes on to the reduction. The next to try is the
   one that leaves out most of the members common to S and every alternative
-  that failed (a failing plan holds the cause), then the smallest.
+  that failed (a failing plan holds the cause), then the smallest. When all
+  fail, the caller is asked again with every plan that failed, and may offer
+  more (the prior guesses the ignored pins from them).
   A runtime that ignores a pin (TensorRT 10 inside a Myelin fusion, a
   runtime with no FP32 kernel for an op) then costs a few evaluations more
   than agreement, where bisecting for what to add costs about log2(n) + 1
@@ -478,8 +480,9 @@ def search(
     """Search a 1-minimal FP32 set; see the module docstring.
 
     ``start``: a set to certify or continue from (another oracle's answer; see "Starting from a given set").
-    ``order`` then ranks the candidates outside it (``suspects`` is not used). ``alternatives()``: called only
-    when ``start`` fails; other sets to try before searching for additions, most plausible first.
+    ``order`` then ranks the candidates outside it (``suspects`` is not used). ``alternatives(failed)``: called
+    only when ``start`` fails, with the plans that failed (``start`` first); other sets to try before searching
+    for additions, most plausible first; called again with more failures while it offers new ones.
 
     ``rest_order()``: called only when no suspect prefix passes (and all-FP32 does); returns the candidates
     after the suspects in the order to search them (e.g. by measured effect, which costs the caller work
@@ -626,27 +629,33 @@ def _from_start(memo: _Memo, result, start: frozenset, order: list, recheck, alt
 def _first_passing(memo: _Memo, start: frozenset, alternatives, rank: dict) -> frozenset | None:
     """An alternative that passes, or None when none does (each evaluated at most once, ``width`` at a time).
 
-    Which to try next is learnt from those that failed: a plan that fails holds a cause (a pin with no effect
-    on the judge, say), so the members common to ``start`` and every failed alternative are the suspects, and
-    the next alternative is the one that leaves out most of them (then the smallest, then the caller's order).
+    ``alternatives(failed)`` is asked with the plans that failed so far (``start`` first) and again, with more,
+    each time all it offered failed, until it offers nothing new. Which to try next is learnt from the
+    failures: a plan that fails holds a cause (a pin with no effect on the judge, say), so the members common
+    to ``start`` and every failed alternative are the suspects, and the next alternative is the one that leaves
+    out most of them (then the smallest, then the caller's order).
     """
-    options = list(dict.fromkeys(frozenset(a) for a in alternatives()))
-    unknown = [c for a in options for c in a if c not in rank]
-    if unknown:
-        raise SearchError(f"an alternative holds id(s) that are not candidates, e.g. {unknown[0]!r}")
-    options = [a for a in options if a != start]
-    memo.phase = "alternative"
+    failed, offered = [start], {start}
     suspects = set(start)
-    while options:
-        options.sort(key=lambda a: (-len(suspects - a), len(a)))  # stable: ties keep the caller's order
-        chunk, options = options[: memo.width], options[memo.width :]
-        memo.remaining = len(options) + len(chunk)
-        for plan, passed in zip(chunk, memo.many(chunk)):
-            if passed:
-                return plan
-            common = suspects & plan
-            suspects = common or suspects  # none in common: more than one cause; keep what was suspected
-    return None
+    while True:
+        options = [a for a in dict.fromkeys(frozenset(a) for a in alternatives(tuple(failed))) if a not in offered]
+        unknown = [c for a in options for c in a if c not in rank]
+        if unknown:
+            raise SearchError(f"an alternative holds id(s) that are not candidates, e.g. {unknown[0]!r}")
+        if not options:
+            return None
+        offered.update(options)
+        memo.phase = "alternative"
+        while options:
+            options.sort(key=lambda a: (-len(suspects - a), len(a)))  # stable: ties keep the caller's order
+            chunk, options = options[: memo.width], options[memo.width :]
+            memo.remaining = len(options) + len(chunk)
+            for plan, passed in zip(chunk, memo.many(chunk)):
+                if passed:
+                    return plan
+                failed.append(plan)
+                common = suspects & plan
+                suspects = common or suspects  # none in common: more than one cause; keep what was suspected
 
 
 def _reduce(memo: _Memo, result, current: frozenset, rank: dict, recheck, phase: str,
@@ -656,7 +665,7 @@ def _reduce(memo: _Memo, result, current: frozenset, rank: dict, recheck, phase:
     memo.phase = phase
     memo.remaining = 0
     if memo.width == 1:
-        current = _sweep(memo, current, rank)
+        current = _sweep(memo, current, rank, distrusted=start if start is not None and current != start else ())
         if current is None:
             return _fallback(memo, result, f"after {CERTIFY_ROUNDS} sweeps that dropped members, single removals "
                              "still pass: the judging oracle is far from monotone here")
@@ -693,16 +702,18 @@ def _reduce(memo: _Memo, result, current: frozenset, rank: dict, recheck, phase:
     return result("found", current, passed=True, minimal=True, minimality=how, **compared)
 
 
-def _sweep(memo: _Memo, current: frozenset, rank: dict) -> frozenset | None:
+def _sweep(memo: _Memo, current: frozenset, rank: dict, distrusted=()) -> frozenset | None:
     """One evaluation at a time: each member's removal, least suspicious first, dropping a member as soon as
     its removal passes; a member whose removal was evaluated on a larger set is evaluated again on the set that
     is left, until every removal of the set was evaluated on it and failed. None after ``CERTIFY_ROUNDS`` sweeps
     that each dropped members. (A batch of all removals, then all removals of what is left, evaluates again
-    every member checked before a drop; here only those checked before the last drop.)"""
+    every member checked before a drop; here only those checked before the last drop, so the members likeliest
+    to go are checked first: those of ``distrusted``, a start set the judge failed.)"""
     checked: dict = {}  # member -> the set its removal was evaluated on
+    distrusted = frozenset(distrusted)
     for _ in range(CERTIFY_ROUNDS + 1):
         dropped = False
-        for member in sorted(current, key=rank.__getitem__, reverse=True):
+        for member in sorted(current, key=lambda m: (m not in distrusted, -rank[m])):
             if member not in current or checked.get(member) == current:
                 continue
             memo.pending = [current - {m} for m in current if checked.get(m) != current]

@@ -157,7 +157,7 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
             return Oracle(variant, samples, tol, outputs)
 
         found.alternatives = {}
-        with_prior = search(ids, oracle(), order=prior_order, start=prior_set, alternatives=lambda: priors.alternatives(
+        with_prior = search(ids, oracle(), order=prior_order, start=prior_set, alternatives=priors.Alternatives(
             graph, found, samples, tol, outputs, Listener()))
         without = search(ids, oracle(), order=prof.order, suspects=prof.suspects)
         test = oracle()

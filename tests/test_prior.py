@@ -139,7 +139,8 @@ def test_a_pin_the_judge_ignores_costs_one_evaluation_when_the_emulator_offers_t
 
     order = [1, 2, 3] + [c for c in range(100) if c not in (1, 2, 3)]
     test = Counted(judge)
-    result = search(range(100), test, order=order, start={1, 2, 3}, alternatives=lambda: [{2, 3, 40, 41}])
+    result = search(range(100), test, order=order, start={1, 2, 3},
+                    alternatives=lambda failed: [{2, 3, 40, 41}])
     assert set(result.fp32) == {2, 3, 40, 41} and result.added == (40, 41) and result.dropped == (1,)
     assert_passes_and_one_minimal(result, judge)
     assert test.plans[:2] == [{1, 2, 3}, {2, 3, 40, 41}] and result.evaluations == 6
@@ -150,7 +151,7 @@ def test_a_pin_the_judge_ignores_costs_one_evaluation_when_the_emulator_offers_t
 
 def test_alternatives_are_asked_only_when_the_start_set_fails():
     asked = []
-    result = search(range(10), lambda p: {1, 2} <= p, start={1, 2}, alternatives=lambda: asked.append(1) or [{3}])
+    result = search(range(10), lambda p: {1, 2} <= p, start={1, 2}, alternatives=lambda failed: asked.append(1) or [{3}])
     assert result.agreed and asked == []
 
 
@@ -175,7 +176,14 @@ def test_with_alternatives_the_result_passes_and_every_removal_fails_on_the_judg
         return any(w <= plan for w in ways)
 
     test = Counted(judge)
-    result = search(range(n), test, start=start, alternatives=lambda: options,
+    calls = []
+
+    def alternatives(failed):  # half the options first, the rest when those failed, then the same again
+        assert failed[0] == start and not any(judge(plan) for plan in failed)
+        calls.append(len(failed))
+        return options[: len(options) // 2] if len(calls) == 1 else options
+
+    result = search(range(n), test, start=start, alternatives=alternatives,
                     test_many=lambda plans: [test(p) for p in plans], width=width)
     assert len(test.plans) == len(set(test.plans)) == result.evaluations  # each plan evaluated once
     if result.status == "fp16_passes":
@@ -264,7 +272,8 @@ def test_an_engine_that_rounds_fewer_tensors_drops_what_it_does_not_need(engine,
 def test_an_engine_that_rounds_more_gets_a_set_that_passes_and_is_one_minimal_there(engine, tmp_path, capsys):
     engine.forced = frozenset({"branch0"})  # pinning branch0 has no effect there: another branch must stay
     out = tmp_path / "o.json"
-    assert run(capsys, *ACC, "-o", out, "-q")[0] == 0
+    code, stdout, _ = run(capsys, *ACC, "-o", out, "-q")
+    assert code == 0 and "7 alternative(s) made on the emulator, the answer comes from the 1st evaluated" in stdout
     data = read(out)
     found = frozenset(n["name"] for n in data["fp32_nodes"])
     prior = data["prior"]
@@ -279,6 +288,23 @@ def test_an_engine_that_rounds_more_gets_a_set_that_passes_and_is_one_minimal_th
     oracle = pipeline.Oracle(judge, pipeline.load_samples(judge.inner.graph, [ACC[3]]), Tolerance(0.4, 0), ["y"])
     pipeline.add_fp32_references(judge.inner.graph, oracle.samples)
     assert oracle(found) and not any(oracle(found - {m}) for m in found)
+
+
+def test_when_two_pins_have_no_effect_the_failed_plans_name_them(engine, tmp_path, capsys):
+    """Pins on branch0 and branch1 both have no effect on the engine: each one-member alternative still holds
+    the other, so all 7 fail. Every failed plan holds branch0 or branch1 (a hitting set of two), so the next
+    round guesses both and the emulator's answer without them passes: S, 7 alternatives, the guess, its 7
+    removals."""
+    engine.forced = frozenset({"branch0", "branch1"})
+    out = tmp_path / "o.json"
+    code, stdout, err = run(capsys, *ACC, "-o", out)
+    assert code == 0 and "guessing the pins with no effect as branch0, branch1: 7 node(s)" in err
+    data = read(out)
+    found = {n["name"] for n in data["fp32_nodes"]}
+    assert found == {f"branch{i}" for i in range(2, 9)} and data["prior"]["dropped"] == ["branch0", "branch1"]
+    alternatives = data["prior"]["alternatives"]
+    assert alternatives["rounds"] == 2 and alternatives["evaluated"] == 8 and alternatives["used"] is True
+    assert data["search"]["evaluations"] == 1 + 7 + 1 + 7 == len(engine.runs)
 
 
 def test_when_the_emulator_needs_nothing_one_engine_build_confirms_it(engine, tmp_path, capsys):

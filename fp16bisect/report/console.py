@@ -131,7 +131,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
         console.print(
             f"prior: the emulator's {len(prior['fp32'])} node(s) after {prior['evaluations']} emulated evaluation(s)"
             f"{' (read from the journal)' if prior['replayed'] else ''}; the {outcome.backend} backend {how}"
-            + (f" ({changes})" if changes else ""),
+            + (f" ({changes})" if changes else "") + _alternatives(prior.get("alternatives")),
             highlight=False, soft_wrap=True,
         )
     console.print(
@@ -273,3 +273,17 @@ def print_compare(result, csv_path: str | None, console: Console | None = None) 
         console.print("no node fails the thresholds", highlight=False)
     if csv_path:
         console.print(f"every node's row written to {csv_path}", highlight=False)
+
+
+def _alternatives(alt: dict | None) -> str:
+    """How the emulator's alternatives went, when its set failed on the judging backend."""
+    if not alt:
+        return ""
+    made = f"{alt.get('found', 0)} alternative(s) made on the emulator"
+    if alt.get("used"):
+        return f"; {made}, the answer comes from the {_ordinal(alt['evaluated'])} evaluated"
+    return f"; {made}, {alt.get('evaluated', 0)} evaluated, none passed: searched for additions instead"
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"

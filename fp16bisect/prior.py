@@ -151,7 +151,7 @@ class Alternatives:
     ``prior.alternatives`` records the rounds, counts and time.
     """
 
-    ROUNDS = 8  # each later round costs one evaluation on the judge and one search on the emulator
+    ROUNDS = 3  # the one-member round, then two guesses: each costs an evaluation on the judge
 
     def __init__(self, graph, prior: Prior, samples, tolerance, outputs, listener):
         self.graph, self.prior, self.listener = graph, prior, listener

@@ -29,7 +29,7 @@ instrumented model) falls back to fetching every tensor, in chunks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
@@ -153,7 +153,8 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
     for value in constants.values():
         for _ in samples:
             stats[value.name].add(value.array)
-    computed = [t for t in names if t not in constants]
+    same = _same_values(graph, [t for t in names if t not in constants and t not in graph.initializers])
+    computed = [t for t in names if t not in constants and t not in same]
     instrumented = _with_statistics(graph, computed)
     sess = None if instrumented is None else _session(instrumented, "the model with statistics nodes")
     if sess is None:
@@ -164,14 +165,13 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
             values = run(sess, outputs, sample.inputs, "the model in FP32")
             whole = []  # NaN/inf or past the FP16 range: measured on the whole tensor
             for i, t in enumerate(computed):
-                size, max_abs, total, min_large, small = values[5 * i : 5 * i + 5]
-                if not (np.isfinite(total) and max_abs < FP16_OVERFLOW):
+                if not _add_rows(stats[t], *values[_OUTPUTS * i : _OUTPUTS * i + _OUTPUTS]):
                     whole.append(t)
-                    continue
-                min_large = float(min_large) if min_large < HUGE else float("inf")
-                stats[t].add_summary(int(size), float(max_abs), min_large, small)
+            del values
             if whole:  # from the same instrumented model: the same fusions, so the same FP32 values
                 _fetch(instrumented, whole, [sample], stats, chunk)
+    for t, source in same.items():
+        stats[t] = replace(stats[source], name=t, initializer=False)
     return Profile(stats, rank(graph, stats))
 
 
@@ -195,47 +195,94 @@ def _constant_values(graph: Graph, names: list[str]) -> dict[str, _Constant]:
 
 
 FP16_OVERFLOW = 65520.0  # the smallest float32 that float16 rounds to inf
-HUGE = 1e30  # stands for "no value" in a minimum over values below FP16_OVERFLOW (Where is slow in ONNX Runtime)
+BELOW_MIN_NORMAL = float(np.nextafter(np.float32(FP16_MIN_NORMAL), np.float32(0)))  # the largest float32 < 2^-14
+# c / |x| <= |x| for every |x| >= 2^-14 (c <= 2^-28, exact: Max picks |x|), never a denormal for |x| < 2^98
+# (denormal arithmetic is slow), and c / 0 = inf
+LIFT = 2.0**-28
+VALUE_PRESERVING = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"}
+_OUTPUTS = 4  # statistics outputs per tensor
+
+
+def _same_values(graph: Graph, names: list[str]) -> dict[str, str]:
+    """The tensors of ``names`` that hold exactly the values of another recorded tensor (the output of a
+    Reshape, Transpose, Identity... of it), each with the tensor it takes its values from: their statistics
+    are copied, not computed again."""
+    recorded = set(names)
+    source: dict[str, str] = {}
+    for node in graph.nodes:  # topological order: a source's own source is known first
+        if node.op_type not in VALUE_PRESERVING or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+            continue
+        out, src = node.outputs[0], node.inputs[0] if node.inputs else ""
+        if out in recorded and src in recorded:
+            source[out] = source.get(src, src)
+    return source
+
+
+def _add_rows(stats: TensorStats, row_max, row_min, row_small, rows) -> bool:
+    """Add one run's row statistics of a tensor (see ``_with_statistics``) to ``stats``, as ``add`` would on
+    the whole tensor; False (nothing added) if the tensor holds NaN/inf or values past the FP16 range."""
+    if not np.isfinite(row_small).all() or (row_max.size and row_max.max() >= FP16_OVERFLOW):
+        return False
+    flagged = row_small > 0  # the rows in ``rows``: each holds a nonzero |x| below 2^-14
+    min_large = float(row_min[~flagged].min()) if (~flagged).any() else float("inf")
+    large = rows[rows >= FP16_MIN_NORMAL]
+    if large.size:
+        min_large = min(min_large, float(large.min()))
+    small = rows[(rows > 0) & (rows < FP16_MIN_NORMAL)]
+    size = row_max.size * rows.shape[1]  # rows: [flagged rows, row length], even with no row flagged
+    stats.add_summary(size, float(row_max.max()) if row_max.size else 0.0, min_large, small)
+    return True
 
 
 def _with_statistics(graph: Graph, names: list[str]) -> onnx.ModelProto | None:
-    """The model with five statistics outputs per tensor of ``names`` (size, max |x|, sum |x|, min |x| over
-    |x| >= 2^-14 or 1e30, the |x| in (0, 2^-14)), each statistics node placed right after the tensor's
-    producer so that the tensor can be freed early; None if the model's opset lacks Where and Compress."""
+    """The model with five statistics outputs per tensor x of ``names``, computed on the rows of |x| (its last
+    axis): the size, each row's max |x|, each row's min |x| over |x| >= 2^-14 if the row has no nonzero |x|
+    below 2^-14 (otherwise anything), each row's sum of the |x| below 2^-14 (> 0 exactly when the row has such
+    a value, NaN when it has NaN or inf), and the rows with such values, whole. The nodes are placed right after
+    the tensor's producer so that the tensor is freed early; None if the model's opset is below 11."""
     opsets = [o.version for o in graph.model.opset_import if o.domain in ("", "ai.onnx")]
-    if not opsets or opsets[0] < 9:  # Where and Compress
+    if not opsets or opsets[0] < 11:  # ThresholdedRelu (10), Flatten with a negative axis (11)
         return None
+    opset = opsets[0]
     from onnx import TensorProto, helper
 
     model = graph.runnable_copy()
     prefix = "__fp16bisect_stat"
-    k = {"flat": f"{prefix}_flat_shape", "low": f"{prefix}_fp16_min_normal", "zero": f"{prefix}_zero",
-         "huge": f"{prefix}_huge"}
+    k = {"lift": f"{prefix}_lift", "zero": f"{prefix}_zero", "rows": f"{prefix}_one_row",
+         "axis": f"{prefix}_axis"}
     model.graph.initializer.extend([
-        helper.make_tensor(k["flat"], TensorProto.INT64, [1], [-1]),
-        helper.make_tensor(k["low"], TensorProto.FLOAT, [], [FP16_MIN_NORMAL]),
+        helper.make_tensor(k["lift"], TensorProto.FLOAT, [], [LIFT]),
         helper.make_tensor(k["zero"], TensorProto.FLOAT, [], [0.0]),
-        helper.make_tensor(k["huge"], TensorProto.FLOAT, [], [HUGE]),
+        helper.make_tensor(k["rows"], TensorProto.INT64, [2], [1, -1]),
+        helper.make_tensor(k["axis"], TensorProto.INT64, [1], [1]),
     ])
+
+    def reduce(op: str, x: str, out: str) -> onnx.NodeProto:  # over axis 1 of a 2-D tensor
+        if opset >= 18 or (op == "ReduceSum" and opset >= 13):
+            return helper.make_node(op, [x, k["axis"]], [out], keepdims=0)
+        return helper.make_node(op, [x], [out], axes=[1], keepdims=0)
+
     after: dict[str, list] = {}  # tensor -> its statistics nodes
     outputs = []
     for i, t in enumerate(names):
         v = f"{prefix}{i}"
-        outs = [f"{v}_size", f"{v}_max", f"{v}_sum", f"{v}_min_large", f"{v}_small"]
+        outs = [f"{v}_row_max", f"{v}_row_min", f"{v}_row_small", f"{v}_rows"]
+        rank = graph.ranks.get(t)
+        rows = (helper.make_node("Flatten", [f"{v}_abs"], [f"{v}_a"], axis=-1) if rank else  # [rows, last axis]
+                helper.make_node("Reshape", [f"{v}_abs", k["rows"]], [f"{v}_a"]))  # rank 0 or unknown: one row
+        a = f"{v}_a"
         after[t] = [
-            helper.make_node("Size", [t], [outs[0]]),
-            helper.make_node("Reshape", [t, k["flat"]], [f"{v}_flat"]),
-            helper.make_node("Abs", [f"{v}_flat"], [f"{v}_abs"]),
-            helper.make_node("ReduceMax", [f"{v}_abs"], [outs[1]], keepdims=0),
-            helper.make_node("ReduceSum", [f"{v}_abs"], [outs[2]], keepdims=0),
-            helper.make_node("Less", [f"{v}_abs", k["low"]], [f"{v}_below"]),
-            helper.make_node("Cast", [f"{v}_below"], [f"{v}_below_f"], to=TensorProto.FLOAT),
-            helper.make_node("Mul", [f"{v}_below_f", k["huge"]], [f"{v}_lift"]),  # 0 or 1e30
-            helper.make_node("Max", [f"{v}_abs", f"{v}_lift"], [f"{v}_large"]),  # |x|, or 1e30 below 2^-14
-            helper.make_node("ReduceMin", [f"{v}_large"], [outs[3]], keepdims=0),
-            helper.make_node("Greater", [f"{v}_abs", k["zero"]], [f"{v}_nonzero"]),
-            helper.make_node("And", [f"{v}_below", f"{v}_nonzero"], [f"{v}_is_small"]),
-            helper.make_node("Compress", [f"{v}_abs", f"{v}_is_small"], [outs[4]]),
+            helper.make_node("Abs", [t], [f"{v}_abs"]),
+            rows,
+            reduce("ReduceMax", a, outs[0]),
+            helper.make_node("Div", [k["lift"], a], [f"{v}_inv"]),  # inf at 0, <= |x| for |x| >= 2^-14
+            helper.make_node("Max", [a, f"{v}_inv"], [f"{v}_lifted"]),  # |x| if |x| >= 2^-14, inf at 0
+            reduce("ReduceMin", f"{v}_lifted", outs[1]),
+            helper.make_node("ThresholdedRelu", [a], [f"{v}_large"], alpha=BELOW_MIN_NORMAL),  # |x| >= 2^-14
+            helper.make_node("Sub", [a, f"{v}_large"], [f"{v}_small"]),  # |x| < 2^-14 (inf - inf: NaN)
+            reduce("ReduceSum", f"{v}_small", outs[2]),
+            helper.make_node("Greater", [outs[2], k["zero"]], [f"{v}_flag"]),
+            helper.make_node("Compress", [a, f"{v}_flag"], [outs[3]], axis=0),
         ]
         outputs += outs
     nodes = list(model.graph.node)

@@ -36,7 +36,7 @@ import onnx
 
 from ..errors import UsageError
 from .graph import Graph
-from .runtime import run, session
+from .runtime import nothing_to_fold, run, session
 
 FP16_MAX = 65504.0
 FP16_MIN_NORMAL = 6.103515625e-05
@@ -304,7 +304,7 @@ def _session(model: onnx.ModelProto, what: str):
     """In producer order, so each tensor is freed once its statistics are taken (ONNX Runtime's default order
     keeps them alive to the end of the run); None if ONNX Runtime refuses the instrumented model."""
     try:
-        return session(model, what, producer_order=True)
+        return session(model, what, producer_order=True, fold_constants=not nothing_to_fold(model))
     except UsageError:
         return None
 

@@ -155,18 +155,21 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
             stats[value.name].add(value.array)
     same = _same_values(graph, [t for t in names if t not in constants and t not in graph.initializers])
     computed = [t for t in names if t not in constants and t not in same]
-    instrumented = _with_statistics(graph, computed)
-    sess = None if instrumented is None else _session(instrumented, "the model with statistics nodes")
+    built = _with_statistics(graph, computed, _sizes(graph, samples[0].inputs) if samples else {})
+    sess = None if built is None else _session(built[0], "the model with statistics nodes")
     if sess is None:
         _fetch(graph.runnable_copy(), computed, samples, stats, chunk)
     else:
+        instrumented, units = built
         outputs = [o.name for o in instrumented.graph.output]
         for sample in samples:
-            values = run(sess, outputs, sample.inputs, "the model in FP32")
+            values = dict(zip(outputs, run(sess, outputs, sample.inputs, "the model in FP32")))
             whole = []  # NaN/inf or past the FP16 range: measured on the whole tensor
-            for i, t in enumerate(computed):
-                if not _add_rows(stats[t], *values[_OUTPUTS * i : _OUTPUTS * i + _OUTPUTS]):
-                    whole.append(t)
+            for tensors, outs in units:
+                got = [values.pop(o) for o in outs]
+                for t, row_stats in zip(tensors, _split(*got) if len(got) == 5 else [got]):
+                    if not _add_rows(stats[t], *row_stats):
+                        whole.append(t)
             del values
             if whole:  # from the same instrumented model: the same fusions, so the same FP32 values
                 _fetch(instrumented, whole, [sample], stats, chunk)
@@ -200,7 +203,6 @@ BELOW_MIN_NORMAL = float(np.nextafter(np.float32(FP16_MIN_NORMAL), np.float32(0)
 # (denormal arithmetic is slow), and c / 0 = inf
 LIFT = 2.0**-28
 VALUE_PRESERVING = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"}
-_OUTPUTS = 4  # statistics outputs per tensor
 
 
 def _same_values(graph: Graph, names: list[str]) -> dict[str, str]:
@@ -216,6 +218,17 @@ def _same_values(graph: Graph, names: list[str]) -> dict[str, str]:
         if out in recorded and src in recorded:
             source[out] = source.get(src, src)
     return source
+
+
+def _split(row_max, row_min, row_small, rows, shapes):
+    """A group's row statistics (see ``_with_statistics``), member by member."""
+    start, offset = 0, 0
+    for n, width in shapes.reshape(-1, 2):
+        end = start + int(n)
+        flagged = int(np.count_nonzero(row_small[start:end] > 0))
+        yield (row_max[start:end], row_min[start:end], row_small[start:end],
+               rows[offset : offset + flagged * int(width)].reshape(flagged, int(width)))
+        start, offset = end, offset + flagged * int(width)
 
 
 def _add_rows(stats: TensorStats, row_max, row_min, row_small, rows) -> bool:
@@ -234,26 +247,67 @@ def _add_rows(stats: TensorStats, row_max, row_min, row_small, rows) -> bool:
     return True
 
 
-def _with_statistics(graph: Graph, names: list[str]) -> onnx.ModelProto | None:
-    """The model with five statistics outputs per tensor x of ``names``, computed on the rows of |x| (its last
-    axis): the size, each row's max |x|, each row's min |x| over |x| >= 2^-14 if the row has no nonzero |x|
-    below 2^-14 (otherwise anything), each row's sum of the |x| below 2^-14 (> 0 exactly when the row has such
-    a value, NaN when it has NaN or inf), and the rows with such values, whole. The nodes are placed right after
-    the tensor's producer so that the tensor is freed early; None if the model's opset is below 11."""
+GROUP_TENSOR = 1 << 18  # elements: tensors up to this size are measured in groups (one Loop for many tensors)
+GROUP_TOTAL = 1 << 22  # elements per group at most: the members stay alive until their group is measured
+
+
+def _sizes(graph: Graph, feed: dict) -> dict[str, tuple]:
+    """(element count, rank) of the tensors as ONNX shape inference finds them with the inputs' shapes of
+    ``feed``, the count guessed from the node's inputs when not inferred, the rank None when unknown. Only used to
+    decide which tensors to measure in groups: a wrong count costs time or memory, never correctness."""
+    model = onnx.ModelProto()
+    model.CopyFrom(graph.model)
+    for value in model.graph.input:
+        shape = getattr(feed.get(value.name), "shape", None)
+        dims = value.type.tensor_type.shape.dim
+        if shape is not None and len(dims) == len(shape):
+            for dim, n in zip(dims, shape):
+                dim.Clear()
+                dim.dim_value = int(n)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception:
+        return {}
+    sizes = {name: (int(np.prod(a.shape, dtype=np.int64)), a.ndim) for name, a in feed.items() if hasattr(a, "shape")}
+    for value in inferred.graph.value_info:
+        t = value.type.tensor_type
+        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+            sizes[value.name] = (int(np.prod([d.dim_value for d in t.shape.dim], dtype=np.int64)), len(t.shape.dim))
+        elif t.HasField("shape"):
+            sizes[value.name] = (None, len(t.shape.dim))
+    for node in graph.nodes:  # sizes not inferred (shapes computed at run time): guess the largest input's
+        known = [sizes[t][0] for t in node.inputs if sizes.get(t, (None,))[0] is not None]
+        for t in node.outputs:
+            if sizes.get(t, (None,))[0] is None and known:
+                sizes[t] = (max(known), sizes.get(t, (None, None))[1])
+    return sizes
+
+
+def _with_statistics(graph: Graph, names: list[str], sizes: dict[str, tuple] | None = None):
+    """The model with four statistics per tensor x of ``names``, computed on the rows of |x| (its last axis):
+    each row's max |x|, each row's min |x| over |x| >= 2^-14 if the row has no nonzero |x| below 2^-14
+    (otherwise anything), each row's sum of the |x| below 2^-14 (> 0 exactly when the row has such a value,
+    NaN when it has NaN or inf), and the rows with such values, whole. Large tensors get their own nodes, placed
+    right after the tensor's producer so that the tensor is freed early; tensors of at most ``GROUP_TENSOR``
+    elements (by ``sizes``, see ``_sizes``) are measured in groups, each group by one Loop over a sequence of
+    its members (fewer nodes: ONNX Runtime's session creation grows with the node count), placed after the
+    last member's producer. Returns the model and its units, (tensors, output names): a unit of one tensor
+    has one output per statistic, a group one sequence per statistic, in the order of its tensors; None if
+    the model's opset is below 11."""
     opsets = [o.version for o in graph.model.opset_import if o.domain in ("", "ai.onnx")]
-    if not opsets or opsets[0] < 11:  # ThresholdedRelu (10), Flatten with a negative axis (11)
+    if not opsets or opsets[0] < 11:  # ThresholdedRelu (10), Flatten with a negative axis, Loop on sequences (11)
         return None
     opset = opsets[0]
+    sizes = sizes or {}
     from onnx import TensorProto, helper
 
     model = graph.runnable_copy()
     prefix = "__fp16bisect_stat"
-    k = {"lift": f"{prefix}_lift", "zero": f"{prefix}_zero", "rows": f"{prefix}_one_row",
-         "axis": f"{prefix}_axis"}
+    k = {"lift": f"{prefix}_lift", "zero": f"{prefix}_zero", "first": f"{prefix}_first", "axis": f"{prefix}_axis"}
     model.graph.initializer.extend([
         helper.make_tensor(k["lift"], TensorProto.FLOAT, [], [LIFT]),
         helper.make_tensor(k["zero"], TensorProto.FLOAT, [], [0.0]),
-        helper.make_tensor(k["rows"], TensorProto.INT64, [2], [1, -1]),
+        helper.make_tensor(k["first"], TensorProto.INT64, [1], [0]),
         helper.make_tensor(k["axis"], TensorProto.INT64, [1], [1]),
     ])
 
@@ -262,18 +316,16 @@ def _with_statistics(graph: Graph, names: list[str]) -> onnx.ModelProto | None:
             return helper.make_node(op, [x, k["axis"]], [out], keepdims=0)
         return helper.make_node(op, [x], [out], axes=[1], keepdims=0)
 
-    after: dict[str, list] = {}  # tensor -> its statistics nodes
-    outputs = []
-    for i, t in enumerate(names):
-        v = f"{prefix}{i}"
-        outs = [f"{v}_row_max", f"{v}_row_min", f"{v}_row_small", f"{v}_rows"]
-        rank = graph.ranks.get(t)
-        rows = (helper.make_node("Flatten", [f"{v}_abs"], [f"{v}_a"], axis=-1) if rank else  # [rows, last axis]
-                helper.make_node("Reshape", [f"{v}_abs", k["rows"]], [f"{v}_a"]))  # rank 0 or unknown: one row
+    def row_nodes(x: str, v: str, outs: list[str], ranked: bool) -> list[onnx.NodeProto]:
         a = f"{v}_a"
-        after[t] = [
-            helper.make_node("Abs", [t], [f"{v}_abs"]),
-            rows,
+        rows = [helper.make_node("Flatten", [f"{v}_abs"], [a], axis=-1)]  # [rows, last axis]
+        if not ranked:  # perhaps a scalar: one more axis first ([1] for a scalar, [1, ...] otherwise)
+            rows = [helper.make_node("Unsqueeze", [f"{v}_abs", k["first"]], [f"{v}_abs1"]) if opset >= 13 else
+                    helper.make_node("Unsqueeze", [f"{v}_abs"], [f"{v}_abs1"], axes=[0]),
+                    helper.make_node("Flatten", [f"{v}_abs1"], [a], axis=-1)]
+        return [
+            helper.make_node("Abs", [x], [f"{v}_abs"]),
+            *rows,
             reduce("ReduceMax", a, outs[0]),
             helper.make_node("Div", [k["lift"], a], [f"{v}_inv"]),  # inf at 0, <= |x| for |x| >= 2^-14
             helper.make_node("Max", [a, f"{v}_inv"], [f"{v}_lifted"]),  # |x| if |x| >= 2^-14, inf at 0
@@ -284,20 +336,76 @@ def _with_statistics(graph: Graph, names: list[str]) -> onnx.ModelProto | None:
             helper.make_node("Greater", [outs[2], k["zero"]], [f"{v}_flag"]),
             helper.make_node("Compress", [a, f"{v}_flag"], [outs[3]], axis=0),
         ]
-        outputs += outs
+
+    k["flat"] = f"{prefix}_flat"
+    model.graph.initializer.extend([helper.make_tensor(k["flat"], TensorProto.INT64, [1], [-1]),
+                                    helper.make_tensor(f"{prefix}_no_float", TensorProto.FLOAT, [0], []),
+                                    helper.make_tensor(f"{prefix}_no_int", TensorProto.INT64, [0], [])])
+
+    def loop_nodes(members: list[str], v: str, outs: list[str]) -> list[onnx.NodeProto]:
+        """One Loop over the members: each iteration appends a member's row statistics, its rows (flattened)
+        and its row count and row length to five 1-D tensors carried through the loop."""
+        seq, trip, i, cond = f"{v}_seq", f"{v}_count", f"{v}_i", f"{v}_cond"
+        model.graph.initializer.append(helper.make_tensor(trip, TensorProto.INT64, [], [len(members)]))
+        carried = [f"{v}_in{j}" for j in range(5)]
+        stat = [f"{v}_stat{j}" for j in range(4)]
+        body_nodes = [helper.make_node("SequenceAt", [seq, i], [f"{v}_x"])]
+        body_nodes += row_nodes(f"{v}_x", f"{v}_b", stat, ranked=False)
+        body_nodes += [helper.make_node("Reshape", [stat[3], k["flat"]], [f"{v}_rows_flat"]),
+                       helper.make_node("Shape", [f"{v}_b_a"], [f"{v}_shape"])]
+        new = [stat[0], stat[1], stat[2], f"{v}_rows_flat", f"{v}_shape"]
+        body_nodes += [helper.make_node("Concat", [carried[j], new[j]], [f"{v}_out{j}"], axis=0) for j in range(5)]
+        body_nodes.append(helper.make_node("Identity", [cond], [f"{v}_cond_out"]))
+        types = [TensorProto.FLOAT] * 4 + [TensorProto.INT64]
+        body = helper.make_graph(
+            body_nodes, f"{v}_body",
+            [helper.make_tensor_value_info(i, TensorProto.INT64, []),
+             helper.make_tensor_value_info(cond, TensorProto.BOOL, []),
+             *[helper.make_tensor_value_info(carried[j], types[j], [None]) for j in range(5)]],
+            [helper.make_tensor_value_info(f"{v}_cond_out", TensorProto.BOOL, []),
+             *[helper.make_tensor_value_info(f"{v}_out{j}", types[j], [None]) for j in range(5)]])
+        start = [f"{prefix}_no_float"] * 4 + [f"{prefix}_no_int"]
+        return [helper.make_node("SequenceConstruct", members, [seq]),
+                helper.make_node("Loop", [trip, "", *start], outs, body=body)]
+
     nodes = list(model.graph.node)
-    produced = {o for node in nodes for o in node.output}
-    inputs_first = [n for t in names if t not in produced for n in after.pop(t)]
-    ordered = inputs_first
-    for node in nodes:
+    producer = {o: p for p, node in enumerate(nodes) for o in node.output}
+    after: dict[int, list] = {}  # producer position -> the statistics nodes to run right after it
+    first: list = []  # statistics of tensors no node produces (the model's inputs): run first
+    units = []
+    group: list[str] = []
+
+    def close_group() -> None:
+        if not group:
+            return
+        v = f"{prefix}_group{len(units)}"
+        outs = [f"{v}_{s}" for s in ("row_max", "row_min", "row_small", "rows", "shapes")]
+        after.setdefault(max(producer[t] for t in group), []).extend(loop_nodes(list(group), v, outs))
+        units.append((list(group), outs))
+        group.clear()
+
+    for t in sorted(names, key=lambda t: producer.get(t, -1)):
+        size = sizes.get(t, (None, None))[0]
+        if t in producer and size is not None and size <= GROUP_TENSOR:
+            if sum(sizes[m][0] for m in group) + size > GROUP_TOTAL:
+                close_group()
+            group.append(t)
+            continue
+        v = f"{prefix}{len(units)}"
+        outs = [f"{v}_{s}" for s in ("row_max", "row_min", "row_small", "rows")]
+        made = row_nodes(t, v, outs, ranked=bool(graph.ranks.get(t) or sizes.get(t, (None, None))[1]))
+        (after.setdefault(producer[t], []) if t in producer else first).extend(made)
+        units.append(([t], outs))
+    close_group()
+    ordered = list(first)
+    for p, node in enumerate(nodes):
         ordered.append(node)
-        for o in node.output:
-            ordered.extend(after.pop(o, []))
+        ordered.extend(after.pop(p, []))
     del model.graph.node[:]
     model.graph.node.extend(ordered)
     del model.graph.output[:]
-    model.graph.output.extend(onnx.ValueInfoProto(name=o) for o in outputs)
-    return model
+    model.graph.output.extend(onnx.ValueInfoProto(name=o) for _, outs in units for o in outs)
+    return model, units
 
 
 def _session(model: onnx.ModelProto, what: str):

@@ -16,15 +16,32 @@ the search tries first. This one ranking is what ``scan`` prints and what the
 search uses.
 
 How the statistics are gathered (the results are those of ``TensorStats.add`` on
-every whole tensor): a Constant node's tensor is measured from the model file; the model runs with a few statistics nodes after each float
-tensor (max |x|, sum |x| to see NaN/inf, min |x| over |x| >= 2^-14, and the
-nonzero values below 2^-14, usually a handful), so ONNX Runtime frees each
-activation as soon as its statistics are taken: memory stays near that of a
-plain run, and no tensor is copied out or widened to float64. The rare tensor
-with NaN/inf or values past the FP16 range is fetched whole in a second run
-(only those tensors) and measured by ``TensorStats.add``. A model the
-statistics nodes cannot be added to (opset below 9, or ONNX Runtime refuses the
-instrumented model) falls back to fetching every tensor, in chunks.
+every whole tensor): a Constant node's tensor is measured from the model file;
+the output of a Reshape, Flatten, Squeeze, Unsqueeze, Transpose or Identity holds
+the values of its input, whose statistics it takes. Every other float tensor x
+is measured inside one FP32 ONNX Runtime run per sample, on the rows of |x| (its
+last axis), by five elementwise passes and three row reductions:
+
+    row max |x|
+    row min of max(|x|, 2^-28 / |x|)    = min |x| over |x| >= 2^-14 when the row
+                                          has no nonzero |x| below 2^-14 (inf at 0)
+    row sum of |x| - ThresholdedRelu(|x|, below 2^-14)
+                                        > 0 exactly when the row has a nonzero |x|
+                                          below 2^-14; NaN with NaN or inf
+
+and the rows whose sum is > 0 are fetched whole (usually a few), which gives the
+FP16-subnormal and flushed counts and the minimum exactly. Large tensors get
+these nodes right after their producer, and the model runs in producer order, so
+ONNX Runtime frees each activation as soon as it is measured: memory stays near
+that of a plain run, and no tensor is copied out or widened to float64. Tensors
+of at most 2^18 elements (by ONNX shape inference with the first sample's
+shapes) are measured in groups, one Loop per group, so the instrumented model
+has a few nodes per group rather than a dozen per tensor (session creation grows
+with the node count). ONNX Runtime's constant folding is skipped when nothing is
+foldable. The rare tensor with NaN/inf or values past the FP16 range is fetched
+whole in a second run (only those tensors) and measured by ``TensorStats.add``.
+A model the statistics nodes cannot be added to (opset below 11, or ONNX Runtime
+refuses the instrumented model) falls back to fetching every tensor, in chunks.
 """
 
 from __future__ import annotations

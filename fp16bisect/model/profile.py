@@ -173,7 +173,8 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
     same = _same_values(graph, [t for t in names if t not in constants and t not in graph.initializers])
     computed = [t for t in names if t not in constants and t not in same]
     built = _with_statistics(graph, computed, _sizes(graph, samples[0].inputs) if samples else {})
-    sess = None if built is None else _session(built[0], "the model with statistics nodes")
+    fold = not nothing_to_fold(graph.model)  # the statistics nodes read activations: never foldable
+    sess = None if built is None else _session(built[0], "the model with statistics nodes", fold)
     if sess is None:
         _fetch(graph.runnable_copy(), computed, samples, stats, chunk)
     else:
@@ -425,11 +426,11 @@ def _with_statistics(graph: Graph, names: list[str], sizes: dict[str, tuple] | N
     return model, units
 
 
-def _session(model: onnx.ModelProto, what: str):
+def _session(model: onnx.ModelProto, what: str, fold_constants: bool = True):
     """In producer order, so each tensor is freed once its statistics are taken (ONNX Runtime's default order
     keeps them alive to the end of the run); None if ONNX Runtime refuses the instrumented model."""
     try:
-        return session(model, what, producer_order=True, fold_constants=not nothing_to_fold(model))
+        return session(model, what, producer_order=True, fold_constants=fold_constants)
     except UsageError:
         return None
 

@@ -135,3 +135,28 @@ def test_constant_folding_is_skipped_only_when_nothing_is_foldable():
     folded = make_model([helper.make_node("Mul", ["w", "w"], ["w2"]), helper.make_node("Mul", ["x", "w2"], ["y"])],
                         [("x", F, [2])], [("y", F, [2])], {"w": np.ones(2, F32)})
     assert not nothing_to_fold(folded)  # w * w: a weight computed from weights, which ONNX Runtime folds
+
+
+def test_a_failing_instrumented_run_starts_over_by_fetching(monkeypatch):
+    """ONNX Runtime may accept the instrumented model and still fail to run it on some input: the profile
+    then measures every tensor whole, and the statistics of the samples already run are not counted twice."""
+    from fp16bisect.errors import UsageError
+
+    graph = rows_model(17)
+    rng = np.random.default_rng(0)
+    samples = [Sample(f"s{i}", {"x": rng.uniform(-2, 2, size=(3, 5, 7)).astype(F32)}) for i in range(2)]
+    want = reference(graph, samples)
+    calls = []
+
+    def run(sess, names, feed, what):
+        if what == "the model with statistics nodes":
+            calls.append(what)
+            if len(calls) == 2:  # the second sample
+                raise UsageError("ONNX Runtime failed to run the model with statistics nodes")
+        return sess.run(names, feed)
+
+    monkeypatch.setattr(P, "run", run)
+    got = P.profile(graph, samples)
+    assert len(calls) == 2
+    for name, stats in want.items():
+        assert got.tensors[name] == stats, name

@@ -41,7 +41,8 @@ with the node count). ONNX Runtime's constant folding is skipped when nothing is
 foldable. The rare tensor with NaN/inf or values past the FP16 range is fetched
 whole in a second run (only those tensors) and measured by ``TensorStats.add``.
 A model the statistics nodes cannot be added to (opset below 11, or ONNX Runtime
-refuses the instrumented model) falls back to fetching every tensor, in chunks.
+refuses the instrumented model or fails to run it) falls back to fetching every
+tensor, in chunks.
 """
 
 from __future__ import annotations
@@ -175,25 +176,35 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
     built = _with_statistics(graph, computed, _sizes(graph, samples[0].inputs) if samples else {})
     fold = not nothing_to_fold(graph.model)  # the statistics nodes read activations: never foldable
     sess = None if built is None else _session(built[0], "the model with statistics nodes", fold)
-    if sess is None:
+    if sess is None or not _in_run(sess, *built, samples, stats, chunk):
+        for t in computed:
+            stats[t] = TensorStats(t)
         _fetch(graph.runnable_copy(), computed, samples, stats, chunk)
-    else:
-        instrumented, units = built
-        outputs = [o.name for o in instrumented.graph.output]
-        for sample in samples:
-            values = dict(zip(outputs, run(sess, outputs, sample.inputs, "the model in FP32")))
-            whole = []  # NaN/inf or past the FP16 range: measured on the whole tensor
-            for tensors, outs in units:
-                got = [values.pop(o) for o in outs]
-                for t, row_stats in zip(tensors, _split(*got) if len(got) == 5 else [got]):
-                    if not _add_rows(stats[t], *row_stats):
-                        whole.append(t)
-            del values
-            if whole:  # from the same instrumented model: the same fusions, so the same FP32 values
-                _fetch(instrumented, whole, [sample], stats, chunk)
     for t, source in same.items():
         stats[t] = replace(stats[source], name=t, initializer=False)
     return Profile(stats, rank(graph, stats))
+
+
+def _in_run(sess, instrumented: onnx.ModelProto, units: list, samples, stats: dict[str, TensorStats],
+            chunk: int) -> bool:
+    """Add every sample's statistics from the instrumented model's runs; False if ONNX Runtime fails to run it
+    (the caller then starts over by fetching every tensor, which reports the model's own error if it has one)."""
+    outputs = [o.name for o in instrumented.graph.output]
+    for sample in samples:
+        try:
+            values = dict(zip(outputs, run(sess, outputs, sample.inputs, "the model with statistics nodes")))
+        except UsageError:
+            return False
+        whole = []  # NaN/inf or past the FP16 range: measured on the whole tensor
+        for tensors, outs in units:
+            got = [values.pop(o) for o in outs]
+            for t, row_stats in zip(tensors, _split(*got) if len(got) == 5 else [got]):
+                if not _add_rows(stats[t], *row_stats):
+                    whole.append(t)
+        del values
+        if whole:  # from the same instrumented model: the same fusions, so the same FP32 values
+            _fetch(instrumented, whole, [sample], stats, chunk)
+    return True
 
 
 @dataclass

@@ -8,7 +8,8 @@ Each measurement runs in a fresh Python process (so peak memory is that process'
 ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` at its end); time is the median over ``--repeats`` processes, the
 peak RSS the median too. "plain" loads the model, makes one ONNX Runtime session (the options every fp16bisect
 session uses) and runs it once; "profile" loads the model and runs ``fp16bisect.model.profile.profile`` on one
-sample, session creation included. ``--code DIR`` imports fp16bisect from DIR (for example an older commit
+sample, session creation included; the plain and profile processes alternate, so that both see the same load
+on a shared machine. ``--code DIR`` imports fp16bisect from DIR (for example an older commit
 unpacked with ``git archive COMMIT | tar -x -C DIR``) instead of this checkout, even when this checkout is
 installed with ``pip install -e`` (each child checks which fp16bisect it imported).
 
@@ -57,13 +58,17 @@ print(json.dumps({"seconds": seconds, "peak_mb": resource.getrusage(resource.RUS
 """
 
 
-def measure(code: Path, model: Path, shape: str, mode: str, repeats: int) -> tuple[float, float]:
-    runs = []
+def measure(code: Path, model: Path, shape: str, repeats: int) -> dict[str, tuple[float, float]]:
+    """Median seconds and peak RSS MB of "plain" and "profile", their processes alternated (plain, profile, plain,
+    ...) so that both see the same load on a shared machine."""
+    runs: dict[str, list] = {"plain": [], "profile": []}
     for _ in range(repeats):
-        done = subprocess.run([sys.executable, "-c", CHILD, str(model), shape, mode, str(code.resolve())],
-                              cwd=code, check=True, capture_output=True, text=True)
-        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    return statistics.median(r["seconds"] for r in runs), statistics.median(r["peak_mb"] for r in runs)
+        for mode in runs:
+            done = subprocess.run([sys.executable, "-c", CHILD, str(model), shape, mode, str(code.resolve())],
+                                  cwd=code, check=True, capture_output=True, text=True)
+            runs[mode].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return {mode: (statistics.median(r["seconds"] for r in rs), statistics.median(r["peak_mb"] for r in rs))
+            for mode, rs in runs.items()}
 
 
 def main() -> None:
@@ -84,8 +89,8 @@ def main() -> None:
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for which, shape in ((PP_OCRV4_DET, args.det_shape), (PP_OCRV4_REC, args.rec_shape)):
         model = real_model(which)
-        plain_s, plain_mb = measure(args.code, model, shape, "plain", args.repeats)
-        prof_s, prof_mb = measure(args.code, model, shape, "profile", args.repeats)
+        got = measure(args.code, model, shape, args.repeats)
+        (plain_s, plain_mb), (prof_s, prof_mb) = got["plain"], got["profile"]
         print(f"| {model.name} | {shape} | {plain_s:.2f} | {prof_s:.2f} | {prof_s / plain_s:.1f}x | "
               f"{plain_mb:.0f} | {prof_mb:.0f} | {prof_mb / plain_mb:.1f}x |", flush=True)
 

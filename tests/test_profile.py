@@ -1,12 +1,14 @@
-"""The FP32 profile gathers its statistics inside the run (statistics nodes after each tensor, Constant tensors
-from the file, whole-tensor fetches for NaN/inf/overflow); the result must be exactly what ``TensorStats.add``
-gives on every whole tensor, which is what the profile computed before."""
+"""The FP32 profile gathers its statistics inside the run (row statistics after each tensor or in a Loop over a
+group of small tensors, copies for Reshape/Transpose/... outputs, Constant tensors from the file, whole-tensor
+fetches for NaN/inf/overflow); the result must be exactly what ``TensorStats.add`` gives on every whole tensor,
+which is what the profile computed before."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from conftest import F, make_model
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
@@ -15,9 +17,12 @@ from fp16bisect.model.graph import Graph
 from fp16bisect.model.samples import Sample
 
 F32 = np.float32
-EDGES = [0.0, -0.0, 1e-40, -1e-40, 2.0**-25, float(np.nextafter(F32(2.0**-25), F32(1))), 2.0**-24,
-         float(np.nextafter(F32(2.0**-14), F32(0))), 2.0**-14, 1.0, -3.5, 65504.0,
-         float(np.nextafter(F32(65520), F32(0))), 65520.0, -1e6]
+TINY = float(np.finfo(F32).tiny)  # 2^-126
+EDGES = [0.0, -0.0, 1e-40, -1e-40, 1e-45, TINY, -TINY, float(np.nextafter(F32(TINY), F32(0))),
+         2.0**-25, float(np.nextafter(F32(2.0**-25), F32(1))), float(np.nextafter(F32(2.0**-25), F32(0))), 2.0**-24,
+         float(np.nextafter(F32(2.0**-14), F32(0))), 2.0**-14, -(2.0**-14), 1.0, -3.5, 65504.0, -65504.0,
+         float(np.nextafter(F32(65520), F32(0))), 65520.0, -1e6, float("nan"), float("inf"), float("-inf")]
+FINITE_EDGES = [e for e in EDGES if np.isfinite(e) and abs(e) < 65520]
 
 
 def edge_model() -> Graph:
@@ -46,16 +51,60 @@ def reference(graph: Graph, samples) -> dict:
     return stats
 
 
+@pytest.mark.parametrize("grouped", [True, False], ids=["loop over groups", "nodes per tensor"])
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.lists(st.sampled_from(EDGES) | st.floats(-1e5, 1e5, width=32), min_size=4, max_size=4),
                 min_size=1, max_size=3))
-def test_in_run_statistics_equal_whole_tensor_statistics(rows):
+@example(rows=[[1e-40, 0.001, 1.0, 2.0]])  # a row flagged for an FP32 denormal only: its min |x| is 0.001
+@example(rows=[[2.0**-25, -(2.0**-126), 3.0, 0.0], [1e-45, 2.0**-14, 0.5, -0.0]])
+def test_in_run_statistics_equal_whole_tensor_statistics(grouped, rows):
     graph = edge_model()
     samples = [Sample("s", {"x": np.array(r, F32)}) for r in rows]
-    got = P.profile(graph, samples)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(P, "GROUP_TENSOR", P.GROUP_TENSOR if grouped else 0)
+        got = P.profile(graph, samples)
     want = reference(graph, samples)
     for name, stats in want.items():
         assert got.tensors[name] == stats, name
+
+
+def rows_model(opset: int) -> Graph:
+    """Finite tensors of rank 3 (rows of 7) and a scalar, with copies (Transpose, Reshape) whose statistics are
+    taken from their input."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["pos"], name="relu"),  # zeros: not the minimum over nonzero values
+        helper.make_node("Mul", ["x", "half"], ["halved"], name="halve"),  # 2^-126 -> FP32 denormal
+        helper.make_node("Transpose", ["halved"], ["moved"], name="move", perm=[2, 0, 1]),
+        helper.make_node("Reshape", ["moved", "flat"], ["flat_x"], name="reshape"),
+        helper.make_node("Add", ["pos", "x"], ["y"], name="add"),
+        helper.make_node("ReduceMax", ["y"], ["total"], name="total", keepdims=0),  # a scalar
+    ]
+    model = make_model(nodes, [("x", F, [3, 5, 7])], [("flat_x", F, [105]), ("y", F, [3, 5, 7]), ("total", F, [])],
+                       {"half": np.float32(0.5), "flat": np.array([-1], np.int64)}, opset=opset)
+    return Graph(model)
+
+
+@pytest.mark.parametrize("opset", [12, 17, 18])
+@pytest.mark.parametrize("grouped", [True, False], ids=["loop over groups", "nodes per tensor"])
+def test_row_statistics_need_no_whole_tensor_when_values_are_finite(monkeypatch, opset, grouped):
+    graph = rows_model(opset)
+    rng = np.random.default_rng(opset)
+    samples = []
+    for _ in range(2):
+        x = rng.uniform(-2, 2, size=(3, 5, 7)).astype(F32)
+        edges = [e for e in FINITE_EDGES if abs(e) < 16384]  # pos + x stays in FP16's range
+        x.flat[rng.choice(x.size, 12, replace=False)] = rng.choice(edges, 12)  # a few rows get small values
+        samples.append(Sample("s", {"x": x}))
+    want = reference(graph, samples)
+    fetched = []
+    monkeypatch.setattr(P, "_fetch", lambda model, names, *args: fetched.extend(names))
+    monkeypatch.setattr(P, "GROUP_TENSOR", P.GROUP_TENSOR if grouped else 0)
+    got = P.profile(graph, samples)
+    assert fetched == []  # every statistic came from the instrumented run
+    assert set(P._same_values(graph, list(want))) == {"moved", "flat_x"}
+    for name, stats in want.items():
+        assert got.tensors[name] == stats, name
+    assert got.tensors["halved"].subnormal and got.tensors["pos"].min_nonzero > 0
 
 
 def test_constant_weights_are_measured_and_ranked():
@@ -65,13 +114,49 @@ def test_constant_weights_are_measured_and_ranked():
     assert prof.order[0] == "scale"  # it reads the weight FP16 cannot hold
 
 
-def test_a_model_below_opset_9_falls_back_to_fetching(monkeypatch):
+def test_a_model_below_opset_11_falls_back_to_fetching(monkeypatch):
     graph = edge_model()
-    graph.model.opset_import[0].version = 8  # no Where/Compress: the statistics nodes cannot be added
-    assert P._with_statistics(graph, ["y"]) is None
+    for version in (8, 10):  # no ThresholdedRelu (10) or Flatten with a negative axis (11)
+        graph.model.opset_import[0].version = version
+        assert P._with_statistics(graph, ["y"]) is None
     samples = [Sample("s", {"x": np.array([1.0, -2.0, 0.0, 1e-6], F32)})]
     graph.model.opset_import[0].version = 17
     want = reference(graph, samples)
-    monkeypatch.setattr(P, "_with_statistics", lambda graph, names: None)
+    monkeypatch.setattr(P, "_with_statistics", lambda *args: None)
     got = P.profile(graph, samples)
     assert all(got.tensors[n] == s for n, s in want.items())
+
+
+def test_constant_folding_is_skipped_only_when_nothing_is_foldable():
+    from fp16bisect.model.runtime import nothing_to_fold
+
+    graph = edge_model()  # a Constant node and nodes reading the input: nothing to fold
+    assert nothing_to_fold(graph.model)
+    folded = make_model([helper.make_node("Mul", ["w", "w"], ["w2"]), helper.make_node("Mul", ["x", "w2"], ["y"])],
+                        [("x", F, [2])], [("y", F, [2])], {"w": np.ones(2, F32)})
+    assert not nothing_to_fold(folded)  # w * w: a weight computed from weights, which ONNX Runtime folds
+
+
+def test_a_failing_instrumented_run_starts_over_by_fetching(monkeypatch):
+    """ONNX Runtime may accept the instrumented model and still fail to run it on some input: the profile
+    then measures every tensor whole, and the statistics of the samples already run are not counted twice."""
+    from fp16bisect.errors import UsageError
+
+    graph = rows_model(17)
+    rng = np.random.default_rng(0)
+    samples = [Sample(f"s{i}", {"x": rng.uniform(-2, 2, size=(3, 5, 7)).astype(F32)}) for i in range(2)]
+    want = reference(graph, samples)
+    calls = []
+
+    def run(sess, names, feed, what):
+        if what == "the model with statistics nodes":
+            calls.append(what)
+            if len(calls) == 2:  # the second sample
+                raise UsageError("ONNX Runtime failed to run the model with statistics nodes")
+        return sess.run(names, feed)
+
+    monkeypatch.setattr(P, "run", run)
+    got = P.profile(graph, samples)
+    assert len(calls) == 2
+    for name, stats in want.items():
+        assert got.tensors[name] == stats, name

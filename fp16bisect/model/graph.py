@@ -79,7 +79,7 @@ class Graph:
         self.initializers = {t.name for t in graph.initializer}
         self.inputs = [_spec(v) for v in graph.input if v.name not in self.initializers]
         self.outputs = [_spec(v) for v in graph.output]
-        self.dtypes = _tensor_types(model)
+        self.dtypes, self.ranks = _tensor_types(model)
 
         names = Counter(n.name for n in graph.node if n.name)
         self.duplicate_names = {name for name, count in names.items() if count > 1}
@@ -232,10 +232,12 @@ def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
     return TensorSpec(value.name, t.elem_type, shape)
 
 
-def _tensor_types(model: onnx.ModelProto) -> dict[str, int]:
-    """Element type of every tensor: declared, initializer, Constant, or inferred."""
+def _tensor_types(model: onnx.ModelProto) -> tuple[dict[str, int], dict[str, int]]:
+    """Element type of every tensor (declared, initializer, Constant, or inferred) and the rank of those whose
+    rank is declared or inferred."""
     graph = model.graph
     types: dict[str, int] = {}
+    ranks: dict[str, int] = {}
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
         infos = list(inferred.graph.value_info)
@@ -244,6 +246,8 @@ def _tensor_types(model: onnx.ModelProto) -> dict[str, int]:
     for v in [*graph.input, *graph.output, *graph.value_info, *infos]:
         if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
             types.setdefault(v.name, v.type.tensor_type.elem_type)
+        if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
+            ranks.setdefault(v.name, len(v.type.tensor_type.shape.dim))
     for t in graph.initializer:
         types[t.name] = t.data_type
     for n in graph.node:
@@ -256,7 +260,7 @@ def _tensor_types(model: onnx.ModelProto) -> dict[str, int]:
     unknown = [t for n in graph.node for t in n.output if t and t not in types]
     if unknown:
         types.update(_types_from_runtime(model, unknown))
-    return types
+    return types, ranks
 
 
 def _types_from_runtime(model: onnx.ModelProto, tensors: list[str]) -> dict[str, int]:

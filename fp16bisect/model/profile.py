@@ -16,27 +16,45 @@ the search tries first. This one ranking is what ``scan`` prints and what the
 search uses.
 
 How the statistics are gathered (the results are those of ``TensorStats.add`` on
-every whole tensor): a Constant node's tensor is measured from the model file; the model runs with a few statistics nodes after each float
-tensor (max |x|, sum |x| to see NaN/inf, min |x| over |x| >= 2^-14, and the
-nonzero values below 2^-14, usually a handful), so ONNX Runtime frees each
-activation as soon as its statistics are taken: memory stays near that of a
-plain run, and no tensor is copied out or widened to float64. The rare tensor
-with NaN/inf or values past the FP16 range is fetched whole in a second run
-(only those tensors) and measured by ``TensorStats.add``. A model the
-statistics nodes cannot be added to (opset below 9, or ONNX Runtime refuses the
-instrumented model) falls back to fetching every tensor, in chunks.
+every whole tensor): a Constant node's tensor is measured from the model file;
+the output of a Reshape, Flatten, Squeeze, Unsqueeze, Transpose or Identity holds
+the values of its input, whose statistics it takes. Every other float tensor x
+is measured inside one FP32 ONNX Runtime run per sample, on the rows of |x| (its
+last axis), by five elementwise passes and three row reductions:
+
+    row max |x|
+    row min of max(|x|, 2^-28 / |x|)    = min |x| over |x| >= 2^-14 when the row
+                                          has no nonzero |x| below 2^-14 (inf at 0)
+    row sum of |x| - ThresholdedRelu(|x|, below 2^-14)
+                                        > 0 exactly when the row has a nonzero |x|
+                                          below 2^-14; NaN with NaN or inf
+
+and the rows whose sum is > 0 are fetched whole (usually a few), which gives the
+FP16-subnormal and flushed counts and the minimum exactly. Large tensors get
+these nodes right after their producer, and the model runs in producer order, so
+ONNX Runtime frees each activation as soon as it is measured: memory stays near
+that of a plain run, and no tensor is copied out or widened to float64. Tensors
+of at most 2^18 elements (by ONNX shape inference with the first sample's
+shapes) are measured in groups, one Loop per group, so the instrumented model
+has a few nodes per group rather than a dozen per tensor (session creation grows
+with the node count). ONNX Runtime's constant folding is skipped when nothing is
+foldable. The rare tensor with NaN/inf or values past the FP16 range is fetched
+whole in a second run (only those tensors) and measured by ``TensorStats.add``.
+A model the statistics nodes cannot be added to (opset below 11, or ONNX Runtime
+refuses the instrumented model or fails to run it) falls back to fetching every
+tensor, in chunks.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
 
 from ..errors import UsageError
 from .graph import Graph
-from .runtime import run, session
+from .runtime import nothing_to_fold, run, session
 
 FP16_MAX = 65504.0
 FP16_MIN_NORMAL = 6.103515625e-05
@@ -153,26 +171,40 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
     for value in constants.values():
         for _ in samples:
             stats[value.name].add(value.array)
-    computed = [t for t in names if t not in constants]
-    instrumented = _with_statistics(graph, computed)
-    sess = None if instrumented is None else _session(instrumented, "the model with statistics nodes")
-    if sess is None:
+    same = _same_values(graph, [t for t in names if t not in constants and t not in graph.initializers])
+    computed = [t for t in names if t not in constants and t not in same]
+    built = _with_statistics(graph, computed, _sizes(graph, samples[0].inputs) if samples else {})
+    fold = not nothing_to_fold(graph.model)  # the statistics nodes read activations: never foldable
+    sess = None if built is None else _session(built[0], "the model with statistics nodes", fold)
+    if sess is None or not _in_run(sess, *built, samples, stats, chunk):
+        for t in computed:
+            stats[t] = TensorStats(t)
         _fetch(graph.runnable_copy(), computed, samples, stats, chunk)
-    else:
-        outputs = [o.name for o in instrumented.graph.output]
-        for sample in samples:
-            values = run(sess, outputs, sample.inputs, "the model in FP32")
-            whole = []  # NaN/inf or past the FP16 range: measured on the whole tensor
-            for i, t in enumerate(computed):
-                size, max_abs, total, min_large, small = values[5 * i : 5 * i + 5]
-                if not (np.isfinite(total) and max_abs < FP16_OVERFLOW):
-                    whole.append(t)
-                    continue
-                min_large = float(min_large) if min_large < HUGE else float("inf")
-                stats[t].add_summary(int(size), float(max_abs), min_large, small)
-            if whole:  # from the same instrumented model: the same fusions, so the same FP32 values
-                _fetch(instrumented, whole, [sample], stats, chunk)
+    for t, source in same.items():
+        stats[t] = replace(stats[source], name=t, initializer=False)
     return Profile(stats, rank(graph, stats))
+
+
+def _in_run(sess, instrumented: onnx.ModelProto, units: list, samples, stats: dict[str, TensorStats],
+            chunk: int) -> bool:
+    """Add every sample's statistics from the instrumented model's runs; False if ONNX Runtime fails to run it
+    (the caller then starts over by fetching every tensor, which reports the model's own error if it has one)."""
+    outputs = [o.name for o in instrumented.graph.output]
+    for sample in samples:
+        try:
+            values = dict(zip(outputs, run(sess, outputs, sample.inputs, "the model with statistics nodes")))
+        except UsageError:
+            return False
+        whole = []  # NaN/inf or past the FP16 range: measured on the whole tensor
+        for tensors, outs in units:
+            got = [values.pop(o) for o in outs]
+            for t, row_stats in zip(tensors, _split(*got) if len(got) == 5 else [got]):
+                if not _add_rows(stats[t], *row_stats):
+                    whole.append(t)
+        del values
+        if whole:  # from the same instrumented model: the same fusions, so the same FP32 values
+            _fetch(instrumented, whole, [sample], stats, chunk)
+    return True
 
 
 @dataclass
@@ -195,69 +227,221 @@ def _constant_values(graph: Graph, names: list[str]) -> dict[str, _Constant]:
 
 
 FP16_OVERFLOW = 65520.0  # the smallest float32 that float16 rounds to inf
-HUGE = 1e30  # stands for "no value" in a minimum over values below FP16_OVERFLOW (Where is slow in ONNX Runtime)
+BELOW_MIN_NORMAL = float(np.nextafter(np.float32(FP16_MIN_NORMAL), np.float32(0)))  # the largest float32 < 2^-14
+# c / |x| <= |x| for every |x| >= 2^-14 (c <= 2^-28, exact: Max picks |x|), never a denormal for |x| < 2^98
+# (denormal arithmetic is slow), and c / 0 = inf
+LIFT = 2.0**-28
+VALUE_PRESERVING = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"}
 
 
-def _with_statistics(graph: Graph, names: list[str]) -> onnx.ModelProto | None:
-    """The model with five statistics outputs per tensor of ``names`` (size, max |x|, sum |x|, min |x| over
-    |x| >= 2^-14 or 1e30, the |x| in (0, 2^-14)), each statistics node placed right after the tensor's
-    producer so that the tensor can be freed early; None if the model's opset lacks Where and Compress."""
+def _same_values(graph: Graph, names: list[str]) -> dict[str, str]:
+    """The tensors of ``names`` that hold exactly the values of another recorded tensor (the output of a
+    Reshape, Transpose, Identity... of it), each with the tensor it takes its values from: their statistics
+    are copied, not computed again."""
+    recorded = set(names)
+    source: dict[str, str] = {}
+    for node in graph.nodes:  # topological order: a source's own source is known first
+        if node.op_type not in VALUE_PRESERVING or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+            continue
+        out, src = node.outputs[0], node.inputs[0] if node.inputs else ""
+        if out in recorded and src in recorded:
+            source[out] = source.get(src, src)
+    return source
+
+
+def _split(row_max, row_min, row_small, rows, shapes):
+    """A group's row statistics (see ``_with_statistics``), member by member."""
+    start, offset = 0, 0
+    for n, width in shapes.reshape(-1, 2):
+        end = start + int(n)
+        flagged = int(np.count_nonzero(row_small[start:end] > 0))
+        yield (row_max[start:end], row_min[start:end], row_small[start:end],
+               rows[offset : offset + flagged * int(width)].reshape(flagged, int(width)))
+        start, offset = end, offset + flagged * int(width)
+
+
+def _add_rows(stats: TensorStats, row_max, row_min, row_small, rows) -> bool:
+    """Add one run's row statistics of a tensor (see ``_with_statistics``) to ``stats``, as ``add`` would on
+    the whole tensor; False (nothing added) if the tensor holds NaN/inf or values past the FP16 range."""
+    if not np.isfinite(row_small).all() or (row_max.size and row_max.max() >= FP16_OVERFLOW):
+        return False
+    flagged = row_small > 0  # the rows in ``rows``: each holds a nonzero |x| below 2^-14
+    min_large = float(row_min[~flagged].min()) if (~flagged).any() else float("inf")
+    large = rows[rows >= FP16_MIN_NORMAL]
+    if large.size:
+        min_large = min(min_large, float(large.min()))
+    small = rows[(rows > 0) & (rows < FP16_MIN_NORMAL)]
+    size = row_max.size * rows.shape[1]  # rows: [flagged rows, row length], even with no row flagged
+    stats.add_summary(size, float(row_max.max()) if row_max.size else 0.0, min_large, small)
+    return True
+
+
+GROUP_TENSOR = 1 << 18  # elements: tensors up to this size are measured in groups (one Loop for many tensors)
+GROUP_TOTAL = 1 << 22  # elements per group at most: the members stay alive until their group is measured
+
+
+def _sizes(graph: Graph, feed: dict) -> dict[str, tuple]:
+    """(element count, rank) of the tensors as ONNX shape inference finds them with the inputs' shapes of
+    ``feed``, the count guessed from the node's inputs when not inferred, the rank None when unknown. Only used to
+    decide which tensors to measure in groups: a wrong count costs time or memory, never correctness."""
+    model = onnx.ModelProto()
+    model.CopyFrom(graph.model)
+    for value in model.graph.input:
+        shape = getattr(feed.get(value.name), "shape", None)
+        dims = value.type.tensor_type.shape.dim
+        if shape is not None and len(dims) == len(shape):
+            for dim, n in zip(dims, shape):
+                dim.Clear()
+                dim.dim_value = int(n)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception:
+        return {}
+    sizes = {name: (int(np.prod(a.shape, dtype=np.int64)), a.ndim) for name, a in feed.items() if hasattr(a, "shape")}
+    for value in inferred.graph.value_info:
+        t = value.type.tensor_type
+        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+            sizes[value.name] = (int(np.prod([d.dim_value for d in t.shape.dim], dtype=np.int64)), len(t.shape.dim))
+        elif t.HasField("shape"):
+            sizes[value.name] = (None, len(t.shape.dim))
+    for node in graph.nodes:  # sizes not inferred (shapes computed at run time): guess the largest input's
+        known = [sizes[t][0] for t in node.inputs if sizes.get(t, (None,))[0] is not None]
+        for t in node.outputs:
+            if sizes.get(t, (None,))[0] is None and known:
+                sizes[t] = (max(known), sizes.get(t, (None, None))[1])
+    return sizes
+
+
+def _with_statistics(graph: Graph, names: list[str], sizes: dict[str, tuple] | None = None):
+    """The model with four statistics per tensor x of ``names``, computed on the rows of |x| (its last axis):
+    each row's max |x|, each row's min |x| over |x| >= 2^-14 if the row has no nonzero |x| below 2^-14
+    (otherwise anything), each row's sum of the |x| below 2^-14 (> 0 exactly when the row has such a value,
+    NaN when it has NaN or inf), and the rows with such values, whole. Large tensors get their own nodes, placed
+    right after the tensor's producer so that the tensor is freed early; tensors of at most ``GROUP_TENSOR``
+    elements (by ``sizes``, see ``_sizes``) are measured in groups, each group by one Loop over a sequence of
+    its members (fewer nodes: ONNX Runtime's session creation grows with the node count), placed after the
+    last member's producer. Returns the model and its units, (tensors, output names): a unit of one tensor
+    has one output per statistic, a group one sequence per statistic, in the order of its tensors; None if
+    the model's opset is below 11."""
     opsets = [o.version for o in graph.model.opset_import if o.domain in ("", "ai.onnx")]
-    if not opsets or opsets[0] < 9:  # Where and Compress
+    if not opsets or opsets[0] < 11:  # ThresholdedRelu (10), Flatten with a negative axis, Loop on sequences (11)
         return None
+    opset = opsets[0]
+    sizes = sizes or {}
     from onnx import TensorProto, helper
 
     model = graph.runnable_copy()
     prefix = "__fp16bisect_stat"
-    k = {"flat": f"{prefix}_flat_shape", "low": f"{prefix}_fp16_min_normal", "zero": f"{prefix}_zero",
-         "huge": f"{prefix}_huge"}
+    k = {"lift": f"{prefix}_lift", "zero": f"{prefix}_zero", "first": f"{prefix}_first", "axis": f"{prefix}_axis"}
     model.graph.initializer.extend([
-        helper.make_tensor(k["flat"], TensorProto.INT64, [1], [-1]),
-        helper.make_tensor(k["low"], TensorProto.FLOAT, [], [FP16_MIN_NORMAL]),
+        helper.make_tensor(k["lift"], TensorProto.FLOAT, [], [LIFT]),
         helper.make_tensor(k["zero"], TensorProto.FLOAT, [], [0.0]),
-        helper.make_tensor(k["huge"], TensorProto.FLOAT, [], [HUGE]),
+        helper.make_tensor(k["first"], TensorProto.INT64, [1], [0]),
+        helper.make_tensor(k["axis"], TensorProto.INT64, [1], [1]),
     ])
-    after: dict[str, list] = {}  # tensor -> its statistics nodes
-    outputs = []
-    for i, t in enumerate(names):
-        v = f"{prefix}{i}"
-        outs = [f"{v}_size", f"{v}_max", f"{v}_sum", f"{v}_min_large", f"{v}_small"]
-        after[t] = [
-            helper.make_node("Size", [t], [outs[0]]),
-            helper.make_node("Reshape", [t, k["flat"]], [f"{v}_flat"]),
-            helper.make_node("Abs", [f"{v}_flat"], [f"{v}_abs"]),
-            helper.make_node("ReduceMax", [f"{v}_abs"], [outs[1]], keepdims=0),
-            helper.make_node("ReduceSum", [f"{v}_abs"], [outs[2]], keepdims=0),
-            helper.make_node("Less", [f"{v}_abs", k["low"]], [f"{v}_below"]),
-            helper.make_node("Cast", [f"{v}_below"], [f"{v}_below_f"], to=TensorProto.FLOAT),
-            helper.make_node("Mul", [f"{v}_below_f", k["huge"]], [f"{v}_lift"]),  # 0 or 1e30
-            helper.make_node("Max", [f"{v}_abs", f"{v}_lift"], [f"{v}_large"]),  # |x|, or 1e30 below 2^-14
-            helper.make_node("ReduceMin", [f"{v}_large"], [outs[3]], keepdims=0),
-            helper.make_node("Greater", [f"{v}_abs", k["zero"]], [f"{v}_nonzero"]),
-            helper.make_node("And", [f"{v}_below", f"{v}_nonzero"], [f"{v}_is_small"]),
-            helper.make_node("Compress", [f"{v}_abs", f"{v}_is_small"], [outs[4]]),
+
+    def reduce(op: str, x: str, out: str) -> onnx.NodeProto:  # over axis 1 of a 2-D tensor
+        if opset >= 18 or (op == "ReduceSum" and opset >= 13):
+            return helper.make_node(op, [x, k["axis"]], [out], keepdims=0)
+        return helper.make_node(op, [x], [out], axes=[1], keepdims=0)
+
+    def row_nodes(x: str, v: str, outs: list[str], ranked: bool) -> list[onnx.NodeProto]:
+        a = f"{v}_a"
+        rows = [helper.make_node("Flatten", [f"{v}_abs"], [a], axis=-1)]  # [rows, last axis]
+        if not ranked:  # perhaps a scalar: one more axis first ([1] for a scalar, [1, ...] otherwise)
+            rows = [helper.make_node("Unsqueeze", [f"{v}_abs", k["first"]], [f"{v}_abs1"]) if opset >= 13 else
+                    helper.make_node("Unsqueeze", [f"{v}_abs"], [f"{v}_abs1"], axes=[0]),
+                    helper.make_node("Flatten", [f"{v}_abs1"], [a], axis=-1)]
+        return [
+            helper.make_node("Abs", [x], [f"{v}_abs"]),
+            *rows,
+            reduce("ReduceMax", a, outs[0]),
+            helper.make_node("Div", [k["lift"], a], [f"{v}_inv"]),  # inf at 0, <= |x| for |x| >= 2^-14
+            helper.make_node("Max", [a, f"{v}_inv"], [f"{v}_lifted"]),  # |x| if |x| >= 2^-14, inf at 0
+            reduce("ReduceMin", f"{v}_lifted", outs[1]),
+            helper.make_node("ThresholdedRelu", [a], [f"{v}_large"], alpha=BELOW_MIN_NORMAL),  # |x| >= 2^-14
+            helper.make_node("Sub", [a, f"{v}_large"], [f"{v}_small"]),  # |x| < 2^-14 (inf - inf: NaN)
+            reduce("ReduceSum", f"{v}_small", outs[2]),
+            helper.make_node("Greater", [outs[2], k["zero"]], [f"{v}_flag"]),
+            helper.make_node("Compress", [a, f"{v}_flag"], [outs[3]], axis=0),
         ]
-        outputs += outs
+
+    k["flat"] = f"{prefix}_flat"
+    model.graph.initializer.extend([helper.make_tensor(k["flat"], TensorProto.INT64, [1], [-1]),
+                                    helper.make_tensor(f"{prefix}_no_float", TensorProto.FLOAT, [0], []),
+                                    helper.make_tensor(f"{prefix}_no_int", TensorProto.INT64, [0], [])])
+
+    def loop_nodes(members: list[str], v: str, outs: list[str]) -> list[onnx.NodeProto]:
+        """One Loop over the members: each iteration appends a member's row statistics, its rows (flattened)
+        and its row count and row length to five 1-D tensors carried through the loop."""
+        seq, trip, i, cond = f"{v}_seq", f"{v}_count", f"{v}_i", f"{v}_cond"
+        model.graph.initializer.append(helper.make_tensor(trip, TensorProto.INT64, [], [len(members)]))
+        carried = [f"{v}_in{j}" for j in range(5)]
+        stat = [f"{v}_stat{j}" for j in range(4)]
+        body_nodes = [helper.make_node("SequenceAt", [seq, i], [f"{v}_x"])]
+        body_nodes += row_nodes(f"{v}_x", f"{v}_b", stat, ranked=False)
+        body_nodes += [helper.make_node("Reshape", [stat[3], k["flat"]], [f"{v}_rows_flat"]),
+                       helper.make_node("Shape", [f"{v}_b_a"], [f"{v}_shape"])]
+        new = [stat[0], stat[1], stat[2], f"{v}_rows_flat", f"{v}_shape"]
+        body_nodes += [helper.make_node("Concat", [carried[j], new[j]], [f"{v}_out{j}"], axis=0) for j in range(5)]
+        body_nodes.append(helper.make_node("Identity", [cond], [f"{v}_cond_out"]))
+        types = [TensorProto.FLOAT] * 4 + [TensorProto.INT64]
+        body = helper.make_graph(
+            body_nodes, f"{v}_body",
+            [helper.make_tensor_value_info(i, TensorProto.INT64, []),
+             helper.make_tensor_value_info(cond, TensorProto.BOOL, []),
+             *[helper.make_tensor_value_info(carried[j], types[j], [None]) for j in range(5)]],
+            [helper.make_tensor_value_info(f"{v}_cond_out", TensorProto.BOOL, []),
+             *[helper.make_tensor_value_info(f"{v}_out{j}", types[j], [None]) for j in range(5)]])
+        start = [f"{prefix}_no_float"] * 4 + [f"{prefix}_no_int"]
+        return [helper.make_node("SequenceConstruct", members, [seq]),
+                helper.make_node("Loop", [trip, "", *start], outs, body=body)]
+
     nodes = list(model.graph.node)
-    produced = {o for node in nodes for o in node.output}
-    inputs_first = [n for t in names if t not in produced for n in after.pop(t)]
-    ordered = inputs_first
-    for node in nodes:
+    producer = {o: p for p, node in enumerate(nodes) for o in node.output}
+    after: dict[int, list] = {}  # producer position -> the statistics nodes to run right after it
+    first: list = []  # statistics of tensors no node produces (the model's inputs): run first
+    units = []
+    group: list[str] = []
+
+    def close_group() -> None:
+        if not group:
+            return
+        v = f"{prefix}_group{len(units)}"
+        outs = [f"{v}_{s}" for s in ("row_max", "row_min", "row_small", "rows", "shapes")]
+        after.setdefault(max(producer[t] for t in group), []).extend(loop_nodes(list(group), v, outs))
+        units.append((list(group), outs))
+        group.clear()
+
+    for t in sorted(names, key=lambda t: producer.get(t, -1)):
+        size = sizes.get(t, (None, None))[0]
+        if t in producer and size is not None and size <= GROUP_TENSOR:
+            if sum(sizes[m][0] for m in group) + size > GROUP_TOTAL:
+                close_group()
+            group.append(t)
+            continue
+        v = f"{prefix}{len(units)}"
+        outs = [f"{v}_{s}" for s in ("row_max", "row_min", "row_small", "rows")]
+        made = row_nodes(t, v, outs, ranked=bool(graph.ranks.get(t) or sizes.get(t, (None, None))[1]))
+        (after.setdefault(producer[t], []) if t in producer else first).extend(made)
+        units.append(([t], outs))
+    close_group()
+    ordered = list(first)
+    for p, node in enumerate(nodes):
         ordered.append(node)
-        for o in node.output:
-            ordered.extend(after.pop(o, []))
+        ordered.extend(after.pop(p, []))
     del model.graph.node[:]
     model.graph.node.extend(ordered)
     del model.graph.output[:]
-    model.graph.output.extend(onnx.ValueInfoProto(name=o) for o in outputs)
-    return model
+    model.graph.output.extend(onnx.ValueInfoProto(name=o) for _, outs in units for o in outs)
+    return model, units
 
 
-def _session(model: onnx.ModelProto, what: str):
+def _session(model: onnx.ModelProto, what: str, fold_constants: bool = True):
     """In producer order, so each tensor is freed once its statistics are taken (ONNX Runtime's default order
     keeps them alive to the end of the run); None if ONNX Runtime refuses the instrumented model."""
     try:
-        return session(model, what, producer_order=True)
+        return session(model, what, producer_order=True, fold_constants=fold_constants)
     except UsageError:
         return None
 

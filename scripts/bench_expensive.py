@@ -138,6 +138,7 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
     # The prior: the pipeline's emulator search (prior.py), measured effects included.
     found = priors.run(graph, emulator, samples, tol, outputs, prof, Listener(), header={}, path=None, restart=False)
     prior_set, prior_order = list(found.fp32), found.order
+    after_prior = dict(found.oracle.memo), list(found.oracle.history)
     measured = ranking.effects(emulator, samples, tol, outputs, ids)  # (the prior measured the same)
 
     variants = [Variant(emulator, "same"), Variant(emulator, "fewer", fused=fused_epilogues(graph))]
@@ -156,7 +157,8 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
         def oracle():
             return Oracle(variant, samples, tol, outputs)
 
-        found.alternatives = {}
+        found.alternatives = {}  # the emulator as the pipeline leaves it after the prior: alternatives cost afresh
+        found.oracle.memo, found.oracle.history = dict(after_prior[0]), list(after_prior[1])
         with_prior = search(ids, oracle(), order=prior_order, start=prior_set, alternatives=priors.Alternatives(
             graph, found, samples, tol, outputs, Listener()))
         without = search(ids, oracle(), order=prof.order, suspects=prof.suspects)

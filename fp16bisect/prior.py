@@ -152,6 +152,7 @@ class Alternatives:
     """
 
     ROUNDS = 3  # the one-member round, then two guesses: each costs an evaluation on the judge
+    RETRIES = 3  # guesses the emulator cannot pass with (or answers as before) in a round, before giving up
 
     def __init__(self, graph, prior: Prior, samples, tolerance, outputs, listener):
         self.graph, self.prior, self.listener = graph, prior, listener
@@ -159,6 +160,7 @@ class Alternatives:
         self.needed: set = set()  # members the emulator cannot do without: not suspected
         self.offered: set = {frozenset(prior.fp32)}
         self.rounds = 0
+        self._neighbours: dict | None = None
 
     def __call__(self, failed) -> list[frozenset]:
         if self.rounds >= self.ROUNDS:
@@ -172,51 +174,50 @@ class Alternatives:
             oracle = self.prior.oracle = Oracle(EmulateBackend(self.graph), self.samples, self.tolerance,
                                                 self.outputs)
         before = len(oracle.history)
+        found = self._one_member_each(oracle) if self.rounds == 1 else self._guess(oracle, failed)
+        ranked = sorted(dict.fromkeys(found), key=len)  # sorted() is stable: ties keep S's order
+        self.offered.update(ranked)
+        seconds, evaluations = time.perf_counter() - begin, len(oracle.history) - before
+        made = self.prior.alternatives or {"members": len(self.prior.fp32), "found": 0, "evaluations": 0,
+                                           "seconds": 0.0}
+        made.update(found=made["found"] + len(ranked), evaluations=made["evaluations"] + evaluations,
+                    seconds=round(made["seconds"] + seconds, 3), rounds=self.rounds)
+        self.prior.alternatives = made
+        self.listener.stage(f"prior: {len(ranked)} alternative set(s) of "
+                            f"{', '.join(str(len(a)) for a in ranked) or '-'} node(s), from {evaluations} more "
+                            f"emulator evaluation(s) in {seconds:.1f} s")
+        return ranked
+
+    def _one_member_each(self, oracle) -> list[frozenset]:
         members = list(self.prior.fp32)
-        if self.rounds == 1:
-            self.listener.stage(f"prior: the emulator's set fails here; searching on the emulate backend for an "
-                                f"alternative to each of its {len(members)} member(s), as if that member's FP32 "
-                                "pin had no effect")
-            guesses = [frozenset({m}) for m in members]
-        else:
-            guesses = []
+        self.listener.stage(f"prior: the emulator's set fails here; searching on the emulate backend for an "
+                            f"alternative to each of its {len(members)} member(s), as if that member's FP32 pin "
+                            "had no effect")
         found = []
-        for i, guess in enumerate(guesses, 1):
-            answer = self._answer(oracle, guess)
+        for i, member in enumerate(members, 1):
+            answer = self._answer(oracle, frozenset({member}))
             if answer is None:
-                self.needed |= guess
+                self.needed.add(member)
             else:
                 found.append(answer)
-            self.listener.stage(f"prior: alternative {i} of {len(guesses)}, {', '.join(map(str, guess))} in "
-                                "FP16: " + (f"{len(answer)} node(s)" if answer is not None else
-                                            "none (the emulator needs it)"))
+            self.listener.stage(f"prior: alternative {i} of {len(members)}, {member} in FP16: "
+                                + (f"{len(answer)} node(s)" if answer is not None else "none (the emulator needs it)"))
+        return found
+
+    def _guess(self, oracle, failed) -> list[frozenset]:
         banned: set = set()
-        while self.rounds > 1 and not found and len(banned) < 3:
+        while len(banned) < self.RETRIES:
             guess = self._hitting_set([frozenset(f) for f in failed], banned)
             if not guess:
-                break
+                return []
             answer = self._answer(oracle, frozenset(guess))
             self.listener.stage(f"prior: {len(failed)} plan(s) failed here that pass on the emulator; guessing the "
                                 f"pins with no effect as {', '.join(map(str, guess))}: "
                                 + (f"{len(answer)} node(s)" if answer is not None else "the emulator cannot pass so"))
-            if answer is None or answer in self.offered:
-                # the first guessed is in most failed plans: so is any pin the emulator cannot do without
-                banned.add(guess[0])
-            else:
-                found.append(answer)
-        if self.rounds > 1 and not found:
-            return []
-        ranked = sorted(dict.fromkeys(found), key=len)  # sorted() is stable: ties keep S's order
-        self.offered.update(ranked)
-        seconds = time.perf_counter() - begin
-        made = self.prior.alternatives or {"members": len(members), "found": 0, "evaluations": 0, "seconds": 0.0}
-        made.update(found=made["found"] + len(ranked), evaluations=made["evaluations"] + len(oracle.history) - before,
-                    seconds=round(made["seconds"] + seconds, 3), rounds=self.rounds)
-        self.prior.alternatives = made
-        self.listener.stage(f"prior: {len(ranked)} alternative set(s) of "
-                            f"{', '.join(str(len(a)) for a in ranked) or '-'} node(s), from "
-                            f"{len(oracle.history) - before} more emulator evaluation(s) in {seconds:.1f} s")
-        return ranked
+            if answer is not None and answer not in self.offered:
+                return [answer]
+            banned.add(guess[0])  # the first guessed is in most failed plans: so is a pin the emulator needs
+        return []
 
     def _answer(self, oracle, avoid: frozenset) -> frozenset | None:
         """The emulator's answer with ``avoid`` in FP16, from S without them; None if it cannot pass so."""
@@ -248,7 +249,7 @@ class Alternatives:
         """Node id -> fewest tensor hops (either way along the graph's edges) from any of ``sources``."""
         if not sources:
             return {}
-        if not hasattr(self, "_neighbours"):
+        if self._neighbours is None:
             producer = {t: n.id for n in self.graph.nodes for t in n.outputs}
             self._neighbours = {n.id: set() for n in self.graph.nodes}
             for n in self.graph.nodes:

@@ -33,8 +33,8 @@ Algorithm
    on the smaller set. With ``test_many`` all removals are one batch; members
    whose removal passes are dropped (all together first, one by one if that
    fails) and the removals of the smaller set are evaluated again. Either way
-   it ends at a passing set none of whose single removals passes (``_reduce``). Real oracles are not
-   monotone (FP16 rounding errors can cancel; pinning a node can break a
+   it ends at a passing set none of whose single removals passes
+   (``_reduce``). Real oracles are not monotone (FP16 rounding errors can cancel; pinning a node can break a
    fusion on an engine), so a failing superset is no proof: measured on real
    models at a tolerance of half their all-FP16 error, 1 to 11 removals of a
    set "proved" minimal that way still passed. This costs at most k
@@ -475,7 +475,7 @@ def search(
     width: int = 1,
     start: Iterable[Hashable] | None = None,
     rest_order: Callable[[], Sequence[Hashable]] | None = None,
-    alternatives: Callable[[], Iterable[Iterable[Hashable]]] | None = None,
+    alternatives: Callable[[tuple], Iterable[Iterable[Hashable]]] | None = None,
 ) -> SearchResult:
     """Search a 1-minimal FP32 set; see the module docstring.
 
@@ -711,8 +711,7 @@ def _sweep(memo: _Memo, current: frozenset, rank: dict, distrusted=()) -> frozen
     to go are checked first: those of ``distrusted``, a start set the judge failed.)"""
     checked: dict = {}  # member -> the set its removal was evaluated on
     distrusted = frozenset(distrusted)
-    for _ in range(CERTIFY_ROUNDS + 1):
-        dropped = False
+    for _ in range(CERTIFY_ROUNDS + 1):  # a sweep that drops nothing checks every member on the set: done
         for member in sorted(current, key=lambda m: (m not in distrusted, -rank[m])):
             if member not in current or checked.get(member) == current:
                 continue
@@ -720,12 +719,9 @@ def _sweep(memo: _Memo, current: frozenset, rank: dict, distrusted=()) -> frozen
             checked[member] = current
             if memo(current - {member}):
                 current = current - {member}
-                dropped = True
         if all(checked.get(m) == current for m in current):
             memo.pending = []
             return current
-        if not dropped:
-            break
     memo.pending = []
     return None
 

@@ -249,7 +249,8 @@ def table(rows: list[dict]) -> list[str]:
     for r in rows:
         half = "yes" if r["with"] <= r["segment"] / 2 else "NO"
         alt = r["alternatives"]
-        alt = f"; alternatives {alt['found']} of {alt['members']}: {alt['evaluations']} ({alt['seconds']:.1f} s)" if alt else ""
+        alt = (f"; alternatives: {alt['found']} made for {alt['members']} members in {alt['rounds']} round(s), "
+               f"{alt['evaluations']} evals ({alt['seconds']:.1f} s)" if alt else "")
         lines.append(
             f"| {r['model']} | {r['variant']} ({r['rounding']}) | {r['prior_evals']}, {r['prior_k']} "
             f"({r['prior_s']:.1f} s){alt} | {r['k']} | {r['with']} / {r['without']} / {r['segment']} | {half} "

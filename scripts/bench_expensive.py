@@ -129,6 +129,22 @@ def judge_row(result, oracle) -> str:
     return ("yes" if not passing else f"passes; {passing} removal(s) pass too") + said
 
 
+def judges(graph: Graph, emulator: EmulateBackend, samples, tol: Tolerance, outputs, measured) -> list[Variant]:
+    """The variants of the module's docstring: same, fewer, and more (the up to 3 candidates of largest measured
+    effect forced to FP16, each only while all-FP32-but-those still meets the tolerance), when any qualifies."""
+    variants = [Variant(emulator, "same"), Variant(emulator, "fewer", fused=fused_epilogues(graph))]
+    everything = frozenset(measured)
+    forced = []
+    for c in ranking.by_effect(list(measured), measured):
+        if len(forced) == 3 or measured[c] <= 0:
+            break
+        if Oracle(Variant(emulator, "more", forced=forced + [c]), samples, tol, outputs)(everything):
+            forced.append(c)
+    if forced:
+        variants.append(Variant(emulator, "more", forced=forced))
+    return variants
+
+
 def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None) -> list[dict]:
     emulator = emulator or EmulateBackend(graph)
     outputs = graph.float_output_names()
@@ -141,16 +157,8 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
     after_prior = dict(found.oracle.memo), list(found.oracle.history)
     measured = ranking.effects(emulator, samples, tol, outputs, ids)  # (the prior measured the same)
 
-    variants = [Variant(emulator, "same"), Variant(emulator, "fewer", fused=fused_epilogues(graph))]
+    variants = judges(graph, emulator, samples, tol, outputs, measured)
     everything = frozenset(ids)
-    forced = []
-    for c in ranking.by_effect(ids, measured):
-        if len(forced) == 3 or measured[c] <= 0:
-            break
-        if Oracle(Variant(emulator, "more", forced=forced + [c]), samples, tol, outputs)(everything):
-            forced.append(c)
-    if forced:
-        variants.append(Variant(emulator, "more", forced=forced))
 
     rows = []
     for variant in variants:
@@ -212,15 +220,7 @@ def bench_command(name: str, spec: dict, work: Path) -> list[dict]:
     prof = profile(graph, samples)
     found = priors.run(graph, emulator, samples, tol, outputs, prof, Listener(), header={}, path=None, restart=False)
     measured = ranking.effects(emulator, samples, tol, outputs, ids)
-    variants = [Variant(emulator, "same"), Variant(emulator, "fewer", fused=fused_epilogues(graph))]
-    forced = []
-    for c in ranking.by_effect(ids, measured):
-        if len(forced) == 3 or measured[c] <= 0:
-            break
-        if Oracle(Variant(emulator, "more", forced=forced + [c]), samples, tol, outputs)(frozenset(ids)):
-            forced.append(c)
-    if forced:
-        variants.append(Variant(emulator, "more", forced=forced))
+    variants = judges(graph, emulator, samples, tol, outputs, measured)
     rows = []
     for variant in variants:
         runs = {}

@@ -92,30 +92,30 @@ def certification(delay: float, n: int, ks) -> list[str]:
     return rows
 
 
-def sample_models(widths, ray: bool) -> list[str]:
-    import importlib.util
+def search_sample(name: str, parallel, **options):
+    """``search_model`` on a sample model at its known tolerance: the outcome's result and the wall time."""
+    from bench_peers import load_known
 
-    from fp16bisect.parallel import Parallel
     from fp16bisect.pipeline import search_model
     from fp16bisect.tolerance import Tolerance
 
-    spec = importlib.util.spec_from_file_location("make_sample_models", ROOT / "scripts" / "make_sample_models.py")
-    make = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make)
+    known = load_known()[name]
+    start = time.perf_counter()
+    o = search_model(str(ROOT / "sample_models" / f"{name}.onnx"), [str(ROOT / "sample_models" / f"{name}.npz")],
+                     tolerance=Tolerance(known["atol"], known["rtol"]), parallel=parallel, **options)
+    return o.result, time.perf_counter() - start
+
+
+def sample_models(widths, ray: bool) -> list[str]:
+    from fp16bisect.parallel import Parallel
+
     rows = ["| model | where | N | rounds | rounds(N)/rounds(1) | evaluations | wall s | set |",
             "|---|---|---:|---:|---:|---:|---:|---|"]
     runs = [("local", w) for w in widths] + ([("ray", 2)] if ray else [])
     for name in ("transformer_block", "two_branches", "accumulation"):
-        known = make.KNOWN[name]
         base = None
         for where, width in runs:
-            parallel = Parallel(jobs=width, ray="" if where == "ray" else None)
-            start = time.perf_counter()
-            o = search_model(str(ROOT / "sample_models" / f"{name}.onnx"),
-                             [str(ROOT / "sample_models" / f"{name}.npz")],
-                             tolerance=Tolerance(known["atol"], known["rtol"]), backend="emulate", parallel=parallel)
-            wall = time.perf_counter() - start
-            r = o.result
+            r, wall = search_sample(name, Parallel(jobs=width, ray="" if where == "ray" else None), backend="emulate")
             base = base or r
             same = "same" if r.fp32 == base.fp32 and r.minimal else "DIFFERENT"
             rows.append(f"| {name} | {where} | {width} | {r.rounds} | {r.rounds / base.rounds:.2f} "
@@ -126,32 +126,19 @@ def sample_models(widths, ray: bool) -> list[str]:
 def command_backend(widths) -> list[str]:
     """An expensive judge: --backend command with scripts/judge_onnxruntime.py --provider cpu (a fresh Python and
     ONNX Runtime session per plan), the emulator's set as the prior (--prior auto), N commands at once."""
-    import importlib.util
     import tempfile
 
     from fp16bisect.parallel import Parallel
-    from fp16bisect.pipeline import search_model
-    from fp16bisect.tolerance import Tolerance
 
-    spec = importlib.util.spec_from_file_location("make_sample_models", ROOT / "scripts" / "make_sample_models.py")
-    make = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make)
     judge = f"{sys.executable} {ROOT / 'scripts' / 'judge_onnxruntime.py'} --provider cpu {{model}} {{inputs}} {{outputs}}"
     rows = ["| model | N | prior agreed | rounds | rounds(N)/rounds(1) | evaluations | wall s | set |",
             "|---|---:|---|---:|---:|---:|---:|---|"]
     for name in ("transformer_block", "two_branches"):
-        known = make.KNOWN[name]
         base = None
         for width in widths:
             with tempfile.TemporaryDirectory() as tmp:
-                start = time.perf_counter()
-                o = search_model(str(ROOT / "sample_models" / f"{name}.onnx"),
-                                 [str(ROOT / "sample_models" / f"{name}.npz")],
-                                 tolerance=Tolerance(known["atol"], known["rtol"]), backend="command",
-                                 backend_options={"command": judge}, output=str(Path(tmp) / "o.json"),
-                                 parallel=Parallel(jobs=width))
-                wall = time.perf_counter() - start
-            r = o.result
+                r, wall = search_sample(name, Parallel(jobs=width), backend="command",
+                                        backend_options={"command": judge}, output=str(Path(tmp) / "o.json"))
             base = base or r
             same = "same" if r.fp32 == base.fp32 and r.minimal else "DIFFERENT"
             rows.append(f"| {name} | {width} | {r.agreed} | {r.rounds} | {r.rounds / base.rounds:.2f} "

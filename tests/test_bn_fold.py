@@ -9,7 +9,6 @@ from real_models import PP_OCRV4_DET, real_model
 from test_cli import one_line_error, run
 
 from fp16bisect.artifacts.mixed import convert
-from fp16bisect.errors import UsageError
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.runtime import session
 
@@ -71,18 +70,39 @@ def test_a_bn_whose_variance_would_flush_to_zero_in_fp16_is_folded_too():
     mixed = convert(Graph(conv_bn_relu(var=1e-9, gamma=1.0)), [])
     assert "BatchNormalization" not in {n.op_type for n in mixed.model.graph.node}
     assert mixed.notes == ["BatchNormalization bn written as its folded FP32-computed scale and shift in FP16 "
-                           "(its running variance 1e-09 would flush to zero in FP16; TensorRT folds it the same way)"]
+                           "(its running variance 1e-09 is below FP16's smallest subnormal; TensorRT folds it the same way)"]
 
 
-def test_a_bn_in_training_mode_is_not_folded_and_keeps_the_error():
-    with pytest.raises(UsageError, match=r"'var' read by FP16 node\(s\) bn holds 1e\+08.*--keep-fp32 bn"):
-        convert(Graph(conv_bn_relu(opset=14, training=True)), [])
+def test_a_bn_in_training_mode_is_not_folded_and_its_statistics_saturate():
+    """Not foldable (training mode): written as it is, its variance 1e8 stored as 65504 by the constant rule."""
+    mixed = convert(Graph(conv_bn_relu(opset=12, training=True)), [])
+    stored = {t.name: onnx.numpy_helper.to_array(t) for t in mixed.model.graph.initializer}
+    assert stored["var"].dtype == np.float16 and set(stored["var"].tolist()) == {65504.0}
+    assert [(c.constant, c.saturated, c.readers) for c in mixed.conversions] == [("var", C, ("bn",))]
 
 
-def test_a_folded_scale_beyond_fp16_is_an_error_naming_the_fix():
-    with pytest.raises(UsageError, match=r"BatchNormalization 'bn'.*folded scale holds 1e\+06.*--keep-fp32 bn"):
-        convert(Graph(conv_bn_relu(var=1e8, gamma=1e10)), [])
+def test_at_opset_14_only_scale_and_bias_are_stored_in_fp16():
+    """Opset 14 types scale and bias like X, mean and variance by U: a variance of 1e8 stays FP32, unfolded."""
+    mixed = convert(Graph(conv_bn_relu(opset=14)), [])
+    assert "BatchNormalization" in {n.op_type for n in mixed.model.graph.node} and mixed.conversions == []
+    stored = {t.name: onnx.numpy_helper.to_array(t) for t in mixed.model.graph.initializer}
+    assert stored["gamma"].dtype == np.float16 and stored["var"].dtype == np.float32
+
+
+def test_a_folded_scale_beyond_fp16_saturates_and_is_reported():
+    mixed = convert(Graph(conv_bn_relu(var=1e8, gamma=1e10)), [])
+    scale = onnx.numpy_helper.to_array(next(t for t in mixed.model.graph.initializer if t.name == "bn/folded_scale"))
+    assert set(scale.ravel().tolist()) == {65504.0}  # 1e10 / 1e4 = 1e6, saturated by the constant rule
+    assert [(c.constant, c.saturated) for c in mixed.conversions] == [("bn/folded_scale", C), ("bn/folded_shift", C)]
     assert convert(Graph(conv_bn_relu(var=1e8, gamma=1e10)), ["bn"]).notes == []  # pinned: nothing to fold
+
+
+@pytest.mark.parametrize("opset", [12, 14, 15])
+def test_an_fp16_bn_is_written_at_every_opset(opset):
+    for var, gamma in ((1e8, 1e4), (1.0, 1.0), (1e-9, 1.0)):
+        mixed = convert(Graph(conv_bn_relu(var=var, gamma=gamma, opset=opset)), [])
+        onnx.checker.check_model(mixed.model, full_check=True)
+        session(mixed.model)  # ONNX Runtime loads it
 
 
 def test_pp_ocrv4_det_all_fp16_is_written_and_verifies(tmp_path, capsys):

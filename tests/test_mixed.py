@@ -110,12 +110,21 @@ def test_shared_initializer_is_duplicated_fp16_only_converted_in_place_fp32_only
     assert reads["fp16_mul"][1] == "shared_fp16" and reads["fp32_mul"][1] == "shared"
 
 
-def test_a_constant_beyond_fp16_range_read_in_fp16_is_an_error_not_clamped():
+def test_constants_fp16_cannot_hold_are_converted_by_tensorrts_rule_and_reported():
+    """Beyond +-65504 saturates, below 2^-24 becomes +-2^-24, +-inf and NaN stay, the rest rounds (IEEE)."""
+    values = np.array([1.0, 1e9, -3.4028235e38, 1e-9, -1e-12, np.inf, -np.inf, 2049.0, 0.0], np.float32)
     nodes = [helper.make_node("Add", ["x", "big"], ["y"], name="add_big")]
-    model = make_model(nodes, [("x", F, [2])], [("y", F, [2])], {"big": np.array([1.0, 1e9], np.float32)})
-    with pytest.raises(UsageError, match=r"'big' read by FP16 node\(s\) add_big holds 1e\+09.*fp32_nodes"):
-        convert(Graph(model), [])
-    assert {t.data_type for t in convert(Graph(model), ["add_big"]).model.graph.initializer} == {F}
+    model = make_model(nodes, [("x", F, [9])], [("y", F, [9])], {"big": values})
+    mixed = convert(Graph(model), [])
+    stored = onnx.numpy_helper.to_array(mixed.model.graph.initializer[0])
+    assert stored.dtype == np.float16
+    assert stored.astype(np.float32).tolist() == [1.0, 65504.0, -65504.0, 2.0**-24, -(2.0**-24), np.inf, -np.inf,
+                                                  2048.0, 0.0]
+    assert [(c.constant, c.saturated, c.lifted, c.extreme, c.readers) for c in mixed.conversions] == [
+        ("big", 2, 2, float(np.float32(-3.4028235e38)), ("add_big",))]
+    assert "2 value(s) beyond +-65504 (e.g. -3.4e+38) saturated to +-65504" in str(mixed.conversions[0])
+    pinned = convert(Graph(model), ["add_big"])
+    assert {t.data_type for t in pinned.model.graph.initializer} == {F} and pinned.conversions == []
 
 
 def shape_model():

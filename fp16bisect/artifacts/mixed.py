@@ -14,18 +14,21 @@ A node's precision applies to the inputs and outputs that share a type
 parameter with it in the operator's schema (``onnx.defs``), so parameters of
 other types (Resize scales, shapes, indices, LayerNormalization's mean) keep
 theirs. A Cast is inserted only where a tensor crosses from one precision to
-the other, once per tensor and direction. Initializers and Constant values
-read in FP16 are stored in FP16 (a copy when FP32 readers share them); a value
-beyond FP16's range is an error, never clamped. Graph inputs and outputs keep
-FP32 unless ``fp16_io``.
+the other, once per tensor and direction. Graph inputs and outputs keep FP32 unless ``fp16_io``.
 
-An FP16 BatchNormalization whose statistics FP16 cannot hold (beyond +-65504,
-or non-zero values that would flush to zero) where the opset types them like X
-(before opset 15; PP-OCRv4's detector has a running variance of 9.79e7) is
-written as its folded form, as TensorRT's ONNX parser builds it: scale =
-gamma / sqrt(var + epsilon) and shift = beta - mean * scale, computed in FP32
-at write time, stored in FP16 and applied per channel by a Mul and an Add that
-writes the BatchNormalization's output tensor.
+Every plan can be written. Initializers and Constant values read in FP16 are stored in FP16 (a copy when
+FP32 readers share them), converted by one rule (``model/fp16.py``: TensorRT's own for FP32 weights of FP16
+layers): finite values beyond +-65504 saturate to +-65504, non-zero values below 2^-24 become +-2^-24, +-inf
+and NaN stay. ``Mixed.conversions`` lists what the rule changed beyond rounding (a Hugging Face attention mask
+of -3.4e38 becomes -65504). The emulator reads constants through the same function, so a plan means what
+its file computes.
+
+An FP16 BatchNormalization whose statistics stored in FP16 (those its opset types like X: all four before
+opset 14, scale and bias at 14, none from 15) would be changed by that rule (PP-OCRv4's detector has a running
+variance of 9.79e7) is written as its folded form, as TensorRT's ONNX parser builds it: scale =
+gamma / sqrt(var + epsilon) and shift = beta - mean * scale, computed in FP32 at write time, stored in FP16 by
+the same rule and applied per channel by a Mul and an Add that writes the BatchNormalization's output tensor
+(``Graph.batchnorm_fold``).
 """
 
 from __future__ import annotations
@@ -39,10 +42,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import UsageError, shown
+from ..model.fp16 import Conversion, constant_to_fp16, conversion
 from ..model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, Graph, Node, _outer_reads, _subgraphs
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
-FP16_MAX = 65504.0
 CONTROL_FLOW = {"If", "Loop", "Scan"}
 _HALF_TYPE = "tensor(float16)"
 
@@ -55,6 +58,7 @@ class Mixed:
     casts: int = 0
     fp16_constants: int = 0
     notes: list[str] = field(default_factory=list)
+    conversions: list[Conversion] = field(default_factory=list)  # constants the FP16 rule changed beyond rounding
 
 
 def mixed_model(graph: Graph, fp32: Iterable[str], *, fp16_io: bool = False) -> onnx.ModelProto:
@@ -83,6 +87,17 @@ def convert(graph: Graph, fp32: Iterable[str], *, fp16_io: bool = False) -> Mixe
     return _Converter(graph, check_plan(graph, fp32), fp16_io).run()
 
 
+def conversions(graph: Graph, fp32: Iterable[str] = ()) -> list[Conversion]:
+    """What the plan's file converts beyond rounding (constants FP16 cannot hold), without writing it."""
+    converter = _Converter(graph, check_plan(graph, fp32), False)
+    decisions = converter.decide()
+    wants, readers = converter.reads(decisions)
+    found = [conversion(t, converter.constants[t], readers[t]) for t in converter.constants if HALF in wants.get(t, ())]
+    for node_id in converter.folds:
+        found += converter.folds[node_id].conversions
+    return [c for c in found if c is not None]
+
+
 class _Converter:
     def __init__(self, graph: Graph, plan: frozenset, fp16_io: bool):
         self.graph = graph
@@ -93,14 +108,13 @@ class _Converter:
         self.constants = self._constants()
         self.prec: dict[str, int] = {}  # float tensor -> FLOAT or HALF
         self.notes: list[str] = []
-        self.folds: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # BatchNormalization id -> FP16 scale, shift
-        self._ranks: dict[str, int] | None = None
+        self.folds: dict = {}  # BatchNormalization id -> its fp16.BatchNormFold
 
     def _constants(self) -> dict[str, np.ndarray]:
         found = {t.name: numpy_helper.to_array(t) for t in self.graph.model.graph.initializer if t.data_type == FLOAT}
         for n in self.graph.model.graph.node:
             if n.op_type == "Constant" and n.output and self.graph.is_float(n.output[0]):
-                found[n.output[0]] = _constant_value(n)
+                found[n.output[0]] = self.graph.constant_value(n.output[0])
         return found
 
     # -- pass 1: decide -------------------------------------------------------------------------
@@ -115,7 +129,11 @@ class _Converter:
                 continue
             p = self._precision(node)
             required, outputs = self._slots(node, p)
-            if node.op_type == "BatchNormalization" and p == HALF and self._fold(node, required):
+            fold = self.graph.batchnorm_fold(node) if p == HALF else None
+            if fold is not None:
+                self.folds[node.id] = fold
+                self.notes.append(f"BatchNormalization {node.id} written as its folded FP32-computed scale and shift "
+                                  f"in FP16 ({fold.reason}; TensorRT folds it the same way)")
                 required = [required[0]] + [None] * (len(required) - 1)  # the statistics are not read as such
             for t, q in zip(node.outputs, outputs):
                 if q is not None:
@@ -169,65 +187,12 @@ class _Converter:
         return ins, outs
 
     # -- BatchNormalization with statistics FP16 cannot hold -------------------------------------
-    def _fold(self, node: Node, required: list[int | None]) -> bool:
-        """Record ``node``'s folded FP16 scale and shift when its statistics would be stored in FP16 but FP16
-        cannot hold them, and it can be folded (inference mode, constant per-channel statistics, known rank)."""
-        stats = list(node.inputs[1:5])
-        if len(stats) < 4 or HALF not in required[1:5] or any(t not in self.constants for t in stats):
-            return False
-        values = [np.asarray(self.constants[t], dtype=np.float32) for t in stats]
-        stored_half = [(what, v) for what, v, q in zip(("scale", "bias", "mean", "running variance"), values,
-                                                        required[1:5]) if q == HALF]
-        reason = _unstorable(stored_half)
-        if reason is None:
-            return False  # they fit: written as a BatchNormalization, statistics in FP16, as before
-        proto = self.graph.model.graph.node[node.index]
-        attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
-        rank = self._rank(node.inputs[0])
-        if (attrs.get("training_mode", 0) or attrs.get("spatial", 1) != 1 or any(node.outputs[1:])
-                or self.opset < 7 or rank is None or rank < 2 or any(v.ndim != 1 for v in values)
-                or len({v.size for v in values}) != 1
-                or set(stats) & {v.name for v in self.graph.model.graph.input}):
-            return False  # not foldable: the statistics go to FP16 as before, which refuses what does not fit
-        gamma, beta, mean, var = values
-        eps = np.float32(attrs.get("epsilon", 1e-5))
-        scale = gamma / np.sqrt(var + eps)
-        shift = beta - mean * scale
-        shape = [gamma.size] + [1] * (rank - 2)
-        folded = []
-        for what, value in (("scale", scale), ("shift", shift)):
-            beyond = ~np.isfinite(value) | (np.abs(value) > FP16_MAX)
-            if beyond.any():
-                worst = float(value[beyond][np.argmax(np.abs(value[beyond]))])
-                raise UsageError(
-                    f"BatchNormalization {node.id!r} has statistics FP16 cannot hold ({reason}) and its folded "
-                    f"{what} holds {worst:g}, which FP16 (+-65504) cannot hold either: keep it in FP32 "
-                    f"(fp16bisect apply --keep-fp32 {node.id}, or add it to the override file's fp32_nodes)"
-                )
-            folded.append(value.reshape(shape).astype(np.float16))
-        self.folds[node.id] = (folded[0], folded[1])
-        self.notes.append(
-            f"BatchNormalization {node.id} written as its folded FP32-computed scale and shift in FP16 "
-            f"({reason}; TensorRT folds it the same way)"
-        )
-        return True
-
-    def _rank(self, tensor: str) -> int | None:
-        if self._ranks is None:
-            model = self.graph.model
-            try:
-                model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-            except Exception:
-                pass
-            g = model.graph
-            self._ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in [*g.input, *g.value_info, *g.output]
-                           if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")}
-        return self._ranks.get(tensor)
-
     def _write_fold(self, out: onnx.GraphProto, node: Node, proto: onnx.NodeProto, x: str, fresh_t, fresh_n,
                     mixed: Mixed) -> None:
         """Mul by the folded scale, Add the folded shift, into the BatchNormalization's own output tensor."""
-        scale, shift = self.folds[node.id]
+        fold = self.folds[node.id]
+        scale, shift = fold.scale, fold.shift
+        mixed.conversions += fold.conversions
         names = [fresh_t(f"{node.id}/folded_{what}") for what in ("scale", "shift")]
         for name, value in zip(names, (scale, shift)):
             out.initializer.append(numpy_helper.from_array(value, name))
@@ -236,6 +201,24 @@ class _Converter:
         self.prec[scaled] = HALF
         out.node.append(helper.make_node("Mul", [x, names[0]], [scaled], name=fresh_n(f"{node.id}/folded_scale")))
         out.node.append(helper.make_node("Add", [scaled, names[1]], [proto.output[0]], name=proto.name))
+
+    def reads(self, decisions) -> tuple[dict[str, set], dict[str, list[str]]]:
+        """What each constant is read as (FLOAT, HALF), and which nodes read it in FP16."""
+        wants: dict[str, set] = defaultdict(set)
+        readers: dict[str, list[str]] = defaultdict(list)
+        for node in self.graph.nodes:
+            if node.id not in decisions:
+                continue
+            _, required = decisions[node.id]
+            for t, q in zip(node.inputs, required):
+                if q is not None and t in self.constants:
+                    wants[t].add(q)
+                    if q == HALF:
+                        readers[t].append(node.id)
+            for t in node.implicit:
+                if t in self.constants:
+                    wants[t].add(FLOAT)
+        return wants, readers
 
     # -- pass 2: write --------------------------------------------------------------------------
     def run(self) -> Mixed:
@@ -252,21 +235,7 @@ class _Converter:
         fresh_t = _Fresh(taken_tensors)
         fresh_n = _Fresh(taken_nodes)
 
-        # what each constant is read as
-        wants: dict[str, set] = defaultdict(set)
-        readers: dict[str, list[str]] = defaultdict(list)
-        for node in self.graph.nodes:
-            if node.id not in decisions:
-                continue
-            _, required = decisions[node.id]
-            for t, q in zip(node.inputs, required):
-                if q is not None and t in self.constants:
-                    wants[t].add(q)
-                    if q == HALF:
-                        readers[t].append(node.id)
-            for t in node.implicit:
-                if t in self.constants:
-                    wants[t].add(FLOAT)
+        wants, readers = self.reads(decisions)
         half_name = {}
         for t in self.constants:
             if HALF in wants.get(t, ()):
@@ -322,7 +291,10 @@ class _Converter:
     def _write_constants(self, out: onnx.GraphProto, half_name: dict, readers: dict, mixed: Mixed) -> None:
         by_name = {t.name: t for t in out.initializer}
         for t, name in half_name.items():
-            value = _to_half(t, self.constants[t], readers[t])
+            value = constant_to_fp16(self.constants[t])
+            changed = conversion(t, self.constants[t], readers[t])
+            if changed is not None:
+                mixed.conversions.append(changed)
             tensor = numpy_helper.from_array(value, name)
             mixed.fp16_constants += 1
             if t in by_name and name == t:
@@ -338,7 +310,7 @@ class _Converter:
         if half_name.get(t) != t:
             return proto  # read in FP32 only, or its FP16 copy is an initializer
         node = helper.make_node("Constant", [], [t], name=proto.name,
-                                value=numpy_helper.from_array(_to_half(t, self.constants[t], []), t))
+                                value=numpy_helper.from_array(constant_to_fp16(self.constants[t]), t))
         return node
 
     def _retype_io(self, out: onnx.GraphProto, fresh_t, fresh_n) -> None:
@@ -416,43 +388,6 @@ def _formal(formals, i: int):
     if formals and formals[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
         return formals[-1]
     return None
-
-
-def _constant_value(node: onnx.NodeProto) -> np.ndarray:
-    for a in node.attribute:
-        if a.name == "value":
-            return numpy_helper.to_array(a.t)
-        if a.name == "value_float":
-            return np.array(a.f, dtype=np.float32)
-        if a.name == "value_floats":
-            return np.array(list(a.floats), dtype=np.float32)
-    raise ValueError(f"Constant {node.output[0]!r} has no float value")
-
-
-def _unstorable(stats) -> str | None:
-    """Why FP16 cannot hold these (name, values) statistics, or None: beyond +-65504, or non-zero but flushed."""
-    for what, value in stats:
-        beyond = np.isfinite(value) & (np.abs(value) > FP16_MAX)
-        if beyond.any():
-            return f"its {what} {float(value[beyond][np.argmax(np.abs(value[beyond]))]):.3g} does not fit FP16"
-        flushed = (value != 0) & (value.astype(np.float16) == 0)
-        if flushed.any():
-            return f"its {what} {float(value[flushed][0]):.3g} would flush to zero in FP16"
-    return None
-
-
-def _to_half(name: str, value: np.ndarray, readers: list[str]) -> np.ndarray:
-    value = np.asarray(value, dtype=np.float32)
-    beyond = np.isfinite(value) & (np.abs(value) > FP16_MAX)
-    if beyond.any():
-        worst = float(value[beyond][np.argmax(np.abs(value[beyond]))])
-        who = f" read by FP16 node(s) {', '.join(readers[:3])}" if readers else ""
-        raise UsageError(
-            f"constant {name!r}{who} holds {worst:g}, beyond FP16's range of +-65504 ({int(beyond.sum())} value(s)): "
-            f"keep {'its readers' if readers else 'them'} in FP32 (fp16bisect apply --keep-fp32 "
-            f"{readers[0] if readers else 'NODE'}, or add them to the override file's fp32_nodes) or rescale the weights"
-        )
-    return value.astype(np.float16)
 
 
 def _rename(node: onnx.NodeProto, old: str, new: str) -> None:

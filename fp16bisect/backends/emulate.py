@@ -26,9 +26,16 @@ A select picks one of its operands bit for bit, so ``inf``, ``NaN`` and ``-0``
 pass unchanged; no arithmetic select (``x + m * (r(x) - x)`` is NaN when
 ``r(x)`` is inf). Sites are fused where the semantics allow: a candidate B
 reading the output t of candidate A reads ``t`` when both A and B are in FP32
-and ``r(t)`` otherwise (``r`` is idempotent), one site instead of two; a float
-initializer's rounding is computed once with NumPy (bit-exact with ONNX Runtime's
-Cast) and needs no site when it is exact in FP16. ONNX Runtime keeps explicit
+and ``r(t)`` otherwise (``r`` is idempotent), one site instead of two.
+
+The emulation models the plan's mixed-precision file (``artifacts/mixed.py``),
+the plan's definition: a float constant (initializer or Constant value) read in
+FP16 holds what the file stores, converted once with NumPy by the writer's own
+rule (``model/fp16.py``: beyond +-65504 saturates, below 2^-24 becomes +-2^-24),
+and needs no site when that is its own value. An FP16 BatchNormalization reads
+the statistics its opset stores in FP16 (before opset 15) the same way, or, where
+the writer folds them, computes the file's ``Mul(x, scale)`` and ``Add(., shift)``
+in FP16 (``Graph.batchnorm_fold``). ONNX Runtime keeps explicit
 Cast pairs in an FP32 graph; the start-up self-test proves, for both forms, that
 70000 becomes inf on this machine.
 
@@ -38,12 +45,11 @@ and TensorRT's fused kernels.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..model.fp16 import constant_as_stored
 from ..model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, TRANSPARENT_OPS, Graph, _subgraphs
 from ..model.runtime import run, session
 
@@ -67,8 +73,6 @@ class Emulation:
         self.types, self.shapes = _types_and_shapes(model, graph)
         self._names = 0
         self._rounded: dict[str, str] = {}  # tensor -> name of r(tensor) (shared by its Where sites)
-        inputs = {v.name for v in g.input}
-        self._constants = {t.name: t for t in g.initializer if t.name not in inputs}  # not overridable by a feed
         originals = list(g.node)
         del g.node[:]
         self._out = g.node
@@ -111,7 +115,11 @@ class Emulation:
                 if tensor in producer:
                     proto.output[pos] = _raw(tensor)
                     outs.append(tensor)
-            self._out.append(proto)
+            fold = graph.batchnorm_fold(node)
+            if fold is not None:
+                self._folded(proto, i, fold)
+            else:
+                self._out.append(proto)
             for tensor in outs:
                 if tensor in needed:
                     self._site((i, i), _raw(tensor), tensor, out=tensor)
@@ -136,15 +144,13 @@ class Emulation:
         tensor whose inferred shape ``tensor`` has. ``cond``: an existing condition (inside subgraphs)."""
         nodes = self._out if nodes is None else nodes
         out = out or self._name("sel")
-        constant = self._constants.get(tensor)
+        value = self.graph.constant_value(tensor)
         rounded_constant = None
-        if constant is not None:
-            value = numpy_helper.to_array(constant)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                rounded = value.astype(np.float16).astype(np.float32)
+        if value is not None:
+            value = np.asarray(value, dtype=np.float32)
+            rounded = constant_as_stored(value)  # what the file stores (the writer's rule), not a run-time cast
             if np.array_equal(rounded.view(np.uint32), value.view(np.uint32)):
-                return tensor  # exact in FP16: rounding changes nothing
+                return tensor  # stored exactly in FP16: nothing changes
             rounded_constant = self._rounded.get(tensor)
             if rounded_constant is None:
                 rounded_constant = self._name("r_const")
@@ -177,6 +183,26 @@ class Emulation:
                                       else_branch=rounded_graph))
         self.forms["if"] += 1
         return out
+
+    def _folded(self, proto: onnx.NodeProto, i: int, fold) -> None:
+        """An FP16 BatchNormalization the writer folds: in FP32 the node as it is, in FP16 the file's
+        ``Mul(x, scale)`` and ``Add(., shift)`` (FP16 constants, the Mul's output rounded); its output sites
+        round the result as for any candidate."""
+        raw = proto.output[0]
+        proto.output[0] = self._name("bn_fp32")
+        self._out.append(proto)
+        x = proto.input[0]
+        scale, shift = self._name("folded_scale"), self._name("folded_shift")
+        self.model.graph.initializer.extend([numpy_helper.from_array(fold.scale.astype(np.float32), scale),
+                                             numpy_helper.from_array(fold.shift.astype(np.float32), shift)])
+        scaled, half, back, folded = (self._name(w) for w in ("scaled", "h", "r", "folded"))
+        self._out.extend([
+            helper.make_node("Mul", [x, scale], [scaled], name=self._name("fold_mul")),
+            helper.make_node("Cast", [scaled], [half], to=TensorProto.FLOAT16),
+            helper.make_node("Cast", [half], [back], to=TensorProto.FLOAT),
+            helper.make_node("Add", [back, shift], [folded], name=self._name("fold_add")),
+            helper.make_node("Where", [self._cond((i, i)), proto.output[0], folded], [raw], name=self._name("fold")),
+        ])
 
     def _round_inside(self, proto: onnx.NodeProto, i: int) -> None:
         """Round inside the subgraphs of control-flow candidate ``i`` with its own mask entry."""
@@ -378,6 +404,11 @@ def plan_model(graph: Graph, plan) -> onnx.ModelProto:
         return f"{_PREFIX}p{next(counter)}/{what}"
 
     def cast_pair(tensor: str, nodes, out: str | None = None) -> str:
+        value = graph.constant_value(tensor) if out is None else None
+        if value is not None:  # a constant: what the file stores (the writer's rule)
+            name = fresh("c")
+            g.initializer.append(numpy_helper.from_array(constant_as_stored(value), name))
+            return name
         half, back = fresh("h"), out or fresh("r")
         nodes.append(helper.make_node("Cast", [tensor], [half], to=TensorProto.FLOAT16))
         nodes.append(helper.make_node("Cast", [half], [back], to=TensorProto.FLOAT))
@@ -393,6 +424,14 @@ def plan_model(graph: Graph, plan) -> onnx.ModelProto:
             proto.input[pos] = cast_pair(tensor, g.node)
         if _subgraphs(proto):
             _round_subgraphs(proto, types, cast_pair, fresh)
+        fold = graph.batchnorm_fold(node)
+        if fold is not None:  # the file's Mul and Add in FP16 instead of the node
+            scale, shift = fresh("scale"), fresh("shift")
+            g.initializer.extend([numpy_helper.from_array(fold.scale.astype(np.float32), scale),
+                                  numpy_helper.from_array(fold.shift.astype(np.float32), shift)])
+            scaled = fresh("scaled")
+            g.node.append(helper.make_node("Mul", [proto.input[0], scale], [scaled]))
+            proto = helper.make_node("Add", [cast_pair(scaled, g.node), shift], [node.outputs[0]])
         tails = []
         for pos, tensor in enumerate(node.outputs):
             if graph.is_float(tensor):

@@ -23,6 +23,7 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import UsageError
+from . import fp16
 
 FLOAT = TensorProto.FLOAT
 
@@ -37,9 +38,10 @@ TRANSPARENT_OPS = frozenset(
     """.split()
 )
 
-# Float inputs that are parameters, not data: rounding Resize's could change a shape; TensorRT folds
-# BatchNormalization's scale, bias, mean and variance into one scale and shift in FP32 at build time, so a
-# variance of 1e8 (seen in PP-OCRv4) is no overflow there.
+# Float inputs that are parameters, not data: rounding Resize's could change a shape. BatchNormalization's
+# statistics are parameters too; those its opset types like X are stored in FP16 when it runs in FP16 (before
+# opset 15: ``half_statistics``), unless the writer folds them (``Graph.batchnorm_fold``), as TensorRT's parser
+# folds them into one scale and shift in FP32 (a variance of 1e8, seen in PP-OCRv4, is no overflow there).
 PARAMETER_INPUTS = {"Resize": {1, 2}, "Upsample": {1}, "BatchNormalization": {1, 2, 3, 4}}
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -77,6 +79,9 @@ class Graph:
         if len(graph.output) == 0:
             raise UsageError("the model's graph declares no outputs: export the model again with its outputs")
         self.initializers = {t.name for t in graph.initializer}
+        self.opset = next((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS), 1)
+        self._folds: dict[str, fp16.BatchNormFold | None] = {}
+        self._constants: dict | None = None
         self.inputs = [_spec(v) for v in graph.input if v.name not in self.initializers]
         self.outputs = [_spec(v) for v in graph.output]
         self.dtypes, self.ranks = _tensor_types(model)
@@ -127,9 +132,36 @@ class Graph:
         return [t for t in node.outputs if self.is_float(t)]
 
     def rounded_inputs(self, node: Node) -> list[tuple[int, str]]:
-        """(position, tensor) of the float data inputs an FP16 node would read in FP16."""
+        """(position, tensor) of the float inputs an FP16 node reads in FP16: its data inputs, and the
+        BatchNormalization statistics its opset stores in FP16 (none when the writer folds them)."""
         params = PARAMETER_INPUTS.get(node.op_type, set())
+        if node.op_type == "BatchNormalization" and self.batchnorm_fold(node) is None:
+            params = params - set(fp16.half_statistics(self.opset))
         return [(i, t) for i, t in enumerate(node.inputs) if i not in params and self.is_float(t)]
+
+    def constant_value(self, tensor: str) -> np.ndarray | None:
+        """The value of a float32 constant: an initializer that is not a graph input, or a Constant's value."""
+        if not self.is_float(tensor):
+            return None
+        if self._constants is None:
+            inputs = {v.name for v in self.model.graph.input}
+            self._constants = {t.name: t for t in self.model.graph.initializer if t.name not in inputs}
+            self._constants.update((n.output[0], n) for n in self.model.graph.node if n.op_type == "Constant" and n.output)
+        found = self._constants.get(tensor)
+        if found is None:
+            return None
+        if isinstance(found, onnx.TensorProto):
+            return onnx.numpy_helper.to_array(found)
+        return fp16.constant_node_value(found)
+
+    def batchnorm_fold(self, node: Node) -> fp16.BatchNormFold | None:
+        """How an FP16 BatchNormalization is written when FP16 cannot hold the statistics its opset stores in
+        FP16: its folded scale and shift (``fp16.batchnorm_fold``); None when it is written as it is."""
+        if node.op_type != "BatchNormalization":
+            return None
+        if node.id not in self._folds:
+            self._folds[node.id] = fp16.batchnorm_fold(self, node)
+        return self._folds[node.id]
 
     def float_output_names(self) -> list[str]:
         return [o.name for o in self.outputs if o.elem_type == FLOAT]

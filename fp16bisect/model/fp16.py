@@ -1,0 +1,197 @@
+"""How FP32 values become FP16: one definition, shared by the mixed-precision writer and the emulator.
+
+Two conversions, because a plan's file holds two kinds of FP16 value:
+
+* **Tensors computed at run time** (activations) are cast: IEEE round to nearest even, finite values past
+  65504 become +-inf, values below about 3e-8 become 0 (``round_fp16``). Nothing else is possible there.
+* **Constants stored in the file** (initializers, Constant values, folded BatchNormalization parameters read
+  by FP16 nodes) are converted once, at write time, by TensorRT's own rule for FP32 weights of FP16 layers
+  (``constant_to_fp16``): finite values beyond +-65504 saturate to +-65504 ("Finite FP32 values which would
+  overflow in FP16 detected. Converting to closest finite FP16 value."), non-zero values below the smallest
+  FP16 subnormal (2^-24, about 6e-8) become +-2^-24 ("Values less than smallest positive FP16 Subnormal value
+  detected. Converting to FP16 minimum subnormalized value."); +-inf and NaN stay as they are (FP16 holds
+  them, and masks built with ``float('-inf')`` rely on them); everything else rounds to nearest even.
+  The quoted texts are the TensorRT builder's warnings when it converts weights (seen in build logs, e.g.
+  NVIDIA/TensorRT#2118, on a Hugging Face BERT whose attention mask multiplies by ``torch.finfo(float32).min``).
+  A strongly typed build (TensorRT 11, RTX) takes the file's FP16 weights as they are, so the writer applies
+  that rule itself: the same numbers a weakly typed ``--fp16`` build would have used.
+
+Hugging Face exports build attention masks from ``torch.finfo(torch.float32).min`` (-3.4e38): stored in FP16
+it is -65504, still a mask (exp(-65504 - max) is 0), where the IEEE cast would make -inf and a fully padded
+row NaN.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnx.numpy_helper
+
+FP16_MAX = 65504.0
+FP16_MIN_SUBNORMAL = 2.0**-24
+RULE = ("finite values beyond +-65504 saturate to +-65504, non-zero values below 2^-24 become +-2^-24 "
+        "(TensorRT's conversion of FP32 weights), +-inf and NaN are kept, the rest rounds to nearest even")
+
+
+def round_fp16(values) -> np.ndarray:
+    """r(x) = float32(float16(x)), IEEE: what a tensor computed at run time holds in FP16."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # overflow to inf is the point
+        return np.asarray(values, dtype=np.float32).astype(np.float16).astype(np.float32)
+
+
+def constant_to_fp16(values) -> np.ndarray:
+    """A constant stored in FP16, by the rule of the module docstring (float16 array)."""
+    value = np.asarray(values, dtype=np.float32)
+    finite = np.isfinite(value)
+    magnitude = np.abs(value)
+    out = np.where(finite & (magnitude > FP16_MAX), np.copysign(FP16_MAX, value), value)
+    out = np.where((value != 0) & (magnitude < FP16_MIN_SUBNORMAL), np.copysign(FP16_MIN_SUBNORMAL, value), out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return out.astype(np.float32).astype(np.float16)
+
+
+def constant_as_stored(values) -> np.ndarray:
+    """The FP32 values of a constant stored in FP16 (what the emulator reads for it)."""
+    return constant_to_fp16(values).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """What the rule did to one constant beyond rounding: counts of saturated and lifted values."""
+
+    constant: str
+    saturated: int  # finite values beyond +-65504, stored as +-65504
+    lifted: int  # non-zero values below 2^-24, stored as +-2^-24
+    extreme: float  # the value of largest magnitude among the saturated ones (else the smallest lifted one)
+    readers: tuple = ()  # FP16 nodes that read it (node ids)
+
+    def to_json(self) -> dict:
+        return {"constant": self.constant, "saturated": self.saturated, "lifted": self.lifted,
+                "extreme": self.extreme, "readers": list(self.readers)}
+
+    def __str__(self) -> str:
+        said = []
+        if self.saturated:
+            said.append(f"{self.saturated} value(s) beyond +-65504 (e.g. {self.extreme:.3g}) saturated to +-65504")
+        if self.lifted:
+            said.append(f"{self.lifted} non-zero value(s) below 2^-24 raised to +-2^-24")
+        who = f" (read by {', '.join(self.readers[:3])}{', ...' if len(self.readers) > 3 else ''})" \
+            if self.readers else ""
+        return f"{self.constant}{who}: {'; '.join(said)}"
+
+
+def conversion(name: str, values, readers=()) -> Conversion | None:
+    """What storing ``values`` in FP16 changes beyond IEEE rounding, or None when nothing."""
+    value = np.asarray(values, dtype=np.float32)
+    magnitude = np.abs(value)
+    beyond = np.isfinite(value) & (magnitude > FP16_MAX)
+    tiny = (value != 0) & (magnitude < FP16_MIN_SUBNORMAL)
+    saturated, lifted = int(np.count_nonzero(beyond)), int(np.count_nonzero(tiny))
+    if not saturated and not lifted:
+        return None
+    if saturated:
+        extreme = float(value[beyond][np.argmax(magnitude[beyond])])
+    else:
+        extreme = float(value[tiny][np.argmin(magnitude[tiny])])
+    return Conversion(name, saturated, lifted, extreme, tuple(readers))
+
+
+# -- BatchNormalization ------------------------------------------------------------------------------------
+# Before opset 15 BatchNormalization types its statistics like X, so an FP16 BatchNormalization stores them in
+# FP16. Where FP16 cannot hold them (a running variance of 9.79e7 in PP-OCRv4's detector), it is written as its
+# folded form, as TensorRT's ONNX parser builds it (onnx-tensorrt ``onnxOpImporters.cpp``): scale =
+# gamma / sqrt(var + epsilon), shift = beta - mean * scale, computed in FP32 at write time, stored in FP16 by
+# the constant rule, and applied by an FP16 Mul and Add. From opset 15 the statistics have type parameters of
+# their own (T1, T2) and stay in FP32.
+
+BN_STATISTICS = ("scale", "bias", "mean", "running variance")
+
+
+@functools.lru_cache(maxsize=None)
+def half_statistics(opset: int) -> tuple[int, ...]:
+    """Input positions of the statistics an FP16 BatchNormalization stores in FP16 at this opset: those the
+    schema types like X (all four before 14, scale and bias at 14, none from 15)."""
+    try:
+        schema = onnx.defs.get_schema("BatchNormalization", opset, "")
+    except onnx.defs.SchemaError:
+        return ()
+    x = schema.inputs[0].type_str
+    return tuple(i for i in range(1, min(5, len(schema.inputs))) if schema.inputs[i].type_str == x)
+
+
+def constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
+    """The float value of a Constant node (``value``, ``value_float`` or ``value_floats``), else None."""
+    for a in node.attribute:
+        if a.name == "value":
+            return onnx.numpy_helper.to_array(a.t)
+        if a.name == "value_float":
+            return np.array(a.f, dtype=np.float32)
+        if a.name == "value_floats":
+            return np.array(list(a.floats), dtype=np.float32)
+    return None
+
+
+@dataclass(frozen=True)
+class BatchNormFold:
+    """An FP16 BatchNormalization written as ``Mul(x, scale)`` then ``Add(., shift)``, both in FP16."""
+
+    scale: np.ndarray  # float16, shaped to broadcast over X (C, 1, 1, ...)
+    shift: np.ndarray
+    reason: str  # why its statistics could not be stored in FP16
+    conversions: tuple = ()  # what the constant rule changed in scale and shift (Conversion)
+
+
+def batchnorm_fold(graph, node) -> BatchNormFold | None:
+    """The fold of an FP16 BatchNormalization whose statistics stored in FP16 (``half_statistics``) would be
+    changed beyond rounding by the constant rule, when it can be folded (inference mode, constant per-channel
+    statistics, known rank); None otherwise: it is written as it is, its statistics by the constant rule."""
+    half = half_statistics(graph.opset)
+    stats = list(node.inputs[1:5])
+    if not half or len(stats) < 4:
+        return None
+    values = [graph.constant_value(t) for t in stats]
+    if any(v is None for v in values):
+        return None
+    values = [np.asarray(v, dtype=np.float32) for v in values]
+    reason = unstorable([(BN_STATISTICS[i - 1], values[i - 1]) for i in half])
+    if reason is None:
+        return None
+    proto = graph.model.graph.node[node.index]
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in proto.attribute}
+    rank = graph.ranks.get(node.inputs[0])
+    if (attrs.get("training_mode", 0) or attrs.get("spatial", 1) != 1 or any(node.outputs[1:])
+            or graph.opset < 7 or rank is None or rank < 2 or any(v.ndim != 1 for v in values)
+            or len({v.size for v in values}) != 1):
+        return None
+    scale, shift = fold_batchnorm(values, attrs.get("epsilon", 1e-5))
+    shape = [scale.size] + [1] * (rank - 2)
+    found = tuple(c for c in (conversion(f"{node.id}/folded_scale", scale, (node.id,)),
+                              conversion(f"{node.id}/folded_shift", shift, (node.id,))) if c is not None)
+    return BatchNormFold(constant_to_fp16(scale).reshape(shape), constant_to_fp16(shift).reshape(shape), reason,
+                         found)
+
+
+def unstorable(stats) -> str | None:
+    """Why FP16 storage would change these (name, values) statistics beyond rounding, or None."""
+    for what, value in stats:
+        found = conversion(what, value)
+        if found is not None and found.saturated:
+            return f"its {what} {found.extreme:.3g} does not fit FP16"
+        if found is not None:
+            return f"its {what} {found.extreme:.3g} is below FP16's smallest subnormal"
+    return None
+
+
+def fold_batchnorm(values, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
+    """The folded per-channel (scale, shift) of a BatchNormalization's (gamma, beta, mean, var), in FP32."""
+    gamma, beta, mean, var = (np.asarray(v, dtype=np.float32) for v in values)
+    with np.errstate(all="ignore"):
+        scale = gamma / np.sqrt(var + np.float32(epsilon))
+        shift = beta - mean * scale
+    return scale.astype(np.float32), shift.astype(np.float32)

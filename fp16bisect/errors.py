@@ -20,7 +20,17 @@ class ToleranceUnreachable(Exception):
 
 
 class BuildFailed(Exception):
-    """A backend could not build (or run) the engine of one plan; the message is the backend's own.
+    """A backend could not evaluate one plan (a build, a run, a command); the message is the backend's own.
 
-    The plan counts as failing and the search goes on; the failure is reported, never dropped.
+    The plan's verdict is "could not evaluate" (``oracle.Reason``), neither pass nor fail: the search goes on
+    around it and never counts it as evidence; the failure is reported, never dropped. ``kind`` says which
+    (``oracle.Reason.kind``); ``pins``: the (node, engine layer) pairs of ignored FP32 pins.
     """
+
+    kind = "build"
+    pins: tuple = ()
+
+    def __init__(self, message: str = "", kind: str | None = None):
+        super().__init__(message)
+        if kind is not None:
+            self.kind = kind

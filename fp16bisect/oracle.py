@@ -22,6 +22,18 @@ carries no metrics. Outputs such a backend hands over that do not fit the
 references (a shape differs) make the plan one that could not be evaluated,
 with the reason, never a crash. Either kind raises ``errors.BuildFailed`` for a
 plan it cannot evaluate.
+
+Three verdicts: pass, fail, and could not evaluate (a build or a command that
+failed, exit 125, an ignored pin, outputs that do not fit, a worker that died).
+The third is data (``Reason``: a kind, the message, the ignored pins), never
+evidence: ``Oracle(plan)`` answers True, False or None, and the search calls a
+set 1-minimal only where every removal answered False. When more than half of
+the plans asked (at least ``UNEVALUABLE_AFTER``) could not be evaluated and none
+passed, the judge itself is broken (a command that cannot run the file, a
+TensorRT that cannot build): the oracle stops with ``JudgeBroken`` (exit 2)
+naming the first reason, rather than build on for hours with nothing to end on.
+Once a plan has passed, the search can always end on a passing set, so it goes
+on, and names the members it could not verify.
 """
 
 from __future__ import annotations
@@ -31,6 +43,36 @@ from dataclasses import dataclass
 
 from .errors import BuildFailed, UsageError
 from .tolerance import OutputMetrics, Tolerance, compare, worst_per_output
+
+UNEVALUABLE_AFTER = 8  # plans asked before the share that could not be evaluated can stop the search
+
+
+class JudgeBroken(UsageError):
+    """More than half of the plans asked could not be evaluated: exit 2 with the first reason."""
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a plan could not be evaluated: neither pass nor fail, and never evidence."""
+
+    kind: str  # build (a build or run failed) | cannot_evaluate (a command's exit 125) | outputs (outputs that do
+    # not fit the references) | pins_ignored (a weakly typed build dropped FP32 pins) | died (a worker died)
+    message: str
+    pins: tuple = ()  # pins_ignored: (node, engine layer) pairs
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "message": self.message, **({"pins": [list(p) for p in self.pins]} if self.pins
+                                                                else {})}
+
+    @classmethod
+    def from_json(cls, data) -> Reason:
+        if isinstance(data, str):  # journals written before reasons were data
+            return cls("build", data)
+        return cls(str(data["kind"]), str(data["message"]), tuple(tuple(p) for p in data.get("pins", ())))
+
+    @classmethod
+    def of(cls, exc: BuildFailed) -> Reason:
+        return cls(getattr(exc, "kind", "build"), str(exc), tuple(getattr(exc, "pins", ())))
 
 
 @dataclass(frozen=True)
@@ -50,10 +92,20 @@ class Evaluation:
     passed: bool
     metrics: tuple  # OutputMetrics, one per (repeat, sample, output); empty when the verdict is an exit code
     seconds: float
-    error: str = ""  # the backend could not build or run this plan (its message); then passed is False
+    reason: Reason | None = None  # the plan could not be evaluated (then passed is False and verdict None)
     flaky: bool = False  # repeats disagreed: some passed, some failed
     verdict_from: str = OUTPUTS  # OUTPUTS: the metrics under the tolerance; EXIT_CODE: the backend's bare verdict
     detail: str = ""  # with EXIT_CODE: what the verdict rests on (the exit code, the command's last stderr line)
+
+    @property
+    def error(self) -> str:
+        """The message of why the plan could not be evaluated ("" when it was)."""
+        return self.reason.message if self.reason is not None else ""
+
+    @property
+    def verdict(self) -> bool | None:
+        """True pass, False fail, None could not evaluate."""
+        return None if self.reason is not None else self.passed
 
     def worst(self) -> dict[str, OutputMetrics]:
         return worst_per_output(list(self.metrics))
@@ -61,6 +113,8 @@ class Evaluation:
     def to_json(self) -> dict:
         entry = {"plan": sorted(self.plan), "passed": self.passed, "seconds": round(self.seconds, 4),
                  "error": self.error, "flaky": self.flaky, "metrics": [m.to_json() for m in self.metrics]}
+        if self.reason is not None:
+            entry["reason"] = self.reason.to_json()
         if self.verdict_from != OUTPUTS:
             entry["verdict_from"] = self.verdict_from
         if self.detail:
@@ -70,8 +124,9 @@ class Evaluation:
     @classmethod
     def from_json(cls, entry: dict) -> Evaluation:
         metrics = tuple(OutputMetrics(**{k: _number(v) for k, v in m.items()}) for m in entry.get("metrics", []))
+        reason = entry.get("reason") or entry.get("error") or None
         return cls(frozenset(entry["plan"]), bool(entry["passed"]), metrics, float(entry.get("seconds", 0.0)),
-                   str(entry.get("error", "")), bool(entry.get("flaky", False)),
+                   Reason.from_json(reason) if reason else None, bool(entry.get("flaky", False)),
                    str(entry.get("verdict_from", OUTPUTS)), str(entry.get("detail", "")))
 
 
@@ -103,16 +158,17 @@ class Oracle:
                 self.history.append(evaluation)
                 self.replayed.add(evaluation.plan)
 
-    def __call__(self, plan) -> bool:
-        return self.evaluate(plan).passed
+    def __call__(self, plan) -> bool | None:
+        """The plan's verdict: True pass, False fail, None could not evaluate."""
+        return self.evaluate(plan).verdict
 
     @property
     def width(self) -> int:
         """Plans evaluated at once."""
         return self.executor.width if self.executor is not None else 1
 
-    def test_many(self, plans) -> list[bool]:
-        return [e.passed for e in self.evaluate_many(plans)]
+    def test_many(self, plans) -> list[bool | None]:
+        return [e.verdict for e in self.evaluate_many(plans)]
 
     def evaluate_many(self, plans) -> list[Evaluation]:
         """Evaluations of independent plans; those not yet known run together on the executor."""
@@ -150,11 +206,25 @@ class Oracle:
             self.history.append(evaluation)
         if self.journal is not None:
             self.journal.append({**evaluation.to_json(), **({"recheck": recheck} if recheck else {})})
+        self._check_judge()
         return evaluation
+
+    def _check_judge(self) -> None:
+        """Stop when more than half of the plans asked could not be evaluated (module docstring)."""
+        asked, lost = len(self.history), self.build_failures
+        if asked >= UNEVALUABLE_AFTER and 2 * len(lost) > asked and not any(e.passed for e in self.history):
+            first = lost[0]
+            raise JudgeBroken(
+                f"{len(lost)} of {asked} plans could not be evaluated on the {self.backend.name} backend and none "
+                f"passed, so its verdicts cannot steer a search; the first ({len(first.plan)} node(s) in FP32): "
+                f"{first.error.splitlines()[0] if first.error else first.reason.kind}: fix what makes it fail "
+                "(the journal keeps every verdict), then rerun"
+            )
 
     @property
     def build_failures(self) -> list[Evaluation]:
-        return [e for e in self.history if e.error]
+        """The evaluations that could not be evaluated (a build, a command, outputs, a worker), in order."""
+        return [e for e in self.history if e.reason is not None]
 
     @property
     def flaky(self) -> list[Evaluation]:
@@ -180,7 +250,7 @@ def evaluate_plan(backend, samples, tolerance: Tolerance, outputs: list[str], pl
                 continue
             run_metrics = _compare(backend, samples, tolerance, outputs, judged)
         except BuildFailed as exc:
-            return Evaluation(plan, False, tuple(metrics), time.perf_counter() - start, error=str(exc))
+            return Evaluation(plan, False, tuple(metrics), time.perf_counter() - start, reason=Reason.of(exc))
         verdicts.append(all(m.passed for m in run_metrics))
         metrics += run_metrics
     return Evaluation(plan, all(verdicts), tuple(metrics), time.perf_counter() - start,
@@ -194,7 +264,7 @@ def _judge(backend, samples, plan: frozenset, repeat: int, placeholders: dict | 
         judged = backend.run_plan(plan, [s.inputs for s in samples], repeat=repeat,
                                   placeholders={"device": "0", **(placeholders or {})})
         if not isinstance(judged, Verdict) and len(judged) != len(samples):
-            raise BuildFailed(f"the {backend.name} backend returned outputs for {len(judged)} sample(s), "
+            raise BuildFailed(kind="outputs", message=f"the {backend.name} backend returned outputs for {len(judged)} sample(s), "
                               f"not {len(samples)}")
         return judged
     return (backend.run(plan, s.inputs, repeat=repeat) for s in samples)
@@ -208,7 +278,7 @@ def _compare(backend, samples, tolerance: Tolerance, outputs: list[str], outputs
                 found.append(compare(got[name], sample.reference[name], tolerance, name, i))
             except ValueError as exc:
                 if hasattr(backend, "run_plan"):  # outputs made outside fp16bisect that do not fit: the plan's problem
-                    raise BuildFailed(f"the {backend.name} backend's outputs for sample {i} do not fit "
+                    raise BuildFailed(kind="outputs", message=f"the {backend.name} backend's outputs for sample {i} do not fit "
                                       f"the reference: {exc}") from None
                 raise UsageError(f"{exc} on {sample.source!r}: pass a reference made for these inputs") \
                     from None

@@ -360,14 +360,28 @@ def alternatives_json(p: Prior, r: SearchResult) -> dict | None:
 
 def ignored_pins(oracle: Oracle) -> list[dict]:
     """Weakly typed TensorRT builds whose FP32 pins TensorRT ignored: node, the engine layer it was fused
-    into, and the plan (not counted as evidence). Read from the evaluations' errors, so a resumed search
+    into, and the plan (not counted as evidence). Read from the evaluations' reasons, so a resumed search
     lists those of the replayed evaluations too."""
-    from .backends.tensorrt.pins import ignored_in
+    return [{"node": node, "layer": layer, "fp32": sorted(e.plan)}
+            for e in oracle.build_failures for node, layer in e.reason.pins]
 
+
+def conversions_json(graph: Graph, fp32) -> dict:
+    """What the all-FP16 plan's file and the answer's file convert beyond rounding, and by which rule."""
+    from .artifacts.mixed import conversions
+    from .model.fp16 import RULE
+
+    return {"rule": RULE, "all_fp16": [c.to_json() for c in conversions(graph, ())],
+            "with_overrides": [c.to_json() for c in conversions(graph, fp32)]}
+
+
+def unverified(o: Outcome) -> list[dict]:
+    """The members of the answer whose removal could not be evaluated, each with the reason."""
     found = []
-    for evaluation in oracle.build_failures:
-        for pin in ignored_in(evaluation.error):
-            found.append({**pin.to_json(), "fp32": sorted(evaluation.plan)})
+    for member in o.result.unverified:
+        evaluation = o.oracle.memo.get(frozenset(o.result.fp32) - {member})
+        reason = evaluation.reason if evaluation is not None and evaluation.reason is not None else None
+        found.append({"node": member, "reason": reason.to_json() if reason else {"kind": "unknown", "message": ""}})
     return found
 
 
@@ -402,6 +416,9 @@ def overrides_json(o: Outcome, versions: dict, output: str | None = None) -> dic
             "flaky": [sorted(e.plan) for e in o.oracle.flaky],
             "minimal": result.minimal,
             "minimality": result.minimality,
+            # members kept because their removal could not be evaluated: why, from that evaluation
+            "unverified": unverified(o),
+            "unevaluable": len(o.oracle.build_failures),
             "verified": result.passed,
             "contradictions": [[sorted(a), sorted(b)] for a, b in result.contradictions],
             "seconds": round(o.seconds, 3),
@@ -417,6 +434,8 @@ def overrides_json(o: Outcome, versions: dict, output: str | None = None) -> dic
                     "with_overrides": worst(result.fp32)},
         "skipped_nodes": graph.skipped,
         "notes": notes(graph),
+        # constants read in FP16 that FP16 cannot hold (the writer stores them by the rule; so does the emulator)
+        "conversions": conversions_json(graph, result.fp32),
         "exports": {  # the strongly typed route first: it is the one TensorRT must honour (10.x included)
             "strongly_typed": strongly_typed_export(graph, output),
             "trtexec": trtexec_export(graph, nodes),

@@ -1,8 +1,15 @@
 """Find a smallest set of candidates that must stay in FP32.
 
 Pure Python: the search sees candidate ids, an optional suspicion order and a
-test predicate ``test(plan) -> bool`` (``plan`` is the frozenset of ids kept in
-FP32; True means the outputs meet the tolerance). Nothing here knows about
+test predicate ``test(plan) -> bool | None`` (``plan`` is the frozenset of ids kept
+in FP32; True means the outputs meet the tolerance, False that they do not, None
+that the plan could not be evaluated: a build or a command failed).
+
+Three verdicts. "Could not evaluate" is never evidence: steering treats it as
+the safe side (like a failure, toward a larger set), the answer is always a set
+seen to pass, and it is called 1-minimal only when every single removal was
+evaluated and failed. A member whose removal could not be evaluated is kept and
+listed in ``SearchResult.unverified``; the result then says it is not minimal. Nothing here knows about
 ONNX or TensorRT, so the algorithm can be property-tested on synthetic
 predicates in milliseconds.
 
@@ -112,7 +119,7 @@ class Step:
 
     index: int  # 1-based count of distinct evaluations so far
     plan: frozenset
-    passed: bool
+    passed: bool | None  # None: could not be evaluated
     phase: str  # precondition | suspects | split | verify | minimality; from a start set: start | alternative |
     # extend | certify
     round: int = 0  # evaluations of one round ran together (``test_many``); a round waits for the one before
@@ -132,6 +139,8 @@ class SearchResult:
     agreed: bool | None = None  # with a start set: the answer is the start set (None: no start set given)
     added: tuple = ()  # with a start set: members of the answer not in it, in order
     dropped: tuple = ()  # with a start set: its members not in the answer, in order
+    unverified: tuple = ()  # members kept because their removal could not be evaluated (then not minimal)
+    unevaluable: int = 0  # plans that could not be evaluated
 
     def __str__(self) -> str:
         if self.status == "fp32_fails":
@@ -139,6 +148,8 @@ class SearchResult:
         if self.status == "fp16_passes":
             return f"all-FP16 plan passes: nothing to keep in FP32 ({self.evaluations} evaluations)"
         kind = "1-minimal" if self.minimal else "NOT minimal"
+        if self.unverified:
+            kind += f", {len(self.unverified)} kept unverified"
         return f"{len(self.fp32)} node(s) in FP32, {kind}, {self.evaluations} evaluations"
 
 
@@ -188,7 +199,7 @@ class _Memo:
         self.width = max(1, int(width))  # plans that may be evaluated at once
         self.rounds = 0
         self._on_step = on_step
-        self.results: dict[frozenset, bool] = {}
+        self.results: dict[frozenset, bool | None] = {}
         self.trace: list[Step] = []
         self.contradictions: list[tuple[frozenset, frozenset]] = []
         self.phase = "precondition"
@@ -205,7 +216,7 @@ class _Memo:
         if plan in self.results:
             return self.results[plan]
         self.rounds += 1
-        return self._record(plan, bool(self._test(plan)))
+        return self._record(plan, _verdict(self._test(plan)))
 
     def many(self, plans: Iterable[Iterable[Hashable]]) -> list[bool]:
         """Verdicts of several independent plans. With ``test_many`` and a width above 1 the plans not yet
@@ -223,12 +234,13 @@ class _Memo:
                 if len(verdicts) != len(chunk):
                     raise SearchError(f"test_many returned {len(verdicts)} verdicts for {len(chunk)} plans")
                 for plan, passed in zip(chunk, verdicts):
-                    self._record(plan, bool(passed))
+                    self._record(plan, _verdict(passed))
         return [self.results[p] for p in plans]
 
-    def _record(self, plan: frozenset, passed: bool) -> bool:
+    def _record(self, plan: frozenset, passed: bool | None) -> bool | None:
         self.results[plan] = passed
-        self._note_contradictions(plan, passed)
+        if passed is not None:
+            self._note_contradictions(plan, passed)
         step = Step(len(self.trace) + 1, plan, passed, self.phase, self.rounds)
         self.trace.append(step)
         if self._on_step is not None:
@@ -250,14 +262,16 @@ class _Memo:
             "estimate_left": int(math.ceil(left)),
         }
 
-    def again(self, plan: frozenset, recheck) -> bool:
+    def again(self, plan: frozenset, recheck) -> bool | None:
         """A fresh evaluation of a plan already judged; a different verdict is a contradiction."""
-        passed = bool(recheck(plan))
+        passed = _verdict(recheck(plan))
         self.rounds += 1
         step = Step(len(self.trace) + 1, plan, passed, "recheck", self.rounds)
         self.trace.append(step)
         if self._on_step is not None:
             self._on_step(step, self.progress())
+        if passed is None:
+            return None
         if passed != self.results.get(plan, passed):
             self.contradictions.append((plan, plan))
             self.results[plan] = self.results[plan] and passed  # a plan that failed once is not trusted
@@ -265,11 +279,17 @@ class _Memo:
 
     def _note_contradictions(self, plan: frozenset, passed: bool) -> None:
         for other, other_passed in self.results.items():
+            if other_passed is None:
+                continue
             if passed and not other_passed and plan < other:
                 self.contradictions.append((plan, other))
             elif not passed and other_passed and other < plan:
                 self.contradictions.append((other, plan))
 
+
+
+def _verdict(value) -> bool | None:
+    return None if value is None else bool(value)
 
 
 def _speculate(memo: _Memo, state, trial, advance) -> None:
@@ -517,6 +537,7 @@ def search(
             rounds=memo.rounds,
             trace=memo.trace,
             contradictions=memo.contradictions,
+            unevaluable=sum(1 for v in memo.results.values() if v is None),
             **kw,
         )
 
@@ -653,6 +674,8 @@ def _first_passing(memo: _Memo, start: frozenset, alternatives, rank: dict) -> f
             for plan, passed in zip(chunk, memo.many(chunk)):
                 if passed:
                     return plan
+                if passed is None:  # could not be evaluated: says nothing about the cause
+                    continue
                 failed.append(plan)
                 common = suspects & plan
                 suspects = common or suspects  # none in common: more than one cause; keep what was suspected
@@ -694,12 +717,21 @@ def _reduce(memo: _Memo, result, current: frozenset, rank: dict, recheck, phase:
     }
     if not current:  # every member could go: the all-FP16 plan passed
         return result("fp16_passes", passed=True, minimal=True, minimality="empty set", **compared)
-    if recheck is not None and not memo.again(current, recheck):
-        return _fallback(memo, result, "the set found failed when evaluated again")
-    how = "each removal evaluated and failed"
+    if recheck is not None:
+        confirmed = memo.again(current, recheck)
+        if not confirmed:
+            return _fallback(memo, result, "the set found " + ("could not be evaluated again" if confirmed is None
+                                                                else "failed when evaluated again"))
+    unverified = tuple(m for m, passed in zip(members, verdicts) if passed is None)
+    if unverified:
+        how = (f"{len(unverified)} member(s) kept, not verified: their removal could not be evaluated; every "
+               "other removal evaluated and failed")
+    else:
+        how = "each removal evaluated and failed"
     if memo.contradictions:
         how += f"; the oracle contradicted monotonicity {len(memo.contradictions)} time(s)"
-    return result("found", current, passed=True, minimal=True, minimality=how, **compared)
+    return result("found", current, passed=True, minimal=not unverified, minimality=how, unverified=unverified,
+                  **compared)
 
 
 def _sweep(memo: _Memo, current: frozenset, rank: dict, distrusted=()) -> frozenset | None:

@@ -215,7 +215,10 @@ def test_search_by_exit_code_finds_the_known_set_and_records_the_command(culprit
     code, stdout, err = run(capsys, *SEARCH, "--check", check, "-o", out, "--prior", "none")
     assert code == 0, err
     data = json.loads(out.read_text())
-    assert {n["name"] for n in data["fp32_nodes"]} == CULPRITS and data["search"]["minimal"] is True
+    # the judge cannot evaluate a plan of one node, so neither removal of the pair was evaluated: kept, unverified
+    assert {n["name"] for n in data["fp32_nodes"]} == CULPRITS and data["search"]["minimal"] is False
+    assert sorted(u["node"] for u in data["search"]["unverified"]) == sorted(CULPRITS)
+    assert {u["reason"]["kind"] for u in data["search"]["unverified"]} == {"cannot_evaluate"}
     assert data["backend"]["name"] == "command" and data["backend"]["command"] == check
     assert data["backend"]["verdicts_from"]["exit_code"] >= 2
     assert data["metrics"]["fp16"] is None and data["metrics"]["with_overrides"] is None

@@ -702,7 +702,13 @@ def test_ignored_pins_are_recorded_and_not_evidence_and_the_search_still_verifie
     data = json.loads(out.read_text())
     search = data["search"]
     assert sorted(n["name"] for n in data["fp32_nodes"]) == ["ln1_add_eps", "ln1_square", "ln1_var"]
-    assert search["verified"] and search["minimal"]
+    # removing any member leaves part of the fused region pinned, a plan TensorRT does not build as asked: no
+    # removal could be evaluated, so the set passes but is not called 1-minimal, and says which members and why
+    assert search["verified"] and not search["minimal"]
+    assert sorted((u["node"], u["reason"]["kind"]) for u in search["unverified"]) == [
+        ("ln1_add_eps", "pins_ignored"), ("ln1_square", "pins_ignored"), ("ln1_var", "pins_ignored")]
+    assert "kept, not verified: ln1_add_eps" in " ".join(captured.out.split())
+    print("evaluations", search["evaluations"], "unevaluable", search["unevaluable"])
     assert search["ignored_pins"] and all(p["layer"] == layer for p in search["ignored_pins"])
     assert {p["node"] for p in search["ignored_pins"]} <= {"ln1_square", "ln1_var", "ln1_add_eps"}
     assert ["ln1_square", "ln1_var"] in [p["fp32"] for p in search["ignored_pins"]]

@@ -114,9 +114,9 @@ class PlanExecutor:
 
 
 def _died(plan, reason: str, seconds: float):
-    from ..oracle import Evaluation
+    from ..oracle import Evaluation, Reason
 
-    return Evaluation(frozenset(plan), False, (), seconds, error=reason)
+    return Evaluation(frozenset(plan), False, (), seconds, reason=Reason("died", reason))
 
 
 def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, outputs, options: dict, here=None):

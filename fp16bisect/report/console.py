@@ -60,6 +60,23 @@ class ConsoleListener(Listener):
             self.status = None
 
 
+def _conversions(data) -> list[str]:
+    """Constants FP16 cannot hold that a plan's file converts (said once per search)."""
+    if not data or not data.get("all_fp16"):
+        return []
+    found = data["all_fp16"]
+    lines = [f"[yellow]note:[/yellow] {len(found)} constant(s) read in FP16 are stored by TensorRT's rule "
+             f"({escape(data['rule'])}):"]
+    for c in found[:5]:
+        said = [f"{c['saturated']} saturated (e.g. {c['extreme']:.3g})" if c["saturated"] else "",
+                f"{c['lifted']} raised to 2^-24" if c["lifted"] else ""]
+        readers = ", ".join(c["readers"][:3]) + (", ..." if len(c["readers"]) > 3 else "")
+        lines.append(f"  {escape(c['constant'])}: {escape('; '.join(x for x in said if x))} (read by {escape(readers)})")
+    if len(found) > 5:
+        lines.append(f"  ... and {len(found) - 5} more (the JSON's 'conversions' lists them)")
+    return lines
+
+
 def _error_cell(m) -> str:
     if m is None:
         return "-"
@@ -117,10 +134,16 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
     if failures:
         what = "evaluated" if outcome.backend == "command" else "built"
         console.print(
-            f"[yellow]{len(failures)} plan(s) could not be {what} and counted as failing[/yellow]; the first "
+            f"[yellow]{len(failures)} plan(s) could not be {what}[/yellow] (not evidence either way); the first "
             f"({len(failures[0].plan)} node(s) in FP32): {escape(failures[0].error)}",
             highlight=False, soft_wrap=True,
         )
+    for entry in outcome.data["search"].get("unverified", []):
+        console.print(
+            f"[yellow]kept, not verified:[/yellow] {escape(entry['node'])} (its removal could not be evaluated: "
+            f"{escape(entry['reason']['kind'])})", highlight=False, soft_wrap=True)
+    for line in _conversions(outcome.data.get("conversions")):
+        console.print(line, highlight=False, soft_wrap=True)
     for note in outcome.data.get("notes", []):
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
     prior = outcome.data.get("prior")

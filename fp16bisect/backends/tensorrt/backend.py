@@ -54,9 +54,12 @@ class BuildFailed(errors.BuildFailed):
 class PinsIgnored(BuildFailed):
     """A weakly typed engine does not run every pinned node in FP32: its outputs say nothing about the plan."""
 
+    kind = "pins_ignored"
+
     def __init__(self, plan, check: trt_support.PinCheck):
         self.plan = frozenset(plan)
         self.check = check
+        self.pins = tuple((pin.node, pin.layer) for pin in check.ignored)
         self.message = check.message()
         nodes = ", ".join(sorted(self.plan)[:5]) + (", ..." if len(self.plan) > 5 else "")
         errors.BuildFailed.__init__(

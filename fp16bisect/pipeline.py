@@ -293,8 +293,9 @@ def _search(graph, chosen, oracle, tolerance, listener, output, noise, prof, pri
                         rest_order=effect_ranking(graph, chosen, oracle, prof, listener), **common)
     if result.status == "fp32_fails":
         everything = oracle.memo[frozenset(n.id for n in graph.candidates)]
-        if everything.error:
-            raise UsageError(f"the all-FP32 plan could not be built on the {chosen.name} backend: {everything.error}")
+        if everything.reason is not None:
+            what = "evaluated" if chosen.name == "command" else "built"
+            raise UsageError(f"the all-FP32 plan could not be {what} on the {chosen.name} backend: {everything.error}")
         if not everything.metrics:  # judged by a command's exit code: no numbers, only what it said
             raise ToleranceUnreachable(
                 f"the command judged even the all-FP32 plan failing ({everything.detail}): check the command "

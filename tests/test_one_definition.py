@@ -9,16 +9,24 @@ BatchNormalizations at opsets 12 (statistics in FP16, or folded), 14 and 15 (sta
 
 from __future__ import annotations
 
+import json
+import shlex
+import sys
+
 import numpy as np
 import onnx
 import pytest
-from conftest import SAMPLES
-from hf_style import bert_block, gpt_block
+from conftest import ROOT, SAMPLES
+from hf_style import CULPRITS, bert_block, gpt_block
 from test_bn_fold import conv_bn_relu
+from test_cli import one_line_error, run
 
 from fp16bisect.artifacts.mixed import convert
 from fp16bisect.artifacts.verify import storage_emulation
 from fp16bisect.backends.emulate import EmulateBackend
+from fp16bisect.errors import BuildFailed
+from fp16bisect.oracle import UNEVALUABLE_AFTER, JudgeBroken, Oracle
+from fp16bisect.tolerance import Tolerance
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.runtime import session
 
@@ -95,3 +103,113 @@ def test_the_mask_constant_is_saturated_in_the_file_and_in_the_emulator():
     }
     y = EmulateBackend(graph).run(frozenset(), inputs)["y"]
     assert np.isfinite(y).all()  # the left-padded row's fully masked query: uniform, not NaN
+
+
+# -- whole searches: the emulator and a judge that runs the written file agree ---------------------------------
+
+JUDGE = ROOT / "scripts" / "judge_onnxruntime.py"
+PY = shlex.quote(sys.executable)
+
+
+def _write(tmp_path, make, planted=True):
+    model, inputs = make(planted=planted)
+    path, data = tmp_path / "m.onnx", tmp_path / "x.npz"
+    onnx.save(model, path)
+    np.savez(data, **inputs)
+    return path, data
+
+
+def _search(capsys, path, data, out, *more):
+    code, stdout, err = run(capsys, "search", path, "--inputs", data, "-o", out, *more)
+    assert code == 0, err
+    return json.loads(out.read_text()), stdout
+
+
+@pytest.mark.parametrize("make", [bert_block, gpt_block])
+def test_on_a_finfo_min_mask_the_judge_running_the_written_file_agrees_with_the_emulator(make, tmp_path, capsys):
+    path, data = _write(tmp_path, make)
+    emulated, stdout = _search(capsys, path, data, tmp_path / "emu.json")
+    assert {n["name"] for n in emulated["fp32_nodes"]} == CULPRITS and emulated["search"]["minimal"]
+    assert "/m/Constant_11_output_0: 1 saturated (e.g. -3.4e+38) (read by /m/Where_1)" in stdout
+    mask = next(c for c in emulated["conversions"]["all_fp16"] if c["constant"] == "/m/Constant_11_output_0")
+    assert (mask["saturated"], mask["readers"]) == (1, ["/m/Where_1"])
+    judged, _ = _search(capsys, path, data, tmp_path / "cmd.json", "--backend", "command", "--check",
+                        f"{PY} {JUDGE} --provider cpu {{model}} {{inputs}} {{outputs}}")
+    assert {n["name"] for n in judged["fp32_nodes"]} == CULPRITS
+    search = judged["search"]
+    assert search["minimal"] and search["unverified"] == [] and search["unevaluable"] == 0
+    assert search["build_failures"] == [] and judged["prior"]["agreed"]
+
+
+@pytest.mark.parametrize("make", [bert_block, gpt_block])
+def test_the_all_fp16_plan_of_a_finfo_min_mask_is_written_and_verifies(make, tmp_path, capsys):
+    path, data = _write(tmp_path, make, planted=False)
+    found, _ = _search(capsys, path, data, tmp_path / "o.json", "-q")
+    assert found["search"]["status"] == "fp16_passes" and found["fp32_nodes"] == []
+    code, stdout, err = run(capsys, "apply", tmp_path / "o.json", path, "-o", tmp_path / "mixed.onnx", "--verify",
+                            "--inputs", data)
+    assert code == 0, err
+    assert "verified" in stdout and "/m/Constant_11_output_0: 1 saturated" in stdout
+    stored = {n.output[0]: onnx.numpy_helper.to_array(n.attribute[0].t)
+              for n in onnx.load(tmp_path / "mixed.onnx").graph.node if n.op_type == "Constant"}
+    assert float(stored["/m/Constant_11_output_0"]) == -65504.0
+
+
+def test_a_removal_the_judge_cannot_evaluate_leaves_its_member_kept_and_not_verified(tmp_path, capsys):
+    """The judge runs the written file, but answers 125 for the plan that drops ln_var: ln_var is kept,
+    named, and the set is not called 1-minimal; the search still exits 0 with a passing set."""
+    path, data = _write(tmp_path, bert_block)
+    judge = tmp_path / "judge.py"
+    judge.write_text(
+        "import json, subprocess, sys\n"
+        "names = {n['name'] for n in json.load(open(sys.argv[1]))['fp32_nodes']}\n"
+        "if names == {'ln_pow'}:\n"
+        "    print('no engine for this plan', file=sys.stderr); sys.exit(125)\n"
+        f"sys.exit(subprocess.call([sys.executable, {str(JUDGE)!r}, '--provider', 'cpu', *sys.argv[2:]]))\n")
+    found, stdout = _search(capsys, path, data, tmp_path / "o.json", "--backend", "command", "--check",
+                            f"{PY} {judge} {{overrides}} {{model}} {{inputs}} {{outputs}}")
+    search = found["search"]
+    assert {n["name"] for n in found["fp32_nodes"]} == CULPRITS and search["verified"]
+    assert search["minimal"] is False
+    assert [(u["node"], u["reason"]["kind"]) for u in search["unverified"]] == [("ln_var", "cannot_evaluate")]
+    assert "no engine for this plan" in search["unverified"][0]["reason"]["message"]
+    assert "kept, not verified: ln_var" in stdout and "NOT minimal" in stdout
+
+
+def test_a_judge_that_cannot_evaluate_anything_stops_with_exit_2_and_the_reason(tmp_path, capsys):
+    path, data = _write(tmp_path, bert_block)
+    code, _, err = run(capsys, "search", path, "--inputs", data, "-o", tmp_path / "o.json", "--backend", "command",
+                       "--prior", "none", "--check", f"{PY} -c 'import sys; sys.exit(125)' {{model}}")
+    assert code == 2
+    line = one_line_error(err)
+    assert "the all-FP32 plan could not be evaluated on the command backend" in line and "exited 125" in line
+
+
+class _Unbuildable:
+    name = "stub"
+
+    def __init__(self, passing=frozenset()):
+        self.passing = passing
+
+    def run(self, plan, inputs, repeat=0):
+        if plan in self.passing:
+            return {"y": np.zeros(1, np.float32)}
+        raise BuildFailed("no engine for this plan", kind="build")
+
+
+def _oracle(backend):
+    from fp16bisect.model.samples import Sample
+    sample = Sample(inputs={}, reference={"y": np.zeros(1, np.float32)}, source="stub")
+    return Oracle(backend, [sample], Tolerance(), ["y"])
+
+
+def test_the_oracle_stops_when_most_plans_cannot_be_evaluated_and_none_passed():
+    oracle = _oracle(_Unbuildable())
+    for i in range(UNEVALUABLE_AFTER - 1):
+        assert oracle(frozenset({f"n{i}"})) is None  # could not evaluate: neither pass nor fail
+    with pytest.raises(JudgeBroken, match=r"8 of 8 plans could not be evaluated on the stub backend and none "
+                                          r"passed.*no engine for this plan"):
+        oracle(frozenset({"last"}))
+    once_passed = _oracle(_Unbuildable(passing={frozenset({"n0"})}))
+    assert once_passed(frozenset({"n0"})) is True
+    assert [once_passed(frozenset({f"m{i}"})) for i in range(12)] == [None] * 12  # a set to end on: it goes on

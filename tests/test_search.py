@@ -25,12 +25,13 @@ class Recorder:
     def __init__(self, oracle):
         self.oracle = oracle
         self.calls: list[frozenset] = []
-        self.answers: dict[frozenset, bool] = {}
+        self.answers: dict[frozenset, bool | None] = {}
 
     def __call__(self, plan):
         assert isinstance(plan, frozenset)
         self.calls.append(plan)
-        passed = bool(self.oracle(plan))
+        passed = self.oracle(plan)
+        passed = None if passed is None else bool(passed)  # None: could not be evaluated
         self.answers[plan] = passed
         return passed
 
@@ -542,3 +543,57 @@ def test_batched_minimality_checks_give_the_same_set_in_fewer_rounds(n, k, width
     assert max(s.round for s in many.trace) == many.rounds
     checks = [s for s in many.trace if s.phase == "minimality"]
     assert len({s.round for s in checks}) == math.ceil(len(checks) / width)  # the removals went out together
+
+
+# 6. Three verdicts: plans that cannot be evaluated (None) are never evidence
+
+
+def three_valued(seed: int, n: int, culprits: frozenset, p_none: float, monotone: bool):
+    """Passes iff the culprits are kept (or a random table when not monotone); a random share of plans (never
+    all-FP32) cannot be evaluated."""
+    everything = frozenset(range(n))
+
+    def oracle(plan):
+        rng = random.Random(f"{seed}:{sorted(plan)}")
+        if plan != everything and rng.random() < p_none:
+            return None
+        if monotone:
+            return culprits <= plan
+        return plan == everything or (bool(plan) and rng.random() < 0.5)
+
+    return oracle
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 60), st.integers(0, 2**32 - 1), st.floats(0.0, 0.6), st.booleans(), st.integers(0, 8),
+       st.booleans())
+def test_three_valued_oracles_never_count_unevaluable_plans_as_evidence(n, seed, p_none, monotone, suspects,
+                                                                        with_start):
+    rng = random.Random(seed)
+    culprits = frozenset(rng.sample(range(n), rng.randint(1, min(n, 4))))
+    oracle = three_valued(seed, n, culprits, p_none, monotone)
+    rec = Recorder(oracle)
+    start = frozenset(rng.sample(range(n), rng.randint(0, min(n, 4)))) if with_start else None
+    result = search(list(range(n)), rec, order=shuffled(rng, n), suspects=suspects, start=start)
+    rec.check_bookkeeping(result)  # no plan asked twice
+    assert result.unevaluable == sum(1 for v in rec.answers.values() if v is None)
+    if result.status == "fp16_passes":
+        assert rec.answers[frozenset()] is True
+        return
+    if result.status == "fp32_fails":
+        assert rec.answers[frozenset(range(n))] is not True
+        return
+    found = frozenset(result.fp32)
+    assert result.passed and rec.answers[found] is True  # the answer was seen to pass
+    for member in found:
+        verdict = rec.answers.get(found - {member}, "never asked")
+        if member in result.unverified:
+            assert verdict is None, "a member is unverified only when its removal could not be evaluated"
+        elif result.minimal:
+            assert verdict is False, "1-minimal: every removal was evaluated and failed"
+    if result.minimal:
+        assert not result.unverified
+    if result.unverified:
+        assert not result.minimal and "not verified" in result.minimality
+    if monotone and result.minimal and not result.contradictions:
+        assert found == culprits

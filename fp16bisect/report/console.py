@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..model.fp16 import RULE
 from ..oracle import EXIT_CODE
 from ..pipeline import Listener, Outcome
 from ..search import Step
@@ -60,13 +61,13 @@ class ConsoleListener(Listener):
             self.status = None
 
 
-def _conversions(data) -> list[str]:
-    """Constants FP16 cannot hold that a plan's file converts (said once per search)."""
+def _conversions(data, where: str = "every plan's file stores") -> list[str]:
+    """Constants FP16 cannot hold that a plan's file converts (said once per search; the all-FP16 plan's)."""
     if not data or not data.get("all_fp16"):
         return []
     found = data["all_fp16"]
-    lines = [f"[yellow]note:[/yellow] {len(found)} constant(s) read in FP16 are stored by TensorRT's rule "
-             f"({escape(data['rule'])}):"]
+    lines = [f"[yellow]note:[/yellow] {len(found)} constant(s) read in FP16 cannot be held by FP16; {where} "
+             f"them by TensorRT's rule ({escape(data['rule'])}):"]
     for c in found[:5]:
         said = [f"{c['saturated']} saturated (e.g. {c['extreme']:.3g})" if c["saturated"] else "",
                 f"{c['lifted']} raised to 2^-24" if c["lifted"] else ""]
@@ -183,6 +184,8 @@ def print_mixed(mixed, output_path: str, console: Console | None = None) -> None
     )
     for note in mixed.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
+    for line in _conversions({"rule": RULE, "all_fp16": [c.to_json() for c in mixed.conversions]}, "this file stores"):
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 def print_verification(v, console: Console | None = None) -> None:

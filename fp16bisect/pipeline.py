@@ -291,6 +291,12 @@ def _search(graph, chosen, oracle, tolerance, listener, output, noise, prof, pri
         listener.stage(f"searching on the {chosen.name} backend ({prof.suspects} suspect(s) first)")
         result = search(ids, oracle, order=prof.order, suspects=prof.suspects,
                         rest_order=effect_ranking(graph, chosen, oracle, prof, listener), **common)
+    said = {frozenset(): "the all-FP16 plan", **({frozenset(prior.fp32): "the emulator's set"} if prior else {})}
+    for plan, what in said.items():
+        evaluation = oracle.memo.get(plan)
+        if evaluation is not None and evaluation.reason is not None:
+            listener.stage(f"{what} could not be evaluated on the {chosen.name} backend ({evaluation.reason.kind}: "
+                           f"{evaluation.error.splitlines()[0]}); the search went on around it, not counting it")
     if result.status == "fp32_fails":
         everything = oracle.memo[frozenset(n.id for n in graph.candidates)]
         if everything.reason is not None:

@@ -62,19 +62,24 @@ class ConsoleListener(Listener):
 
 
 def _conversions(data, where: str = "every plan's file stores") -> list[str]:
-    """Constants FP16 cannot hold that a plan's file converts (said once per search; the all-FP16 plan's)."""
+    """Constants FP16 cannot hold that a plan's file converts (said once per search: the all-FP16 plan's):
+    the saturated ones by name, the tiny values raised to 2^-24 in one line."""
     if not data or not data.get("all_fp16"):
         return []
     found = data["all_fp16"]
+    saturated = sorted((c for c in found if c["saturated"]), key=lambda c: -c["saturated"])
+    lifted = [c for c in found if c["lifted"]]
     lines = [f"[yellow]note:[/yellow] {len(found)} constant(s) read in FP16 cannot be held by FP16; {where} "
              f"them by TensorRT's rule ({escape(data['rule'])}):"]
-    for c in found[:5]:
-        said = [f"{c['saturated']} saturated (e.g. {c['extreme']:.3g})" if c["saturated"] else "",
-                f"{c['lifted']} raised to 2^-24" if c["lifted"] else ""]
+    for c in saturated[:5]:
         readers = ", ".join(c["readers"][:3]) + (", ..." if len(c["readers"]) > 3 else "")
-        lines.append(f"  {escape(c['constant'])}: {escape('; '.join(x for x in said if x))} (read by {escape(readers)})")
-    if len(found) > 5:
-        lines.append(f"  ... and {len(found) - 5} more (the JSON's 'conversions' lists them)")
+        lines.append(f"  {escape(c['constant'])}: {c['saturated']} value(s) saturated (e.g. {c['extreme']:.3g}), "
+                     f"read by {escape(readers)}")
+    if len(saturated) > 5:
+        lines.append(f"  ... and {len(saturated) - 5} more saturated (the JSON's 'conversions' lists them)")
+    if lifted:
+        lines.append(f"  {sum(c['lifted'] for c in lifted)} non-zero value(s) below 2^-24 in {len(lifted)} "
+                     "constant(s) stored as +-2^-24")
     return lines
 
 

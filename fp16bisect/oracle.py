@@ -264,8 +264,8 @@ def _judge(backend, samples, plan: frozenset, repeat: int, placeholders: dict | 
         judged = backend.run_plan(plan, [s.inputs for s in samples], repeat=repeat,
                                   placeholders={"device": "0", **(placeholders or {})})
         if not isinstance(judged, Verdict) and len(judged) != len(samples):
-            raise BuildFailed(kind="outputs", message=f"the {backend.name} backend returned outputs for {len(judged)} sample(s), "
-                              f"not {len(samples)}")
+            raise BuildFailed(f"the {backend.name} backend returned outputs for {len(judged)} sample(s), "
+                              f"not {len(samples)}", kind="outputs")
         return judged
     return (backend.run(plan, s.inputs, repeat=repeat) for s in samples)
 
@@ -278,8 +278,8 @@ def _compare(backend, samples, tolerance: Tolerance, outputs: list[str], outputs
                 found.append(compare(got[name], sample.reference[name], tolerance, name, i))
             except ValueError as exc:
                 if hasattr(backend, "run_plan"):  # outputs made outside fp16bisect that do not fit: the plan's problem
-                    raise BuildFailed(kind="outputs", message=f"the {backend.name} backend's outputs for sample {i} do not fit "
-                                      f"the reference: {exc}") from None
+                    raise BuildFailed(f"the {backend.name} backend's outputs for sample {i} do not fit "
+                                      f"the reference: {exc}", kind="outputs") from None
                 raise UsageError(f"{exc} on {sample.source!r}: pass a reference made for these inputs") \
                     from None
     return found

@@ -276,7 +276,7 @@ def _search(graph, chosen, oracle, tolerance, listener, output, noise, prof, pri
         step, {**progress, "backend": chosen.name, "replayed": step.plan in oracle.replayed})
     common = dict(
         on_step=step,
-        recheck=None if getattr(chosen, "deterministic", False) else lambda plan: oracle.evaluate(plan, 1).passed,
+        recheck=None if getattr(chosen, "deterministic", False) else lambda plan: oracle.evaluate(plan, 1).verdict,
         test_many=oracle.test_many if oracle.width > 1 else None,
         width=oracle.width,
     )

@@ -9,9 +9,10 @@ Three verdicts. "Could not evaluate" is never evidence: steering treats it as
 the safe side (like a failure, toward a larger set), the answer is always a set
 seen to pass, and it is called 1-minimal only when every single removal was
 evaluated and failed. A member whose removal could not be evaluated is kept and
-listed in ``SearchResult.unverified``; the result then says it is not minimal. Nothing here knows about
-ONNX or TensorRT, so the algorithm can be property-tested on synthetic
-predicates in milliseconds.
+listed in ``SearchResult.unverified``; the result then says it is not minimal.
+
+Nothing here knows about ONNX or TensorRT, so the algorithm can be
+property-tested on synthetic predicates in milliseconds.
 
 Algorithm
 ---------

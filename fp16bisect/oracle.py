@@ -72,7 +72,7 @@ class Reason:
 
     @classmethod
     def of(cls, exc: BuildFailed) -> Reason:
-        return cls(getattr(exc, "kind", "build"), str(exc), tuple(getattr(exc, "pins", ())))
+        return cls(exc.kind, str(exc), tuple(exc.pins))
 
 
 @dataclass(frozen=True)

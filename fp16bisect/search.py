@@ -219,7 +219,7 @@ class _Memo:
         self.rounds += 1
         return self._record(plan, _verdict(self._test(plan)))
 
-    def many(self, plans: Iterable[Iterable[Hashable]]) -> list[bool]:
+    def many(self, plans: Iterable[Iterable[Hashable]]) -> list[bool | None]:
         """Verdicts of several independent plans. With ``test_many`` and a width above 1 the plans not yet
         known are evaluated together, ``width`` at a time (one round each); otherwise one by one."""
         plans = [frozenset(p) for p in plans]

@@ -34,6 +34,7 @@ the same rule and applied per channel by a Mul and an Add that writes the BatchN
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -90,12 +91,36 @@ def convert(graph: Graph, fp32: Iterable[str], *, fp16_io: bool = False) -> Mixe
 def conversions(graph: Graph, fp32: Iterable[str] = ()) -> list[Conversion]:
     """What the plan's file converts beyond rounding (constants FP16 cannot hold), without writing it."""
     converter = _Converter(graph, check_plan(graph, fp32), False)
-    decisions = converter.decide()
-    wants, readers = converter.reads(decisions)
-    found = [conversion(t, converter.constants[t], readers[t]) for t in converter.constants if HALF in wants.get(t, ())]
-    for node_id in converter.folds:
-        found += converter.folds[node_id].conversions
-    return [c for c in found if c is not None]
+    return converter.conversions(*converter.reads(converter.decide()))
+
+
+class _Constants(Mapping):
+    """The model's float constants (initializers, Constant values), name -> value, read from the model when
+    asked: membership costs no copy of the weights."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        g = graph.model.graph
+        self.initializers = {t.name: t for t in g.initializer if t.data_type == FLOAT}
+        self.names = list(self.initializers) + [n.output[0] for n in g.node if n.op_type == "Constant" and n.output
+                                                and graph.is_float(n.output[0])]
+        self.known = set(self.names)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name in self.initializers:
+            return numpy_helper.to_array(self.initializers[name])
+        if name in self.known:
+            return self.graph.constant_value(name)
+        raise KeyError(name)
+
+    def __contains__(self, name) -> bool:
+        return name in self.known
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
 
 
 class _Converter:
@@ -104,18 +129,11 @@ class _Converter:
         self.plan = plan
         self.fp16_io = fp16_io
         self.candidates = {n.id for n in graph.candidates}
-        self.opset = next((o.version for o in graph.model.opset_import if o.domain in DEFAULT_DOMAINS), 1)
-        self.constants = self._constants()
+        self.opset = graph.opset
+        self.constants = _Constants(graph)
         self.prec: dict[str, int] = {}  # float tensor -> FLOAT or HALF
         self.notes: list[str] = []
         self.folds: dict = {}  # BatchNormalization id -> its fp16.BatchNormFold
-
-    def _constants(self) -> dict[str, np.ndarray]:
-        found = {t.name: numpy_helper.to_array(t) for t in self.graph.model.graph.initializer if t.data_type == FLOAT}
-        for n in self.graph.model.graph.node:
-            if n.op_type == "Constant" and n.output and self.graph.is_float(n.output[0]):
-                found[n.output[0]] = self.graph.constant_value(n.output[0])
-        return found
 
     # -- pass 1: decide -------------------------------------------------------------------------
     def decide(self) -> dict[str, tuple[int, list[int | None]]]:
@@ -192,7 +210,6 @@ class _Converter:
         """Mul by the folded scale, Add the folded shift, into the BatchNormalization's own output tensor."""
         fold = self.folds[node.id]
         scale, shift = fold.scale, fold.shift
-        mixed.conversions += fold.conversions
         names = [fresh_t(f"{node.id}/folded_{what}") for what in ("scale", "shift")]
         for name, value in zip(names, (scale, shift)):
             out.initializer.append(numpy_helper.from_array(value, name))
@@ -220,6 +237,12 @@ class _Converter:
                     wants[t].add(FLOAT)
         return wants, readers
 
+    def conversions(self, wants: dict[str, set], readers: dict[str, list[str]]) -> list[Conversion]:
+        """The constants stored in FP16 that the rule changes beyond rounding, then the folds' scales and shifts."""
+        found = [conversion(t, self.constants[t], readers[t]) for t in self.constants if HALF in wants.get(t, ())]
+        found += [c for fold in self.folds.values() for c in fold.conversions]
+        return [c for c in found if c is not None]
+
     # -- pass 2: write --------------------------------------------------------------------------
     def run(self) -> Mixed:
         decisions = self.decide()
@@ -241,6 +264,7 @@ class _Converter:
             if HALF in wants.get(t, ()):
                 half_name[t] = t if wants[t] == {HALF} and t not in {o.name for o in g.output} else fresh_t(f"{t}_fp16")
         mixed = Mixed(model, pinned=[n.id for n in self.graph.nodes if n.id in self.plan])
+        mixed.conversions = self.conversions(wants, readers)
         self._write_constants(out, half_name, readers, mixed)
 
         casts: dict[tuple[str, int], str] = {}
@@ -292,9 +316,6 @@ class _Converter:
         by_name = {t.name: t for t in out.initializer}
         for t, name in half_name.items():
             value = constant_to_fp16(self.constants[t])
-            changed = conversion(t, self.constants[t], readers[t])
-            if changed is not None:
-                mixed.conversions.append(changed)
             tensor = numpy_helper.from_array(value, name)
             mixed.fp16_constants += 1
             if t in by_name and name == t:

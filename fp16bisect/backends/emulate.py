@@ -219,8 +219,7 @@ class Emulation:
         if not n:
             return
         outputs = [f"{_PREFIX}keep{s}" for s in range(n)]
-        opset = next((o.version for o in self.model.opset_import if o.domain in DEFAULT_DOMAINS), 13)
-        if opset >= 13:
+        if self.graph.opset >= 13:
             sizes = f"{_PREFIX}mask_split"
             g.initializer.append(helper.make_tensor(sizes, TensorProto.INT64, [n], [1] * n))
             split = helper.make_node("Split", [MASK, sizes], outputs, name=f"{_PREFIX}mask", axis=0)

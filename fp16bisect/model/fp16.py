@@ -3,7 +3,7 @@
 Two conversions, because a plan's file holds two kinds of FP16 value:
 
 * **Tensors computed at run time** (activations) are cast: IEEE round to nearest even, finite values past
-  65504 become +-inf, values below about 3e-8 become 0 (``round_fp16``). Nothing else is possible there.
+  65504 become +-inf, values below about 3e-8 become 0 (a Cast in the graph). Nothing else is possible there.
 * **Constants stored in the file** (initializers, Constant values, folded BatchNormalization parameters read
   by FP16 nodes) are converted once, at write time, by TensorRT's own rule for FP32 weights of FP16 layers
   (``constant_to_fp16``): finite values beyond +-65504 saturate to +-65504 ("Finite FP32 values which would
@@ -35,13 +35,6 @@ FP16_MAX = 65504.0
 FP16_MIN_SUBNORMAL = 2.0**-24
 RULE = ("finite values beyond +-65504 saturate to +-65504, non-zero values below 2^-24 become +-2^-24 "
         "(TensorRT's conversion of FP32 weights), +-inf and NaN are kept, the rest rounds to nearest even")
-
-
-def round_fp16(values) -> np.ndarray:
-    """r(x) = float32(float16(x)), IEEE: what a tensor computed at run time holds in FP16."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # overflow to inf is the point
-        return np.asarray(values, dtype=np.float32).astype(np.float16).astype(np.float32)
 
 
 def constant_to_fp16(values) -> np.ndarray:

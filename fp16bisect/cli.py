@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from .model import weights
 from .errors import ToleranceUnreachable, UsageError
 from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
 
@@ -445,6 +446,7 @@ def cmd_apply(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     debug = bool(os.environ.get("FP16BISECT_DEBUG"))
+    stores = weights.alive()
     try:
         args = build_parser().parse_args(argv)
         if args.command is None:
@@ -472,6 +474,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    finally:
+        weights.close_since(stores)  # the work directories of the models this command loaded
 
 
 if __name__ == "__main__":

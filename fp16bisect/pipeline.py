@@ -22,11 +22,17 @@ from .search import SearchResult, Step, search
 from .backends.tensorrt.engine import sample_shapes
 from .tolerance import Tolerance, compare
 
+from .timing import timed
+
 
 class Listener:
     """What a long search tells the person waiting (see report.py)."""
 
     def stage(self, text: str) -> None: ...
+
+    def timed(self, text: str):
+        """A stage that takes time: said when it starts, and its seconds when it ends."""
+        return timed(self.stage, text)
 
     def step(self, step: Step, progress: dict) -> None: ...
 
@@ -63,12 +69,13 @@ class Outcome:
 
 def prepare(model: str, inputs: list[str], references: list[str] | None, backend: str, tolerance: Tolerance,
             listener: Listener, backend_options: dict | None = None, *, repeats: int = 1,
-            journal_path: str | None = None, restart: bool = False, parallel=None):
-    """Model, samples, backend and oracle. With ``journal_path``, evaluations are journaled there and a
+            journal_path: str | None = None, restart: bool = False, parallel=None, workdir: str | None = None):
+    """Model, samples, backend and oracle. The model's weights are written once to a temporary work directory in
+    ``workdir`` (default: the system's), removed at exit. With ``journal_path``, evaluations are journaled there and a
     journal of the same search is replayed (``restart`` discards it). ``parallel`` (fp16bisect.parallel.Parallel):
     the oracle evaluates independent plans on worker processes or Ray tasks; close it with ``close``."""
-    listener.stage(f"loading {model}")
-    graph = Graph.load(model)
+    with listener.timed(f"loading {model}"):
+        graph = Graph.load(model, workdir)
     outputs = graph.float_output_names()
     if not outputs:
         raise UsageError(
@@ -77,8 +84,8 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
     samples = load_samples(graph, inputs, references)
     given = samples_digest(samples)  # before references are computed: what the user gave
     if not references:
-        listener.stage("computing FP32 references with ONNX Runtime")
-    add_fp32_references(graph, samples)
+        with listener.timed("computing FP32 references with ONNX Runtime"):
+            add_fp32_references(graph, samples)
     for note in notes(graph):
         listener.stage(f"note: {note}")
     options = dict(backend_options or {})
@@ -170,12 +177,13 @@ def search_model(
         options["plans_dir"] = str(Path(output).with_suffix(".plans"))
     graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, options,
                                     repeats=repeats, journal_path=journal_path(output) if output else None,
-                                    restart=restart, parallel=parallel)
+                                    restart=restart, parallel=parallel,
+                                    workdir=str(Path(output).resolve().parent) if output else None)
     if prior not in priors.CHOICES:
         raise UsageError(f"unknown prior {prior!r}: use one of {', '.join(priors.CHOICES)}")
     try:
-        listener.stage(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s)")
-        prof = profile(graph, oracle.samples)
+        with listener.timed(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s)"):
+            prof = profile(graph, oracle.samples)
         found = None
         if priors.wanted(prior, chosen.name):
             found = _prior(graph, oracle, prof, listener, output, prior, restart)

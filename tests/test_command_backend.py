@@ -21,6 +21,7 @@ from test_cli import LN, LN_IN, one_line_error, run
 from fp16bisect.artifacts.mixed import convert
 from fp16bisect.backends.command import CommandAborted, check_template, substitute
 from fp16bisect.errors import UsageError
+from fp16bisect.model import weights
 from fp16bisect.oracle import EXIT_CODE, OUTPUTS
 from fp16bisect.pipeline import Listener, prepare
 from fp16bisect.tolerance import Tolerance
@@ -95,7 +96,7 @@ def test_the_files_exist_when_the_command_runs(tmp_path):
     assert evaluation.detail == "exit code 0"
     copied = onnx.load(seen / "model.onnx")
     onnx.checker.check_model(copied, full_check=True)
-    assert copied.SerializeToString() == convert(graph, plan).model.SerializeToString()
+    assert copied.SerializeToString() == weights.inline(convert(graph, plan).model).SerializeToString()
     assert all(v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT for v in [*copied.graph.input,
                                                                                  *copied.graph.output])
     overrides = json.loads((seen / "overrides.json").read_text())

@@ -7,7 +7,9 @@ from conftest import F, make_model
 from onnx import TensorProto, helper
 
 from fp16bisect.errors import UsageError
+from fp16bisect.model import weights
 from fp16bisect.model.graph import Graph
+from fp16bisect.model.runtime import session
 
 
 def test_unnamed_and_duplicate_nodes_get_stable_unique_ids():
@@ -58,7 +60,7 @@ def test_shape_and_integer_nodes_are_not_candidates():
     assert "mine" in graph.skipped
 
 
-def test_external_data_is_loaded(tmp_path):
+def test_external_data_is_read_in_place(tmp_path):
     w = np.arange(4096, dtype=np.float32).reshape(64, 64)
     nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
     model = make_model(nodes, [("x", F, [1, 64])], [("y", F, [1, 64])], {"w": w})
@@ -67,7 +69,14 @@ def test_external_data_is_loaded(tmp_path):
                     size_threshold=0)
     assert (tmp_path / "m.data").exists()
     graph = Graph.load(path)
-    np.testing.assert_array_equal(onnx.numpy_helper.to_array(graph.model.graph.initializer[0]), w)
+    np.testing.assert_array_equal(graph.constant_value("w"), w)
+    assert graph.store is None  # nothing copied: the user's file is read where it is
+    assert weights.reference(graph.model.graph.initializer[0])[0] == str((tmp_path / "m.data").resolve())
+    sess = session(graph.runnable_copy())
+    np.testing.assert_array_equal(sess.run(None, {"x": np.ones((1, 64), np.float32)})[0], w.sum(0, keepdims=True))
+    (tmp_path / "m.data").write_bytes(b"\0" * 100)
+    with pytest.raises(UsageError, match="truncated"):
+        Graph.load(path)
     (tmp_path / "m.data").unlink()
     with pytest.raises(UsageError, match="external data"):
         Graph.load(path)

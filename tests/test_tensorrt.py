@@ -21,6 +21,7 @@ import pytest
 from conftest import ROOT, SAMPLES
 
 import fake_tensorrt
+from fp16bisect.model.weights import inline
 from fp16bisect.backends.tensorrt import pins as T
 from fp16bisect.backends.tensorrt import engine as E
 from fp16bisect.backends.tensorrt import api as trt_api
@@ -575,7 +576,7 @@ def test_real_tensorrt_rtx_builds_a_mixed_model_and_refuses_layer_precisions(mon
     builder = E.EngineBuilder(loaded)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        built = builder.build(mixed_model(graph, ["ln1_square"]).SerializeToString(), opt_level=0)
+        built = builder.build(inline(mixed_model(graph, ["ln1_square"])).SerializeToString(), opt_level=0)
     assert len(built.engine) > 0 and built.timing_cache is None
     _b, net, _p = builder.parse(TRANSFORMER.read_bytes())
     assert set(T.node_layers(net)) == {n.name for n in graph.nodes if n.op_type != "Constant"}
@@ -584,7 +585,7 @@ def test_real_tensorrt_rtx_builds_a_mixed_model_and_refuses_layer_precisions(mon
     broken = graph.runnable_copy()
     broken.graph.node[0].op_type = "NoSuchOp"
     with pytest.raises(E.ParseError, match="NoSuchOp"):
-        builder.build(broken.SerializeToString())
+        builder.build(inline(broken).SerializeToString())
 
 
 # --------------------------------------------------------------------------- the search on the tensorrt backend
@@ -799,10 +800,10 @@ def test_a_tolerance_below_build_to_build_noise_is_refused_unless_told(trt, engi
 
 
 def test_a_model_over_the_protobuf_limit_is_parsed_from_a_file(trt, engines_run_as_built, tmp_path, monkeypatch):
-    import fp16bisect.model.runtime as runtime
+    import fp16bisect.model.weights as weights
     from fp16bisect.cli import main
 
-    monkeypatch.setattr(runtime, "PROTOBUF_LIMIT", 50_000)  # transformer_block takes the over-2-GB path
+    monkeypatch.setattr(weights, "PROTOBUF_LIMIT", 50_000)  # transformer_block takes the over-2-GB path
     parsed = []
     original = trt.OnnxParser.parse_from_file
     monkeypatch.setattr(trt.OnnxParser, "parse_from_file", lambda self, path: parsed.append(path) or original(self, path))
@@ -813,13 +814,16 @@ def test_a_model_over_the_protobuf_limit_is_parsed_from_a_file(trt, engines_run_
     assert parsed and all(p.endswith(".onnx") for p in parsed)
 
 
-def test_real_tensorrt_rtx_parses_a_model_with_external_weights(tmp_path):
+def test_real_tensorrt_rtx_parses_a_model_with_external_weights(tmp_path, monkeypatch):
+    """Over 2 GB (the limit lowered here) the file TensorRT parses has its weights streamed into ``.data``."""
     pytest.importorskip("tensorrt_rtx", reason="TensorRT-RTX is a test extra: pip install '.[test]'")
     import tensorrt_rtx
 
+    import fp16bisect.model.weights as weights
     from fp16bisect.model.runtime import external_copy
 
-    files = external_copy(onnx.load(TRANSFORMER))
+    monkeypatch.setattr(weights, "PROTOBUF_LIMIT", 50_000)
+    files = external_copy(Graph.load(TRANSFORMER).model)
     assert files.data.stat().st_size > 50_000
     loaded = T.TensorRT(tensorrt_rtx, "tensorrt_rtx", tensorrt_rtx.__version__, weakly_typed=False)
     _b, network, _p = E.EngineBuilder(loaded).parse(files.model)

@@ -14,6 +14,7 @@ import pytest
 from conftest import SAMPLES
 from test_mixed import MODELS
 
+from fp16bisect.model.weights import inline
 from fp16bisect.model.graph import Graph
 from fp16bisect.artifacts.mixed import mixed_model
 from fp16bisect.artifacts.overrides import trtexec_layer_name
@@ -27,7 +28,7 @@ def parse(model):
     builder = trt.Builder(LOGGER)
     network = builder.create_network(0)
     parser = trt.OnnxParser(network, LOGGER)
-    ok = parser.parse(model.SerializeToString())
+    ok = parser.parse(inline(model).SerializeToString())
     errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
     assert ok and not errors and network.num_layers > 0, errors
     return builder, network, parser
@@ -99,7 +100,7 @@ def test_a_dynamic_input_builds_with_a_profile_from_the_samples(tmp_path):
     graph = Graph(model)
     loaded = T.TensorRT(trt, "tensorrt_rtx", trt.__version__, weakly_typed=False)
     builder = E.EngineBuilder(loaded)
-    onnx_bytes = mixed_model(graph, ["ln1_square", "ln1_var"]).SerializeToString()
+    onnx_bytes = inline(mixed_model(graph, ["ln1_square", "ln1_var"])).SerializeToString()
     with pytest.raises(E.BuildError, match="no sample shape for input"):
         builder.build(onnx_bytes)
     shapes = E.sample_shapes([{"x": np.zeros((1, 8, 64))}, {"x": np.zeros((1, 16, 64))}])
@@ -134,7 +135,7 @@ def build_logged(model, shapes=None):
     builder = trt.Builder(logger)
     network = builder.create_network(0)
     parser = trt.OnnxParser(network, logger)
-    assert parser.parse(model.SerializeToString()), [str(parser.get_error(i)) for i in range(parser.num_errors)]
+    assert parser.parse(inline(model).SerializeToString()), [str(parser.get_error(i)) for i in range(parser.num_errors)]
     config = builder.create_builder_config()
     config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
     if shapes:

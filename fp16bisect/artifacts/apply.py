@@ -11,7 +11,7 @@ from .verify import Check, strict, verify
 from ..model.graph import Graph
 from .mixed import Mixed, convert
 from .overrides import read, write_atomic
-from ..model.runtime import external_copy, too_big
+from ..model import weights
 from ..model.samples import add_fp32_references, load_samples
 from ..tolerance import Tolerance
 
@@ -27,11 +27,7 @@ def apply(overrides: str | Path, model: str | Path, *, fp16_io: bool = False, fo
     data = read(overrides, model, force=force, graph=graph)  # another model's file: refused even with --force
     mixed = convert(graph, [n["name"] for n in data["fp32_nodes"]] + list(keep_fp32), fp16_io=fp16_io)
     try:
-        if too_big(mixed.model):  # over 2 GB: the checker reads it from files
-            files = external_copy(mixed.model)
-            onnx.checker.check_model(str(files.model), full_check=True)
-        else:
-            onnx.checker.check_model(mixed.model, full_check=True)
+        onnx.checker.check_model(weights.checkable(mixed.model), full_check=True)
     except onnx.checker.ValidationError as exc:  # our bug, not the user's input
         raise RuntimeError(f"the mixed-precision model fails onnx.checker: {str(exc).splitlines()[0]}") from None
     return mixed, data
@@ -39,14 +35,9 @@ def apply(overrides: str | Path, model: str | Path, *, fp16_io: bool = False, fo
 
 def save(model: onnx.ModelProto, path: str | Path) -> None:
     """Write atomically: the file is either the old one or the whole new one. Over 2 GB, the weights go to
-    ``<name>.data`` beside it (written first, then the model that points to it)."""
-    path = Path(path)
-    if not too_big(model):
-        write_atomic(path, model.SerializeToString())
-        return
-    files = external_copy(model, path.name)  # the model refers to its weights as "<name>.data"
-    write_atomic(path.parent / f"{path.name}.data", files.data.read_bytes())
-    write_atomic(path, files.model.read_bytes())
+    ``<name>.data`` beside it (streamed from where they are, renamed into place before the model that points
+    to it is written)."""
+    weights.save(model, path, write_atomic)
 
 
 @dataclass

@@ -43,7 +43,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import UsageError, shown
-from ..model.fp16 import Conversion, constant_to_fp16, conversion
+from ..model import weights
+from ..model.fp16 import Conversion, constant_to_fp16
 from ..model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, Graph, Node, _outer_reads, _subgraphs
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
@@ -108,7 +109,7 @@ class _Constants(Mapping):
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name in self.initializers:
-            return numpy_helper.to_array(self.initializers[name])
+            return weights.array(self.initializers[name])
         if name in self.known:
             return self.graph.constant_value(name)
         raise KeyError(name)
@@ -239,7 +240,7 @@ class _Converter:
 
     def conversions(self, wants: dict[str, set], readers: dict[str, list[str]]) -> list[Conversion]:
         """The constants stored in FP16 that the rule changes beyond rounding, then the folds' scales and shifts."""
-        found = [conversion(t, self.constants[t], readers[t]) for t in self.constants if HALF in wants.get(t, ())]
+        found = [self.graph.conversion(t, readers[t]) for t in self.constants if HALF in wants.get(t, ())]
         found += [c for fold in self.folds.values() for c in fold.conversions]
         return [c for c in found if c is not None]
 
@@ -315,9 +316,8 @@ class _Converter:
     def _write_constants(self, out: onnx.GraphProto, half_name: dict, readers: dict, mixed: Mixed) -> None:
         by_name = {t.name: t for t in out.initializer}
         for t, name in half_name.items():
-            value = constant_to_fp16(self.constants[t])
-            tensor = numpy_helper.from_array(value, name)
             mixed.fp16_constants += 1
+            tensor = self.graph.half_constant(t, name)  # in the work directory when the graph has one: shared
             if t in by_name and name == t:
                 by_name[t].CopyFrom(tensor)
             elif t in by_name or name != t:

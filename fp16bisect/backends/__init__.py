@@ -54,4 +54,4 @@ def make_backend(name: str, graph: Graph, **options):
         return TensorRTBackend(graph, **chosen)
     from .emulate import EmulateBackend
 
-    return EmulateBackend(graph)
+    return EmulateBackend(graph, progress=options.get("progress"))

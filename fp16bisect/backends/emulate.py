@@ -52,6 +52,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..model.fp16 import constant_as_stored
 from ..model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, TRANSPARENT_OPS, Graph, _subgraphs
 from ..model.runtime import run, session
+from ..timing import timed
 
 MASK = "fp16bisect_fp32_mask"
 _PREFIX = "fp16bisect/"
@@ -70,9 +71,10 @@ class Emulation:
         model = graph.runnable_copy()
         self.model = model
         g = model.graph
-        self.types, self.shapes = _types_and_shapes(model, graph)
+        self.types, self.shapes = _types_and_shapes(graph)
         self._names = 0
         self._rounded: dict[str, str] = {}  # tensor -> name of r(tensor) (shared by its Where sites)
+        self._constants: list[onnx.NodeProto] = []  # Casts of the FP16 copies of constants, placed first
         originals = list(g.node)
         del g.node[:]
         self._out = g.node
@@ -124,6 +126,8 @@ class Emulation:
                 if tensor in needed:
                     self._site((i, i), _raw(tensor), tensor, out=tensor)
         g.input.append(helper.make_tensor_value_info(MASK, TensorProto.BOOL, [len(self.owners)]))
+        for i, cast in enumerate(self._constants):
+            g.node.insert(i, cast)
         self._split_mask(g)
         self.owner_a = np.array([a for a, _ in self.owners], dtype=np.int64)
         self.owner_b = np.array([b for _, b in self.owners], dtype=np.int64)
@@ -147,15 +151,9 @@ class Emulation:
         value = self.graph.constant_value(tensor)
         rounded_constant = None
         if value is not None:
-            value = np.asarray(value, dtype=np.float32)
-            rounded = constant_as_stored(value)  # what the file stores (the writer's rule), not a run-time cast
-            if np.array_equal(rounded.view(np.uint32), value.view(np.uint32)):
+            if _exact_in_fp16(value):
                 return tensor  # stored exactly in FP16: nothing changes
-            rounded_constant = self._rounded.get(tensor)
-            if rounded_constant is None:
-                rounded_constant = self._name("r_const")
-                self.model.graph.initializer.append(numpy_helper.from_array(rounded, rounded_constant))
-                self._rounded[tensor] = rounded_constant
+            rounded_constant = self._half_constant(tensor)
         cond = cond or self._cond(owners)
         shape = self.shapes.get(shape_of)
         small = shape is not None and len(shape) >= 1 and all(isinstance(d, int) for d in shape) \
@@ -183,6 +181,18 @@ class Emulation:
                                       else_branch=rounded_graph))
         self.forms["if"] += 1
         return out
+
+    def _half_constant(self, tensor: str) -> str:
+        """The name of ``tensor``'s value as the file stores it, widened to FP32: the writer's FP16 copy (an
+        initializer in the work directory, shared with the written files) read through a Cast, so neither copy
+        passes through Python twice; ONNX Runtime folds the Cast once when it sets the session up."""
+        found = self._rounded.get(tensor)
+        if found is None:
+            half, found = self._name("c16"), self._name("r_const")
+            self.model.graph.initializer.append(self.graph.half_constant(tensor, half))
+            self._constants.append(helper.make_node("Cast", [half], [found], to=TensorProto.FLOAT))
+            self._rounded[tensor] = found
+        return found
 
     def _folded(self, proto: onnx.NodeProto, i: int, fold) -> None:
         """An FP16 BatchNormalization the writer folds: in FP32 the node as it is, in FP16 the file's
@@ -237,6 +247,17 @@ def emulation_model(graph: Graph) -> onnx.ModelProto:
     return Emulation(graph).model
 
 
+def _exact_in_fp16(value: np.ndarray) -> bool:
+    """True when FP16 holds every value of a float32 constant exactly (its conversion changes nothing)."""
+    value = np.asarray(value, dtype=np.float32)
+    if value.size == 0:
+        return True
+    bits = value.view(np.uint32)  # FP16 keeps 10 of FP32's 23 mantissa bits: the other 13 must be zero
+    if np.any(bits & 0x1FFF):
+        return False
+    return np.array_equal(constant_as_stored(value).view(np.uint32), bits)
+
+
 def _raw(tensor: str) -> str:
     return f"{_PREFIX}raw/{tensor}"
 
@@ -283,32 +304,12 @@ def _round_subgraphs(proto: onnx.NodeProto, types: dict[str, int], site, fresh, 
                 done.add(t)
 
 
-def _types_and_shapes(model: onnx.ModelProto, graph: Graph) -> tuple[dict[str, int], dict[str, tuple]]:
-    """Element types and shapes (ints, or None/str for unknown dims) of tensors, subgraphs included."""
+def _types_and_shapes(graph: Graph) -> tuple[dict[str, int], dict[str, tuple]]:
+    """Element types (subgraphs included: the caller adds its own) and shapes of tensors, as the graph found them."""
     types = dict(graph.dtypes)
-    shapes: dict[str, tuple] = {}
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-    except Exception:
-        inferred = model
-
-    def visit(g: onnx.GraphProto) -> None:
-        for v in [*g.input, *g.output, *g.value_info]:
-            t = v.type.tensor_type
-            if v.type.HasField("tensor_type") and t.elem_type:
-                types.setdefault(v.name, t.elem_type)
-                if t.HasField("shape"):
-                    shapes.setdefault(v.name, tuple(d.dim_value if d.HasField("dim_value") else None
-                                                    for d in t.shape.dim))
-        for t in g.initializer:
-            types.setdefault(t.name, t.data_type)
-            shapes.setdefault(t.name, tuple(t.dims))
-        for n in g.node:
-            for sub in _subgraphs(n):
-                visit(sub)
-
-    visit(inferred.graph)
-    return types, shapes
+    for name, kind in graph.inner_types.items():
+        types.setdefault(name, kind)
+    return types, graph.shapes
 
 
 class EmulateBackend:
@@ -316,18 +317,39 @@ class EmulateBackend:
 
     name = "emulate"
 
-    def __init__(self, graph: Graph, extra_outputs=()):
-        """``extra_outputs``: inner tensors to return too (the layer-wise comparison reads every candidate's)."""
+    def __init__(self, graph: Graph, extra_outputs=(), progress=None):
+        """``extra_outputs``: inner tensors to return too (the layer-wise comparison reads every candidate's).
+        The emulation and its session are set up at the first run (after the FP32 profile has freed its own
+        session: never two of them at once), said through ``progress`` with its seconds."""
         self_test()
         self.graph = graph
         self.index = {n.id: i for i, n in enumerate(graph.candidates)}
         self.output_names = [o.name for o in graph.outputs]
-        extra = [t for t in dict.fromkeys(extra_outputs) if t not in self.output_names]
-        self.emulation = Emulation(graph, extra)
-        model = self.emulation.model
-        model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in extra)
-        self.output_names += extra
-        self.session = session(model, "the FP16 emulation of the model")
+        self._extra = [t for t in dict.fromkeys(extra_outputs) if t not in self.output_names]
+        self.output_names += self._extra
+        self.progress = progress
+        self._emulation: Emulation | None = None
+        self._session = None
+
+    @property
+    def emulation(self) -> Emulation:
+        if self._emulation is None:
+            self._set_up()
+        return self._emulation
+
+    @property
+    def session(self):
+        if self._session is None:
+            self._set_up()
+        return self._session
+
+    def _set_up(self) -> None:
+        say = self.progress or (lambda text: None)
+        with timed(say, f"setting up the FP16 emulation of {len(self.index)} candidate(s)"):
+            emulation = Emulation(self.graph, self._extra)
+            emulation.model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in self._extra)
+            self._session = session(emulation.model, "the FP16 emulation of the model")
+            self._emulation = emulation
 
     @staticmethod
     def versions() -> dict:
@@ -393,7 +415,7 @@ def plan_model(graph: Graph, plan) -> onnx.ModelProto:
     """
     model = graph.runnable_copy()
     g = model.graph
-    types = _types_and_shapes(model, graph)[0] if graph.nested else {}
+    types = _types_and_shapes(graph)[0] if graph.nested else {}
     originals = list(g.node)
     del g.node[:]
     fp16 = {n.id for n in graph.candidates} - set(plan)

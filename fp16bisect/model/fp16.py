@@ -40,13 +40,16 @@ RULE = ("finite values beyond +-65504 saturate to +-65504, non-zero values below
 def constant_to_fp16(values) -> np.ndarray:
     """A constant stored in FP16, by the rule of the module docstring (float16 array)."""
     value = np.asarray(values, dtype=np.float32)
-    finite = np.isfinite(value)
-    magnitude = np.abs(value)
-    out = np.where(finite & (magnitude > FP16_MAX), np.copysign(FP16_MAX, value), value)
-    out = np.where((value != 0) & (magnitude < FP16_MIN_SUBNORMAL), np.copysign(FP16_MIN_SUBNORMAL, value), out)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return out.astype(np.float32).astype(np.float16)
+        half = value.astype(np.float16)  # round to nearest even: right except where it made inf or 0
+    overflowed = np.isinf(half) & np.isfinite(value)  # past 65520 (up to it, rounding gives 65504)
+    if overflowed.any():
+        half[overflowed] = np.copysign(FP16_MAX, value[overflowed])
+    vanished = (half == 0) & (value != 0)  # at most 2^-25 (above it, rounding gives 2^-24)
+    if vanished.any():
+        half[vanished] = np.copysign(FP16_MIN_SUBNORMAL, value[vanished])
+    return half
 
 
 def constant_as_stored(values) -> np.ndarray:

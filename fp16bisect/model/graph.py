@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +23,7 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import UsageError
-from . import fp16
+from . import fp16, weights
 
 FLOAT = TensorProto.FLOAT
 
@@ -69,10 +69,12 @@ class TensorSpec:
 class Graph:
     """Load once, ask many questions."""
 
-    def __init__(self, model: onnx.ModelProto, path: Path | None = None, sha256: str = ""):
-        self.model = model
+    def __init__(self, model: onnx.ModelProto, path: Path | None = None, sha256: str = "",
+                 store: weights.Store | None = None):
+        self.model = model  # loaded by ``load``: a skeleton whose weights are in files (``model/weights.py``)
         self.path = path
         self.sha256 = sha256
+        self.store = store  # where weights and their FP16 copies are written; None: kept inline
         graph = model.graph
         if len(graph.node) == 0:
             raise UsageError("the model's graph has no nodes: export the model again with its operators")
@@ -81,10 +83,11 @@ class Graph:
         self.initializers = {t.name for t in graph.initializer}
         self.opset = next((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS), 1)
         self._folds: dict[str, fp16.BatchNormFold | None] = {}
+        self._conversions: dict[str, fp16.Conversion | None] = {}
         self._constants: dict | None = None
         self.inputs = [_spec(v) for v in graph.input if v.name not in self.initializers]
         self.outputs = [_spec(v) for v in graph.output]
-        self.dtypes, self.ranks = _tensor_types(model)
+        self.dtypes, self.ranks, self.shapes, self.inner_types = _tensor_types(model)
 
         names = Counter(n.name for n in graph.node if n.name)
         self.duplicate_names = {name for name, count in names.items() if count > 1}
@@ -122,8 +125,29 @@ class Graph:
         return model
 
     @classmethod
-    def load(cls, path: str | Path) -> "Graph":
-        return cls(*load_model(path))
+    def load(cls, path: str | Path, workdir: str | Path | None = None) -> "Graph":
+        """The model at ``path``, its inline weights moved once to a work directory in ``workdir`` (default:
+        the system's temporary directory) and its external weights read where they are."""
+        model, path, digest = load_model(path)
+        store = None
+        if any(not weights.is_external(t) and weights._nbytes(t) >= weights.EXTERNAL_MIN for t in model.graph.initializer):
+            try:
+                store = weights.Store(workdir)
+            except OSError as exc:
+                raise UsageError(f"cannot write the model's weights to a work directory in {str(workdir or '')!r} "
+                                 f"({exc.strerror}): free some disk space or choose another -o") from None
+        weights.externalize(model, path.parent, store)
+        return cls(model, path, digest, store)
+
+    def half_constant(self, tensor: str, name: str) -> onnx.TensorProto:
+        """An initializer ``name`` holding the FP16 value the writer stores for float32 constant ``tensor``
+        (``fp16.constant_to_fp16``): written once to the work directory and shared, or inline without one."""
+        def compute():
+            return fp16.constant_to_fp16(self.constant_value(tensor))
+
+        if self.store is None:
+            return onnx.numpy_helper.from_array(compute(), name)
+        return self.store.derived(f"half/{tensor}", name, compute)
 
     def is_float(self, tensor: str) -> bool:
         return bool(tensor) and self.dtypes.get(tensor) == FLOAT
@@ -151,8 +175,16 @@ class Graph:
         if found is None:
             return None
         if isinstance(found, onnx.TensorProto):
-            return onnx.numpy_helper.to_array(found)
+            return weights.array(found)
         return fp16.constant_node_value(found)
+
+    def conversion(self, tensor: str, readers=()) -> fp16.Conversion | None:
+        """What storing float32 constant ``tensor`` in FP16 changes beyond rounding (``fp16.conversion``), measured
+        once per constant; ``readers``: the FP16 nodes that read it, for the message."""
+        if tensor not in self._conversions:
+            self._conversions[tensor] = fp16.conversion(tensor, self.constant_value(tensor))
+        found = self._conversions[tensor]
+        return None if found is None else replace(found, readers=tuple(readers))
 
     def batchnorm_fold(self, node: Node) -> fp16.BatchNormFold | None:
         """How an FP16 BatchNormalization is written when FP16 cannot hold the statistics its opset stores in
@@ -183,10 +215,12 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, Path, str]:
         raise UsageError(f"{str(path)!r} is a directory: pass the path of an .onnx file")
     if not path.is_file():
         raise UsageError(f"model file {str(path)!r} not found: pass the path of an .onnx file")
-    data = path.read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            digest.update(block)
     try:
-        model = onnx.load_model_from_string(data)
+        model = onnx.load_model(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError and friends
         raise UsageError(
             f"{str(path)!r} is not an ONNX model ({type(exc).__name__}: truncated or corrupt, or another kind of "
@@ -196,12 +230,7 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, Path, str]:
         raise UsageError(f"{str(path)!r} is not an ONNX model (no graph found): pass an .onnx file")
     _check_header(model, str(path))
     _check_text(model.graph, str(path))
-    try:
-        onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
-    except (OSError, ValueError, onnx.checker.ValidationError) as exc:
-        raise UsageError(
-            f"cannot read the external data of {str(path)!r} ({exc}): keep the weight files beside the model"
-        ) from None
+    digest = digest.hexdigest()
     return model, path, digest
 
 
@@ -264,18 +293,20 @@ def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
     return TensorSpec(value.name, t.elem_type, shape)
 
 
-def _tensor_types(model: onnx.ModelProto) -> tuple[dict[str, int], dict[str, int]]:
-    """Element type of every tensor (declared, initializer, Constant, or inferred) and the rank of those whose
-    rank is declared or inferred."""
+def _tensor_types(model: onnx.ModelProto) -> tuple[dict, dict, dict, dict]:
+    """Element type of every tensor (declared, initializer, Constant, or inferred), the rank of those whose rank
+    is declared or inferred, the shapes (ints, None for unknown dims) and the types of tensors inside subgraphs.
+    One shape inference, on the model as loaded: its weights are in files, so this reads no weight bytes."""
     graph = model.graph
     types: dict[str, int] = {}
     ranks: dict[str, int] = {}
+    shapes: dict[str, tuple] = {}
+    inner: dict[str, int] = {}
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
-        infos = list(inferred.graph.value_info)
     except Exception:
-        infos = []
-    for v in [*graph.input, *graph.output, *graph.value_info, *infos]:
+        inferred = model
+    for v in [*graph.input, *graph.output, *graph.value_info, *inferred.graph.value_info]:
         if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
             types.setdefault(v.name, v.type.tensor_type.elem_type)
         if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
@@ -289,10 +320,29 @@ def _tensor_types(model: onnx.ModelProto) -> tuple[dict[str, int], dict[str, int
                     types[n.output[0]] = a.t.data_type
                 elif a.name in ("value_float", "value_floats"):
                     types[n.output[0]] = FLOAT
+
+    def visit(g: onnx.GraphProto, top: bool) -> None:
+        for v in [*g.input, *g.output, *g.value_info]:
+            t = v.type.tensor_type
+            if v.type.HasField("tensor_type") and t.elem_type:
+                if not top:
+                    inner.setdefault(v.name, t.elem_type)
+                if t.HasField("shape"):
+                    shapes.setdefault(v.name, tuple(d.dim_value if d.HasField("dim_value") else None
+                                                    for d in t.shape.dim))
+        for t in g.initializer:
+            if not top:
+                inner.setdefault(t.name, t.data_type)
+            shapes.setdefault(t.name, tuple(t.dims))
+        for n in g.node:
+            for sub in _subgraphs(n):
+                visit(sub, False)
+
+    visit(inferred.graph, True)
     unknown = [t for n in graph.node for t in n.output if t and t not in types]
     if unknown:
         types.update(_types_from_runtime(model, unknown))
-    return types, ranks
+    return types, ranks, shapes, inner
 
 
 def _types_from_runtime(model: onnx.ModelProto, tensors: list[str]) -> dict[str, int]:

@@ -53,6 +53,7 @@ import numpy as np
 import onnx
 
 from ..errors import UsageError
+from . import weights
 from .graph import Graph
 from .runtime import nothing_to_fold, run, session
 
@@ -166,7 +167,7 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
         if init.data_type == onnx.TensorProto.FLOAT:
             s = stats.setdefault(init.name, TensorStats(init.name, initializer=True))
             s.initializer = True
-            s.add(onnx.numpy_helper.to_array(init))
+            s.add(weights.array(init))  # a view of the weight's file
     constants = _constant_values(graph, names)  # the same every run: measured here, once per sample
     for value in constants.values():
         for _ in samples:

@@ -12,7 +12,7 @@ import onnx
 
 from ..errors import UsageError
 
-PROTOBUF_LIMIT = 2**31 - 1
+from .weights import Store, externalize, external_initializers, is_external, save, too_big  # noqa: F401
 
 
 def session(model: onnx.ModelProto, what: str = "the model", *, basic: bool = False, producer_order: bool = False,
@@ -32,17 +32,28 @@ def session(model: onnx.ModelProto, what: str = "the model", *, basic: bool = Fa
     if producer_order:
         options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
     extra = {} if fold_constants else {"disabled_optimizers": ["ConstantFolding"]}
+    keep = None
+    if too_big(model) and any(not is_external(t) for t in model.graph.initializer):
+        # built in memory over 2 GB (protobuf cannot serialise it): its weights go to files first
+        keep, model = Store(), _copy(model)
+        externalize(model, None, keep)
+    names, values = external_initializers(model)  # mapped files, handed over without a copy
+    if names:
+        options.add_external_initializers(names, values)
     try:
-        if too_big(model):  # protobuf cannot serialize 2 GB: hand ONNX Runtime a file with external weights
-            files = external_copy(model)
-            sess = ort.InferenceSession(str(files.model), options, providers=["CPUExecutionProvider"], **extra)
-            sess._fp16bisect_files = files  # the files live as long as the session
-            return sess
-        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"], **extra)
+        sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"], **extra)
     except Exception as exc:
         raise UsageError(
             f"ONNX Runtime cannot load {what}: {first_line(exc)}; check that the model runs in ONNX Runtime"
         ) from None
+    sess._fp16bisect_keep = (values, keep)  # they live as long as the session
+    return sess
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
 
 
 def nothing_to_fold(model: onnx.ModelProto) -> bool:
@@ -59,18 +70,9 @@ def nothing_to_fold(model: onnx.ModelProto) -> bool:
     return True
 
 
-def too_big(model: onnx.ModelProto) -> bool:
-    """Over what one protobuf message can hold (2 GB): such a model exists only with external weights."""
-    from google.protobuf.message import EncodeError
-
-    try:
-        return model.ByteSize() >= PROTOBUF_LIMIT
-    except EncodeError:  # protobuf refuses even to size a message past 2 GB
-        return True
-
-
 class external_copy:  # noqa: N801  (used like a function returning the files)
-    """The model written to a temporary folder with its weights in one external file (kept until dropped)."""
+    """The model as a self-contained file in a temporary folder (``weights.save``: its weights in
+    ``<filename>.data`` beside it over 2 GB), kept until dropped; for readers that take a path."""
 
     def __init__(self, model: onnx.ModelProto, filename: str = "model.onnx"):
         import tempfile
@@ -78,19 +80,8 @@ class external_copy:  # noqa: N801  (used like a function returning the files)
 
         self._dir = tempfile.TemporaryDirectory(prefix="fp16bisect-")
         self.model = Path(self._dir.name) / filename
-        self.data = Path(self._dir.name) / f"{filename}.data"
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)  # save_model rewrites the initializers it moves out: never the caller's model
-        save_large(copy, self.model)
-
-
-def save_large(model: onnx.ModelProto, path) -> None:
-    """Save with every weight above 1 KB in ``<name>.data`` beside it (the model is changed in place)."""
-    from pathlib import Path
-
-    path = Path(path)
-    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=f"{path.name}.data", size_threshold=1024)
+        self.data = Path(self._dir.name) / f"{filename}.data"  # there when the model is over 2 GB
+        save(model, self.model)
 
 
 def run(sess, names: list[str], feed: dict[str, np.ndarray], what: str) -> list:

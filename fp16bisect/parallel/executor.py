@@ -54,7 +54,11 @@ def setup_backend(job: Job, device: str):
     from ..backends import make_backend
     from ..model.graph import Graph
 
-    graph = Graph(onnx.load_model_from_string(job.model), Path(job.path), job.sha256)
+    from ..model import weights
+
+    model = onnx.load_model_from_string(job.model)
+    shared = any(weights.is_external(t) for t in model.graph.initializer)  # this machine's weight files
+    graph = Graph(model, Path(job.path), job.sha256, weights.Store() if shared else None)
     options = dict(job.options)
     if job.backend == "tensorrt" and options.get("timing_cache"):  # one cache file per worker: no write races
         options["timing_cache"] = f"{options['timing_cache']}.{device}"
@@ -136,8 +140,11 @@ def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, o
         return PlanExecutor(pool, f"{pool.width} concurrent command(s)")
     # callables (progress, notify) write to this process's console: they stay here
     remote = {k: v for k, v in options.items() if not callable(v)}
-    job = Job(backend, graph.path.read_bytes() if graph.path else graph.model.SerializeToString(),
-              str(graph.path or ""), graph.sha256, remote, samples, tolerance, outputs)
+    if parallel.ray is not None:  # other machines: the model file's own bytes
+        model = graph.path.read_bytes() if graph.path else graph.model.SerializeToString()
+    else:  # processes here: the loaded model, which refers to the weight files already written (no copy)
+        model = graph.model.SerializeToString()
+    job = Job(backend, model, str(graph.path or ""), graph.sha256, remote, samples, tolerance, outputs)
     if parallel.ray is not None:
         from .ray import RayPool
 

@@ -35,6 +35,7 @@ from ...errors import UsageError
 from ...model.graph import Graph
 from ...artifacts.overrides import write_atomic
 from ...model.runtime import external_copy, too_big
+from ...model.weights import is_external
 from ...model.samples import update_digest
 
 
@@ -89,8 +90,11 @@ def inputs_key(inputs: dict[str, np.ndarray]) -> str:
 
 
 def _source(model):
-    """What the parser reads: the bytes, or over 2 GB a file with external weights (``parse_from_file``)."""
-    return external_copy(model) if too_big(model) else model.SerializeToString()
+    """What the parser reads: the bytes of a model that holds its weights, else a file (``parse_from_file``),
+    its weights streamed from where they are into ``model.onnx.data`` over 2 GB, inline under."""
+    if too_big(model) or any(is_external(t) for t in model.graph.initializer):
+        return external_copy(model)
+    return model.SerializeToString()
 
 
 class TensorRTBackend:

@@ -1,0 +1,303 @@
+"""Where a model's weights live: in files, mapped into memory, read by Python once.
+
+A model is loaded without its external data (``onnx.load(load_external_data=False)``).
+Its inline weights of at least ``EXTERNAL_MIN`` bytes are then written, once,
+to ``weights.bin`` in a work directory and dropped from the proto; weights a
+model already keeps in external files stay where they are. Either way the
+proto keeps each weight's name, type and shape, and refers to its bytes by an
+absolute path, an offset and a length. That proto (the skeleton, a few MB even
+for a 3 GB UNet) is what every part of fp16bisect copies, edits and
+serialises: the emulation, the FP32 profile, the mixed-precision writer.
+
+The bytes are read through ``array`` (a view of a read-only memory map of the
+file: no copy) and reach ONNX Runtime the same way, as initializers supplied
+with the session options (``OrtSessionOptions::AddExternalInitializers``), so
+ONNX Runtime neither parses nor copies a serialised model's weights. A file is
+written only where one must exist: ``save`` writes a self-contained model,
+inline under 2 GB, else with its weights in ``<name>.data`` beside it, streamed
+tensor by tensor from the maps.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import weakref
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from ..errors import UsageError
+
+EXTERNAL_MIN = 1024  # bytes: smaller tensors (shapes, scalars) stay inline, where shape inference reads them
+PROTOBUF_LIMIT = 2**31 - 1
+ALIGN = 64
+EXTERNAL = TensorProto.EXTERNAL
+
+_maps: dict[str, np.memmap] = {}
+_alive: list = []  # stores live to the end of the process (see Store)
+
+
+def is_external(tensor: TensorProto) -> bool:
+    return tensor.data_location == EXTERNAL
+
+
+def reference(tensor: TensorProto) -> tuple[str, int, int]:
+    """(path, offset, length) of an external tensor's bytes."""
+    info = {e.key: e.value for e in tensor.external_data}
+    return info["location"], int(info.get("offset", 0) or 0), int(info.get("length", -1) or -1)
+
+
+def _refer(tensor: TensorProto, path: str, offset: int, length: int) -> None:
+    tensor.ClearField("raw_data")
+    del tensor.external_data[:]
+    tensor.data_location = EXTERNAL
+    for key, value in (("location", path), ("offset", str(offset)), ("length", str(length))):
+        tensor.external_data.add(key=key, value=value)
+
+
+def _map(path: str) -> np.memmap:
+    found = _maps.get(path)
+    if found is None:
+        found = _maps[path] = np.memmap(path, dtype=np.uint8, mode="r")
+    return found
+
+
+def array(tensor: TensorProto) -> np.ndarray:
+    """A tensor's value; for an external tensor a read-only view of its file (copied only if misaligned)."""
+    if not is_external(tensor):
+        return onnx.numpy_helper.to_array(tensor)
+    path, offset, length = reference(tensor)
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
+    count = int(np.prod(tensor.dims, dtype=np.int64))
+    data = _map(path)[offset: offset + (length if length >= 0 else count * dtype.itemsize)]
+    if offset % dtype.itemsize:
+        data = data.copy()
+    return data.view(dtype).reshape(tuple(tensor.dims))
+
+
+class Store:
+    """The work directory weights are written to (a temporary one unless given), removed when the process
+    exits or ``close`` is called: not when the store is dropped, since skeletons that refer to its files (a
+    written plan's model, a session's) may outlive the graph that made it."""
+
+    def __init__(self, workdir: str | Path | None = None):
+        parent = None if workdir is None else Path(workdir)
+        if parent is not None:
+            parent.mkdir(parents=True, exist_ok=True)
+        self.directory = Path(tempfile.mkdtemp(prefix=".fp16bisect-weights-", dir=parent))
+        self._cleanup = weakref.finalize(self, _remove, str(self.directory))
+        _alive.append(self)
+        self._files: dict[str, _Appender] = {}
+        self._derived: dict[str, TensorProto] = {}
+
+    def file(self, name: str) -> "_Appender":
+        if name not in self._files:
+            self._files[name] = _Appender(self.directory / name)
+        return self._files[name]
+
+    def put(self, tensor: TensorProto, value: np.ndarray | None = None, file: str = "weights.bin") -> None:
+        """Write ``value`` (default: the tensor's inline data) to the store and make ``tensor`` refer to it."""
+        data = np.ascontiguousarray(value).tobytes() if value is not None else _inline_bytes(tensor)
+        path, offset = self.file(file).append(data)
+        _refer(tensor, path, offset, len(data))
+
+    def derived(self, key: str, name: str, compute) -> TensorProto:
+        """A tensor named ``name`` holding ``compute()`` (an array), written once per ``key`` and shared by
+        every later request: e.g. the FP16 copy of a weight, which the emulation and every plan's file use."""
+        found = self._derived.get(key)
+        if found is None:
+            value = np.asarray(compute())
+            found = TensorProto(name=key, data_type=helper.np_dtype_to_tensor_dtype(value.dtype), dims=value.shape)
+            self.put(found, value, "derived.bin")
+            self._derived[key] = found
+        tensor = TensorProto()
+        tensor.CopyFrom(found)
+        tensor.name = name
+        return tensor
+
+    def close(self) -> None:
+        for appender in self._files.values():
+            appender.close()
+        self._cleanup()
+        if self in _alive:
+            _alive.remove(self)
+
+
+def close_since(count: int) -> None:
+    """Remove the work directories of the stores made after the first ``count`` (``len(weights._alive)`` when a
+    command started: at its end, nothing it loaded is used any more)."""
+    for store in list(_alive[count:]):
+        store.close()
+
+
+def alive() -> int:
+    return len(_alive)
+
+
+def _remove(directory: str) -> None:
+    import shutil
+
+    for path in list(_maps):
+        if path.startswith(directory):
+            del _maps[path]
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+class _Appender:
+    def __init__(self, path: Path):
+        self.path = str(path)
+        self._file = open(path, "ab")  # noqa: SIM115 (kept open while tensors are appended)
+        self._size = 0
+
+    def append(self, data: bytes) -> tuple[str, int]:
+        pad = -self._size % ALIGN
+        if pad:
+            self._file.write(b"\0" * pad)
+        offset = self._size + pad
+        self._file.write(data)
+        self._file.flush()
+        self._size = offset + len(data)
+        _maps.pop(self.path, None)  # the map of a grown file is stale
+        return self.path, offset
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _inline_bytes(tensor: TensorProto) -> bytes:
+    if tensor.HasField("raw_data"):
+        return tensor.raw_data
+    return onnx.numpy_helper.to_array(tensor).tobytes()
+
+
+def externalize(model: onnx.ModelProto, source_dir: Path | None, store: Store | None) -> None:
+    """In place: external references of the main graph made absolute (relative to ``source_dir``) and checked;
+    inline weights of at least ``EXTERNAL_MIN`` bytes moved to ``store`` (when one is given)."""
+    for tensor in model.graph.initializer:
+        if is_external(tensor):
+            path, offset, length = reference(tensor)
+            absolute = Path(path) if Path(path).is_absolute() else (source_dir or Path.cwd()) / path
+            _check_reference(tensor, absolute, offset, length)
+            _refer(tensor, str(absolute.resolve()), offset, length if length >= 0 else _nbytes(tensor))
+        elif store is not None and tensor.data_type != TensorProto.STRING and _nbytes(tensor) >= EXTERNAL_MIN:
+            store.put(tensor)
+
+
+def _nbytes(tensor: TensorProto) -> int:
+    if tensor.data_type == TensorProto.STRING:
+        return 0
+    itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    return int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
+
+
+def _check_reference(tensor: TensorProto, path: Path, offset: int, length: int) -> None:
+    if not path.is_file():
+        raise UsageError(
+            f"cannot read the external data of weight {tensor.name!r}: {str(path)!r} not found: keep the weight "
+            "files beside the model"
+        )
+    need = offset + (length if length >= 0 else _nbytes(tensor))
+    if path.stat().st_size < need:
+        raise UsageError(
+            f"cannot read the external data of weight {tensor.name!r}: {str(path)!r} holds {path.stat().st_size} "
+            f"bytes, the model reads up to byte {need} (truncated?): copy the weight files again"
+        )
+
+
+def external_initializers(model: onnx.ModelProto) -> tuple[list[str], list]:
+    """Names and ONNX Runtime values of the main graph's external initializers, for a session's options."""
+    import onnxruntime as ort
+
+    names, values = [], []
+    for tensor in model.graph.initializer:
+        if is_external(tensor):
+            names.append(tensor.name)
+            values.append(ort.OrtValue.ortvalue_from_numpy(array(tensor)))
+    return names, values
+
+
+def weight_bytes(model: onnx.ModelProto) -> int:
+    """The bytes of the main graph's initializers, inline or external, counted without serialising."""
+    return sum(len(t.raw_data) if t.HasField("raw_data") else _nbytes(t) for t in model.graph.initializer)
+
+
+def too_big(model: onnx.ModelProto) -> bool:
+    """Over what one protobuf message can hold (2 GB), external weights counted as if inline; no
+    ``ByteSize()`` of the model (it walks every byte of every weight)."""
+    nodes = sum(n.ByteSize() for n in model.graph.node)
+    return weight_bytes(model) + nodes >= PROTOBUF_LIMIT
+
+
+def checkable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy ``onnx.checker`` takes in memory: its external weights declared as graph inputs of their type and
+    shape (the checker opens external files relative to the working directory), its inline ones as they are."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    g = copy.graph
+    external = [t for t in g.initializer if is_external(t)]
+    declared = {v.name for v in g.input}
+    g.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                   for t in external if t.name not in declared)
+    keep = [t for t in g.initializer if not is_external(t)]
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    return copy
+
+
+def inline(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy holding its weights (for readers that take a proto whole, under 2 GB)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for t in copy.graph.initializer:
+        if is_external(t):
+            data = array(t)
+            t.data_location = TensorProto.DEFAULT
+            del t.external_data[:]
+            t.raw_data = np.ascontiguousarray(data).tobytes()
+    return copy
+
+
+def save(model: onnx.ModelProto, path: str | Path, write=None) -> None:
+    """Write ``model`` as a self-contained file: inline under 2 GB, else with every weight of at least
+    ``EXTERNAL_MIN`` bytes in ``<name>.data`` beside it, streamed from its source (``model`` is not changed).
+    ``write(path, bytes)`` writes a file (default: plainly; ``apply`` passes an atomic writer)."""
+    path = Path(path)
+    write = write or _write
+    if not too_big(model):
+        write(path, inline(model).SerializeToString())
+        return
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # a skeleton: cheap
+    data_name = f"{path.name}.data"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.parent / f".{data_name}.part{os.getpid()}"
+    offset = 0
+    try:
+        with open(temporary, "wb") as out:
+            for t in copy.graph.initializer:
+                if is_external(t):
+                    source = array(t)
+                elif t.data_type != TensorProto.STRING and _nbytes(t) >= EXTERNAL_MIN:
+                    source = _inline_bytes(t)
+                else:
+                    continue
+                pad = -offset % ALIGN
+                out.write(b"\0" * pad)
+                offset += pad
+                view = memoryview(np.ascontiguousarray(source)).cast("B") if isinstance(source, np.ndarray) \
+                    else memoryview(source)
+                out.write(view)
+                _refer(t, data_name, offset, len(view))
+                offset += len(view)
+        os.replace(temporary, path.parent / data_name)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+    write(path, copy.SerializeToString())
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.write_bytes(data)

@@ -1,0 +1,15 @@
+"""Stages that take time, said when they start and, with their seconds, when they end."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+
+@contextmanager
+def timed(say, text: str):
+    """``say(text)`` now, ``say("text: N s")`` when the block ends (not when it raises: the error says why)."""
+    say(text)
+    start = time.perf_counter()
+    yield
+    say(f"{text}: {time.perf_counter() - start:.1f} s")

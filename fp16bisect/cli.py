@@ -446,6 +446,7 @@ def cmd_apply(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     debug = bool(os.environ.get("FP16BISECT_DEBUG"))
+    weights.return_freed_memory()
     stores = weights.alive()
     try:
         args = build_parser().parse_args(argv)

@@ -74,7 +74,7 @@ class Emulation:
         self.types, self.shapes = _types_and_shapes(graph)
         self._names = 0
         self._rounded: dict[str, str] = {}  # tensor -> name of r(tensor) (shared by its Where sites)
-        self._constants: list[onnx.NodeProto] = []  # Casts of the FP16 copies of constants, placed first
+        self._halves: dict[str, str] = {}  # constant -> its FP16 initializer (where the rule is not a cast)
         originals = list(g.node)
         del g.node[:]
         self._out = g.node
@@ -126,8 +126,6 @@ class Emulation:
                 if tensor in needed:
                     self._site((i, i), _raw(tensor), tensor, out=tensor)
         g.input.append(helper.make_tensor_value_info(MASK, TensorProto.BOOL, [len(self.owners)]))
-        for i, cast in enumerate(self._constants):
-            g.node.insert(i, cast)
         self._split_mask(g)
         self.owner_a = np.array([a for a, _ in self.owners], dtype=np.int64)
         self.owner_b = np.array([b for _, b in self.owners], dtype=np.int64)
@@ -153,13 +151,18 @@ class Emulation:
         if value is not None:
             if _exact_in_fp16(value):
                 return tensor  # stored exactly in FP16: nothing changes
-            rounded_constant = self._half_constant(tensor)
+            if self.graph.conversion(tensor) is not None:  # the rule is not a cast here: the writer's copy
+                rounded_constant = self._half_constant(tensor)  # the FP16 initializer
+            # else the cast pair below computes what the file stores, at run time: no second copy of the weight
         cond = cond or self._cond(owners)
         shape = self.shapes.get(shape_of)
         small = shape is not None and len(shape) >= 1 and all(isinstance(d, int) for d in shape) \
             and int(np.prod(shape)) <= self.where_max
         if small and nodes is self._out:
-            r = rounded_constant or self._rounded.get(tensor)
+            r = self._rounded.get(tensor)
+            if r is None and rounded_constant is not None:
+                r = self._rounded[tensor] = self._name("r_const")
+                nodes.append(helper.make_node("Cast", [rounded_constant], [r], to=TensorProto.FLOAT))
             if r is None:
                 r = self._rounded[tensor] = self._name("r")
                 half = self._name("h")
@@ -171,7 +174,7 @@ class Emulation:
         kept, back = self._name("fp32"), self._name("fp16")
         as_is = helper.make_graph([helper.make_node("Identity", [tensor], [kept])], "fp32", [], [_float_info(kept)])
         if rounded_constant is not None:
-            body = [helper.make_node("Identity", [rounded_constant], [back])]
+            body = [helper.make_node("Cast", [rounded_constant], [back], to=TensorProto.FLOAT)]
         else:
             half = self._name("h")
             body = [helper.make_node("Cast", [tensor], [half], to=TensorProto.FLOAT16),
@@ -183,15 +186,12 @@ class Emulation:
         return out
 
     def _half_constant(self, tensor: str) -> str:
-        """The name of ``tensor``'s value as the file stores it, widened to FP32: the writer's FP16 copy (an
-        initializer in the work directory, shared with the written files) read through a Cast, so neither copy
-        passes through Python twice; ONNX Runtime folds the Cast once when it sets the session up."""
-        found = self._rounded.get(tensor)
+        """The name of an FP16 initializer holding ``tensor`` as the file stores it: the writer's copy, in the
+        work directory and shared with the written files; the site reads it through a Cast."""
+        found = self._halves.get(tensor)
         if found is None:
-            half, found = self._name("c16"), self._name("r_const")
-            self.model.graph.initializer.append(self.graph.half_constant(tensor, half))
-            self._constants.append(helper.make_node("Cast", [half], [found], to=TensorProto.FLOAT))
-            self._rounded[tensor] = found
+            found = self._halves[tensor] = self._name("c16")
+            self.model.graph.initializer.append(self.graph.half_constant(tensor, found))
         return found
 
     def _folded(self, proto: onnx.NodeProto, i: int, fold) -> None:
@@ -348,7 +348,8 @@ class EmulateBackend:
         with timed(say, f"setting up the FP16 emulation of {len(self.index)} candidate(s)"):
             emulation = Emulation(self.graph, self._extra)
             emulation.model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in self._extra)
-            self._session = session(emulation.model, "the FP16 emulation of the model")
+            # no constant folding: it would store a rounded copy of every weight beside the weight itself
+            self._session = session(emulation.model, "the FP16 emulation of the model", fold_constants=False)
             self._emulation = emulation
 
     @staticmethod

@@ -137,6 +137,8 @@ class Graph:
                 raise UsageError(f"cannot write the model's weights to a work directory in {str(workdir or '')!r} "
                                  f"({exc.strerror}): free some disk space or choose another -o") from None
         weights.externalize(model, path.parent, store)
+        if store is not None:  # a fresh message: the parsed weights live in the old one's arena until it goes
+            model = onnx.load_model_from_string(model.SerializeToString())
         return cls(model, path, digest, store)
 
     def half_constant(self, tensor: str, name: str) -> onnx.TensorProto:

@@ -58,6 +58,7 @@ from .graph import Graph
 from .runtime import nothing_to_fold, run, session
 
 FP16_MAX = 65504.0
+CHUNK = 1 << 22  # elements measured at once
 FP16_MIN_NORMAL = 6.103515625e-05
 FP32_MIN_NORMAL = float(np.finfo(np.float32).tiny)
 TIERS = {3: "overflow", 2: "near limit", 1: "subnormal", 0: "fine"}
@@ -75,6 +76,11 @@ class TensorStats:
     initializer: bool = False
 
     def add(self, values: np.ndarray) -> None:
+        flat = np.asarray(values).reshape(-1)
+        if flat.size > CHUNK:  # a weight of 100 MB measured in pieces: a few temporaries of 16 MB, not of 100
+            for start in range(0, flat.size, CHUNK):
+                self.add(flat[start:start + CHUNK])
+            return
         a = np.abs(values[np.isfinite(values)].astype(np.float32, copy=False))
         a = a[a >= FP32_MIN_NORMAL]  # FP32 denormals: zeros to a GPU (flush-to-zero), not an FP16 risk
         self.size += int(values.size)

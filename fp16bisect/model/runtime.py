@@ -32,13 +32,17 @@ def session(model: onnx.ModelProto, what: str = "the model", *, basic: bool = Fa
     if producer_order:
         options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
     extra = {} if fold_constants else {"disabled_optimizers": ["ConstantFolding"]}
+    # weights are handed over mapped from their files; pre-packing would keep a second, packed copy of each
+    options.add_session_config_entry("session.disable_prepacking", "1")
     keep = None
     if too_big(model) and any(not is_external(t) for t in model.graph.initializer):
         # built in memory over 2 GB (protobuf cannot serialise it): its weights go to files first
         keep, model = Store(), _copy(model)
         externalize(model, None, keep)
-    names, values = external_initializers(model)  # mapped files, handed over without a copy
-    if names:
+    model, folder, (names, values) = external_initializers(model)
+    if folder:  # ONNX Runtime maps these files itself: no copy of the weights
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
+    if names:  # elsewhere (a user's weights and the work directory's FP16 copies): handed over, copied
         options.add_external_initializers(names, values)
     try:
         sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"], **extra)

@@ -2,6 +2,10 @@
 """Big models: fp16bisect's memory and time against a plain ONNX Runtime session (issue: big models).
 
     python scripts/export_zoo.py            # dev-only venv (torch, transformers, diffusers): writes build/zoo/
+    for m in bert_base gpt2_medium vit_b16; do
+        python scripts/plant_overflow.py build/zoo/$m.onnx build/zoo/$m.npz build/zoo/${m}_planted.onnx; done
+    for m in sd_vae_decoder sd15_unet; do    # about a third of the way in (random weights: small activations)
+        python scripts/plant_overflow.py build/zoo/$m.onnx build/zoo/$m.npz build/zoo/${m}_planted.onnx --margin 2; done
     python scripts/bench_zoo.py [--models bert_base gpt2_medium ...] [--zoo build/zoo] [--skip-scan]
 
 For each model NAME of the zoo (``NAME.onnx``, ``NAME.npz``, ``NAME_planted.onnx`` from

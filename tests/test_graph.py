@@ -70,7 +70,6 @@ def test_external_data_is_read_in_place(tmp_path):
     assert (tmp_path / "m.data").exists()
     graph = Graph.load(path)
     np.testing.assert_array_equal(graph.constant_value("w"), w)
-    assert graph.store is None  # nothing copied: the user's file is read where it is
     assert weights.reference(graph.model.graph.initializer[0])[0] == str((tmp_path / "m.data").resolve())
     sess = session(graph.runnable_copy())
     np.testing.assert_array_equal(sess.run(None, {"x": np.ones((1, 64), np.float32)})[0], w.sum(0, keepdims=True))
@@ -80,6 +79,24 @@ def test_external_data_is_read_in_place(tmp_path):
     (tmp_path / "m.data").unlink()
     with pytest.raises(UsageError, match="external data"):
         Graph.load(path)
+
+
+def test_inline_weights_are_read_where_they_are_in_the_model_file(tmp_path):
+    """No copy of an inline model's weights: each refers to its own bytes in the .onnx file."""
+    w = np.arange(4096, dtype=np.float32).reshape(64, 64)
+    b = np.linspace(-1, 1, 64, dtype=np.float32)  # 256 bytes, under EXTERNAL_MIN: stays inline
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y0"], name="mm"),
+             helper.make_node("Add", ["y0", "b"], ["y"], name="add")]
+    path = tmp_path / "m.onnx"
+    onnx.save(make_model(nodes, [("x", F, [1, 64])], [("y", F, [1, 64])], {"w": w, "b": b}), path)
+    graph = Graph.load(path)
+    by_name = {t.name: t for t in graph.model.graph.initializer}
+    assert weights.reference(by_name["w"])[0] == str(path.resolve())
+    assert not weights.is_external(by_name["b"])
+    assert graph.model.ByteSize() < 2048  # the skeleton: no weight inside
+    np.testing.assert_array_equal(graph.constant_value("w"), w)
+    x = np.linspace(0, 1, 64, dtype=np.float32).reshape(1, 64)
+    np.testing.assert_allclose(session(graph.runnable_copy()).run(None, {"x": x})[0], x @ w + b, rtol=1e-6)
 
 
 def test_not_an_onnx_file(tmp_path):

@@ -23,7 +23,7 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import UsageError
-from . import fp16, weights
+from . import fp16, weights, wire
 
 FLOAT = TensorProto.FLOAT
 
@@ -70,11 +70,12 @@ class Graph:
     """Load once, ask many questions."""
 
     def __init__(self, model: onnx.ModelProto, path: Path | None = None, sha256: str = "",
-                 store: weights.Store | None = None):
+                 workdir: str | Path | None = None):
         self.model = model  # loaded by ``load``: a skeleton whose weights are in files (``model/weights.py``)
         self.path = path
         self.sha256 = sha256
-        self.store = store  # where weights and their FP16 copies are written; None: kept inline
+        self._workdir = workdir
+        self._store: weights.Store | None = None
         graph = model.graph
         if len(graph.node) == 0:
             raise UsageError("the model's graph has no nodes: export the model again with its operators")
@@ -126,20 +127,22 @@ class Graph:
 
     @classmethod
     def load(cls, path: str | Path, workdir: str | Path | None = None) -> "Graph":
-        """The model at ``path``, its inline weights moved once to a work directory in ``workdir`` (default:
-        the system's temporary directory) and its external weights read where they are."""
-        model, path, digest = load_model(path)
-        store = None
-        if any(not weights.is_external(t) and weights._nbytes(t) >= weights.EXTERNAL_MIN for t in model.graph.initializer):
+        """The model at ``path``, its weights read where they are (its own file, or its external data files);
+        the FP16 copies of constants that need one are written to a work directory made in ``workdir``
+        (default: the system's temporary directory) when first asked for."""
+        return cls(*load_model(path), workdir=workdir)
+
+    @property
+    def store(self) -> weights.Store | None:
+        """The work directory of this model's FP16 constants: made on first use for a model read from a file
+        (written copies shared by the emulation and every plan's file), None for one built in memory."""
+        if self._store is None and self.path is not None:
             try:
-                store = weights.Store(workdir)
+                self._store = weights.Store(self._workdir)
             except OSError as exc:
-                raise UsageError(f"cannot write the model's weights to a work directory in {str(workdir or '')!r} "
-                                 f"({exc.strerror}): free some disk space or choose another -o") from None
-        weights.externalize(model, path.parent, store)
-        if store is not None:  # a fresh message: the parsed weights live in the old one's arena until it goes
-            model = onnx.load_model_from_string(model.SerializeToString())
-        return cls(model, path, digest, store)
+                raise UsageError(f"cannot make a work directory in {str(self._workdir or '')!r} ({exc.strerror}): "
+                                 "free some disk space or choose another -o") from None
+        return self._store
 
     def half_constant(self, tensor: str, name: str) -> onnx.TensorProto:
         """An initializer ``name`` holding the FP16 value the writer stores for float32 constant ``tensor``
@@ -218,21 +221,30 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, Path, str]:
     if not path.is_file():
         raise UsageError(f"model file {str(path)!r} not found: pass the path of an .onnx file")
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(path, "rb") as f:  # in pieces: the page cache holds the file, not this process
         for block in iter(lambda: f.read(1 << 24), b""):
             digest.update(block)
-    try:
-        model = onnx.load_model(str(path), load_external_data=False)
-    except Exception as exc:  # protobuf raises DecodeError and friends
-        raise UsageError(
-            f"{str(path)!r} is not an ONNX model ({type(exc).__name__}: truncated or corrupt, or another kind of "
-            "file): pass an .onnx file, copied again if it was cut short"
-        ) from None
+    digest = digest.hexdigest()
+    model = None
+    found = wire.skeleton(str(path.resolve()), weights.EXTERNAL_MIN)  # weights referred to where they are
+    if found is not None:
+        try:
+            model = onnx.load_model_from_string(found)
+        except Exception:  # noqa: BLE001 (protobuf's own reading says what is wrong, below)
+            model = None
+    if model is None:
+        try:
+            model = onnx.load_model(str(path), load_external_data=False)
+        except Exception as exc:  # protobuf raises DecodeError and friends
+            raise UsageError(
+                f"{str(path)!r} is not an ONNX model ({type(exc).__name__}: truncated or corrupt, or another kind "
+                "of file): pass an .onnx file, copied again if it was cut short"
+            ) from None
     if not model.graph.node and not model.graph.output:
         raise UsageError(f"{str(path)!r} is not an ONNX model (no graph found): pass an .onnx file")
     _check_header(model, str(path))
     _check_text(model.graph, str(path))
-    digest = digest.hexdigest()
+    weights.externalize(model, path.parent, None)  # references absolute, and checked
     return model, path, digest
 
 

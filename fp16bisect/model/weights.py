@@ -1,21 +1,22 @@
-"""Where a model's weights live: in files, mapped into memory, read by Python once.
+"""Where a model's weights live: in files, read where they are, passed through Python at most once.
 
-A model is loaded without its external data (``onnx.load(load_external_data=False)``).
-Its inline weights of at least ``EXTERNAL_MIN`` bytes are then written, once,
-to ``weights.bin`` in a work directory and dropped from the proto; weights a
-model already keeps in external files stay where they are. Either way the
-proto keeps each weight's name, type and shape, and refers to its bytes by an
-absolute path, an offset and a length. That proto (the skeleton, a few MB even
-for a 3 GB UNet) is what every part of fp16bisect copies, edits and
-serialises: the emulation, the FP32 profile, the mixed-precision writer.
+A model is loaded as a skeleton: every weight of at least ``EXTERNAL_MIN`` bytes
+refers to its bytes by an absolute path, an offset and a length. Inline weights
+refer to their own place in the .onnx file (``wire.skeleton``: the file is
+walked, not parsed); external ones keep their files. The skeleton (a few MB even
+for a 3 GB UNet) is what every part of fp16bisect copies, edits and serialises:
+the emulation, the FP32 profile, the mixed-precision writer.
 
-The bytes are read through ``array`` (a view of a read-only memory map of the
-file: no copy) and reach ONNX Runtime the same way, as initializers supplied
-with the session options (``OrtSessionOptions::AddExternalInitializers``), so
-ONNX Runtime neither parses nor copies a serialised model's weights. A file is
+Python reads a weight through ``array`` (a read-only memory map of its bytes,
+unmapped with the array). ONNX Runtime reads the files itself: a session is
+made from the serialised skeleton with ``session.model_external_initializers_
+file_folder_path`` (``external_initializers``), so it maps the weights instead of
+parsing and copying a serialised model. The FP16 copies of constants (the
+writer's rule, ``fp16.constant_to_fp16``) are written once to a work directory
+(``Store``) and shared by the emulation and every plan's file. A model file is
 written only where one must exist: ``save`` writes a self-contained model,
 inline under 2 GB, else with its weights in ``<name>.data`` beside it, streamed
-tensor by tensor from the maps.
+tensor by tensor.
 """
 
 from __future__ import annotations

@@ -54,11 +54,7 @@ def setup_backend(job: Job, device: str):
     from ..backends import make_backend
     from ..model.graph import Graph
 
-    from ..model import weights
-
-    model = onnx.load_model_from_string(job.model)
-    shared = any(weights.is_external(t) for t in model.graph.initializer)  # this machine's weight files
-    graph = Graph(model, Path(job.path), job.sha256, weights.Store() if shared else None)
+    graph = Graph(onnx.load_model_from_string(job.model), Path(job.path), job.sha256)
     options = dict(job.options)
     if job.backend == "tensorrt" and options.get("timing_cache"):  # one cache file per worker: no write races
         options["timing_cache"] = f"{options['timing_cache']}.{device}"

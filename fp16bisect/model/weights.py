@@ -38,6 +38,7 @@ ALIGN = 64
 EXTERNAL = TensorProto.EXTERNAL
 
 _alive: list = []  # stores live to the end of the process (see Store)
+_directories: set[str] = set()  # their directories
 
 
 def return_freed_memory() -> None:
@@ -81,7 +82,8 @@ def array(tensor: TensorProto) -> np.ndarray:
     if int(np.prod(tensor.dims, dtype=np.int64)) == 0:
         return np.zeros(tuple(tensor.dims), dtype)
     # a map of its own, unmapped with the array: pages read through it leave this process's RSS then
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=tuple(tensor.dims))
+    count = int(np.prod(tensor.dims, dtype=np.int64))
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(count,)).reshape(tuple(tensor.dims))
 
 
 class Store:
@@ -96,6 +98,7 @@ class Store:
         self.directory = Path(tempfile.mkdtemp(prefix=".fp16bisect-weights-", dir=parent))
         self._cleanup = weakref.finalize(self, _remove, str(self.directory))
         _alive.append(self)
+        _directories.add(str(self.directory))
         self._files: dict[str, _Appender] = {}
         self._derived: dict[str, TensorProto] = {}
 
@@ -146,6 +149,7 @@ def alive() -> int:
 def _remove(directory: str) -> None:
     import shutil
 
+    _directories.discard(directory)
     shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -210,35 +214,53 @@ def _check_reference(tensor: TensorProto, path: Path, offset: int, length: int) 
 
 
 def external_initializers(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str | None, tuple[list, list]]:
-    """How ONNX Runtime gets a model's external weights: (the model to serialise, the folder it reads the files
-    of most weight bytes from, (names, values) of the others). ONNX Runtime maps files it reads itself, while it
-    copies initializers handed over in the session options; it reads only locations inside one folder."""
+    """How ONNX Runtime gets a model's external weights: (the model to serialise, the folder it reads them from,
+    (names, values) of those it cannot read there). ONNX Runtime maps the files it reads itself (it copies
+    initializers handed over in the session options), but reads only locations inside one folder (no
+    symbolic link out of it). So when the weights are in several folders (a model's file and a work directory's
+    FP16 copies) the others are hard-linked into the work directory: the same files, no copy."""
     external = [t for t in model.graph.initializer if is_external(t)]
     if not external:
         return model, None, ([], [])
     size: dict[str, int] = {}
     for t in external:
         path, _, length = reference(t)
-        folder = os.path.dirname(path)
-        size[folder] = size.get(folder, 0) + length
-    folder = max(size, key=size.get)
+        size[os.path.dirname(path)] = size.get(os.path.dirname(path), 0) + length
+    stores = [d for d in size if d in _directories]
+    folder = stores[0] if stores else max(size, key=size.get)
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     names, values = [], []
-    import onnxruntime as ort
-
     for t in copy.graph.initializer:
         if not is_external(t):
             continue
         path = reference(t)[0]
-        if os.path.dirname(path) == folder:
+        name = os.path.basename(path) if os.path.dirname(path) == folder else _link(path, folder)
+        if name is not None:
             for entry in t.external_data:
                 if entry.key == "location":
-                    entry.value = os.path.basename(path)
+                    entry.value = name
         else:
+            import onnxruntime as ort
+
             names.append(t.name)
-            values.append(ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array(t))))
+            values.append(ort.OrtValue.ortvalue_from_numpy(np.array(array(t))))  # np.array: 0-d stays 0-d
     return copy, folder, (names, values)
+
+
+def _link(path: str, folder: str) -> str | None:
+    """The name of a hard link to ``path`` in work directory ``folder`` (made once), None where none can be
+    made (another file system, or ``folder`` is not a work directory)."""
+    if folder not in _directories:
+        return None
+    name = f"link-{abs(hash(path)):x}-{os.path.basename(path)}"
+    target = os.path.join(folder, name)
+    if not os.path.exists(target):
+        try:
+            os.link(path, target)
+        except OSError:
+            return None
+    return name
 
 
 def weight_bytes(model: onnx.ModelProto) -> int:

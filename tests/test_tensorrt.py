@@ -814,6 +814,33 @@ def test_a_model_over_the_protobuf_limit_is_parsed_from_a_file(trt, engines_run_
     assert parsed and all(p.endswith(".onnx") for p in parsed)
 
 
+def test_real_tensorrt_rtx_parses_a_plan_file_that_refers_to_the_weights_where_they_are(tmp_path):
+    """A plan's mixed-precision model reaches TensorRT as a small file in the work directory whose weights are
+    the model's own bytes (hard-linked) and the work directory's FP16 copies: no copy of a weight."""
+    pytest.importorskip("tensorrt_rtx", reason="TensorRT-RTX is a test extra: pip install '.[test]'")
+    import shutil
+
+    import tensorrt_rtx
+
+    from fp16bisect.artifacts.mixed import mixed_model
+    from fp16bisect.backends.tensorrt.backend import _source
+
+    shutil.copy(TRANSFORMER, tmp_path / "model.onnx")
+    graph = Graph.load(tmp_path / "model.onnx", workdir=tmp_path / "work")
+    source = _source(mixed_model(graph, ["ln1_square", "ln1_var", "q_proj_matmul"]))  # q_proj.weight in FP32
+    assert isinstance(source, Path) and source.parent.parent == tmp_path / "work"
+    assert source.stat().st_size < 20_000  # the skeleton: the weights stay in their files
+    linked = [p for p in source.parent.iterdir() if p.name.startswith("link-")]
+    assert [p.stat().st_ino for p in linked] == [(tmp_path / "model.onnx").stat().st_ino]  # the same file
+    loaded = T.TensorRT(tensorrt_rtx, "tensorrt_rtx", tensorrt_rtx.__version__, weakly_typed=False)
+    _b, network, _p = E.EngineBuilder(loaded).parse(source)
+    assert network.num_layers > 40
+    halves = [network.get_layer(i) for i in range(network.num_layers)
+              if network.get_layer(i).type == tensorrt_rtx.LayerType.CONSTANT
+              and network.get_layer(i).get_output(0).dtype == tensorrt_rtx.DataType.HALF]
+    assert halves  # the FP16 copies, read from the work directory's file
+
+
 def test_real_tensorrt_rtx_parses_a_model_with_external_weights(tmp_path, monkeypatch):
     """Over 2 GB (the limit lowered here) the file TensorRT parses has its weights streamed into ``.data``."""
     pytest.importorskip("tensorrt_rtx", reason="TensorRT-RTX is a test extra: pip install '.[test]'")

@@ -248,6 +248,19 @@ def external_initializers(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str 
     return copy, folder, (names, values)
 
 
+def in_work_directory(model: onnx.ModelProto, name: str) -> Path | None:
+    """``model`` written as ``name`` in the work directory its weights are read from, referring to them there
+    by relative paths (hard links where they are elsewhere): a file any ONNX reader takes (TensorRT's parser
+    included) with no copy of a weight. None where that cannot be (no work directory among its folders, or a
+    link that could not be made): the caller then writes a self-contained copy (``save``)."""
+    copy, folder, (names, _) = external_initializers(model)
+    if folder is None or folder not in _directories or names:
+        return None
+    path = Path(folder) / name
+    path.write_bytes(copy.SerializeToString())
+    return path
+
+
 def _link(path: str, folder: str) -> str | None:
     """The name of a hard link to ``path`` in work directory ``folder`` (made once), None where none can be
     made (another file system, or ``folder`` is not a work directory)."""

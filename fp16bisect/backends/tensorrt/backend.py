@@ -21,6 +21,7 @@ differ, which the search should know before trusting small differences.
 
 from __future__ import annotations
 
+import os
 import hashlib
 import warnings
 from collections import OrderedDict
@@ -35,7 +36,7 @@ from ...errors import UsageError
 from ...model.graph import Graph
 from ...artifacts.overrides import write_atomic
 from ...model.runtime import external_copy, too_big
-from ...model.weights import is_external
+from ...model.weights import in_work_directory, is_external
 from ...model.samples import update_digest
 
 
@@ -90,11 +91,18 @@ def inputs_key(inputs: dict[str, np.ndarray]) -> str:
 
 
 def _source(model):
-    """What the parser reads: the bytes of a model that holds its weights, else a file (``parse_from_file``),
-    its weights streamed from where they are into ``model.onnx.data`` over 2 GB, inline under."""
-    if too_big(model) or any(is_external(t) for t in model.graph.initializer):
-        return external_copy(model)
-    return model.SerializeToString()
+    """What the parser reads: the bytes of a model that holds its weights (a file over 2 GB), else a file
+    (``parse_from_file``): a skeleton in the work directory that refers to the weights there, or, where it
+    cannot, a self-contained copy (weights streamed into ``model.onnx.data`` over 2 GB, inline under)."""
+    if not any(is_external(t) for t in model.graph.initializer):
+        return external_copy(model) if too_big(model) else model.SerializeToString()
+    global _files
+    _files += 1
+    found = in_work_directory(model, f"tensorrt-{os.getpid()}-{_files}.onnx")  # its weights where they are
+    return found if found is not None else external_copy(model)
+
+
+_files = 0
 
 
 class TensorRTBackend:

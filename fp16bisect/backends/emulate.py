@@ -148,38 +148,45 @@ class Emulation:
         nodes = self._out if nodes is None else nodes
         out = out or self._name("sel")
         value = self.graph.constant_value(tensor)
-        rounded_constant = None
+        stored = half = None  # a constant's value as the file stores it: in FP32 (small ones), or in FP16
         if value is not None:
             if _exact_in_fp16(value):
                 return tensor  # stored exactly in FP16: nothing changes
-            if self.graph.conversion(tensor) is not None:  # the rule is not a cast here: the writer's copy
-                rounded_constant = self._half_constant(tensor)  # the FP16 initializer
-            # else the cast pair below computes what the file stores, at run time: no second copy of the weight
+            if value.size <= self.where_max:  # small: computed once here, a constant of the emulation
+                stored = self._rounded.get(tensor)
+                if stored is None:
+                    stored = self._rounded[tensor] = self._name("r_const")
+                    self.model.graph.initializer.append(numpy_helper.from_array(constant_as_stored(value), stored))
+            elif self.graph.conversion(tensor) is not None:  # a weight the rule does not simply round
+                half = self._half_constant(tensor)  # the writer's FP16 copy, read through a Cast
+            # else a weight rounded at run time by the cast pair below: no second copy of it in memory
         cond = cond or self._cond(owners)
         shape = self.shapes.get(shape_of)
         small = shape is not None and len(shape) >= 1 and all(isinstance(d, int) for d in shape) \
             and int(np.prod(shape)) <= self.where_max
         if small and nodes is self._out:
             r = self._rounded.get(tensor)
-            if r is None and rounded_constant is not None:
+            if r is None and half is not None:
                 r = self._rounded[tensor] = self._name("r_const")
-                nodes.append(helper.make_node("Cast", [rounded_constant], [r], to=TensorProto.FLOAT))
+                nodes.append(helper.make_node("Cast", [half], [r], to=TensorProto.FLOAT))
             if r is None:
                 r = self._rounded[tensor] = self._name("r")
-                half = self._name("h")
-                nodes.append(helper.make_node("Cast", [tensor], [half], to=TensorProto.FLOAT16))
-                nodes.append(helper.make_node("Cast", [half], [r], to=TensorProto.FLOAT))
+                h = self._name("h")
+                nodes.append(helper.make_node("Cast", [tensor], [h], to=TensorProto.FLOAT16))
+                nodes.append(helper.make_node("Cast", [h], [r], to=TensorProto.FLOAT))
             nodes.append(helper.make_node("Where", [cond, tensor, r], [out], name=self._name("site")))
             self.forms["where"] += 1
             return out
         kept, back = self._name("fp32"), self._name("fp16")
         as_is = helper.make_graph([helper.make_node("Identity", [tensor], [kept])], "fp32", [], [_float_info(kept)])
-        if rounded_constant is not None:
-            body = [helper.make_node("Cast", [rounded_constant], [back], to=TensorProto.FLOAT)]
+        if stored is not None:
+            body = [helper.make_node("Identity", [stored], [back])]
+        elif half is not None:
+            body = [helper.make_node("Cast", [half], [back], to=TensorProto.FLOAT)]
         else:
-            half = self._name("h")
-            body = [helper.make_node("Cast", [tensor], [half], to=TensorProto.FLOAT16),
-                    helper.make_node("Cast", [half], [back], to=TensorProto.FLOAT)]
+            h = self._name("h")
+            body = [helper.make_node("Cast", [tensor], [h], to=TensorProto.FLOAT16),
+                    helper.make_node("Cast", [h], [back], to=TensorProto.FLOAT)]
         rounded_graph = helper.make_graph(body, "fp16", [], [_float_info(back)])
         nodes.append(helper.make_node("If", [cond], [out], name=self._name("site"), then_branch=as_is,
                                       else_branch=rounded_graph))

@@ -158,7 +158,8 @@ def write_json(path: str | Path, data: dict) -> None:
     write_atomic(path, (json.dumps(data, indent=2, allow_nan=False) + "\n").encode("utf-8"))
 
 
-def write_atomic(path: str | Path, data: bytes) -> None:
+def write_atomic(path: str | Path, data) -> None:
+    """``data``: the bytes, or a function that writes them to the open file (a model streamed from its maps)."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -167,7 +168,10 @@ def write_atomic(path: str | Path, data: bytes) -> None:
         raise UsageError(f"cannot write {str(path)!r} ({exc.strerror}): choose another -o path") from None
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            if callable(data):
+                data(f)
+            else:
+                f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report or override file is meant to be shared

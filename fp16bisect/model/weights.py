@@ -31,6 +31,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..errors import UsageError
+from . import wire
 
 EXTERNAL_MIN = 1024  # bytes: smaller tensors (shapes, scalars) stay inline, where shape inference reads them
 PROTOBUF_LIMIT = 2**31 - 1
@@ -311,50 +312,53 @@ def inline(model: onnx.ModelProto) -> onnx.ModelProto:
     for t in copy.graph.initializer:
         if is_external(t):
             data = array(t)
-            t.data_location = TensorProto.DEFAULT
+            t.ClearField("data_location")
             del t.external_data[:]
             t.raw_data = np.ascontiguousarray(data).tobytes()
     return copy
 
 
 def save(model: onnx.ModelProto, path: str | Path, write=None) -> None:
-    """Write ``model`` as a self-contained file: inline under 2 GB, else with every weight of at least
-    ``EXTERNAL_MIN`` bytes in ``<name>.data`` beside it, streamed from its source (``model`` is not changed).
-    ``write(path, bytes)`` writes a file (default: plainly; ``apply`` passes an atomic writer)."""
+    """Write ``model`` as a self-contained file, its weights streamed from where they are (no copy of them in
+    memory; ``model`` is not changed): inline under 2 GB, else every weight of at least ``EXTERNAL_MIN`` bytes
+    in ``<name>.data`` beside it. ``write(path, fill)`` makes a file whose content ``fill(f)`` writes (default:
+    plainly; ``apply`` passes an atomic writer)."""
     path = Path(path)
     write = write or _write
     if not too_big(model):
-        write(path, inline(model).SerializeToString())
+        write(path, lambda f: wire.write_inline(model, f, _raw, is_external))
         return
     copy = onnx.ModelProto()
     copy.CopyFrom(model)  # a skeleton: cheap
     data_name = f"{path.name}.data"
+
+    def fill(out) -> None:
+        offset = 0
+        for t in copy.graph.initializer:
+            if is_external(t):
+                view = _raw(t)
+            elif t.data_type != TensorProto.STRING and _nbytes(t) >= EXTERNAL_MIN:
+                view = memoryview(_inline_bytes(t))
+            else:
+                continue
+            pad = -offset % ALIGN
+            out.write(b"\0" * pad)
+            offset += pad
+            out.write(view)
+            _refer(t, data_name, offset, len(view))
+            offset += len(view)
+
+    write(path.parent / data_name, fill)  # the weights first, then the model that points to them
+    write(path, lambda f: f.write(copy.SerializeToString()))
+
+
+def _raw(tensor: TensorProto) -> memoryview:
+    """An external tensor's bytes as they are in its file (a map, not a copy)."""
+    data = array(tensor)
+    return memoryview(np.ascontiguousarray(data).reshape(-1)).cast("B") if data.size else memoryview(b"")
+
+
+def _write(path: Path, fill) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.parent / f".{data_name}.part{os.getpid()}"
-    offset = 0
-    try:
-        with open(temporary, "wb") as out:
-            for t in copy.graph.initializer:
-                if is_external(t):
-                    source = array(t)
-                elif t.data_type != TensorProto.STRING and _nbytes(t) >= EXTERNAL_MIN:
-                    source = _inline_bytes(t)
-                else:
-                    continue
-                pad = -offset % ALIGN
-                out.write(b"\0" * pad)
-                offset += pad
-                view = memoryview(np.ascontiguousarray(source)).cast("B") if isinstance(source, np.ndarray) \
-                    else memoryview(source)
-                out.write(view)
-                _refer(t, data_name, offset, len(view))
-                offset += len(view)
-        os.replace(temporary, path.parent / data_name)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
-    write(path, copy.SerializeToString())
-
-
-def _write(path: Path, data: bytes) -> None:
-    path.write_bytes(data)
+    with open(path, "wb") as f:
+        fill(f)

@@ -135,3 +135,43 @@ def _rewrite(buf, location: str, minimum: int) -> bytes:
         done = value_end
     parts.append(bytes(buf[done:end]))
     return b"".join(parts)
+
+
+def write_inline(model, out, raw_of, is_external) -> None:
+    """Serialise ``model`` to file ``out`` with its external initializers inline (``raw_data``), each one's bytes
+    (``raw_of(tensor)``: a buffer, e.g. a memory map) written straight from its buffer: the file ``onnx.load``
+    reads as the model with its weights, made with no copy of them in memory."""
+    from onnx import ModelProto, TensorProto
+
+    rest = ModelProto()
+    rest.CopyFrom(model)  # a skeleton: cheap
+    tensors = list(rest.graph.initializer)
+    del rest.graph.initializer[:]
+    graph = rest.graph.SerializeToString()
+    rest.ClearField("graph")
+    parts = []
+    for t in tensors:
+        raw = None
+        if is_external(t):
+            head = TensorProto()
+            head.CopyFrom(t)
+            del head.external_data[:]
+            head.ClearField("data_location")
+            raw = memoryview(raw_of(t)).cast("B")
+            body = head.SerializeToString()
+            size = len(body) + len(_encode_varint(TENSOR_RAW << 3 | LENGTH_DELIMITED)) \
+                + len(_encode_varint(len(raw))) + len(raw)
+        else:
+            body = t.SerializeToString()
+            size = len(body)
+        parts.append((body, raw, size))
+    tag = _encode_varint(GRAPH_INITIALIZER << 3 | LENGTH_DELIMITED)
+    graph_size = len(graph) + sum(len(tag) + len(_encode_varint(size)) + size for _, _, size in parts)
+    out.write(rest.SerializeToString())
+    out.write(_encode_varint(MODEL_GRAPH << 3 | LENGTH_DELIMITED) + _encode_varint(graph_size))
+    out.write(graph)
+    for body, raw, size in parts:
+        out.write(tag + _encode_varint(size) + body)
+        if raw is not None:
+            out.write(_encode_varint(TENSOR_RAW << 3 | LENGTH_DELIMITED) + _encode_varint(len(raw)))
+            out.write(raw)

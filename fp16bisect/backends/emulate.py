@@ -149,17 +149,15 @@ class Emulation:
         out = out or self._name("sel")
         value = self.graph.constant_value(tensor)
         stored = half = None  # a constant's value as the file stores it: in FP32 (small ones), or in FP16
-        if value is not None:
+        if value is not None and value.size <= self.where_max:  # small: rounded here, a constant of the emulation
             if _exact_in_fp16(value):
                 return tensor  # stored exactly in FP16: nothing changes
-            if value.size <= self.where_max:  # small: computed once here, a constant of the emulation
-                stored = self._rounded.get(tensor)
-                if stored is None:
-                    stored = self._rounded[tensor] = self._name("r_const")
-                    self.model.graph.initializer.append(numpy_helper.from_array(constant_as_stored(value), stored))
-            elif self.graph.conversion(tensor) is not None:  # a weight the rule does not simply round
-                half = self._half_constant(tensor)  # the writer's FP16 copy, read through a Cast
-            # else a weight rounded at run time by the cast pair below: no second copy of it in memory
+            stored = self._rounded.get(tensor)
+            if stored is None:
+                stored = self._rounded[tensor] = self._name("r_const")
+                self.model.graph.initializer.append(numpy_helper.from_array(constant_as_stored(value), stored))
+        elif value is not None:  # a weight: the writer's FP16 copy (a file both map), read through a Cast
+            half = self._half_constant(tensor)
         cond = cond or self._cond(owners)
         shape = self.shapes.get(shape_of)
         small = shape is not None and len(shape) >= 1 and all(isinstance(d, int) for d in shape) \

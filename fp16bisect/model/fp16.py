@@ -39,17 +39,45 @@ RULE = ("finite values beyond +-65504 saturate to +-65504, non-zero values below
 
 def constant_to_fp16(values) -> np.ndarray:
     """A constant stored in FP16, by the rule of the module docstring (float16 array)."""
-    value = np.asarray(values, dtype=np.float32)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        half = value.astype(np.float16)  # round to nearest even: right except where it made inf or 0
-    overflowed = np.isinf(half) & np.isfinite(value)  # past 65520 (up to it, rounding gives 65504)
-    if overflowed.any():
-        half[overflowed] = np.copysign(FP16_MAX, value[overflowed])
-    vanished = (half == 0) & (value != 0)  # at most 2^-25 (above it, rounding gives 2^-24)
-    if vanished.any():
-        half[vanished] = np.copysign(FP16_MIN_SUBNORMAL, value[vanished])
-    return half
+    return convert(values)[0]
+
+
+CHUNK = 1 << 22  # elements converted at once: the temporaries stay small, a weight of 100 MB is read once
+
+
+def convert(values, name: str = "", readers=()) -> tuple[np.ndarray, "Conversion | None"]:
+    """The constant stored in FP16 by the rule (float16 array), and what the rule changed beyond rounding
+    (``conversion``), in one reading of the values, piece by piece."""
+    flat = np.asarray(values, dtype=np.float32).reshape(-1)
+    half = np.empty(flat.shape, np.float16)
+    saturated = lifted = 0
+    largest, smallest = 0.0, float("inf")
+    for start in range(0, flat.size, CHUNK):
+        x, h = flat[start:start + CHUNK], half[start:start + CHUNK]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            h[...] = x  # round to nearest even: right except where it made inf (past 65520) or 0 (up to 2^-25)
+        magnitude = np.abs(h)
+        edge = np.flatnonzero(magnitude >= FP16_MAX)  # finite values beyond 65504 (some round to 65504)
+        if edge.size:
+            edge = edge[np.isfinite(x[edge]) & (np.abs(x[edge]) > FP16_MAX)]
+            if edge.size:
+                h[edge] = np.copysign(FP16_MAX, x[edge])
+                saturated += edge.size
+                high = x[edge][np.argmax(np.abs(x[edge]))]
+                largest = float(high) if abs(high) > abs(largest) else largest
+        edge = np.flatnonzero(magnitude <= FP16_MIN_SUBNORMAL)  # zeros, and non-zero values below 2^-24
+        if edge.size:
+            edge = edge[(x[edge] != 0) & (np.abs(x[edge]) < FP16_MIN_SUBNORMAL)]
+            if edge.size:
+                h[edge] = np.copysign(FP16_MIN_SUBNORMAL, x[edge])
+                lifted += edge.size
+                low = x[edge][np.argmin(np.abs(x[edge]))]
+                smallest = float(low) if abs(low) < abs(smallest) else smallest
+    half = half.reshape(np.shape(values))
+    if not saturated and not lifted:
+        return half, None
+    return half, Conversion(name, saturated, lifted, largest if saturated else smallest, tuple(readers))
 
 
 def constant_as_stored(values) -> np.ndarray:
@@ -84,18 +112,7 @@ class Conversion:
 
 def conversion(name: str, values, readers=()) -> Conversion | None:
     """What storing ``values`` in FP16 changes beyond IEEE rounding, or None when nothing."""
-    value = np.asarray(values, dtype=np.float32)
-    magnitude = np.abs(value)
-    beyond = np.isfinite(value) & (magnitude > FP16_MAX)
-    tiny = (value != 0) & (magnitude < FP16_MIN_SUBNORMAL)
-    saturated, lifted = int(np.count_nonzero(beyond)), int(np.count_nonzero(tiny))
-    if not saturated and not lifted:
-        return None
-    if saturated:
-        extreme = float(value[beyond][np.argmax(magnitude[beyond])])
-    else:
-        extreme = float(value[tiny][np.argmin(magnitude[tiny])])
-    return Conversion(name, saturated, lifted, extreme, tuple(readers))
+    return convert(values, name, readers)[1]
 
 
 # -- BatchNormalization ------------------------------------------------------------------------------------

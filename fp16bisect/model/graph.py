@@ -146,13 +146,15 @@ class Graph:
 
     def half_constant(self, tensor: str, name: str) -> onnx.TensorProto:
         """An initializer ``name`` holding the FP16 value the writer stores for float32 constant ``tensor``
-        (``fp16.constant_to_fp16``): written once to the work directory and shared, or inline without one."""
-        def compute():
-            return fp16.constant_to_fp16(self.constant_value(tensor))
-
+        (``fp16.convert``): written once to the work directory and shared, or inline without one."""
         if self.store is None:
-            return onnx.numpy_helper.from_array(compute(), name)
-        return self.store.derived(f"half/{tensor}", name, compute)
+            return onnx.numpy_helper.from_array(self._convert(tensor), name)
+        return self.store.derived(f"half/{tensor}", name, lambda: self._convert(tensor))
+
+    def _convert(self, tensor: str) -> np.ndarray:
+        """The constant in FP16 by the rule; what the rule changed is kept (``conversion``)."""
+        half, self._conversions[tensor] = fp16.convert(self.constant_value(tensor), tensor)
+        return half
 
     def is_float(self, tensor: str) -> bool:
         return bool(tensor) and self.dtypes.get(tensor) == FLOAT
@@ -184,10 +186,14 @@ class Graph:
         return fp16.constant_node_value(found)
 
     def conversion(self, tensor: str, readers=()) -> fp16.Conversion | None:
-        """What storing float32 constant ``tensor`` in FP16 changes beyond rounding (``fp16.conversion``), measured
-        once per constant; ``readers``: the FP16 nodes that read it, for the message."""
+        """What storing float32 constant ``tensor`` in FP16 changes beyond rounding (``fp16.conversion``), found
+        when it is first converted (its FP16 copy written then, for a model read from a file); ``readers``: the
+        FP16 nodes that read it, for the message."""
         if tensor not in self._conversions:
-            self._conversions[tensor] = fp16.conversion(tensor, self.constant_value(tensor))
+            if self.store is not None and tensor in self.initializers:
+                self.half_constant(tensor, tensor)
+            else:
+                self._convert(tensor)
         found = self._conversions[tensor]
         return None if found is None else replace(found, readers=tuple(readers))
 

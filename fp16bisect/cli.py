@@ -369,11 +369,16 @@ def cmd_scan(args) -> int:
     from .report.console import print_scan
     from .model.samples import load_samples
 
+    from .report.console import ConsoleListener
+
     if args.json:
         check_writable(args.json)
-    graph = Graph.load(args.model)
+    listener = ConsoleListener()
+    with listener.timed(f"loading {args.model}"):
+        graph = Graph.load(args.model)
     samples = load_samples(graph, args.inputs)
-    prof = profile(graph, samples)
+    with listener.timed(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s)"):
+        prof = profile(graph, samples)
     data = scan_json(graph, prof)
     print_scan(graph, data, args.top)
     if args.json:

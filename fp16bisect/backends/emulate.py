@@ -31,8 +31,13 @@ and ``r(t)`` otherwise (``r`` is idempotent), one site instead of two.
 The emulation models the plan's mixed-precision file (``artifacts/mixed.py``),
 the plan's definition: a float constant (initializer or Constant value) read in
 FP16 holds what the file stores, converted once with NumPy by the writer's own
-rule (``model/fp16.py``: beyond +-65504 saturates, below 2^-24 becomes +-2^-24),
-and needs no site when that is its own value. An FP16 BatchNormalization reads
+rule (``model/fp16.py``: beyond +-65504 saturates, below 2^-24 becomes +-2^-24).
+A small constant (a Where-sized one) is rounded here into a constant of the
+emulation, and needs no site when that is its own value; a weight is read in
+FP16 from the writer's own FP16 copy (``Graph.half_constant``: a file written
+once, which ONNX Runtime maps) through a Cast in the site's rounding branch.
+The session does not fold constants, so no rounded FP32 copy of a weight is
+ever held beside the weight itself. An FP16 BatchNormalization reads
 the statistics its opset stores in FP16 (before opset 15) the same way, or, where
 the writer folds them, computes the file's ``Mul(x, scale)`` and ``Add(., shift)``
 in FP16 (``Graph.batchnorm_fold``). ONNX Runtime keeps explicit

@@ -217,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one sample; repeat for several")
     n.add_argument("--json", metavar="FILE", help="also write the ranking as JSON")
     n.add_argument("--top", type=int, default=20, metavar="N", help="rows to print per table (default 20)")
+    n.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
     m = sub.add_parser("compare", help="layer-wise: each node's output in FP16 against FP32, in topological "
                                        "order; names the first failing node")
@@ -373,7 +374,7 @@ def cmd_scan(args) -> int:
 
     if args.json:
         check_writable(args.json)
-    listener = ConsoleListener()
+    listener = ConsoleListener(quiet=args.quiet)
     with listener.timed(f"loading {args.model}"):
         graph = Graph.load(args.model)
     samples = load_samples(graph, args.inputs)

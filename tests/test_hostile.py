@@ -91,7 +91,7 @@ def outputs_of(command: str, box: Sandbox) -> tuple[list[str], set[Path]]:
     if command == "check":
         return ["--json", str(out / "check.json"), "-q"], {Path("out/check.json")}
     if command == "scan":
-        return ["--json", str(out / "scan.json")], {Path("out/scan.json")}
+        return ["--json", str(out / "scan.json"), "-q"], {Path("out/scan.json")}
     if command == "compare":
         return ["--csv", str(out / "cmp.csv"), "-q"], {Path("out/cmp.csv")}
     return ["-o", str(out / "mixed.onnx")], {Path("out/mixed.onnx")}

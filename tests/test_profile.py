@@ -107,6 +107,52 @@ def test_row_statistics_need_no_whole_tensor_when_values_are_finite(monkeypatch,
     assert got.tensors["halved"].subnormal and got.tensors["pos"].min_nonzero > 0
 
 
+@pytest.mark.parametrize("opset", [11, 13, 18])
+@pytest.mark.parametrize("grouped", [True, False], ids=["loop over groups", "nodes per tensor"])
+def test_statistics_outputs_hold_one_number_per_row(monkeypatch, opset, grouped):
+    """What the instrumented run returns is O(rows) per tensor, never the tensor, even when every row holds
+    values below FP16's normal range (the case that used to return the rows whole)."""
+    from fp16bisect.model.runtime import session
+
+    graph = rows_model(opset)
+    x = np.full((3, 5, 7), 2.0**-20, F32)
+    x[:, :, 0] = 3.0
+    monkeypatch.setattr(P, "GROUP_TENSOR", P.GROUP_TENSOR if grouped else 0)
+    names = ["pos", "halved", "y", "total"]
+    model, units = P._with_statistics(graph, names, P._sizes(graph, {"x": x}))
+    outputs = [o.name for o in model.graph.output]
+    values = dict(zip(outputs, session(model).run(outputs, {"x": x})))
+    assert {t for tensors, _ in units for t in tensors} == set(names)
+    for tensors, outs in units:
+        got = [values[o] for o in outs]
+        shapes = got[-1].reshape(-1, 2)
+        assert len(shapes) == len(tensors)
+        rows = int(shapes[:, 0].sum())
+        assert all(v.shape == (rows,) for v in got[:-1])
+        for t, (row_max, row_sum, row_min, row_subnormal, row_flushed, shape) in zip(tensors, P._split(*got)):
+            want = {"pos": (15, 7), "halved": (15, 7), "y": (15, 7), "total": (1, 1)}[t]
+            assert tuple(shape) == want
+            if t != "total":
+                assert (row_subnormal == 6).all() and (row_flushed == 0).all()
+
+
+def test_rows_too_long_for_exact_counts_are_fetched_whole(monkeypatch):
+    graph = rows_model(17)
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-2, 2, size=(3, 5, 7)).astype(F32)
+    x.flat[::5] = 2.0**-26
+    samples = [Sample("s", {"x": x})]
+    want = reference(graph, samples)
+    fetched = []
+    fetch = P._fetch
+    monkeypatch.setattr(P, "_fetch", lambda model, names, *args: (fetched.extend(names), fetch(model, names, *args)))
+    monkeypatch.setattr(P, "EXACT_COUNT", 6)  # rows of 7
+    got = P.profile(graph, samples)
+    assert set(fetched) == {"pos", "halved", "y"}  # the scalar "total" has rows of 1
+    for name, stats in want.items():
+        assert got.tensors[name] == stats, name
+
+
 def test_constant_weights_are_measured_and_ranked():
     graph = edge_model()
     prof = P.profile(graph, [Sample("s", {"x": np.array([1.0, 2.0, 3.0, -4.0], F32)})])

@@ -20,29 +20,40 @@ every whole tensor): a Constant node's tensor is measured from the model file;
 the output of a Reshape, Flatten, Squeeze, Unsqueeze, Transpose or Identity holds
 the values of its input, whose statistics it takes. Every other float tensor x
 is measured inside one FP32 ONNX Runtime run per sample, on the rows of |x| (its
-last axis), by five elementwise passes and three row reductions:
+last axis), by six elementwise passes and five row reductions, giving five
+numbers per row (the run returns O(rows) numbers per tensor, never the tensor):
 
     row max |x|
-    row min of max(|x|, 2^-28 / |x|)    = min |x| over |x| >= 2^-14 when the row
-                                          has no nonzero |x| below 2^-14 (inf at 0)
-    row sum of |x| - ThresholdedRelu(|x|, below 2^-14)
-                                        > 0 exactly when the row has a nonzero |x|
-                                          below 2^-14; NaN with NaN or inf
+    row sum of |x|                          NaN or inf exactly when the row has NaN
+                                            or inf (finite values below 65520 cannot
+                                            sum past float32's range)
+    row min |x| over |x| >= 2^-126          float32 denormals count as zeros (inf
+                                            if the row has no such value)
+    row count of 2^-126 <= |x| < 2^-14      subnormal in FP16
+    row count of 2^-126 <= |x| <= 2^-25     flushed to 0 in FP16 (round to nearest
+                                            even sends 2^-25 to 0, above it to 2^-24)
 
-and the rows whose sum is > 0 are fetched whole (usually a few), which gives the
-FP16-subnormal and flushed counts and the minimum exactly. Large tensors get
-these nodes right after their producer, and the model runs in producer order, so
-ONNX Runtime frees each activation as soon as it is measured: memory stays near
-that of a plain run, and no tensor is copied out or widened to float64. Tensors
+The minimum and the counts are taken on |x| with the values below 2^-126 lifted
+to inf, as max(ThresholdedRelu(c / |x|, FLOAT32_MAX), |x|): c / |x| (c = 4 -
+2^-22) is finite exactly when |x| >= 2^-126. A count of the values below t is a
+row sum of HardSigmoid(v) = clip(s (t - v), 0, 1), 1 / s the spacing of the
+float32 just below t: 1 for v < t, 0 otherwise; float32 sums of 0 and 1 are
+exact for rows of up to 2^24 elements (a tensor with longer rows is fetched
+whole). Arithmetic rather than comparisons: ONNX Runtime's Where is slow, and
+its Cast slower than arithmetic. Large tensors get these nodes right after their
+producer, and the model runs in producer order, so ONNX Runtime frees each
+activation soon after it is measured (the measuring takes a few temporaries of
+its size at a time), and no tensor is copied out or widened to float64. Tensors
 of at most 2^18 elements (by ONNX shape inference with the first sample's
 shapes) are measured in groups, one Loop per group, so the instrumented model
 has a few nodes per group rather than a dozen per tensor (session creation grows
 with the node count). ONNX Runtime's constant folding is skipped when nothing is
 foldable. The rare tensor with NaN/inf or values past the FP16 range is fetched
-whole in a second run (only those tensors) and measured by ``TensorStats.add``.
-A model the statistics nodes cannot be added to (opset below 11, or ONNX Runtime
-refuses the instrumented model or fails to run it) falls back to fetching every
-tensor, in chunks.
+whole in a second run of the instrumented model (only those tensors; once the
+first session is gone, so that the two runs' memory does not add up) and
+measured by ``TensorStats.add``. A model the statistics nodes cannot be added to
+(opset below 11, or ONNX Runtime refuses the instrumented model or fails to run
+it) falls back to fetching every tensor, in chunks.
 """
 
 from __future__ import annotations
@@ -96,18 +107,17 @@ class TensorStats:
         self.flushed += int(np.count_nonzero((half == 0) & (a > 0)))
         self.subnormal += int(np.count_nonzero((a > 0) & (a < FP16_MIN_NORMAL)))
 
-    def add_summary(self, size: int, max_abs: float, min_large: float, small: np.ndarray) -> None:
+    def add_counts(self, size: int, max_abs: float, min_nonzero: float, subnormal: int, flushed: int) -> None:
         """What ``add`` would do on a tensor whose values are all finite and below 65520 in magnitude, from its
-        summary: its size, max |x|, min |x| over |x| >= 2^-14 (inf if none) and its |x| in (0, 2^-14)."""
+        counts: its size, max |x|, min |x| over |x| >= 2^-126 (inf if none), and how many of its |x| >= 2^-126
+        are below 2^-14 (subnormal in FP16) and at most 2^-25 (flushed to 0 in FP16)."""
         self.size += int(size)
         if max_abs < FP32_MIN_NORMAL:
             return  # nothing but zeros and FP32 denormals
-        small = small[small >= FP32_MIN_NORMAL]
         self.max_abs = max(self.max_abs, float(max_abs))
-        lowest = min(float(min_large), float(small.min()) if small.size else float("inf"))
-        self.min_nonzero = min(self.min_nonzero, lowest)
-        self.flushed += int(np.count_nonzero(small.astype(np.float16) == 0))
-        self.subnormal += int(small.size)
+        self.min_nonzero = min(self.min_nonzero, float(min_nonzero))
+        self.subnormal += int(subnormal)
+        self.flushed += int(flushed)
 
     @property
     def tier(self) -> int:
@@ -183,35 +193,41 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
     built = _with_statistics(graph, computed, _sizes(graph, samples[0].inputs) if samples else {})
     fold = not nothing_to_fold(graph.model)  # the statistics nodes read activations: never foldable
     sess = None if built is None else _session(built[0], "the model with statistics nodes", fold)
-    if sess is None or not _in_run(sess, *built, samples, stats, chunk):
+    whole = None if sess is None else _in_run(sess, *built, samples, stats)
+    del sess  # its memory (ONNX Runtime keeps the run's buffers until the session goes) before any other run's
+    if whole is None:
         for t in computed:
             stats[t] = TensorStats(t)
         _fetch(graph.runnable_copy(), computed, samples, stats, chunk)
+    for sample, tensors in whole or []:  # from the same instrumented model: the same fusions, the same values
+        _fetch(built[0], tensors, [sample], stats, chunk)
     for t, source in same.items():
         stats[t] = replace(stats[source], name=t, initializer=False)
     return Profile(stats, rank(graph, stats))
 
 
-def _in_run(sess, instrumented: onnx.ModelProto, units: list, samples, stats: dict[str, TensorStats],
-            chunk: int) -> bool:
-    """Add every sample's statistics from the instrumented model's runs; False if ONNX Runtime fails to run it
-    (the caller then starts over by fetching every tensor, which reports the model's own error if it has one)."""
+def _in_run(sess, instrumented: onnx.ModelProto, units: list, samples, stats: dict[str, TensorStats]):
+    """Add every sample's statistics from the instrumented model's runs, but for the tensors with NaN/inf, values
+    past the FP16 range or rows too long to count, to be measured whole: returns them, [(sample, tensors)], so that
+    they are fetched once the session is gone. None if ONNX Runtime fails to run the model (the caller then starts
+    over by fetching every tensor, which reports the model's own error if it has one)."""
     outputs = [o.name for o in instrumented.graph.output]
+    whole = []
     for sample in samples:
         try:
             values = dict(zip(outputs, run(sess, outputs, sample.inputs, "the model with statistics nodes")))
         except UsageError:
-            return False
-        whole = []  # NaN/inf or past the FP16 range: measured on the whole tensor
-        for tensors, outs in units:
+            return None
+        tensors = []
+        for members, outs in units:
             got = [values.pop(o) for o in outs]
-            for t, row_stats in zip(tensors, _split(*got) if len(got) == 5 else [got]):
+            for t, row_stats in zip(members, _split(*got)):
                 if not _add_rows(stats[t], *row_stats):
-                    whole.append(t)
+                    tensors.append(t)
         del values
-        if whole:  # from the same instrumented model: the same fusions, so the same FP32 values
-            _fetch(instrumented, whole, [sample], stats, chunk)
-    return True
+        if tensors:
+            whole.append((sample, tensors))
+    return whole
 
 
 @dataclass
@@ -234,10 +250,17 @@ def _constant_values(graph: Graph, names: list[str]) -> dict[str, _Constant]:
 
 
 FP16_OVERFLOW = 65520.0  # the smallest float32 that float16 rounds to inf
-BELOW_MIN_NORMAL = float(np.nextafter(np.float32(FP16_MIN_NORMAL), np.float32(0)))  # the largest float32 < 2^-14
-# c / |x| <= |x| for every |x| >= 2^-14 (c <= 2^-28, exact: Max picks |x|), never a denormal for |x| < 2^98
-# (denormal arithmetic is slow), and c / 0 = inf
-LIFT = 2.0**-28
+FP16_FLUSHED = 2.0**-25  # the largest float32 that float16 rounds to 0 (a tie, to even); anything above: 2^-24
+ABOVE_FLUSHED = float(np.nextafter(np.float32(FP16_FLUSHED), np.float32(1)))  # |x| <= 2^-25 as |x| < this
+# HardSigmoid(v) = clip(-s v + s t, 0, 1) = clip(s (t - v), 0, 1) is 1 for v < t (t - v is at least the spacing
+# 1 / s of the float32 just below t, and s a power of 2: exact) and 0 for v >= t: a row sum of it counts v < t
+BELOW = {"subnormal": (FP16_MIN_NORMAL, 2.0**38), "flushed": (ABOVE_FLUSHED, 2.0**48)}  # bound t, scale s
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+# c / |x| is finite (at most FLOAT32_MAX) for |x| >= 2^-126 and inf below, 0 and FP32 denormals (c = 4 - 2^-22:
+# c / 2^-126 = FLOAT32_MAX exactly, c / (2^-126 - 2^-149) rounds past it)
+OVERFLOWS_BELOW_NORMAL = float(np.nextafter(np.float32(4), np.float32(0)))
+EXACT_COUNT = 1 << 24  # float32 sums of 0 and 1 are exact up to here: the longest row counted in the run
+STATISTICS = ("row_max", "row_sum", "row_min", "row_subnormal", "row_flushed", "shape")  # see _with_statistics
 VALUE_PRESERVING = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"}
 
 
@@ -256,30 +279,29 @@ def _same_values(graph: Graph, names: list[str]) -> dict[str, str]:
     return source
 
 
-def _split(row_max, row_min, row_small, rows, shapes):
-    """A group's row statistics (see ``_with_statistics``), member by member."""
-    start, offset = 0, 0
-    for n, width in shapes.reshape(-1, 2):
-        end = start + int(n)
-        flagged = int(np.count_nonzero(row_small[start:end] > 0))
-        yield (row_max[start:end], row_min[start:end], row_small[start:end],
-               rows[offset : offset + flagged * int(width)].reshape(flagged, int(width)))
-        start, offset = end, offset + flagged * int(width)
+def _split(row_max, row_sum, row_min, row_subnormal, row_flushed, shapes):
+    """A unit's row statistics (see ``_with_statistics``), member by member, each with its shape [rows, row
+    length]: a group's outputs are its members' rows one after the other, ``shapes`` their shapes."""
+    start = 0
+    for shape in shapes.reshape(-1, 2):
+        end = start + int(shape[0])
+        yield (row_max[start:end], row_sum[start:end], row_min[start:end], row_subnormal[start:end],
+               row_flushed[start:end], shape)
+        start = end
 
 
-def _add_rows(stats: TensorStats, row_max, row_min, row_small, rows) -> bool:
+def _add_rows(stats: TensorStats, row_max, row_sum, row_min, row_subnormal, row_flushed, shape) -> bool:
     """Add one run's row statistics of a tensor (see ``_with_statistics``) to ``stats``, as ``add`` would on
-    the whole tensor; False (nothing added) if the tensor holds NaN/inf or values past the FP16 range."""
-    if not np.isfinite(row_small).all() or (row_max.size and row_max.max() >= FP16_OVERFLOW):
+    the whole tensor; False (nothing added) if the tensor holds NaN/inf or values past the FP16 range, or has
+    rows too long for exact float32 counts."""
+    rows, width = (int(n) for n in shape)
+    if not np.isfinite(row_sum).all() or (row_max.size and row_max.max() >= FP16_OVERFLOW) or width > EXACT_COUNT:
         return False
-    flagged = row_small > 0  # the rows in ``rows``: each holds a nonzero |x| below 2^-14
-    min_large = float(row_min[~flagged].min()) if (~flagged).any() else float("inf")
-    large = rows[rows >= FP16_MIN_NORMAL]
-    if large.size:
-        min_large = min(min_large, float(large.min()))
-    small = rows[(rows > 0) & (rows < FP16_MIN_NORMAL)]
-    size = row_max.size * rows.shape[1]  # rows: [flagged rows, row length], even with no row flagged
-    stats.add_summary(size, float(row_max.max()) if row_max.size else 0.0, min_large, small)
+    if not rows * width:
+        stats.add_counts(0, 0.0, float("inf"), 0, 0)
+        return True
+    stats.add_counts(rows * width, float(row_max.max()), float(row_min.min()),
+                     int(row_subnormal.astype(np.int64).sum()), int(row_flushed.astype(np.int64).sum()))
     return True
 
 
@@ -320,16 +342,19 @@ def _sizes(graph: Graph, feed: dict) -> dict[str, tuple]:
 
 
 def _with_statistics(graph: Graph, names: list[str], sizes: dict[str, tuple] | None = None):
-    """The model with four statistics per tensor x of ``names``, computed on the rows of |x| (its last axis):
-    each row's max |x|, each row's min |x| over |x| >= 2^-14 if the row has no nonzero |x| below 2^-14
-    (otherwise anything), each row's sum of the |x| below 2^-14 (> 0 exactly when the row has such a value,
-    NaN when it has NaN or inf), and the rows with such values, whole. Large tensors get their own nodes, placed
-    right after the tensor's producer so that the tensor is freed early; tensors of at most ``GROUP_TENSOR``
-    elements (by ``sizes``, see ``_sizes``) are measured in groups, each group by one Loop over a sequence of
-    its members (fewer nodes: ONNX Runtime's session creation grows with the node count), placed after the
-    last member's producer. Returns the model and its units, (tensors, output names): a unit of one tensor
-    has one output per statistic, a group one sequence per statistic, in the order of its tensors; None if
-    the model's opset is below 11."""
+    """The model with five statistics per tensor x of ``names``, computed on the rows of |x| (its last axis),
+    each a 1-D float tensor of one number per row: each row's max |x|; its sum of |x| (NaN or inf exactly when
+    the row has NaN or inf, as long as its values are below 65520); its min |x| over |x| >= 2^-126 (FP32's
+    normal range; inf if none); its count of 2^-126 <= |x| < 2^-14 (subnormal in FP16); and its count of
+    2^-126 <= |x| <= 2^-25 (flushed to 0 in FP16). The counts are float32 sums of 0 and 1, exact for rows of
+    up to 2^24 elements. A sixth output, int64, is the shape of the rows, [rows, row length]. Nothing is of the
+    tensor's size. Large tensors get their own nodes, placed right after the tensor's producer so that the
+    tensor is freed early; tensors of at most ``GROUP_TENSOR`` elements (by ``sizes``, see ``_sizes``) are
+    measured in groups, each group by one Loop over a sequence of its members (fewer nodes: ONNX Runtime's
+    session creation grows with the node count), placed after the last member's producer. Returns the model and
+    its units, (tensors, output names): a unit of one tensor has one output per statistic, a group has its
+    members' statistics concatenated, in the order of its tensors, and their shapes one after the other
+    (see ``_split``); None if the model's opset is below 11."""
     opsets = [o.version for o in graph.model.opset_import if o.domain in ("", "ai.onnx")]
     if not opsets or opsets[0] < 11:  # ThresholdedRelu (10), Flatten with a negative axis, Loop on sequences (11)
         return None
@@ -339,10 +364,9 @@ def _with_statistics(graph: Graph, names: list[str], sizes: dict[str, tuple] | N
 
     model = graph.runnable_copy()
     prefix = "__fp16bisect_stat"
-    k = {"lift": f"{prefix}_lift", "zero": f"{prefix}_zero", "first": f"{prefix}_first", "axis": f"{prefix}_axis"}
+    k = {c: f"{prefix}_{c}" for c in ("overflow", "first", "axis")}
     model.graph.initializer.extend([
-        helper.make_tensor(k["lift"], TensorProto.FLOAT, [], [LIFT]),
-        helper.make_tensor(k["zero"], TensorProto.FLOAT, [], [0.0]),
+        helper.make_tensor(k["overflow"], TensorProto.FLOAT, [], [OVERFLOWS_BELOW_NORMAL]),
         helper.make_tensor(k["first"], TensorProto.INT64, [1], [0]),
         helper.make_tensor(k["axis"], TensorProto.INT64, [1], [1]),
     ])
@@ -352,8 +376,15 @@ def _with_statistics(graph: Graph, names: list[str], sizes: dict[str, tuple] | N
             return helper.make_node(op, [x, k["axis"]], [out], keepdims=0)
         return helper.make_node(op, [x], [out], axes=[1], keepdims=0)
 
+    def count(lifted: str, v: str, below: str, out: str) -> list[onnx.NodeProto]:  # per row: lifted < below
+        bound, scale = BELOW[below]
+        return [helper.make_node("HardSigmoid", [lifted], [f"{v}_{below}"], alpha=-scale, beta=scale * bound),
+                reduce("ReduceSum", f"{v}_{below}", out)]
+
+    # Each elementwise node's first input is, where it can be, a temporary read for the last time, which ONNX
+    # Runtime may then overwrite in place
     def row_nodes(x: str, v: str, outs: list[str], ranked: bool) -> list[onnx.NodeProto]:
-        a = f"{v}_a"
+        a, lifted = f"{v}_a", f"{v}_lifted"
         rows = [helper.make_node("Flatten", [f"{v}_abs"], [a], axis=-1)]  # [rows, last axis]
         if not ranked:  # perhaps a scalar: one more axis first ([1] for a scalar, [1, ...] otherwise)
             rows = [helper.make_node("Unsqueeze", [f"{v}_abs", k["first"]], [f"{v}_abs1"]) if opset >= 13 else
@@ -362,45 +393,40 @@ def _with_statistics(graph: Graph, names: list[str], sizes: dict[str, tuple] | N
         return [
             helper.make_node("Abs", [x], [f"{v}_abs"]),
             *rows,
+            helper.make_node("Shape", [a], [outs[5]]),
             reduce("ReduceMax", a, outs[0]),
-            helper.make_node("Div", [k["lift"], a], [f"{v}_inv"]),  # inf at 0, <= |x| for |x| >= 2^-14
-            helper.make_node("Max", [a, f"{v}_inv"], [f"{v}_lifted"]),  # |x| if |x| >= 2^-14, inf at 0
-            reduce("ReduceMin", f"{v}_lifted", outs[1]),
-            helper.make_node("ThresholdedRelu", [a], [f"{v}_large"], alpha=BELOW_MIN_NORMAL),  # |x| >= 2^-14
-            helper.make_node("Sub", [a, f"{v}_large"], [f"{v}_small"]),  # |x| < 2^-14 (inf - inf: NaN)
-            reduce("ReduceSum", f"{v}_small", outs[2]),
-            helper.make_node("Greater", [outs[2], k["zero"]], [f"{v}_flag"]),
-            helper.make_node("Compress", [a, f"{v}_flag"], [outs[3]], axis=0),
+            reduce("ReduceSum", a, outs[1]),  # NaN or inf with NaN or inf
+            helper.make_node("Div", [k["overflow"], a], [f"{v}_inv"]),  # inf exactly where |x| < 2^-126
+            helper.make_node("ThresholdedRelu", [f"{v}_inv"], [f"{v}_excluded"], alpha=FLOAT32_MAX),  # 0, or inf
+            helper.make_node("Max", [f"{v}_excluded", a], [lifted]),  # |x| if |x| >= 2^-126, otherwise inf
+            reduce("ReduceMin", lifted, outs[2]),
+            *count(lifted, v, "subnormal", outs[3]),  # 2^-126 <= |x| < 2^-14
+            *count(lifted, v, "flushed", outs[4]),  # 2^-126 <= |x| <= 2^-25
         ]
 
-    k["flat"] = f"{prefix}_flat"
-    model.graph.initializer.extend([helper.make_tensor(k["flat"], TensorProto.INT64, [1], [-1]),
-                                    helper.make_tensor(f"{prefix}_no_float", TensorProto.FLOAT, [0], []),
+    model.graph.initializer.extend([helper.make_tensor(f"{prefix}_no_float", TensorProto.FLOAT, [0], []),
                                     helper.make_tensor(f"{prefix}_no_int", TensorProto.INT64, [0], [])])
 
     def loop_nodes(members: list[str], v: str, outs: list[str]) -> list[onnx.NodeProto]:
-        """One Loop over the members: each iteration appends a member's row statistics, its rows (flattened)
-        and its row count and row length to five 1-D tensors carried through the loop."""
+        """One Loop over the members: each iteration appends a member's five row statistics and its shape
+        [rows, row length] to six 1-D tensors carried through the loop."""
         seq, trip, i, cond = f"{v}_seq", f"{v}_count", f"{v}_i", f"{v}_cond"
         model.graph.initializer.append(helper.make_tensor(trip, TensorProto.INT64, [], [len(members)]))
-        carried = [f"{v}_in{j}" for j in range(5)]
-        stat = [f"{v}_stat{j}" for j in range(4)]
+        carried = [f"{v}_in{j}" for j in range(6)]
+        stat = [f"{v}_stat{j}" for j in range(6)]
         body_nodes = [helper.make_node("SequenceAt", [seq, i], [f"{v}_x"])]
         body_nodes += row_nodes(f"{v}_x", f"{v}_b", stat, ranked=False)
-        body_nodes += [helper.make_node("Reshape", [stat[3], k["flat"]], [f"{v}_rows_flat"]),
-                       helper.make_node("Shape", [f"{v}_b_a"], [f"{v}_shape"])]
-        new = [stat[0], stat[1], stat[2], f"{v}_rows_flat", f"{v}_shape"]
-        body_nodes += [helper.make_node("Concat", [carried[j], new[j]], [f"{v}_out{j}"], axis=0) for j in range(5)]
+        body_nodes += [helper.make_node("Concat", [carried[j], stat[j]], [f"{v}_out{j}"], axis=0) for j in range(6)]
         body_nodes.append(helper.make_node("Identity", [cond], [f"{v}_cond_out"]))
-        types = [TensorProto.FLOAT] * 4 + [TensorProto.INT64]
+        types = [TensorProto.FLOAT] * 5 + [TensorProto.INT64]
         body = helper.make_graph(
             body_nodes, f"{v}_body",
             [helper.make_tensor_value_info(i, TensorProto.INT64, []),
              helper.make_tensor_value_info(cond, TensorProto.BOOL, []),
-             *[helper.make_tensor_value_info(carried[j], types[j], [None]) for j in range(5)]],
+             *[helper.make_tensor_value_info(carried[j], types[j], [None]) for j in range(6)]],
             [helper.make_tensor_value_info(f"{v}_cond_out", TensorProto.BOOL, []),
-             *[helper.make_tensor_value_info(f"{v}_out{j}", types[j], [None]) for j in range(5)]])
-        start = [f"{prefix}_no_float"] * 4 + [f"{prefix}_no_int"]
+             *[helper.make_tensor_value_info(f"{v}_out{j}", types[j], [None]) for j in range(6)]])
+        start = [f"{prefix}_no_float"] * 5 + [f"{prefix}_no_int"]
         return [helper.make_node("SequenceConstruct", members, [seq]),
                 helper.make_node("Loop", [trip, "", *start], outs, body=body)]
 
@@ -415,7 +441,7 @@ def _with_statistics(graph: Graph, names: list[str], sizes: dict[str, tuple] | N
         if not group:
             return
         v = f"{prefix}_group{len(units)}"
-        outs = [f"{v}_{s}" for s in ("row_max", "row_min", "row_small", "rows", "shapes")]
+        outs = [f"{v}_{s}" for s in STATISTICS]
         after.setdefault(max(producer[t] for t in group), []).extend(loop_nodes(list(group), v, outs))
         units.append((list(group), outs))
         group.clear()
@@ -428,7 +454,7 @@ def _with_statistics(graph: Graph, names: list[str], sizes: dict[str, tuple] | N
             group.append(t)
             continue
         v = f"{prefix}{len(units)}"
-        outs = [f"{v}_{s}" for s in ("row_max", "row_min", "row_small", "rows")]
+        outs = [f"{v}_{s}" for s in STATISTICS]
         made = row_nodes(t, v, outs, ranked=bool(graph.ranks.get(t) or sizes.get(t, (None, None))[1]))
         (after.setdefault(producer[t], []) if t in producer else first).extend(made)
         units.append(([t], outs))

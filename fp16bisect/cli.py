@@ -238,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("overrides", help="the override JSON written by 'fp16bisect search'")
     a.add_argument("model", help="the FP32 ONNX model the overrides were searched on")
     a.add_argument("-o", "--output", required=True, metavar="MIXED.onnx", help="where to write the mixed model")
+    a.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     a.add_argument("--fp16-io", action="store_true", help="make float graph inputs and outputs FP16 (default FP32)")
     a.add_argument("--force", action="store_true", help="apply even if the override file was made for another model")
     a.add_argument("--keep-fp32", action="append", default=[], metavar="NODE",
@@ -427,7 +428,7 @@ def cmd_apply(args) -> int:
     from .artifacts.apply import apply, save, verify_mixed
     from .model.graph import Graph
     from .artifacts.overrides import check_writable
-    from .report.console import print_mixed, print_verification
+    from .report.console import ConsoleListener, print_mixed, print_verification
 
     if args.verify and not args.inputs:
         raise UsageError("--verify needs samples: pass --inputs X.npz (the npz given to 'fp16bisect search')")
@@ -437,15 +438,22 @@ def cmd_apply(args) -> int:
     graph = Graph.load(args.model)
     mixed, data = apply(args.overrides, args.model, fp16_io=args.fp16_io, force=args.force,
                         keep_fp32=tuple(args.keep_fp32), graph=graph)
-    save(mixed.model, args.output)
+    if args.verify:
+        from .model.samples import load_samples
+
+        load_samples(graph, args.inputs, args.reference)  # a bad sample is said before anything is written
+    listener = ConsoleListener(quiet=args.quiet)  # from here on the input is known good: stages said
+    with listener.timed(f"writing {args.output}"):
+        save(mixed.model, args.output)
     print_mixed(mixed, args.output)
     if not args.verify:
         return 0
     given = args.atol is not None and args.rtol is not None  # then the file's tolerance is not needed
     tolerance = tolerance_from(args, Tolerance() if given else recorded_tolerance(data, args.overrides))
-    verification = verify_mixed(graph, mixed.model, args.inputs, args.reference, tolerance,
-                                fp16_io=args.fp16_io, strict_mode=args.verify == "strict",
-                                keep_fp32=tuple(args.keep_fp32))
+    with listener.timed("verifying the written model and the all-FP16 one on the samples"):
+        verification = verify_mixed(graph, mixed.model, args.inputs, args.reference, tolerance,
+                                    fp16_io=args.fp16_io, strict_mode=args.verify == "strict",
+                                    keep_fp32=tuple(args.keep_fp32))
     print_verification(verification)
     return 0 if verification.passed else 1
 

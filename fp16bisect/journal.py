@@ -50,10 +50,16 @@ class Journal:
         self.entries: list[dict] = []  # evaluations
         self.noise: dict | None = None  # the build-to-build noise measured before searching (TensorRT)
         self.prior: dict | None = None  # the emulator's result that the search on this backend started from
-        if self.path.exists() and not restart:
-            self._load()
-        else:
+        self.fresh = not (self.path.exists() and not restart)
+        if self.fresh:
             self._start()
+        else:
+            self._load()
+
+    def discard_if_unused(self) -> None:
+        """Remove a journal this run started and never wrote an evaluation to (a refusal writes nothing)."""
+        if self.fresh and not self.entries and self.noise is None and self.prior is None:
+            self.path.unlink(missing_ok=True)
 
     def _start(self) -> None:
         try:

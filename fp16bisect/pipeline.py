@@ -69,9 +69,11 @@ class Outcome:
 
 def prepare(model: str, inputs: list[str], references: list[str] | None, backend: str, tolerance: Tolerance,
             listener: Listener, backend_options: dict | None = None, *, repeats: int = 1,
-            journal_path: str | None = None, restart: bool = False, parallel=None, workdir: str | None = None):
+            journal_path: str | None = None, restart: bool = False, parallel=None, workdir: str | None = None,
+            defer_references: bool = False):
     """Model, samples, backend and oracle. The model's weights are written once to a temporary work directory in
-    ``workdir`` (default: the system's), removed at exit. With ``journal_path``, evaluations are journaled there and a
+    ``workdir`` (default: the system's), removed at exit. ``defer_references``: the caller computes the FP32
+    references (with the FP32 profile), unless evaluations run elsewhere (they take the samples now). With ``journal_path``, evaluations are journaled there and a
     journal of the same search is replayed (``restart`` discards it). ``parallel`` (fp16bisect.parallel.Parallel):
     the oracle evaluates independent plans on worker processes or Ray tasks; close it with ``close``."""
     with listener.timed(f"loading {model}"):
@@ -83,7 +85,8 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
         )
     samples = load_samples(graph, inputs, references)
     given = samples_digest(samples)  # before references are computed: what the user gave
-    if not references:
+    serial = parallel is None or parallel.serial
+    if not references and not (defer_references and serial):  # else the FP32 profile's run gives them
         with listener.timed("computing FP32 references with ONNX Runtime"):
             add_fp32_references(graph, samples)
     for note in notes(graph):
@@ -178,12 +181,21 @@ def search_model(
     graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, options,
                                     repeats=repeats, journal_path=journal_path(output) if output else None,
                                     restart=restart, parallel=parallel,
-                                    workdir=str(Path(output).resolve().parent) if output else None)
+                                    workdir=str(Path(output).resolve().parent) if output else None,
+                                    defer_references=True)
     if prior not in priors.CHOICES:
         raise UsageError(f"unknown prior {prior!r}: use one of {', '.join(priors.CHOICES)}")
     try:
-        with listener.timed(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s)"):
-            prof = profile(graph, oracle.samples)
+        lacking = [s for s in oracle.samples if s.reference is None]
+        also = " and computing the FP32 references" if lacking else ""
+        try:
+            with listener.timed(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s){also}"):
+                prof = profile(graph, oracle.samples)  # its FP32 run gives the references the samples lack
+                add_fp32_references(graph, oracle.samples, computed=lacking)
+        except UsageError:  # the model does not run, or its FP32 outputs hold NaN: nothing evaluated, no journal
+            if oracle.journal is not None:
+                oracle.journal.discard_if_unused()
+            raise
         found = None
         if priors.wanted(prior, chosen.name):
             found = _prior(graph, oracle, prof, listener, output, prior, restart)

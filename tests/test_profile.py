@@ -206,3 +206,19 @@ def test_a_failing_instrumented_run_starts_over_by_fetching(monkeypatch):
     assert len(calls) == 2
     for name, stats in want.items():
         assert got.tensors[name] == stats, name
+
+
+def test_the_profile_run_gives_the_fp32_references_a_sample_lacks():
+    """A search computes no references of its own: the profile's FP32 run returns the model's outputs too."""
+    from conftest import SAMPLES
+
+    from fp16bisect.model.runtime import session
+    from fp16bisect.model.samples import load_samples
+
+    graph = Graph.load(SAMPLES / "transformer_block.onnx")
+    samples = load_samples(graph, [str(SAMPLES / "transformer_block.npz")])
+    assert samples[0].reference is None
+    P.profile(graph, samples)
+    plain = session(graph.runnable_copy()).run(None, samples[0].inputs)
+    assert set(samples[0].reference) == {o.name for o in graph.outputs}
+    np.testing.assert_allclose(samples[0].reference["y"], plain[0], rtol=1e-6, atol=1e-6)

@@ -211,13 +211,17 @@ def _in_run(sess, instrumented: onnx.ModelProto, units: list, samples, stats: di
     past the FP16 range or rows too long to count, to be measured whole: returns them, [(sample, tensors)], so that
     they are fetched once the session is gone. None if ONNX Runtime fails to run the model (the caller then starts
     over by fetching every tensor, which reports the model's own error if it has one)."""
-    outputs = [o.name for o in instrumented.graph.output]
+    outputs = [o.name for o in instrumented.graph.output]  # the model's own, then the statistics
+    statistics = {o for _, outs in units for o in outs}
     whole = []
     for sample in samples:
         try:
             values = dict(zip(outputs, run(sess, outputs, sample.inputs, "the model with statistics nodes")))
         except UsageError:
             return None
+        model_outputs = {name: values.pop(name) for name in outputs if name not in statistics}
+        if getattr(sample, "reference", False) is None:  # the FP32 references come with the run: no run of their own
+            sample.reference = model_outputs
         tensors = []
         for members, outs in units:
             got = [values.pop(o) for o in outs]
@@ -465,8 +469,7 @@ def _with_statistics(graph: Graph, names: list[str], sizes: dict[str, tuple] | N
         ordered.extend(after.pop(p, []))
     del model.graph.node[:]
     model.graph.node.extend(ordered)
-    del model.graph.output[:]
-    model.graph.output.extend(onnx.ValueInfoProto(name=o) for _, outs in units for o in outs)
+    model.graph.output.extend(onnx.ValueInfoProto(name=o) for _, outs in units for o in outs)  # after the model's
     return model, units
 
 

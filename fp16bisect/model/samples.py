@@ -182,16 +182,16 @@ def _shape_text(shape: tuple) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
-def add_fp32_references(graph: Graph, samples: list[Sample]) -> None:
-    """Reference outputs from an FP32 ONNX Runtime run of the original model, where none were given."""
+def add_fp32_references(graph: Graph, samples: list[Sample], computed: list[Sample] = ()) -> None:
+    """Reference outputs from an FP32 ONNX Runtime run of the original model, where none were given; those and
+    the ``computed`` ones (the FP32 profile's run gives them) are checked."""
     todo = [s for s in samples if s.reference is None]
-    if not todo:
-        return
-    sess = session(graph.runnable_copy())
-    names = [o.name for o in graph.outputs]
-    for s in todo:
-        s.reference = dict(zip(names, run(sess, names, s.inputs, f"the model in FP32 on {s.source!r}")))
-    for s in todo:
+    if todo:
+        sess = session(graph.runnable_copy())
+        names = [o.name for o in graph.outputs]
+        for s in todo:
+            s.reference = dict(zip(names, run(sess, names, s.inputs, f"the model in FP32 on {s.source!r}")))
+    for s in [*todo, *(c for c in computed if not any(c is t for t in todo))]:
         for name, value in s.reference.items():
             if np.issubdtype(value.dtype, np.floating) and np.isnan(value).any():
                 bad = _nonfinite_inputs(s)

@@ -12,7 +12,7 @@ For each model NAME of the zoo (``NAME.onnx``, ``NAME.npz``, ``NAME_planted.onnx
 ``scripts/plant_overflow.py``), in fresh processes, one at a time:
 
 * plain: ``scripts/plain_ort.py`` (an ``InferenceSession`` from the file, one run): session + run seconds,
-  the process's peak RSS;
+  the process's peak RSS (medians of 3 processes);
 * search: ``fp16bisect search NAME_planted.onnx --inputs NAME.npz`` on the emulate backend: seconds from
   the process's start to the line of its first evaluation, its peak RSS, the evaluations, the answer (the
   planted pair ``planted_up``, ``planted_down`` is the known answer) and each stage's seconds as it printed
@@ -78,11 +78,20 @@ def _peak_so_far(pid: int) -> str:
     return f"{int(found.group(1)) / 2**20:.2f} GiB" if found else "?"
 
 
-def plain(model: Path, inputs: Path) -> dict:
-    seconds, peak, code, lines = measure([sys.executable, str(ROOT / "scripts" / "plain_ort.py"), str(model),
-                                          str(inputs)])
-    session, run = (float(x) for x in lines[-1][1].split()[-2:])
-    return {"session_s": session, "run_s": run, "plain_s": session + run, "plain_rss": peak, "plain_wall_s": seconds}
+def plain(model: Path, inputs: Path, repeats: int = 3) -> dict:
+    """The median of ``repeats`` fresh processes (ONNX Runtime's session set-up varies by 2x from run to run)."""
+    rows = []
+    for _ in range(repeats):
+        seconds, peak, code, lines = measure([sys.executable, str(ROOT / "scripts" / "plain_ort.py"), str(model),
+                                              str(inputs)])
+        session, run = (float(x) for x in lines[-1][1].split()[-2:])
+        rows.append({"session_s": session, "run_s": run, "plain_s": session + run, "plain_rss": peak,
+                     "plain_wall_s": seconds})
+    rows.sort(key=lambda r: r["plain_s"])
+    middle = dict(rows[len(rows) // 2])
+    middle["plain_s_all"] = [round(r["plain_s"], 2) for r in rows]
+    middle["plain_rss"] = sorted(r["plain_rss"] for r in rows)[len(rows) // 2]
+    return middle
 
 
 def search(model: Path, inputs: Path, out: Path) -> dict:

@@ -21,7 +21,8 @@ TINY = float(np.finfo(F32).tiny)  # 2^-126
 EDGES = [0.0, -0.0, 1e-40, -1e-40, 1e-45, TINY, -TINY, float(np.nextafter(F32(TINY), F32(0))),
          2.0**-25, float(np.nextafter(F32(2.0**-25), F32(1))), float(np.nextafter(F32(2.0**-25), F32(0))), 2.0**-24,
          float(np.nextafter(F32(2.0**-14), F32(0))), 2.0**-14, -(2.0**-14), 1.0, -3.5, 65504.0, -65504.0,
-         float(np.nextafter(F32(65520), F32(0))), 65520.0, -1e6, float("nan"), float("inf"), float("-inf")]
+         float(np.nextafter(F32(65520), F32(0))), 65520.0, -1e6, -3.4028235e38, float("nan"), float("inf"),
+         float("-inf")]
 FINITE_EDGES = [e for e in EDGES if np.isfinite(e) and abs(e) < 65520]
 
 
@@ -129,11 +130,31 @@ def test_statistics_outputs_hold_one_number_per_row(monkeypatch, opset, grouped)
         assert len(shapes) == len(tensors)
         rows = int(shapes[:, 0].sum())
         assert all(v.shape == (rows,) for v in got[:-1])
-        for t, (row_max, row_sum, row_min, row_subnormal, row_flushed, shape) in zip(tensors, P._split(*got)):
+        for t, (row_max, row_sum, row_min, row_subnormal, row_flushed, _finite, shape) in zip(tensors,
+                                                                                              P._split(*got)):
             want = {"pos": (15, 7), "halved": (15, 7), "y": (15, 7), "total": (1, 1)}[t]
             assert tuple(shape) == want
             if t != "total":
                 assert (row_subnormal == 6).all() and (row_flushed == 0).all()
+
+
+@pytest.mark.parametrize("grouped", [True, False], ids=["loop over groups", "nodes per tensor"])
+def test_finite_values_past_fp16_are_counted_in_the_run(monkeypatch, grouped):
+    """An overflow (the case a search is for) or a Hugging Face mask value (-3.4e38) needs no second run: only
+    NaN and inf do."""
+    graph = rows_model(17)
+    x = np.linspace(-2, 2, 105, dtype=F32).reshape(3, 5, 7)
+    x[0, 0, 0], x[1, 2, 3], x[2, 4, 6] = 7e4, -3.4028235e38, 65520.0
+    samples = [Sample("s", {"x": x})]
+    want = reference(graph, samples)
+    fetched = []
+    monkeypatch.setattr(P, "GROUP_TENSOR", P.GROUP_TENSOR if grouped else 0)
+    monkeypatch.setattr(P, "_fetch", lambda model, names, *args: fetched.extend(names))
+    got = P.profile(graph, samples)
+    assert fetched == []
+    for name in ("pos", "halved", "y"):
+        assert got.tensors[name] == want[name], name
+    assert got.tensors["pos"].overflow == 2 and got.tensors["halved"].overflow == 1  # 7e4/2 fits; 3.4e38/2 not
 
 
 def test_rows_too_long_for_exact_counts_are_fetched_whole(monkeypatch):

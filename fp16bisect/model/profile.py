@@ -20,13 +20,12 @@ every whole tensor): a Constant node's tensor is measured from the model file;
 the output of a Reshape, Flatten, Squeeze, Unsqueeze, Transpose or Identity holds
 the values of its input, whose statistics it takes. Every other float tensor x
 is measured inside one FP32 ONNX Runtime run per sample, on the rows of |x| (its
-last axis), by six elementwise passes and five row reductions, giving five
+last axis), by eight elementwise passes and six row reductions, giving six
 numbers per row (the run returns O(rows) numbers per tensor, never the tensor):
 
     row max |x|
-    row sum of |x|                          NaN or inf exactly when the row has NaN
-                                            or inf (finite values below 65520 cannot
-                                            sum past float32's range)
+    row sum of |x| - |x|                    NaN exactly when the row has NaN or inf
+    row count of |x| < 65520                the others become inf in FP16
     row min |x| over |x| >= 2^-126          float32 denormals count as zeros (inf
                                             if the row has no such value)
     row count of 2^-126 <= |x| < 2^-14      subnormal in FP16
@@ -48,7 +47,8 @@ of at most 2^18 elements (by ONNX shape inference with the first sample's
 shapes) are measured in groups, one Loop per group, so the instrumented model
 has a few nodes per group rather than a dozen per tensor (session creation grows
 with the node count). ONNX Runtime's constant folding is skipped when nothing is
-foldable. The rare tensor with NaN/inf or values past the FP16 range is fetched
+foldable. The rare tensor with NaN or inf (finite values past the FP16 range, an
+overflow or a Hugging Face mask's -3.4e38, are counted in the run) is fetched
 whole in a second run of the instrumented model (only those tensors; once the
 first session is gone, so that the two runs' memory does not add up) and
 measured by ``TensorStats.add``. A model the statistics nodes cannot be added to
@@ -107,10 +107,11 @@ class TensorStats:
         self.flushed += int(np.count_nonzero((half == 0) & (a > 0)))
         self.subnormal += int(np.count_nonzero((a > 0) & (a < FP16_MIN_NORMAL)))
 
-    def add_counts(self, size: int, max_abs: float, min_nonzero: float, subnormal: int, flushed: int) -> None:
-        """What ``add`` would do on a tensor whose values are all finite and below 65520 in magnitude, from its
-        counts: its size, max |x|, min |x| over |x| >= 2^-126 (inf if none), and how many of its |x| >= 2^-126
-        are below 2^-14 (subnormal in FP16) and at most 2^-25 (flushed to 0 in FP16)."""
+    def add_counts(self, size: int, max_abs: float, min_nonzero: float, subnormal: int, flushed: int,
+                   overflow: int = 0) -> None:
+        """What ``add`` would do on a tensor whose values are all finite, from its counts: its size, max |x|,
+        min |x| over |x| >= 2^-126 (inf if none), how many of its |x| >= 2^-126 are below 2^-14 (subnormal in
+        FP16) and at most 2^-25 (flushed to 0 in FP16), and how many are at least 65520 (inf in FP16)."""
         self.size += int(size)
         if max_abs < FP32_MIN_NORMAL:
             return  # nothing but zeros and FP32 denormals
@@ -118,6 +119,7 @@ class TensorStats:
         self.min_nonzero = min(self.min_nonzero, float(min_nonzero))
         self.subnormal += int(subnormal)
         self.flushed += int(flushed)
+        self.overflow += int(overflow)
 
     @property
     def tier(self) -> int:
@@ -207,8 +209,8 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
 
 
 def _in_run(sess, instrumented: onnx.ModelProto, units: list, samples, stats: dict[str, TensorStats]):
-    """Add every sample's statistics from the instrumented model's runs, but for the tensors with NaN/inf, values
-    past the FP16 range or rows too long to count, to be measured whole: returns them, [(sample, tensors)], so that
+    """Add every sample's statistics from the instrumented model's runs, but for the tensors with NaN/inf or rows
+    too long to count, to be measured whole: returns them, [(sample, tensors)], so that
     they are fetched once the session is gone. None if ONNX Runtime fails to run the model (the caller then starts
     over by fetching every tensor, which reports the model's own error if it has one)."""
     outputs = [o.name for o in instrumented.graph.output]  # the model's own, then the statistics
@@ -258,13 +260,14 @@ FP16_FLUSHED = 2.0**-25  # the largest float32 that float16 rounds to 0 (a tie, 
 ABOVE_FLUSHED = float(np.nextafter(np.float32(FP16_FLUSHED), np.float32(1)))  # |x| <= 2^-25 as |x| < this
 # HardSigmoid(v) = clip(-s v + s t, 0, 1) = clip(s (t - v), 0, 1) is 1 for v < t (t - v is at least the spacing
 # 1 / s of the float32 just below t, and s a power of 2: exact) and 0 for v >= t: a row sum of it counts v < t
-BELOW = {"subnormal": (FP16_MIN_NORMAL, 2.0**38), "flushed": (ABOVE_FLUSHED, 2.0**48)}  # bound t, scale s
+BELOW = {"subnormal": (FP16_MIN_NORMAL, 2.0**38), "flushed": (ABOVE_FLUSHED, 2.0**48),  # bound t, scale s
+         "finite16": (FP16_OVERFLOW, 2.0**8)}  # |x| < 65520: not inf in FP16 (s (t - v) is -inf for v near 3e38: 0)
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 # c / |x| is finite (at most FLOAT32_MAX) for |x| >= 2^-126 and inf below, 0 and FP32 denormals (c = 4 - 2^-22:
 # c / 2^-126 = FLOAT32_MAX exactly, c / (2^-126 - 2^-149) rounds past it)
 OVERFLOWS_BELOW_NORMAL = float(np.nextafter(np.float32(4), np.float32(0)))
 EXACT_COUNT = 1 << 24  # float32 sums of 0 and 1 are exact up to here: the longest row counted in the run
-STATISTICS = ("row_max", "row_sum", "row_min", "row_subnormal", "row_flushed", "shape")  # see _with_statistics
+STATISTICS = ("row_max", "row_sum", "row_min", "row_subnormal", "row_flushed", "row_finite16", "shape")  # see _with_statistics
 VALUE_PRESERVING = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"}
 
 
@@ -283,29 +286,31 @@ def _same_values(graph: Graph, names: list[str]) -> dict[str, str]:
     return source
 
 
-def _split(row_max, row_sum, row_min, row_subnormal, row_flushed, shapes):
+def _split(row_max, row_sum, row_min, row_subnormal, row_flushed, row_finite16, shapes):
     """A unit's row statistics (see ``_with_statistics``), member by member, each with its shape [rows, row
     length]: a group's outputs are its members' rows one after the other, ``shapes`` their shapes."""
     start = 0
     for shape in shapes.reshape(-1, 2):
         end = start + int(shape[0])
         yield (row_max[start:end], row_sum[start:end], row_min[start:end], row_subnormal[start:end],
-               row_flushed[start:end], shape)
+               row_flushed[start:end], row_finite16[start:end], shape)
         start = end
 
 
-def _add_rows(stats: TensorStats, row_max, row_sum, row_min, row_subnormal, row_flushed, shape) -> bool:
+def _add_rows(stats: TensorStats, row_max, row_sum, row_min, row_subnormal, row_flushed, row_finite16,
+              shape) -> bool:
     """Add one run's row statistics of a tensor (see ``_with_statistics``) to ``stats``, as ``add`` would on
-    the whole tensor; False (nothing added) if the tensor holds NaN/inf or values past the FP16 range, or has
-    rows too long for exact float32 counts."""
+    the whole tensor; False (nothing added) if the tensor holds NaN/inf, or has rows too long for exact float32
+    counts. Finite values past the FP16 range are counted in the run (``row_finite16``)."""
     rows, width = (int(n) for n in shape)
-    if not np.isfinite(row_sum).all() or (row_max.size and row_max.max() >= FP16_OVERFLOW) or width > EXACT_COUNT:
+    if not np.isfinite(row_sum).all() or width > EXACT_COUNT:
         return False
     if not rows * width:
         stats.add_counts(0, 0.0, float("inf"), 0, 0)
         return True
+    overflow = rows * width - int(row_finite16.astype(np.int64).sum())
     stats.add_counts(rows * width, float(row_max.max()), float(row_min.min()),
-                     int(row_subnormal.astype(np.int64).sum()), int(row_flushed.astype(np.int64).sum()))
+                     int(row_subnormal.astype(np.int64).sum()), int(row_flushed.astype(np.int64).sum()), overflow)
     return True
 
 
@@ -346,12 +351,12 @@ def _sizes(graph: Graph, feed: dict) -> dict[str, tuple]:
 
 
 def _with_statistics(graph: Graph, names: list[str], sizes: dict[str, tuple] | None = None):
-    """The model with five statistics per tensor x of ``names``, computed on the rows of |x| (its last axis),
-    each a 1-D float tensor of one number per row: each row's max |x|; its sum of |x| (NaN or inf exactly when
-    the row has NaN or inf, as long as its values are below 65520); its min |x| over |x| >= 2^-126 (FP32's
-    normal range; inf if none); its count of 2^-126 <= |x| < 2^-14 (subnormal in FP16); and its count of
-    2^-126 <= |x| <= 2^-25 (flushed to 0 in FP16). The counts are float32 sums of 0 and 1, exact for rows of
-    up to 2^24 elements. A sixth output, int64, is the shape of the rows, [rows, row length]. Nothing is of the
+    """The model with six statistics per tensor x of ``names``, computed on the rows of |x| (its last axis),
+    each a 1-D float tensor of one number per row: each row's max |x|; its sum of |x| - |x| (NaN exactly when
+    the row has NaN or inf); its min |x| over |x| >= 2^-126 (FP32's normal range; inf if none); its count of
+    2^-126 <= |x| < 2^-14 (subnormal in FP16); its count of 2^-126 <= |x| <= 2^-25 (flushed to 0 in FP16);
+    and its count of |x| < 65520 (the others overflow in FP16). The counts are float32 sums of 0 and 1, exact
+    for rows of up to 2^24 elements. A seventh output, int64, is the shape of the rows, [rows, row length]. Nothing is of the
     tensor's size. Large tensors get their own nodes, placed right after the tensor's producer so that the
     tensor is freed early; tensors of at most ``GROUP_TENSOR`` elements (by ``sizes``, see ``_sizes``) are
     measured in groups, each group by one Loop over a sequence of its members (fewer nodes: ONNX Runtime's
@@ -397,15 +402,17 @@ def _with_statistics(graph: Graph, names: list[str], sizes: dict[str, tuple] | N
         return [
             helper.make_node("Abs", [x], [f"{v}_abs"]),
             *rows,
-            helper.make_node("Shape", [a], [outs[5]]),
+            helper.make_node("Shape", [a], [outs[6]]),
             reduce("ReduceMax", a, outs[0]),
-            reduce("ReduceSum", a, outs[1]),  # NaN or inf with NaN or inf
+            *count(a, v, "finite16", outs[5]),  # |x| < 65520: the others overflow in FP16
             helper.make_node("Div", [k["overflow"], a], [f"{v}_inv"]),  # inf exactly where |x| < 2^-126
             helper.make_node("ThresholdedRelu", [f"{v}_inv"], [f"{v}_excluded"], alpha=FLOAT32_MAX),  # 0, or inf
             helper.make_node("Max", [f"{v}_excluded", a], [lifted]),  # |x| if |x| >= 2^-126, otherwise inf
             reduce("ReduceMin", lifted, outs[2]),
             *count(lifted, v, "subnormal", outs[3]),  # 2^-126 <= |x| < 2^-14
             *count(lifted, v, "flushed", outs[4]),  # 2^-126 <= |x| <= 2^-25
+            helper.make_node("Sub", [a, a], [f"{v}_nan"]),  # 0, NaN where |x| is NaN or inf (huge values: 0)
+            reduce("ReduceSum", f"{v}_nan", outs[1]),
         ]
 
     model.graph.initializer.extend([helper.make_tensor(f"{prefix}_no_float", TensorProto.FLOAT, [0], []),
@@ -416,21 +423,21 @@ def _with_statistics(graph: Graph, names: list[str], sizes: dict[str, tuple] | N
         [rows, row length] to six 1-D tensors carried through the loop."""
         seq, trip, i, cond = f"{v}_seq", f"{v}_count", f"{v}_i", f"{v}_cond"
         model.graph.initializer.append(helper.make_tensor(trip, TensorProto.INT64, [], [len(members)]))
-        carried = [f"{v}_in{j}" for j in range(6)]
-        stat = [f"{v}_stat{j}" for j in range(6)]
+        carried = [f"{v}_in{j}" for j in range(7)]
+        stat = [f"{v}_stat{j}" for j in range(7)]
         body_nodes = [helper.make_node("SequenceAt", [seq, i], [f"{v}_x"])]
         body_nodes += row_nodes(f"{v}_x", f"{v}_b", stat, ranked=False)
-        body_nodes += [helper.make_node("Concat", [carried[j], stat[j]], [f"{v}_out{j}"], axis=0) for j in range(6)]
+        body_nodes += [helper.make_node("Concat", [carried[j], stat[j]], [f"{v}_out{j}"], axis=0) for j in range(7)]
         body_nodes.append(helper.make_node("Identity", [cond], [f"{v}_cond_out"]))
-        types = [TensorProto.FLOAT] * 5 + [TensorProto.INT64]
+        types = [TensorProto.FLOAT] * 6 + [TensorProto.INT64]
         body = helper.make_graph(
             body_nodes, f"{v}_body",
             [helper.make_tensor_value_info(i, TensorProto.INT64, []),
              helper.make_tensor_value_info(cond, TensorProto.BOOL, []),
-             *[helper.make_tensor_value_info(carried[j], types[j], [None]) for j in range(6)]],
+             *[helper.make_tensor_value_info(carried[j], types[j], [None]) for j in range(7)]],
             [helper.make_tensor_value_info(f"{v}_cond_out", TensorProto.BOOL, []),
-             *[helper.make_tensor_value_info(f"{v}_out{j}", types[j], [None]) for j in range(6)]])
-        start = [f"{prefix}_no_float"] * 5 + [f"{prefix}_no_int"]
+             *[helper.make_tensor_value_info(f"{v}_out{j}", types[j], [None]) for j in range(7)]])
+        start = [f"{prefix}_no_float"] * 6 + [f"{prefix}_no_int"]
         return [helper.make_node("SequenceConstruct", members, [seq]),
                 helper.make_node("Loop", [trip, "", *start], outs, body=body)]
 

@@ -92,9 +92,27 @@ class TensorStats:
             for start in range(0, flat.size, CHUNK):
                 self.add(flat[start:start + CHUNK])
             return
-        a = np.abs(values[np.isfinite(values)].astype(np.float32, copy=False))
+        a = np.abs(flat.astype(np.float32, copy=False))
+        top = float(a.max()) if a.size else 0.0
+        if np.isfinite(top):  # the usual case, in a few passes: weights are read here, every one of them
+            self.size += int(a.size)
+            if top < FP32_MIN_NORMAL:
+                return  # nothing but zeros and FP32 denormals
+            self.max_abs = max(self.max_abs, top)
+            small = a < FP16_MIN_NORMAL
+            below = a[small]
+            below = below[below >= FP32_MIN_NORMAL]  # FP32 denormals: zeros to a GPU (flush-to-zero), no FP16 risk
+            a[small] = np.inf
+            lowest = min(float(a.min()), float(below.min()) if below.size else float("inf"))
+            self.min_nonzero = min(self.min_nonzero, lowest)
+            self.subnormal += int(below.size)
+            self.flushed += int(np.count_nonzero(below <= FP16_FLUSHED))  # 2^-25 ties to 0, above it to 2^-24
+            if top >= FP16_OVERFLOW:
+                self.overflow += int(np.count_nonzero(a[a != np.inf] >= FP16_OVERFLOW))
+            return
+        a = np.abs(flat[np.isfinite(flat)].astype(np.float32, copy=False))
         a = a[a >= FP32_MIN_NORMAL]  # FP32 denormals: zeros to a GPU (flush-to-zero), not an FP16 risk
-        self.size += int(values.size)
+        self.size += int(flat.size)
         if a.size == 0:
             return
         self.max_abs = max(self.max_abs, float(a.max()))

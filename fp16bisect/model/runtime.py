@@ -34,6 +34,9 @@ def session(model: onnx.ModelProto, what: str = "the model", *, basic: bool = Fa
     extra = {} if fold_constants else {"disabled_optimizers": ["ConstantFolding"]}
     # weights are handed over mapped from their files; pre-packing would keep a second, packed copy of each
     options.add_session_config_entry("session.disable_prepacking", "1")
+    # no arena: a freed activation goes back to the system, so the peak is what is alive at once, not what the
+    # arena grew to (the SD VAE decoder's emulation: 0.76 GiB against 1.13 GiB, runs about 10% slower)
+    options.enable_cpu_mem_arena = False
     keep = None
     if too_big(model) and any(not is_external(t) for t in model.graph.initializer):
         # built in memory over 2 GB (protobuf cannot serialise it): its weights go to files first

@@ -123,3 +123,11 @@ def test_control_flow_node_is_one_candidate_and_its_subgraph_is_counted():
     assert [n.id for n in graph.candidates] == ["sum", "branch"]
     assert graph.nested == {"branch": 2}
     assert graph.by_id["branch"].implicit == ("x",)
+
+
+def test_large_activations_are_found_by_shape_inference():
+    """Sessions of a model with an activation of 4M elements or more run without ONNX Runtime's arena."""
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    assert Graph(make_model(nodes, [("x", F, [4, 1024, 1024])], [("y", F, [4, 1024, 1024])])).large_activations
+    assert not Graph(make_model(nodes, [("x", F, [1, 1024])], [("y", F, [1, 1024])])).large_activations
+    assert not Graph(make_model(nodes, [("x", F, ["n", 1024])], [("y", F, ["n", 1024])])).large_activations

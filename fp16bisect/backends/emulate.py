@@ -373,7 +373,8 @@ class EmulateBackend:
             emulation = Emulation(self.graph, self._extra)
             emulation.model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in self._extra)
             # no constant folding: it would store a rounded copy of every weight beside the weight itself
-            self._session = session(emulation.model, "the FP16 emulation of the model", fold_constants=False)
+            self._session = session(emulation.model, "the FP16 emulation of the model", fold_constants=False,
+                                    arena=not self.graph.large_activations)
             self._emulation = emulation
 
     @staticmethod

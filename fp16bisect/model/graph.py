@@ -45,6 +45,7 @@ TRANSPARENT_OPS = frozenset(
 PARAMETER_INPUTS = {"Resize": {1, 2}, "Upsample": {1}, "BatchNormalization": {1, 2, 3, 4}}
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
+LARGE = 1 << 22  # elements of an activation that make a model's activations large
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,13 @@ class Graph:
         """The constant in FP16 by the rule; what the rule changed is kept (``conversion``)."""
         half, self._conversions[tensor] = fp16.convert(self.constant_value(tensor), tensor)
         return half
+
+    @property
+    def large_activations(self) -> bool:
+        """Some float tensor computed at run time holds 4M elements or more (by shape inference): its sessions
+        run without ONNX Runtime's memory arena (``runtime.session``)."""
+        return any(len(shape) and all(isinstance(d, int) for d in shape) and np.prod(shape) >= LARGE
+                   for name, shape in self.shapes.items() if name not in self.initializers)
 
     def is_float(self, tensor: str) -> bool:
         return bool(tensor) and self.dtypes.get(tensor) == FLOAT

@@ -212,7 +212,8 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
     computed = [t for t in names if t not in constants and t not in same]
     built = _with_statistics(graph, computed, _sizes(graph, samples[0].inputs) if samples else {})
     fold = not nothing_to_fold(graph.model)  # the statistics nodes read activations: never foldable
-    sess = None if built is None else _session(built[0], "the model with statistics nodes", fold)
+    sess = None if built is None else _session(built[0], "the model with statistics nodes", fold,
+                                               arena=not graph.large_activations)
     whole = None if sess is None else _in_run(sess, *built, samples, stats)
     del sess  # its memory (ONNX Runtime keeps the run's buffers until the session goes) before any other run's
     if whole is None:
@@ -498,11 +499,11 @@ def _with_statistics(graph: Graph, names: list[str], sizes: dict[str, tuple] | N
     return model, units
 
 
-def _session(model: onnx.ModelProto, what: str, fold_constants: bool = True):
+def _session(model: onnx.ModelProto, what: str, fold_constants: bool = True, arena: bool = True):
     """In producer order, so each tensor is freed once its statistics are taken (ONNX Runtime's default order
     keeps them alive to the end of the run); None if ONNX Runtime refuses the instrumented model."""
     try:
-        return session(model, what, producer_order=True, fold_constants=fold_constants)
+        return session(model, what, producer_order=True, fold_constants=fold_constants, arena=arena)
     except UsageError:
         return None
 

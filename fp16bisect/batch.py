@@ -113,7 +113,10 @@ def run_entry(_state, entry: dict) -> dict:
     from .errors import ToleranceUnreachable
     from .tolerance import Tolerance
 
+    from .model import weights
+
     start = time.perf_counter()
+    stores = weights.alive()
     result = {"number": entry["number"], "name": entry["name"], "model": entry["model"], "action": entry["action"],
               "passed": False, "verdict": "", "fp32_nodes": None, "set_size": None, "evaluations": None,
               "seconds": 0.0, "error": "", "result": None}
@@ -129,6 +132,8 @@ def run_entry(_state, entry: dict) -> dict:
         result.update(verdict="ERROR" if isinstance(exc, UsageError) else "FAIL", error=str(exc))
     except Exception as exc:  # a bug of ours: this entry fails, the others go on
         result.update(verdict="ERROR", error=f"internal error: {type(exc).__name__}: {exc}")
+    finally:
+        weights.close_since(stores)  # the entry's work directory (a worker process ends without cleaning up)
     result["seconds"] = round(time.perf_counter() - start, 3)
     return result
 

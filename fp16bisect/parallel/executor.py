@@ -45,6 +45,7 @@ class Job:
     samples: list
     tolerance: object
     outputs: list
+    workdir: str = ""  # where a worker's work directory goes: inside this process's, which removes it with its own
 
 
 def setup_backend(job: Job, device: str):
@@ -54,7 +55,8 @@ def setup_backend(job: Job, device: str):
     from ..backends import make_backend
     from ..model.graph import Graph
 
-    graph = Graph(onnx.load_model_from_string(job.model), Path(job.path), job.sha256)
+    graph = Graph(onnx.load_model_from_string(job.model), Path(job.path) if job.path else None, job.sha256,
+                  workdir=job.workdir or None)
     options = dict(job.options)
     if job.backend == "tensorrt" and options.get("timing_cache"):  # one cache file per worker: no write races
         options["timing_cache"] = f"{options['timing_cache']}.{device}"
@@ -140,7 +142,8 @@ def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, o
         model = graph.path.read_bytes() if graph.path else graph.model.SerializeToString()
     else:  # processes here: the loaded model, which refers to the weight files already written (no copy)
         model = graph.model.SerializeToString()
-    job = Job(backend, model, str(graph.path or ""), graph.sha256, remote, samples, tolerance, outputs)
+    here_dir = str(graph.store.directory) if parallel.ray is None and graph.store is not None else ""
+    job = Job(backend, model, str(graph.path or ""), graph.sha256, remote, samples, tolerance, outputs, here_dir)
     if parallel.ray is not None:
         from .ray import RayPool
 

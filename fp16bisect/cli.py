@@ -444,7 +444,7 @@ def cmd_apply(args) -> int:
         load_samples(graph, args.inputs, args.reference)  # a bad sample is said before anything is written
     listener = ConsoleListener(quiet=args.quiet)  # from here on the input is known good: stages said
     with listener.timed(f"writing {args.output}"):
-        save(mixed.model, args.output)
+        save(mixed.model, args.output, external=graph.external_data)
     print_mixed(mixed, args.output)
     if not args.verify:
         return 0

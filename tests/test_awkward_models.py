@@ -179,3 +179,26 @@ def test_a_model_over_the_protobuf_limit_runs_from_files_with_external_weights(t
     loaded = onnx.load(mixed)  # with its weights, from beside it
     onnx.checker.check_model(str(mixed), full_check=True)
     assert {t.data_type for t in loaded.graph.initializer} >= {TensorProto.FLOAT16}
+
+
+def test_a_model_with_external_data_is_searched_in_place_and_applied_with_external_data(tmp_path, capsys):
+    """A model that keeps its weights in a file of their own (every model over 2 GB does) is read where it is
+    and gets its mixed-precision model the same way: ``<name>.data`` beside it, whatever the size."""
+    from conftest import SAMPLES
+
+    model = onnx.load(SAMPLES / "transformer_block.onnx")
+    path = tmp_path / "model" / "m.onnx"
+    path.parent.mkdir()
+    onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location="m.weights",
+                    size_threshold=1024)
+    npz = SAMPLES / "transformer_block.npz"
+    out = tmp_path / "o.json"
+    assert main(["search", str(path), "--inputs", str(npz), "-o", str(out), "-q"]) == 0
+    assert sorted(n["name"] for n in json.loads(out.read_text())["fp32_nodes"]) == ["ln1_square", "ln1_var"]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["m.onnx", "m.weights"]  # nothing written there
+    mixed = tmp_path / "mixed.onnx"
+    assert main(["apply", str(out), str(path), "-o", str(mixed), "--verify", "--inputs", str(npz), "-q"]) == 0
+    assert "verified" in capsys.readouterr().out
+    assert mixed.stat().st_size < 20_000 and (tmp_path / "mixed.onnx.data").stat().st_size > 20_000
+    onnx.checker.check_model(str(mixed), full_check=True)
+    assert TensorProto.FLOAT16 in {t.data_type for t in onnx.load(mixed).graph.initializer}

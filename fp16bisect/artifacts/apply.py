@@ -33,11 +33,11 @@ def apply(overrides: str | Path, model: str | Path, *, fp16_io: bool = False, fo
     return mixed, data
 
 
-def save(model: onnx.ModelProto, path: str | Path) -> None:
-    """Write atomically: the file is either the old one or the whole new one. Over 2 GB, the weights go to
-    ``<name>.data`` beside it (streamed from where they are, renamed into place before the model that points
-    to it is written)."""
-    weights.save(model, path, write_atomic)
+def save(model: onnx.ModelProto, path: str | Path, external: bool = False) -> None:
+    """Write atomically: the file is either the old one or the whole new one. Over 2 GB, or ``external`` (the
+    model came with external data), the weights go to ``<name>.data`` beside it (streamed from where they are,
+    renamed into place before the model that points to it is written)."""
+    weights.save(model, path, write_atomic, external=external)
 
 
 @dataclass

@@ -158,6 +158,12 @@ class Graph:
         return half
 
     @property
+    def external_data(self) -> bool:
+        """The model keeps weights in files of their own (external data), not in its .onnx file."""
+        own = str(self.path.resolve()) if self.path is not None else None
+        return any(weights.is_external(t) and weights.reference(t)[0] != own for t in self.model.graph.initializer)
+
+    @property
     def large_activations(self) -> bool:
         """Some float tensor computed at run time holds 4M elements or more (by shape inference): its sessions
         run without ONNX Runtime's memory arena (``runtime.session``)."""

@@ -318,14 +318,15 @@ def inline(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
-def save(model: onnx.ModelProto, path: str | Path, write=None) -> None:
+def save(model: onnx.ModelProto, path: str | Path, write=None, external: bool = False) -> None:
     """Write ``model`` as a self-contained file, its weights streamed from where they are (no copy of them in
     memory; ``model`` is not changed): inline under 2 GB, else every weight of at least ``EXTERNAL_MIN`` bytes
     in ``<name>.data`` beside it. ``write(path, fill)`` makes a file whose content ``fill(f)`` writes (default:
-    plainly; ``apply`` passes an atomic writer)."""
+    plainly; ``apply`` passes an atomic writer). ``external``: ``<name>.data`` whatever the size (a model
+    that came with external data gets its mixed model the same way)."""
     path = Path(path)
     write = write or _write
-    if not too_big(model):
+    if not external and not too_big(model):
         write(path, lambda f: wire.write_inline(model, f, _raw, is_external))
         return
     copy = onnx.ModelProto()

@@ -341,6 +341,15 @@ def _sizes(graph: Graph, feed: dict) -> dict[str, tuple]:
     """(element count, rank) of the tensors as ONNX shape inference finds them with the inputs' shapes of
     ``feed``, the count guessed from the node's inputs when not inferred, the rank None when unknown. Only used to
     decide which tensors to measure in groups: a wrong count costs time or memory, never correctness."""
+    sizes = {name: (int(np.prod(a.shape, dtype=np.int64)), a.ndim) for name, a in feed.items() if hasattr(a, "shape")}
+    declared = {v.name: v.shape for v in graph.inputs}
+    if all(declared.get(name) == tuple(int(n) for n in a.shape) for name, a in feed.items() if hasattr(a, "shape")):
+        # the inputs' shapes are the declared ones: the graph's own shape inference holds (no second one)
+        for name, shape in graph.shapes.items():
+            if name not in graph.initializers:
+                known = all(isinstance(d, int) for d in shape)
+                sizes.setdefault(name, (int(np.prod(shape, dtype=np.int64)) if known else None, len(shape)))
+        return _guess_sizes(graph, sizes)
     model = onnx.ModelProto()
     model.CopyFrom(graph.model)
     for value in model.graph.input:
@@ -354,13 +363,16 @@ def _sizes(graph: Graph, feed: dict) -> dict[str, tuple]:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except Exception:
         return {}
-    sizes = {name: (int(np.prod(a.shape, dtype=np.int64)), a.ndim) for name, a in feed.items() if hasattr(a, "shape")}
     for value in inferred.graph.value_info:
         t = value.type.tensor_type
         if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
             sizes[value.name] = (int(np.prod([d.dim_value for d in t.shape.dim], dtype=np.int64)), len(t.shape.dim))
         elif t.HasField("shape"):
             sizes[value.name] = (None, len(t.shape.dim))
+    return _guess_sizes(graph, sizes)
+
+
+def _guess_sizes(graph: Graph, sizes: dict[str, tuple]) -> dict[str, tuple]:
     for node in graph.nodes:  # sizes not inferred (shapes computed at run time): guess the largest input's
         known = [sizes[t][0] for t in node.inputs if sizes.get(t, (None,))[0] is not None]
         for t in node.outputs:

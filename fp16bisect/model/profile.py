@@ -94,36 +94,24 @@ class TensorStats:
             return
         a = np.abs(flat.astype(np.float32, copy=False))
         top = float(a.max()) if a.size else 0.0
-        if np.isfinite(top):  # the usual case, in a few passes: weights are read here, every one of them
-            self.size += int(a.size)
-            if top < FP32_MIN_NORMAL:
-                return  # nothing but zeros and FP32 denormals
-            self.max_abs = max(self.max_abs, top)
-            small = a < FP16_MIN_NORMAL
-            below = a[small]
-            below = below[below >= FP32_MIN_NORMAL]  # FP32 denormals: zeros to a GPU (flush-to-zero), no FP16 risk
-            a[small] = np.inf
-            lowest = min(float(a.min()), float(below.min()) if below.size else float("inf"))
-            self.min_nonzero = min(self.min_nonzero, lowest)
-            self.subnormal += int(below.size)
-            self.flushed += int(np.count_nonzero(below <= FP16_FLUSHED))  # 2^-25 ties to 0, above it to 2^-24
-            if top >= FP16_OVERFLOW:
-                self.overflow += int(np.count_nonzero(a[a != np.inf] >= FP16_OVERFLOW))
-            return
-        a = np.abs(flat[np.isfinite(flat)].astype(np.float32, copy=False))
-        a = a[a >= FP32_MIN_NORMAL]  # FP32 denormals: zeros to a GPU (flush-to-zero), not an FP16 risk
-        self.size += int(flat.size)
-        if a.size == 0:
-            return
-        self.max_abs = max(self.max_abs, float(a.max()))
-        nonzero = a[a > 0]
-        if nonzero.size:
-            self.min_nonzero = min(self.min_nonzero, float(nonzero.min()))
-        with np.errstate(over="ignore"):
-            half = a.astype(np.float16)
-        self.overflow += int(np.count_nonzero(np.isinf(half)))
-        self.flushed += int(np.count_nonzero((half == 0) & (a > 0)))
-        self.subnormal += int(np.count_nonzero((a > 0) & (a < FP16_MIN_NORMAL)))
+        if not np.isfinite(top):  # NaN or inf: counted in the size, measured on the finite values only
+            finite = np.isfinite(a)
+            self.size += int(a.size - np.count_nonzero(finite))
+            a = a[finite]
+            top = float(a.max()) if a.size else 0.0
+        self.size += int(a.size)
+        if top < FP32_MIN_NORMAL:
+            return  # nothing but zeros and FP32 denormals
+        self.max_abs = max(self.max_abs, top)
+        if top >= FP16_OVERFLOW:
+            self.overflow += int(np.count_nonzero(a >= FP16_OVERFLOW))
+        small = a < FP16_MIN_NORMAL
+        below = a[small]
+        below = below[below >= FP32_MIN_NORMAL]  # FP32 denormals: zeros to a GPU (flush-to-zero), no FP16 risk
+        a[small] = np.inf
+        self.min_nonzero = min(self.min_nonzero, float(a.min()), float(below.min()) if below.size else float("inf"))
+        self.subnormal += int(below.size)
+        self.flushed += int(np.count_nonzero(below <= FP16_FLUSHED))  # 2^-25 ties to 0, above it to 2^-24
 
     def add_counts(self, size: int, max_abs: float, min_nonzero: float, subnormal: int, flushed: int,
                    overflow: int = 0) -> None:

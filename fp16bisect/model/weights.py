@@ -39,7 +39,11 @@ ALIGN = 64
 EXTERNAL = TensorProto.EXTERNAL
 
 _alive: list = []  # stores live to the end of the process (see Store)
-_directories: set[str] = set()  # their directories
+
+
+def _directories() -> set[str]:
+    """The work directories of the live stores."""
+    return {str(store.directory) for store in _alive}
 
 
 def return_freed_memory() -> None:
@@ -81,10 +85,10 @@ def array(tensor: TensorProto) -> np.ndarray:
         return onnx.numpy_helper.to_array(tensor)
     path, offset, _ = reference(tensor)
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
-    if int(np.prod(tensor.dims, dtype=np.int64)) == 0:
+    count = int(np.prod(tensor.dims, dtype=np.int64))
+    if count == 0:
         return np.zeros(tuple(tensor.dims), dtype)
     # a map of its own, unmapped with the array: pages read through it leave this process's RSS then
-    count = int(np.prod(tensor.dims, dtype=np.int64))
     return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(count,)).reshape(tuple(tensor.dims))
 
 
@@ -100,7 +104,6 @@ class Store:
         self.directory = Path(tempfile.mkdtemp(prefix=".fp16bisect-weights-", dir=parent))
         self._cleanup = weakref.finalize(self, _remove, str(self.directory))
         _alive.append(self)
-        _directories.add(str(self.directory))
         self._files: dict[str, _Appender] = {}
         self._derived: dict[str, TensorProto] = {}
 
@@ -152,17 +155,18 @@ def alive() -> int:
 def _remove(directory: str) -> None:
     import shutil
 
-    _directories.discard(directory)
     shutil.rmtree(directory, ignore_errors=True)
 
 
 class _Appender:
-    def __init__(self, path: Path):
+    """Tensors appended to a binary file, each at an offset aligned to ``ALIGN`` bytes."""
+
+    def __init__(self, path: Path | str, file=None):
         self.path = str(path)
-        self._file = open(path, "ab")  # noqa: SIM115 (kept open while tensors are appended)
+        self._file = file or open(path, "ab")  # noqa: SIM115 (kept open while tensors are appended)
         self._size = 0
 
-    def append(self, data: bytes) -> tuple[str, int]:
+    def append(self, data) -> tuple[str, int]:
         pad = -self._size % ALIGN
         if pad:
             self._file.write(b"\0" * pad)
@@ -229,10 +233,12 @@ def external_initializers(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str 
     for t in external:
         path, _, length = reference(t)
         size[os.path.dirname(path)] = size.get(os.path.dirname(path), 0) + length
-    stores = [d for d in size if d in _directories]
+    stores = [d for d in size if d in _directories()]
     folder = stores[0] if stores else max(size, key=size.get)
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
+    import onnxruntime as ort
+
     names, values = [], []
     for t in copy.graph.initializer:
         if not is_external(t):
@@ -244,8 +250,6 @@ def external_initializers(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str 
                 if entry.key == "location":
                     entry.value = name
         else:
-            import onnxruntime as ort
-
             names.append(t.name)
             values.append(ort.OrtValue.ortvalue_from_numpy(np.array(array(t))))  # np.array: 0-d stays 0-d
     return copy, folder, (names, values)
@@ -257,7 +261,7 @@ def in_work_directory(model: onnx.ModelProto, name: str) -> Path | None:
     included) with no copy of a weight. None where that cannot be (no work directory among its folders, or a
     link that could not be made): the caller then writes a self-contained copy (``save``)."""
     copy, folder, (names, _) = external_initializers(model)
-    if folder is None or folder not in _directories or names:
+    if folder is None or folder not in _directories() or names:
         return None
     path = Path(folder) / name
     path.write_bytes(copy.SerializeToString())
@@ -267,7 +271,7 @@ def in_work_directory(model: onnx.ModelProto, name: str) -> Path | None:
 def _link(path: str, folder: str) -> str | None:
     """The name of a hard link to ``path`` in work directory ``folder`` (made once), None where none can be
     made (another file system, or ``folder`` is not a work directory)."""
-    if folder not in _directories:
+    if folder not in _directories():
         return None
     name = f"link-{abs(hash(path)):x}-{os.path.basename(path)}"
     target = os.path.join(folder, name)
@@ -313,10 +317,10 @@ def inline(model: onnx.ModelProto) -> onnx.ModelProto:
     copy.CopyFrom(model)
     for t in copy.graph.initializer:
         if is_external(t):
-            data = array(t)
+            raw = bytes(_raw(t))
             t.ClearField("data_location")
             del t.external_data[:]
-            t.raw_data = np.ascontiguousarray(data).tobytes()
+            t.raw_data = raw
     return copy
 
 
@@ -336,7 +340,7 @@ def save(model: onnx.ModelProto, path: str | Path, write=None, external: bool = 
     data_name = f"{path.name}.data"
 
     def fill(out) -> None:
-        offset = 0
+        data = _Appender(data_name, out)
         for t in copy.graph.initializer:
             if is_external(t):
                 view = _raw(t)
@@ -344,12 +348,7 @@ def save(model: onnx.ModelProto, path: str | Path, write=None, external: bool = 
                 view = memoryview(_inline_bytes(t))
             else:
                 continue
-            pad = -offset % ALIGN
-            out.write(b"\0" * pad)
-            offset += pad
-            out.write(view)
-            _refer(t, data_name, offset, len(view))
-            offset += len(view)
+            _refer(t, *data.append(view), len(view))
 
     write(path.parent / data_name, fill)  # the weights first, then the model that points to them
     write(path, lambda f: f.write(copy.SerializeToString()))

@@ -80,7 +80,7 @@ class Emulation:
         self.types, self.shapes = _types_and_shapes(graph)
         self._names = 0
         self._rounded: dict[str, str] = {}  # tensor -> name of r(tensor) (shared by its Where sites)
-        self._halves: dict[str, str] = {}  # constant -> its FP16 initializer (where the rule is not a cast)
+        self._halves: dict[str, str] = {}  # weight -> its FP16 initializer (the writer's copy)
         originals = list(g.node)
         del g.node[:]
         self._out = g.node

@@ -184,10 +184,10 @@ def batchnorm_fold(graph, node) -> BatchNormFold | None:
         return None
     scale, shift = fold_batchnorm(values, attrs.get("epsilon", 1e-5))
     shape = [scale.size] + [1] * (rank - 2)
-    found = tuple(c for c in (conversion(f"{node.id}/folded_scale", scale, (node.id,)),
-                              conversion(f"{node.id}/folded_shift", shift, (node.id,))) if c is not None)
-    return BatchNormFold(constant_to_fp16(scale).reshape(shape), constant_to_fp16(shift).reshape(shape), reason,
-                         found)
+    (half_scale, on_scale), (half_shift, on_shift) = (convert(v, f"{node.id}/folded_{what}", (node.id,))
+                                                      for what, v in (("scale", scale), ("shift", shift)))
+    found = tuple(c for c in (on_scale, on_shift) if c is not None)
+    return BatchNormFold(half_scale.reshape(shape), half_shift.reshape(shape), reason, found)
 
 
 def unstorable(stats) -> str | None:

@@ -71,8 +71,8 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
             listener: Listener, backend_options: dict | None = None, *, repeats: int = 1,
             journal_path: str | None = None, restart: bool = False, parallel=None, workdir: str | None = None,
             defer_references: bool = False):
-    """Model, samples, backend and oracle. The model's weights are written once to a temporary work directory in
-    ``workdir`` (default: the system's), removed at exit. ``defer_references``: the caller computes the FP32
+    """Model, samples, backend and oracle. The FP16 copies of the model's weights are written, when first needed,
+    to a temporary work directory in ``workdir`` (default: the system's), removed at exit. ``defer_references``: the caller computes the FP32
     references (with the FP32 profile), unless evaluations run elsewhere (they take the samples now). With ``journal_path``, evaluations are journaled there and a
     journal of the same search is replayed (``restart`` discards it). ``parallel`` (fp16bisect.parallel.Parallel):
     the oracle evaluates independent plans on worker processes or Ray tasks; close it with ``close``."""

@@ -191,7 +191,8 @@ def add_fp32_references(graph: Graph, samples: list[Sample], computed: list[Samp
         names = [o.name for o in graph.outputs]
         for s in todo:
             s.reference = dict(zip(names, run(sess, names, s.inputs, f"the model in FP32 on {s.source!r}")))
-    for s in [*todo, *(c for c in computed if not any(c is t for t in todo))]:
+    done = {id(s) for s in todo}
+    for s in [*todo, *(c for c in computed if id(c) not in done)]:
         for name, value in s.reference.items():
             if np.issubdtype(value.dtype, np.floating) and np.isnan(value).any():
                 bad = _nonfinite_inputs(s)

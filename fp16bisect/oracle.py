@@ -28,9 +28,10 @@ failed, exit 125, an ignored pin, outputs that do not fit, a worker that died).
 The third is data (``Reason``: a kind, the message, the ignored pins), never
 evidence: ``Oracle(plan)`` answers True, False or None, and the search calls a
 set 1-minimal only where every removal answered False. When more than half of
-the plans asked (at least ``UNEVALUABLE_AFTER``) could not be evaluated and none
-passed, the judge itself is broken (a command that cannot run the file, a
-TensorRT that cannot build): the oracle stops with ``JudgeBroken`` (exit 2)
+the plans asked (at least ``UNEVALUABLE_AFTER``) could not be evaluated, none
+passed and not even all-FP16 (which pins nothing) was judged, the judge itself
+is broken (a command that cannot run the file, a TensorRT that cannot build):
+the oracle stops with ``JudgeBroken`` (exit 2)
 naming the first reason, rather than build on for hours with nothing to end on.
 Once a plan has passed, the search can always end on a passing set, so it goes
 on, and names the members it could not verify.
@@ -212,7 +213,8 @@ class Oracle:
     def _check_judge(self) -> None:
         """Stop when more than half of the plans asked could not be evaluated (module docstring)."""
         asked, lost = len(self.history), self.build_failures
-        if asked >= UNEVALUABLE_AFTER and 2 * len(lost) > asked and not any(e.passed for e in self.history):
+        works = any(e.passed or (not e.plan and e.reason is None) for e in self.history)  # a pass, or all-FP16 judged
+        if asked >= UNEVALUABLE_AFTER and 2 * len(lost) > asked and not works:
             first = lost[0]
             raise JudgeBroken(
                 f"{len(lost)} of {asked} plans could not be evaluated on the {self.backend.name} backend and none "

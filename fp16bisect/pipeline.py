@@ -272,23 +272,23 @@ def _prior(graph, oracle, prof, listener, output, choice, restart) -> Prior | No
 
 
 def effect_ranking(graph, chosen, oracle, prof, listener):
-    """On the emulate backend: a function ranking the candidates after the suspects by the output error each
-    causes alone in FP16 (ranking.py), which the search calls only when no suspect prefix explains the failure
-    (accumulated rounding). None on other backends (there the prior brings the ranking)."""
+    """On the emulate backend: a function ranking every candidate by the output error each causes alone in
+    FP16 (ranking.py), which the search calls only when no suspect prefix explains the failure (accumulated
+    rounding). None on other backends (there the prior brings the ranking)."""
     from .backends.emulate import EmulateBackend
 
     if chosen.name != "emulate":
         return None
 
-    def rest() -> list:
-        listener.stage(f"no suspect prefix explains the failure: ranking {len(prof.order) - prof.suspects} "
-                       "candidate(s) by the output error each causes alone in FP16")
+    def ranked() -> list:
+        listener.stage(f"no suspect prefix explains the failure: ranking the {len(prof.order)} candidate(s) by "
+                       "the output error each causes alone in FP16")
         # on an emulator of our own unless ``chosen`` is one: these runs are not evaluations of the search
         runner = chosen if isinstance(chosen, EmulateBackend) else EmulateBackend(graph)
-        rest = prof.order[prof.suspects:]
-        return ranking.by_effect(rest, ranking.effects(runner, oracle.samples, oracle.tolerance, oracle.outputs, rest))
+        measured = ranking.effects(runner, oracle.samples, oracle.tolerance, oracle.outputs, prof.order)
+        return ranking.by_effect(prof.order, measured)
 
-    return rest
+    return ranked
 
 
 def _search(graph, chosen, oracle, tolerance, listener, output, noise, prof, prior, start) -> Outcome:
@@ -310,7 +310,7 @@ def _search(graph, chosen, oracle, tolerance, listener, output, noise, prof, pri
     else:
         listener.stage(f"searching on the {chosen.name} backend ({prof.suspects} suspect(s) first)")
         result = search(ids, oracle, order=prof.order, suspects=prof.suspects,
-                        rest_order=effect_ranking(graph, chosen, oracle, prof, listener), **common)
+                        reorder=effect_ranking(graph, chosen, oracle, prof, listener), **common)
     said = {frozenset(): "the all-FP16 plan", **({frozenset(prior.fp32): "the emulator's set"} if prior else {})}
     for plan, what in said.items():
         evaluation = oracle.memo.get(plan)

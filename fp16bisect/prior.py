@@ -120,6 +120,7 @@ def run(graph, backend, samples, tolerance, outputs, prof, listener, *, header: 
     listener.stage(f"prior: searching on the emulate backend first ({prof.suspects} suspect(s) first)")
     # the search ends with every single removal of its set evaluated, as the expensive backend will check it
     result = search(ids, oracle, order=order, suspects=prof.suspects,
+                    reorder=lambda: ranking.by_effect(prof.order, measured),
                     on_step=lambda step, progress: listener.step(
                         step, {**progress, "backend": LABEL, "replayed": step.plan in oracle.replayed}))
     if result.status == "fp32_fails":

@@ -50,10 +50,22 @@ def offending(paths, banned) -> list[str]:
     )
 
 
-def test_the_search_imports_nothing_but_the_standard_library():
-    found = imports(PACKAGE / "search.py")
+SEARCH = ["search", "search_memo", "search_lookahead", "search_progress"]  # the algorithm and what is beside it
+
+
+def test_the_search_imports_nothing_but_the_standard_library_and_its_own_modules():
     allowed = set(sys.stdlib_module_names) | {"__future__"}
-    assert found and not [m for m in found if m.split(".")[0] not in allowed], found
+    own = {f"fp16bisect.{m}" for m in SEARCH} | {"fp16bisect"}
+    for name in SEARCH:
+        found = imports(PACKAGE / f"{name}.py")
+        bad = [m for m in found if m.split(".")[0] not in allowed and not any(m == o or m.startswith(o + ".")
+                                                                               for o in own)]
+        assert found and not bad, (name, bad)
+
+
+def test_the_search_is_short():
+    """One algorithm that reads like its references; progress, look-ahead and the record live beside it."""
+    assert len((PACKAGE / "search.py").read_text().splitlines()) <= 400
 
 
 def test_importing_the_search_loads_no_onnx_numpy_or_tensorrt():

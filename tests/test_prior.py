@@ -68,9 +68,11 @@ def test_from_a_prior_the_result_passes_and_is_one_minimal_on_the_judging_oracle
     assert set(result.fp32) == judged  # a conjunctive oracle has exactly one 1-minimal set
     assert set(result.added) == judged - emulated and set(result.dropped) == emulated - judged
     assert result.agreed is (judged == emulated)
+    assert test.plans[0] == frozenset()  # all-FP16 first, on the judge: no other verdict implies it there
     if judged == emulated:
-        assert result.evaluations == len(emulated) + 1  # S, then S - {m} for each member: nothing else
-        assert frozenset() not in test.plans and frozenset(ids) not in test.plans or len(emulated) in (1, len(ids))
+        # all-FP16, S, then S - {m} for each member (for one member that is all-FP16 again): nothing else
+        assert result.evaluations == len(emulated) + 2 - (len(emulated) == 1)
+        assert frozenset(ids) not in test.plans or len(emulated) == len(ids)
 
 
 @settings(max_examples=150, deadline=None)
@@ -100,7 +102,7 @@ def test_on_a_non_monotone_judge_the_result_still_passes_and_every_removal_fails
         assert "contradicted monotonicity" in result.minimality
 
 
-def test_agreement_costs_k_plus_1_evaluations_in_two_rounds_when_batched():
+def test_agreement_costs_k_plus_2_evaluations_in_one_round_when_batched():
     culprits = frozenset({3, 17, 42, 99})
     batches = []
 
@@ -111,7 +113,8 @@ def test_agreement_costs_k_plus_1_evaluations_in_two_rounds_when_batched():
     result = search(range(100), lambda p: culprits <= p, order=sorted(culprits) + [i for i in range(100) if i not in
                     culprits], start=culprits, test_many=test_many, width=8)
     assert result.agreed and set(result.fp32) == culprits
-    assert result.evaluations == 5 and result.rounds == 2 and batches == [4]
+    # all-FP16, S and S's four removals: the answers the search expects, speculated together
+    assert result.evaluations == 6 and result.rounds == 1 and batches == [6]
 
 
 def test_a_start_set_of_unknown_ids_is_refused():
@@ -130,7 +133,7 @@ def test_a_pin_the_judge_ignores_costs_one_evaluation_when_the_emulator_offers_t
     """The emulator passes with {1, 2, 3}, or with 40 and 41 standing in for 1; the judge ignores the pin on 1
     (a fused layer, no FP32 kernel). The prior's alternatives (one per member: 2 and 3 have none) hold
     {2, 3, 40, 41}: S fails, the alternative passes, its four removals fail: 6 evaluations, where searching for
-    additions on top of S takes more."""
+    additions on top of S takes more (all-FP16 first: 7)."""
     def emulator(plan):
         return {1, 2, 3} <= plan or {2, 3, 40, 41} <= plan
 
@@ -143,10 +146,10 @@ def test_a_pin_the_judge_ignores_costs_one_evaluation_when_the_emulator_offers_t
                     alternatives=lambda failed: [{2, 3, 40, 41}])
     assert set(result.fp32) == {2, 3, 40, 41} and result.added == (40, 41) and result.dropped == (1,)
     assert_passes_and_one_minimal(result, judge)
-    assert test.plans[:2] == [{1, 2, 3}, {2, 3, 40, 41}] and result.evaluations == 6
-    assert [s.phase for s in result.trace[:2]] == ["start", "alternative"]
+    assert test.plans[:3] == [frozenset(), {1, 2, 3}, {2, 3, 40, 41}] and result.evaluations == 7
+    assert [s.phase for s in result.trace[:3]] == ["precondition", "start", "alternative"]
     without = search(range(100), Counted(judge), order=order, start={1, 2, 3})
-    assert set(without.fp32) == {2, 3, 40, 41} and without.evaluations > 6 + 4
+    assert set(without.fp32) == {2, 3, 40, 41} and without.evaluations > 7 + 3
 
 
 def test_alternatives_are_asked_only_when_the_start_set_fails():
@@ -240,17 +243,17 @@ def read(out):
     return json.loads(out.read_text())
 
 
-def test_when_the_engine_agrees_it_builds_k_plus_1_plans_and_never_all_fp16(engine, tmp_path, capsys):
+def test_when_the_engine_agrees_it_builds_k_plus_2_plans_all_fp16_first(engine, tmp_path, capsys):
     out = tmp_path / "o.json"
     code, stdout, err = run(capsys, *LN, "-o", out)
     assert code == 0
     data = read(out)
     assert sorted(n["name"] for n in data["fp32_nodes"]) == ["ln1_square", "ln1_var"]
-    assert data["search"]["evaluations"] == 3 and len(engine.runs) == 3
-    assert frozenset() not in engine.runs  # the failing S - {m} implies all-FP16 fails
+    assert data["search"]["evaluations"] == 4 and len(engine.runs) == 4
+    assert engine.runs[0] == frozenset()  # on a judge that is not monotone no other verdict implies it
     assert data["prior"]["agreed"] is True and data["prior"]["fp32"] == ["ln1_square", "ln1_var"]
     assert data["prior"]["added"] == [] == data["prior"]["dropped"] and data["prior"]["evaluations"] == 4
-    assert data["metrics"]["fp16_backend"] == "emulate (prior)" and not data["metrics"]["fp16"]["y"]["passed"]
+    assert data["metrics"]["fp16_backend"] == "engine" and not data["metrics"]["fp16"]["y"]["passed"]
     assert data["search"]["minimality"] == "each removal evaluated and failed"
     assert "on emulate (prior):" in err and "evaluation 1 on engine:" in err and "engine agrees" in err
     assert "the engine backend agreed" in stdout
@@ -264,9 +267,9 @@ def test_an_engine_that_rounds_fewer_tensors_drops_what_it_does_not_need(engine,
     assert [n["name"] for n in data["fp32_nodes"]] == ["ln1_square"]
     assert data["prior"]["agreed"] is False and data["prior"]["dropped"] == ["ln1_var"]
     assert data["search"]["minimal"] is True and data["search"]["minimality"] == "each removal evaluated and failed"
-    # S, then one removal at a time, least suspicious first: without ln1_var it passes, so ln1_var goes at once;
-    # then the removal of what is left (all-FP16), which fails: 3 builds
-    assert engine.runs == [{"ln1_square", "ln1_var"}, {"ln1_square"}, frozenset()]
+    # all-FP16, S, then one removal at a time, least suspicious first: without ln1_var it passes, so ln1_var
+    # goes at once; the removal of what is left is all-FP16, known: 3 builds
+    assert engine.runs == [frozenset(), {"ln1_square", "ln1_var"}, {"ln1_square"}]
 
 
 def test_an_engine_that_rounds_more_gets_a_set_that_passes_and_is_one_minimal_there(engine, tmp_path, capsys):
@@ -280,10 +283,10 @@ def test_an_engine_that_rounds_more_gets_a_set_that_passes_and_is_one_minimal_th
     assert "branch0" in prior["fp32"] and prior["agreed"] is False
     assert len(found) == 7 and "branch0" not in found and found <= {f"branch{i}" for i in range(10)}
     assert prior["dropped"] == ["branch0"] and len(prior["added"]) == 1
-    # the emulator's alternative for branch0 (S - {branch0} + another branch; S's first member, so the first
-    # alternative of its size) was the first plan after S; then its 7 removals, one at a time: 9 engine builds
+    # all-FP16; the emulator's alternative for branch0 (S - {branch0} + another branch; S's first member, so the
+    # first alternative of its size) was the first plan after S; then its 7 removals, one at a time: 10 builds
     assert prior["alternatives"]["used"] is True and prior["alternatives"]["evaluated"] == 1
-    assert prior["alternatives"]["members"] == 7 and data["search"]["evaluations"] == 9 == len(engine.runs)
+    assert prior["alternatives"]["members"] == 7 and data["search"]["evaluations"] == 10 == len(engine.runs)
     judge = Engine(pipeline.Graph.load(SAMPLES / "accumulation.onnx"))
     oracle = pipeline.Oracle(judge, pipeline.load_samples(judge.inner.graph, [ACC[3]]), Tolerance(0.4, 0), ["y"])
     pipeline.add_fp32_references(judge.inner.graph, oracle.samples)
@@ -293,8 +296,8 @@ def test_an_engine_that_rounds_more_gets_a_set_that_passes_and_is_one_minimal_th
 def test_when_two_pins_have_no_effect_the_failed_plans_name_them(engine, tmp_path, capsys):
     """Pins on branch0 and branch1 both have no effect on the engine: each one-member alternative still holds
     the other, so all 7 fail. Every failed plan holds branch0 or branch1 (a hitting set of two), so the next
-    round guesses both and the emulator's answer without them passes: S, 7 alternatives, the guess, its 7
-    removals."""
+    round guesses both and the emulator's answer without them passes: all-FP16, S, 7 alternatives, the guess,
+    its 7 removals."""
     engine.forced = frozenset({"branch0", "branch1"})
     out = tmp_path / "o.json"
     code, stdout, err = run(capsys, *ACC, "-o", out)
@@ -304,7 +307,7 @@ def test_when_two_pins_have_no_effect_the_failed_plans_name_them(engine, tmp_pat
     assert found == {f"branch{i}" for i in range(2, 9)} and data["prior"]["dropped"] == ["branch0", "branch1"]
     alternatives = data["prior"]["alternatives"]
     assert alternatives["rounds"] == 2 and alternatives["evaluated"] == 8 and alternatives["used"] is True
-    assert data["search"]["evaluations"] == 1 + 7 + 1 + 7 == len(engine.runs)
+    assert data["search"]["evaluations"] == 1 + 1 + 7 + 1 + 7 == len(engine.runs)
 
 
 def test_when_the_emulator_needs_nothing_one_engine_build_confirms_it(engine, tmp_path, capsys):

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fp16bisect.search import SearchError, quickxplain_bound, search
+from fp16bisect.search import SearchError, group_testing_bound, quickxplain_bound, search
 
-PHASES = {"precondition", "suspects", "split", "verify", "minimality"}
+PHASES = {"precondition", "suspects", "grow", "reduce", "verify", "minimality"}
 
 
 class Recorder:
@@ -88,8 +88,8 @@ def test_planted_culprits_are_found_exactly_within_the_budget(case):
     assert list(result.fp32) == sorted(culprits, key=order.index)
     rec.check_bookkeeping(result)
 
-    if k == 1:  # one overflow site: a plain binary search
-        assert result.evaluations <= math.ceil(math.log2(n)) + 3
+    if k == 1:  # one culprit, no useful order: QuickXplain's descent, at most two questions a level
+        assert result.evaluations <= 2 * math.ceil(math.log2(n)) + 2
     if k * k <= n:
         assert result.evaluations <= quickxplain_bound(n, k) + 3
     # + k where members are dense: every removal of the answer is evaluated directly (no witness trusted)
@@ -117,7 +117,7 @@ def test_dense_culprit_sets_including_everything(n, data):
 def test_planted_sweep_large_n(block):
     """Seeded sweep so large n and all k up to 12 are covered every run."""
     rng = random.Random(1000 + block)
-    total, bisection = 0, 0.0
+    total, lower = 0, 0.0
     for _ in range(40):
         n = rng.randint(500, 5000)
         k = rng.randint(1, 12)
@@ -129,10 +129,10 @@ def test_planted_sweep_large_n(block):
         rec.check_bookkeeping(result)
         assert result.evaluations <= quickxplain_bound(n, k) + 3  # k*k <= n here
         total += result.evaluations
-        bisection += k * (math.log2(n) + 2) + 2
-    # sparse sets: on average no dearer than one binary search per member plus the direct evaluation of its
-    # removal (QuickXplain alone, witnesses trusted, costs about 5% more than the binary searches alone)
-    assert total <= bisection
+        lower += group_testing_bound(n, k) + k + 2
+    # sparse sets, no useful order: on average within 1.5x of the group-testing bound plus what no search
+    # avoids (the two preconditions, and each member's removal evaluated); measured 1.32x to 1.36x
+    assert total <= 1.5 * lower
 
 
 def test_non_integer_ids_work():
@@ -396,21 +396,22 @@ def test_every_removal_of_the_answer_is_evaluated(n, k, seed):
 
 
 def test_a_removal_that_monotonicity_would_imply_is_evaluated_and_dropped():
-    """Passes iff node 0 is in FP32 and nodes 1, 2 are not (or everything).
-    Bisection finds {0, 3}; {0, 1} failing 'implies' that dropping 3 fails,
-    which is only true under monotonicity. The search evaluates {0}, sees it
-    pass, drops 3 and checks {0}'s own removal: the answer is {0}, 1-minimal."""
+    """Passes iff node 2 is in FP32 and nodes 0, 1 are not (or everything). QuickXplain keeps 3 because
+    {0, 1, 2} failed, which "implies" that {2} fails only under monotonicity. The final reduction evaluates
+    {2}, sees it pass, drops 3 and checks {2}'s own removal: the answer is {2}, 1-minimal."""
     everything = frozenset(range(4))
 
     def oracle(plan):
-        return plan == everything or (0 in plan and not plan & {1, 2})
+        return plan == everything or (2 in plan and not plan & {0, 1})
 
     rec = Recorder(oracle)
     checked = search(list(range(4)), rec, order=[0, 1, 2, 3])
     rec.check_bookkeeping(checked)
-    assert frozenset({0}) in rec.calls and frozenset({3}) in rec.calls and frozenset() in rec.calls
-    assert checked.fp32 == (0,) and checked.minimal and checked.passed
+    assert [s.plan for s in checked.trace if s.phase == "reduce"][-2:] == [frozenset({0, 1, 3}), frozenset({2, 3})]
+    assert rec.answers[frozenset({0, 1, 2})] is False and rec.answers[frozenset({2})] is True
+    assert checked.fp32 == (2,) and checked.minimal and checked.passed
     assert checked.minimality.startswith("each removal evaluated and failed")
+    assert checked.contradictions  # {2} passed, its superset {0, 1, 2} failed: said
     assert_one_minimal(frozenset(checked.fp32), oracle)
 
 
@@ -541,8 +542,8 @@ def test_batched_minimality_checks_give_the_same_set_in_fewer_rounds(n, k, width
     assert many.fp32 == one.fp32 and set(many.fp32) == culprits and many.minimal
     assert one.rounds == one.evaluations and many.rounds <= one.rounds
     assert max(s.round for s in many.trace) == many.rounds
-    checks = [s for s in many.trace if s.phase == "minimality"]
-    assert len({s.round for s in checks}) == math.ceil(len(checks) / width)  # the removals went out together
+    if one.evaluations > 1:  # all-FP16 goes out with the plan the search asks next if it fails, at least
+        assert many.rounds < one.rounds
 
 
 # 6. Three verdicts: plans that cannot be evaluated (None) are never evidence

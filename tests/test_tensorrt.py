@@ -634,11 +634,11 @@ def test_search_on_the_tensorrt_backend_pins_through_metadata_and_finds_the_culp
     assert list(data["exports"])[0] == "strongly_typed"  # the route TensorRT must honour, first
 
 
-def test_with_a_prior_the_noise_is_measured_on_its_set_and_all_fp16_is_never_built(
+def test_with_a_prior_the_noise_is_measured_on_its_set_and_its_first_engine_is_kept(
         trt, engines_run_as_built, tmp_path, capsys):
-    """The emulator's set S is the first plan the search builds: building it twice for the noise keeps the
-    first engine as S's own. An agreeing prior then costs k + 1 evaluations and, since builds vary, one fresh
-    build of the answer (the recheck): k + 3 builds in all, none of all-FP16 (it was k + 4 with all-FP16's)."""
+    """The emulator's set S is the first plan the search builds after all-FP16: building it twice for the noise
+    keeps the first engine as S's own. An agreeing prior then costs k + 2 evaluations (all-FP16 on the judge,
+    S, its k removals) and, since builds vary, one fresh build of the answer (the recheck): k + 4 builds."""
     from fp16bisect.cli import main
 
     out = tmp_path / "o.json"
@@ -649,9 +649,10 @@ def test_with_a_prior_the_noise_is_measured_on_its_set_and_all_fp16_is_never_bui
     data = json.loads(out.read_text())
     assert sorted(n["name"] for n in data["fp32_nodes"]) == ["ln1_square", "ln1_var"]
     assert data["prior"]["agreed"]
-    assert [s["phase"] for s in data["search"]["trace"]] == ["start", "certify", "certify", "recheck"]
+    assert [s["phase"] for s in data["search"]["trace"]] == ["precondition", "start", "minimality", "minimality",
+                                                             "recheck"]
     assert "building the engine of the prior's set (2 node(s) in FP32) twice" in err
-    assert len(trt._builds) == 5  # S twice (the first is its evaluation), its 2 removals, S afresh
+    assert len(trt._builds) == 6  # S twice (the first is its evaluation), all-FP16, S's 2 removals, S afresh
     assert data["backend"]["build_noise"] == {"y": 0.0}
 
 

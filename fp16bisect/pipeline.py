@@ -389,7 +389,7 @@ def ignored_pins(oracle: Oracle) -> list[dict]:
     """Weakly typed TensorRT builds whose FP32 pins TensorRT ignored: node, the engine layer it was fused
     into, and the plan (not counted as evidence). Read from the evaluations' reasons, so a resumed search
     lists those of the replayed evaluations too."""
-    return [{"node": node, "layer": layer, "fp32": sorted(e.plan)}
+    return [{"node": node, "layer": layer, "fp32": plan_json(e.plan)}
             for e in oracle.build_failures for node, layer in e.reason.pins]
 
 
@@ -410,6 +410,30 @@ def unverified(o: Outcome) -> list[dict]:
         reason = evaluation.reason if evaluation is not None and evaluation.reason is not None else None
         found.append({"node": member, "reason": reason.to_json() if reason else {"kind": "unknown", "message": ""}})
     return found
+
+
+# The override file stays small whatever the search met (pipelines read it, CI stores it): lists of plans are
+# capped to their first EXAMPLES entries ("<key>_total" says how many there were), a plan is listed in full up to
+# PLAN_IDS ids, the trace to TRACE_LIMIT steps. The journal keeps everything.
+EXAMPLES, PLAN_IDS, TRACE_LIMIT = 10, 64, 1000
+
+
+def plan_json(plan) -> list | dict:
+    """A plan's ids, or for a large plan how many it holds."""
+    return sorted(plan) if len(plan) <= PLAN_IDS else {"ids": len(plan), "listed_in": "the journal"}
+
+
+def capped(key: str, items: list, limit: int = EXAMPLES) -> dict:
+    """``key``: the first ``limit`` items; ``<key>_total``: how many there were, when some were left out."""
+    return {key: items} if len(items) <= limit else {key: items[:limit], f"{key}_total": len(items)}
+
+
+def contradictions_json(found: list) -> dict:
+    """How often the judge contradicted monotonicity, and the first examples as node-id differences: a plan that
+    passed and what its failing superset added (nothing: the same plan failed when evaluated again)."""
+    return {"count": len(found), "examples": [
+        {"passed_ids": len(small), "failed_adding": sorted(big - small), "same_plan_failed_again": small == big}
+        for small, big in found[:EXAMPLES]]}
 
 
 def overrides_json(o: Outcome, versions: dict, output: str | None = None) -> dict:
@@ -440,19 +464,22 @@ def overrides_json(o: Outcome, versions: dict, output: str | None = None) -> dic
             "rounds": result.rounds,  # batches that waited on each other (== evaluations with --jobs 1)
             "jobs": o.oracle.width,  # plans evaluated at once
             "repeats": o.oracle.repeats,
-            "flaky": [sorted(e.plan) for e in o.oracle.flaky],
+            **capped("flaky", [plan_json(e.plan) for e in o.oracle.flaky]),
             "minimal": result.minimal,
             "minimality": result.minimality,
             # members kept because their removal could not be evaluated: why, from that evaluation
             "unverified": unverified(o),
             "unevaluable": len(o.oracle.build_failures),
             "verified": result.passed,
-            "contradictions": [[sorted(a), sorted(b)] for a, b in result.contradictions],
+            "contradictions": contradictions_json(result.contradictions),
             "seconds": round(o.seconds, 3),
-            "trace": [{"fp32": len(s.plan), "passed": s.passed, "phase": s.phase, "round": s.round}
-                      for s in result.trace],
-            "build_failures": [{"fp32": sorted(e.plan), "error": e.error} for e in o.oracle.build_failures],
-            "ignored_pins": ignored_pins(o.oracle),
+            **capped("trace", [{"fp32": len(s.plan), "passed": s.passed, "phase": s.phase, "round": s.round}
+                               for s in result.trace], TRACE_LIMIT),
+            **capped("build_failures", [{"fp32": plan_json(e.plan), "error": e.error}
+                                        for e in o.oracle.build_failures]),
+            **capped("ignored_pins", ignored_pins(o.oracle)),
+            # every evaluation in full (plans, verdicts, errors, metrics): the journal, when -o was given
+            "journal": journal_path(output) if output else None,
         },
         "prior": prior_json(o),
         # fp32 is null when the search never needed the all-FP32 plan (a passing plan implies it); fp16 comes

@@ -60,7 +60,7 @@ class Ask:
 
     def passing(self) -> list[frozenset]:
         """Plans seen to pass (and hypothetically passing, when speculating)."""
-        known = dict(self.memo.results, **(self.hypothesis or {}))
+        known = {**self.memo.results, **(self.hypothesis or {})}
         return [plan for plan, passed in known.items() if passed]
 
     def once(self, key, compute):

@@ -1,5 +1,7 @@
 """The search end to end on the sample models, checked against the oracle directly."""
 
+import json
+
 import pytest
 from conftest import SAMPLES
 
@@ -84,3 +86,86 @@ def test_an_all_fp32_plan_that_fails_to_build_is_a_clear_error(known, monkeypatc
     monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, **_: FailingBuilds(graph, lambda p: "ln1_var" in p))
     with pytest.raises(UsageError, match="all-FP32 plan could not be built on the emulate backend: Error Code 1"):
         searched("transformer_block", known)
+
+
+def test_a_plan_that_fails_to_build_counts_as_failing_and_is_reported(known, monkeypatch):
+    import fp16bisect.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, **_: FailingBuilds(graph, lambda p: not p))
+    outcome = searched("transformer_block", known)  # the all-FP16 engine cannot be built
+    assert sorted(outcome.result.fp32) == ["ln1_square", "ln1_var"]
+    assert outcome.data["search"]["build_failures"] == [
+        {"fp32": [], "error": "Error Code 1: Myelin (cannot compile a plan of 0 FP32 node(s))"}]
+
+
+def test_an_all_fp32_plan_that_fails_to_build_is_a_clear_error(known, monkeypatch):
+    import fp16bisect.pipeline as pipeline
+    from fp16bisect.errors import UsageError
+
+    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, **_: FailingBuilds(graph, lambda p: "ln1_var" in p))
+    with pytest.raises(UsageError, match="all-FP32 plan could not be built on the emulate backend: Error Code 1"):
+        searched("transformer_block", known)
+
+
+def test_the_override_file_keeps_contradictions_and_failures_short(known, monkeypatch, tmp_path):
+    """Contradictions become a count and the first few as node-id differences (not two full plans); lists of
+    failed plans keep their first entries and their total; a large plan is a count. The journal keeps all."""
+    import fp16bisect.pipeline as pipeline
+
+    big = frozenset(f"n{i}" for i in range(300))
+    found = [(big - {f"n{i}", f"n{i + 1}"}, big) for i in range(25)] + [(big, big)]
+    written = pipeline.contradictions_json(found)
+    assert written["count"] == 26 and len(written["examples"]) == pipeline.EXAMPLES
+    assert written["examples"][0] == {"passed_ids": 298, "failed_adding": ["n0", "n1"],
+                                      "same_plan_failed_again": False}
+    assert len(str(written)) < 2000  # two full plans of 300 ids each, 26 times, were ~200 KB
+
+    spec = known["transformer_block"]
+    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, **_: FailingBuilds(graph, lambda p: not p))
+    outcome = searched("transformer_block", known)  # the all-FP16 engine cannot be built
+    assert sorted(outcome.result.fp32) == ["ln1_square", "ln1_var"]
+    assert outcome.data["search"]["build_failures"] == [
+        {"fp32": [], "error": "Error Code 1: Myelin (cannot compile a plan of 0 FP32 node(s))"}]
+
+
+def test_an_all_fp32_plan_that_fails_to_build_is_a_clear_error(known, monkeypatch):
+    import fp16bisect.pipeline as pipeline
+    from fp16bisect.errors import UsageError
+
+    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, **_: FailingBuilds(graph, lambda p: "ln1_var" in p))
+    with pytest.raises(UsageError, match="all-FP32 plan could not be built on the emulate backend: Error Code 1"):
+        searched("transformer_block", known)
+
+
+def test_the_override_file_keeps_contradictions_and_failures_short(known, monkeypatch, tmp_path):
+    """Contradictions become a count and the first few as node-id differences (not two full plans); lists of
+    failed plans keep their first entries and their total; a large plan is a count. The journal keeps all."""
+    import fp16bisect.pipeline as pipeline
+
+    big = frozenset(f"n{i}" for i in range(300))
+    found = [(big - {f"n{i}", f"n{i + 1}"}, big) for i in range(25)] + [(big, big)]
+    written = pipeline.contradictions_json(found)
+    assert written["count"] == 26 and len(written["examples"]) == pipeline.EXAMPLES
+    assert written["examples"][0] == {"passed_ids": 298, "failed_adding": ["n0", "n1"],
+                                      "same_plan_failed_again": False}
+    assert len(str(written)) < 2000  # two full plans of 300 ids each, 26 times, were ~200 KB
+
+    spec = known["transformer_block"]
+    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, **_: FailingBuilds(
+        graph, lambda plan: 0 < len(plan) < 30))
+    monkeypatch.setattr(pipeline, "PLAN_IDS", 3)
+    out = tmp_path / "o.json"
+    outcome = search_model(str(SAMPLES / "transformer_block.onnx"), [str(SAMPLES / "transformer_block.npz")],
+                           tolerance=Tolerance(atol=spec["atol"], rtol=spec["rtol"]), output=str(out))
+    failures = outcome.oracle.build_failures
+    search = outcome.data["search"]
+    assert len(failures) > pipeline.EXAMPLES and search["build_failures_total"] == len(failures)
+    assert len(search["build_failures"]) == pipeline.EXAMPLES
+    for entry, failed in zip(search["build_failures"], failures):
+        assert entry["fp32"] == (sorted(failed.plan) if len(failed.plan) <= 3 else
+                                 {"ids": len(failed.plan), "listed_in": "the journal"})
+    assert search["journal"] == str(tmp_path / "o.journal.jsonl")
+    journaled = (tmp_path / "o.journal.jsonl").read_text()
+    assert all(f'"plan": {json.dumps(sorted(e.plan))}' in journaled for e in failures)  # in full there
+
+

@@ -88,55 +88,6 @@ def test_an_all_fp32_plan_that_fails_to_build_is_a_clear_error(known, monkeypatc
         searched("transformer_block", known)
 
 
-def test_a_plan_that_fails_to_build_counts_as_failing_and_is_reported(known, monkeypatch):
-    import fp16bisect.pipeline as pipeline
-
-    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, **_: FailingBuilds(graph, lambda p: not p))
-    outcome = searched("transformer_block", known)  # the all-FP16 engine cannot be built
-    assert sorted(outcome.result.fp32) == ["ln1_square", "ln1_var"]
-    assert outcome.data["search"]["build_failures"] == [
-        {"fp32": [], "error": "Error Code 1: Myelin (cannot compile a plan of 0 FP32 node(s))"}]
-
-
-def test_an_all_fp32_plan_that_fails_to_build_is_a_clear_error(known, monkeypatch):
-    import fp16bisect.pipeline as pipeline
-    from fp16bisect.errors import UsageError
-
-    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, **_: FailingBuilds(graph, lambda p: "ln1_var" in p))
-    with pytest.raises(UsageError, match="all-FP32 plan could not be built on the emulate backend: Error Code 1"):
-        searched("transformer_block", known)
-
-
-def test_the_override_file_keeps_contradictions_and_failures_short(known, monkeypatch, tmp_path):
-    """Contradictions become a count and the first few as node-id differences (not two full plans); lists of
-    failed plans keep their first entries and their total; a large plan is a count. The journal keeps all."""
-    import fp16bisect.pipeline as pipeline
-
-    big = frozenset(f"n{i}" for i in range(300))
-    found = [(big - {f"n{i}", f"n{i + 1}"}, big) for i in range(25)] + [(big, big)]
-    written = pipeline.contradictions_json(found)
-    assert written["count"] == 26 and len(written["examples"]) == pipeline.EXAMPLES
-    assert written["examples"][0] == {"passed_ids": 298, "failed_adding": ["n0", "n1"],
-                                      "same_plan_failed_again": False}
-    assert len(str(written)) < 2000  # two full plans of 300 ids each, 26 times, were ~200 KB
-
-    spec = known["transformer_block"]
-    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, **_: FailingBuilds(graph, lambda p: not p))
-    outcome = searched("transformer_block", known)  # the all-FP16 engine cannot be built
-    assert sorted(outcome.result.fp32) == ["ln1_square", "ln1_var"]
-    assert outcome.data["search"]["build_failures"] == [
-        {"fp32": [], "error": "Error Code 1: Myelin (cannot compile a plan of 0 FP32 node(s))"}]
-
-
-def test_an_all_fp32_plan_that_fails_to_build_is_a_clear_error(known, monkeypatch):
-    import fp16bisect.pipeline as pipeline
-    from fp16bisect.errors import UsageError
-
-    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, **_: FailingBuilds(graph, lambda p: "ln1_var" in p))
-    with pytest.raises(UsageError, match="all-FP32 plan could not be built on the emulate backend: Error Code 1"):
-        searched("transformer_block", known)
-
-
 def test_the_override_file_keeps_contradictions_and_failures_short(known, monkeypatch, tmp_path):
     """Contradictions become a count and the first few as node-id differences (not two full plans); lists of
     failed plans keep their first entries and their total; a large plan is a count. The journal keeps all."""

@@ -21,6 +21,7 @@ PP_OCR_CLS = ("rapidocr-onnxruntime", "1.4.4", "rapidocr_onnxruntime/models/ch_p
 NUDENET_320N = ("nudenet", "3.4.2", "nudenet/320n.onnx")  # YOLOv8n-style detector, input images [N, 3, H, W]
 # Silero VAD with LSTM: input [sequence, 576] (36 ms at 16 kHz a row), h and c [1, 1, 128]
 SILERO_VAD_SEQ = ("silero-vad", "6.2.3", "silero_vad/data/silero_vad_16k_sequence.onnx")
+DDDDOCR_DET = ("ddddocr", "1.6.1", "ddddocr/common_det.onnx")  # YOLOX-style text detector, images [1, 3, 416, 416]
 
 
 def wheel_member(package: str, version: str, member: str) -> Path:

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Dense cases: evaluations and set sizes against onnxconverter-common's SegmentList, on the emulator and on a
+judge that disagrees with it, on real models nobody here wrote. Prints a Markdown table (docs/benchmarks.md).
+
+    python scripts/bench_dense.py [--models a,b,...]
+
+Each model runs at a tolerance of half its all-FP16 max abs error (atol, rtol 0), where many nodes share the
+blame (accumulated rounding, not one overflow). Rows:
+
+* ``emulate``: the pipeline's search on the emulate backend (``order``/``suspects`` from the FP32 profile,
+  ``reorder`` by measured effect when no suspect prefix passes: one emulator run per candidate, counted apart
+  as "ranking runs", not as evaluations) against SegmentList on the same emulated oracle.
+* ``judge (fewer)``: a runtime that rounds fewer tensors than the emulator (``scripts/judge_emulate_variant.py
+  --fewer``: elementwise epilogues fused into the Conv/MatMul before them never round), in process; the same
+  counts as ``--backend command`` with that script. With the prior (the pipeline's default on a non-emulate
+  backend: the emulator's search, then ``search(start=...)`` with its alternatives), without it
+  (``--prior none``: the profile's order, no effect ranking there), and SegmentList on the same judge.
+
+Targets (issue 20): on the emulator, evaluations at most SegmentList's and a set no larger; on the judge with the
+prior, at most half of SegmentList's evaluations. Every answer is checked afterwards on a separate memo of its
+oracle (it passes; every single removal fails), never counted. "file KB": the override JSON the CLI writes for
+the emulate search (``fp16bisect search -o``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts"), str(ROOT / "tests")]
+
+from bench_expensive import Variant, detector_image, judge_row  # noqa: E402
+from bench_peers import ONNXCONVERTER_OP_BLOCK_LIST, onnxconverter_greedy  # noqa: E402
+from judge_emulate_variant import fused_epilogues  # noqa: E402
+
+from fp16bisect import prior as priors  # noqa: E402
+from fp16bisect import ranking  # noqa: E402
+from fp16bisect.artifacts.overrides import write_json  # noqa: E402
+from fp16bisect.backends.emulate import EmulateBackend  # noqa: E402
+from fp16bisect.model.graph import Graph  # noqa: E402
+from fp16bisect.model.profile import profile  # noqa: E402
+from fp16bisect.model.samples import Sample, add_fp32_references  # noqa: E402
+from fp16bisect.oracle import Oracle  # noqa: E402
+from fp16bisect.pipeline import Listener, search_model  # noqa: E402
+from fp16bisect.search import search  # noqa: E402
+from fp16bisect.tolerance import Tolerance  # noqa: E402
+
+
+def models() -> dict:
+    import real_models as rm
+
+    def rng():  # each model its own generator: its inputs do not depend on which models run
+        return np.random.default_rng(0)
+
+    return {
+        "PP-OCRv4 det (64x96)": (rm.PP_OCRV4_DET, lambda: {"x": detector_image(64, 96)}),
+        "PP-OCRv4 rec (48x64)": (rm.PP_OCRV4_REC, lambda: {"x": rng().random((1, 3, 48, 64), dtype=np.float32)}),
+        "nudenet 320n (64x64)": (rm.NUDENET_320N, lambda: {"images": rng().random((1, 3, 64, 64), dtype=np.float32)}),
+        "nudenet 320n (320x320)": (rm.NUDENET_320N, lambda: {
+            "images": rng().random((1, 3, 320, 320), dtype=np.float32)}),
+        "silero-vad seq (4x576)": (rm.SILERO_VAD_SEQ, lambda: {
+            "input": (rng().standard_normal((4, 576)) * 0.1).astype(np.float32),
+            "h": np.zeros((1, 1, 128), np.float32), "c": np.zeros((1, 1, 128), np.float32)}),
+        "ddddocr det (416x416)": (rm.DDDDOCR_DET, lambda: {"images": detector_image(416, 416)}),
+    }
+
+
+def segment_list(graph, test):
+    """onnxconverter-common's SegmentList over the graph's nodes (its op block list always FP32)."""
+    everything = frozenset(n.id for n in graph.candidates)
+    nodes = [n for n in sorted(graph.nodes, key=lambda n: n.index) if n.op_type not in ("Loop", "If", "Scan")]
+    always = frozenset(n.id for n in graph.candidates if n.op_type in ONNXCONVERTER_OP_BLOCK_LIST)
+    found = onnxconverter_greedy([n.id for n in nodes], lambda b: test((b | always) & everything))
+    return found.evaluations, None if found.fp32 is None else (found.fp32 | always) & everything
+
+
+def loose(found, judge) -> int:
+    """Members of a passing set whose removal passes too (0: 1-minimal), judged afresh."""
+    return sum(1 for m in found if judge(found - {m}))
+
+
+def bench(label: str, which, make, work: Path) -> list[dict]:
+    import real_models as rm
+
+    path = rm.real_model(which)
+    graph = Graph.load(path)
+    samples = [Sample("generated", make())]
+    add_fp32_references(graph, samples)
+    emulator = EmulateBackend(graph)
+    outputs = graph.float_output_names()
+    got = emulator.run(frozenset(), samples[0].inputs)
+    err = max(float(np.max(np.abs(got[o] - samples[0].reference[o]))) for o in outputs)
+    tol = Tolerance(atol=err / 2, rtol=0.0)
+    ids = [n.id for n in graph.candidates]
+    rows = []
+
+    # the emulate backend, end to end as the CLI runs it (the override file written as the CLI writes it)
+    inputs = work / f"{path.stem}.npz"
+    np.savez(inputs, **samples[0].inputs)
+    out = work / f"{path.stem}.json"
+    begin = time.perf_counter()
+    outcome = search_model(str(path), [str(inputs)], tolerance=tol, backend="emulate", output=str(out),
+                           restart=True)
+    seconds = time.perf_counter() - begin
+    write_json(str(out), outcome.data)
+    result = outcome.result
+    ranked = any(s.phase == "grow" for s in result.trace) and result.status == "found"
+    judge = Oracle(emulator, samples, tol, outputs)
+    seg_evals, seg_set = segment_list(graph, Oracle(emulator, samples, tol, outputs))
+    rows.append({
+        "model": label, "n": len(ids), "atol": tol.atol, "judge": "emulate",
+        "ours": f"{result.evaluations}", "ours_k": len(result.fp32),
+        "extra": (f"{len(ids)} ranking runs" if ranked and any(s.phase == "grow" for s in result.trace) else "-"),
+        "none": "-", "none_k": "-", "seg": seg_evals, "seg_k": len(seg_set) if seg_set is not None else "-",
+        "seg_loose": loose(seg_set, judge) if seg_set is not None else "-",
+        "target": "yes" if result.evaluations <= seg_evals and len(result.fp32) <= len(seg_set or ids) else "NO",
+        "ok": judge_row(result, judge), "kb": out.stat().st_size / 1024, "seconds": seconds,
+    })
+
+    # a judge that disagrees: rounds fewer tensors (fused epilogues), with and without the prior
+    variant = Variant(emulator, "fewer", fused=fused_epilogues(graph))
+    prof = profile(graph, samples)
+    found = priors.run(graph, emulator, samples, tol, outputs, prof, Listener(), header={}, path=None, restart=False)
+    with_prior = search(ids, Oracle(variant, samples, tol, outputs), order=found.order, start=found.fp32,
+                        alternatives=priors.Alternatives(graph, found, samples, tol, outputs, Listener()))
+    without = search(ids, Oracle(variant, samples, tol, outputs), order=prof.order, suspects=prof.suspects)
+    judge = Oracle(variant, samples, tol, outputs)
+    seg_evals, seg_set = segment_list(graph, Oracle(variant, samples, tol, outputs))
+    rows.append({
+        "model": label, "n": len(ids), "atol": tol.atol, "judge": f"fewer ({len(variant.fused)} fused)",
+        "ours": f"{with_prior.evaluations}", "ours_k": len(with_prior.fp32),
+        "extra": f"prior: {found.evaluations} emulator evals, {len(found.fp32)} nodes"
+                 + ("" if with_prior.agreed else f"; +{len(with_prior.added)}/-{len(with_prior.dropped)}"),
+        "none": without.evaluations, "none_k": len(without.fp32),
+        "seg": seg_evals, "seg_k": len(seg_set) if seg_set is not None else "-",
+        "seg_loose": loose(seg_set, judge) if seg_set is not None else "-",
+        "target": "yes" if 2 * with_prior.evaluations <= seg_evals else "NO",
+        "ok": "/".join(judge_row(r, judge) for r in (with_prior, without)), "kb": None, "seconds": None,
+    })
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="", help="comma-separated labels (the part before ' (')")
+    args = parser.parse_args()
+    import onnxruntime
+
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"onnxruntime {onnxruntime.__version__}; no GPU\n")
+    wanted = set(filter(None, args.models.split(",")))
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        for label, (which, make) in models().items():
+            if wanted and label.split(" (")[0] not in wanted and label not in wanted:
+                continue
+            rows += bench(label, which, make, Path(work))
+            print(json.dumps(rows[-2:], default=str), file=sys.stderr, flush=True)
+    print("| model | candidates | atol | judge | evaluations: ours / no prior / SegmentList | set: ours / no prior "
+          "/ SegmentList (loose) | target | ours passes & 1-minimal | file KB | also |")
+    print("|---|---:|---:|---|---|---|---|---|---:|---|")
+    for r in rows:
+        kb = f"{r['kb']:.1f}" if r["kb"] is not None else "-"
+        print(f"| {r['model']} | {r['n']} | {r['atol']:.3g} | {r['judge']} | {r['ours']} / {r['none']} / {r['seg']} "
+              f"| {r['ours_k']} / {r['none_k']} / {r['seg_k']} ({r['seg_loose']}) | {r['target']} | {r['ok']} | {kb} "
+              f"| {r['extra']} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -385,3 +385,13 @@ def test_accumulated_rounding_is_ordered_by_measured_effect_not_magnitude(known)
     assert order[-1] == "sum" and set(order[:10]) == branches
     found = search(ids, lambda plan: len(plan & branches) >= 7, order=order)
     assert len(found.fp32) == 7 and set(found.fp32) <= branches and found.minimal
+
+
+def test_a_judge_that_passes_all_fp16_gets_no_pins_whatever_the_prior_says():
+    """Issue 20: a judge that keeps fused intermediates in FP32 passes all-FP16, and also the emulator's two
+    pins, while each single removal fails there (not monotone). All-FP16 is asked first, so the answer is
+    nothing to keep, after one evaluation, not the two pins."""
+    start = frozenset({"scale_up", "scale_down"})
+    test = Counted(lambda plan: plan in (frozenset(), start) or len(plan) > 2)
+    result = search(["scale_up", "scale_down", "conv", "sigmoid"], test, start=start)
+    assert result.status == "fp16_passes" and result.fp32 == () and test.plans == [frozenset()]

@@ -367,7 +367,7 @@ def trt_layer_nodes(graph) -> list[frozenset] | None:
         import tensorrt_rtx as trt
     except ImportError:
         return None
-    from fp16bisect.backends.tensorrt.pins import metadata_node
+    from fp16bisect.backends.tensorrt.pin import metadata_node
 
     by_name: dict[str, set] = {}
     for node in graph.candidates:

@@ -48,15 +48,16 @@ def setup_fake_tensorrt(job, device):
     from fp16bisect.artifacts.overrides import trtexec_layer_name
     from fp16bisect.backends.emulate import EmulateBackend
     from fp16bisect.backends.tensorrt import backend as backend_module
-    from fp16bisect.backends.tensorrt import pins
+    from fp16bisect.backends.tensorrt import inspection as trt_inspection
+    from fp16bisect.backends.tensorrt import load as trt_load
     from fp16bisect.parallel.executor import setup_backend
 
     sys.modules["tensorrt"] = fake_tensorrt.make(weak=True)
-    pins.gpu_available = lambda: True
+    trt_load.gpu_available = lambda: True
     emulators = {}
 
     def execute(self, key, engine, inputs):  # as test_tensorrt.py's ran_in_fp32
-        layers = pins.engine_layers({"Layers": json.loads(engine)["engine"]})
+        layers = trt_inspection.engine_layers({"Layers": json.loads(engine)["engine"]})
         plan = set()
         for n in self.graph.candidates:
             mine = [layer for layer in layers if trtexec_layer_name(n) in layer.nodes]

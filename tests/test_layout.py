@@ -101,6 +101,79 @@ def test_the_boundary_check_catches_a_planted_import(tmp_path, monkeypatch):
                                                        "fp16bisect.backends.bad imports fp16bisect.search.search"]
 
 
+def import_graph(paths) -> dict[str, set[str]]:
+    """Module -> the modules among ``paths`` it imports: each imported name (``imports()``: relative, nested and
+    function-level imports too) resolved to the longest module path that exists (``a.b.f`` -> ``a.b``)."""
+    names = {module_name(p) for p in paths}
+    graph = {}
+    for path in paths:
+        found = set()
+        for imported in imports(path):
+            parts = imported.split(".")
+            found |= next(({".".join(parts[:end])} for end in range(len(parts), 0, -1)
+                           if ".".join(parts[:end]) in names), set())
+        graph[module_name(path)] = found
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), and every module importing itself."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = [[m] for m in sorted(graph) if m in graph[m]]
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in sorted(graph[module]):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def describe(graph: dict[str, set[str]], cycle: list[str]) -> str:
+    """A cycle's modules with the imports that close it: "a -> b -> a" edges within the component."""
+    members = set(cycle)
+    return "; ".join(f"{m} imports {', '.join(sorted(graph[m] & members))}" for m in cycle)
+
+
+def test_no_import_cycles_in_the_package():
+    """No two modules of fp16bisect import each other, directly or round a loop, even from inside a function."""
+    graph = import_graph(sorted(PACKAGE.rglob("*.py")))
+    cycles = import_cycles(graph)
+    assert not cycles, "import cycle(s):\n" + "\n".join(describe(graph, c) for c in cycles)
+
+
+def test_the_cycle_check_catches_a_planted_cycle(tmp_path, monkeypatch):
+    """The check above must be able to fail: a function-level import closing a loop, and a self-import, are caught."""
+    fake_root = tmp_path / "root"
+    package = fake_root / "fp16bisect" / "backends"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from .b import f\n")
+    (package / "b.py").write_text("def f():\n    from .c import g\n")
+    (package / "c.py").write_text("from . import a\nfrom ..errors import UsageError\n")
+    (package / "d.py").write_text("from fp16bisect.backends.d import h\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", fake_root)
+    graph = import_graph(sorted(package.rglob("*.py")))
+    assert import_cycles(graph) == [["fp16bisect.backends.d"], ["fp16bisect.backends.a", "fp16bisect.backends.b",
+                                                                 "fp16bisect.backends.c"]]
+
+
 @pytest.mark.parametrize("package", sorted(p.parent.name for p in PACKAGE.rglob("__init__.py") if p.parent != PACKAGE))
 def test_every_package_says_what_lives_there(package):
     init = next(p for p in PACKAGE.rglob("__init__.py") if p.parent.name == package)

@@ -1,4 +1,5 @@
-"""The TensorRT support (fp16bisect.backends.tensorrt.pins) and backend, against a test double of the tensorrt module.
+"""The TensorRT support (fp16bisect.backends.tensorrt: load, pin, engine, inspection) and backend, against a test
+double of the tensorrt module.
 
 No GPU and no real TensorRT 10 here: ``fake_tensorrt`` mirrors the API names in
 ``fp16bisect.backends.tensorrt.api`` (checked below) and imports ONNX models the way
@@ -22,7 +23,9 @@ from conftest import ROOT, SAMPLES
 
 import fake_tensorrt
 from fp16bisect.model.weights import inline
-from fp16bisect.backends.tensorrt import pins as T
+from fp16bisect.backends.tensorrt import inspection as trt_inspection
+from fp16bisect.backends.tensorrt import load as trt_load
+from fp16bisect.backends.tensorrt import pin as trt_pin
 from fp16bisect.backends.tensorrt import engine as E
 from fp16bisect.backends.tensorrt import api as trt_api
 from fp16bisect.errors import UsageError
@@ -46,12 +49,12 @@ def trt11(monkeypatch):
 
 
 def network(path):
-    _builder, net, _parser = E.EngineBuilder(T.load()).parse(Path(path).read_bytes())
+    _builder, net, _parser = E.EngineBuilder(trt_load.load()).parse(Path(path).read_bytes())
     return net
 
 
 def by_name(net):
-    return {layer.name: layer for layer in T.layers(net)}
+    return {layer.name: layer for layer in trt_pin.layers(net)}
 
 
 def is_pinned(trt, layer) -> bool:
@@ -60,7 +63,7 @@ def is_pinned(trt, layer) -> bool:
 
 
 def pinned_names(trt, net) -> set:
-    return {layer.name for layer in T.layers(net) if is_pinned(trt, layer)}
+    return {layer.name for layer in trt_pin.layers(net) if is_pinned(trt, layer)}
 
 
 def ran_in_fp32(graph: Graph, info: dict) -> frozenset:
@@ -68,7 +71,7 @@ def ran_in_fp32(graph: Graph, info: dict) -> frozenset:
     only (what the engine did, whatever was asked)."""
     from fp16bisect.artifacts.overrides import trtexec_layer_name
 
-    layers = T.engine_layers({"Layers": info["engine"]})
+    layers = trt_inspection.engine_layers({"Layers": info["engine"]})
     found = set()
     for n in graph.candidates:
         mine = [layer for layer in layers if trtexec_layer_name(n) in layer.nodes]
@@ -146,7 +149,8 @@ def test_the_code_uses_only_listed_tensorrt_names():
 
 def test_importing_the_module_does_not_import_tensorrt():
     code = (
-        "import sys, fp16bisect.tensorrt, fp16bisect.backends.tensorrt.pins, fp16bisect.backends.tensorrt.backend; "
+        "import sys, fp16bisect.tensorrt, fp16bisect.backends.tensorrt.load, fp16bisect.backends.tensorrt.pin, "
+        "fp16bisect.backends.tensorrt.inspection, fp16bisect.backends.tensorrt.backend; "
         "assert 'tensorrt' not in sys.modules and 'tensorrt_rtx' not in sys.modules, sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
@@ -156,7 +160,7 @@ def test_load_without_tensorrt_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorrt", None)
     monkeypatch.setitem(sys.modules, "tensorrt_rtx", None)
     with pytest.raises(UsageError) as err:
-        T.load()
+        trt_load.load()
     assert str(err.value) == (
         "TensorRT is not installed: pip install 'fp16bisect[tensorrt]' on a machine with an NVIDIA GPU, "
         "or use --backend emulate"
@@ -164,19 +168,59 @@ def test_load_without_tensorrt_says_how_to_install(monkeypatch):
 
 
 def test_load_reports_flavour_and_typing(trt):
-    loaded = T.load()
+    loaded = trt_load.load()
     assert (loaded.flavour, loaded.version, loaded.weakly_typed) == ("tensorrt", trt.__version__, True)
 
 
-def test_gpu_available_never_raises():
-    assert T.gpu_available() in (True, False)
+def fake_cuda(monkeypatch, answer, old_layout=False):
+    """cuda-python whose ``cudaGetDeviceCount`` returns ``answer`` (an (error, count) pair) or raises it; in the
+    layout of cuda-python >= 12.6 (``cuda.bindings.runtime``) or before (``cuda.cudart``)."""
+    import types
+
+    cudart = types.ModuleType("cudart")
+    cudart.cudaError_t = types.SimpleNamespace(cudaSuccess=0, cudaErrorNoDevice=100)
+
+    def count():
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    cudart.cudaGetDeviceCount = count
+    cuda = types.ModuleType("cuda")
+    if old_layout:
+        cuda.cudart = cudart
+        monkeypatch.setitem(sys.modules, "cuda.bindings", None)  # no cuda.bindings: the import fails
+    else:
+        cuda.bindings = types.ModuleType("cuda.bindings")
+        cuda.bindings.runtime = cudart
+        monkeypatch.setitem(sys.modules, "cuda.bindings", cuda.bindings)
+        monkeypatch.setitem(sys.modules, "cuda.bindings.runtime", cudart)
+    monkeypatch.setitem(sys.modules, "cuda", cuda)
+
+
+@pytest.mark.parametrize("answer, old_layout, count", [
+    ((0, 2), False, 2),  # cudaSuccess, two GPUs
+    ((0, 3), True, 3),  # cuda-python < 12.6: cuda.cudart
+    ((0, 0), False, 0),
+    ((100, 0), False, 0),  # cudaErrorNoDevice (no driver, no device)
+    (RuntimeError("CUDA driver version is insufficient"), False, 0),
+])
+def test_gpu_count_is_what_cuda_answers_and_never_raises(monkeypatch, answer, old_layout, count):
+    fake_cuda(monkeypatch, answer, old_layout)
+    assert trt_load.gpu_count() == count
+    assert trt_load.gpu_available() is (count > 0)
+
+
+def test_without_cuda_python_there_is_no_gpu(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cuda", None)  # cuda-python not installed: both imports fail
+    assert trt_load.gpu_count() == 0 and trt_load.gpu_available() is False
 
 
 def test_metadata_names():
-    assert T.metadata_node("[ONNX Layer: ln1_var]") == "ln1_var"
-    assert T.metadata_node("[ONNX Layer: inner | Local Function: MyFn]") == "inner"
-    assert T.metadata_node("[ONNX Layer: node_of_y]") == "node_of_y"
-    assert T.metadata_node("") is None
+    assert trt_pin.metadata_node("[ONNX Layer: ln1_var]") == "ln1_var"
+    assert trt_pin.metadata_node("[ONNX Layer: inner | Local Function: MyFn]") == "inner"
+    assert trt_pin.metadata_node("[ONNX Layer: node_of_y]") == "node_of_y"
+    assert trt_pin.metadata_node("") is None
 
 
 # --------------------------------------------------------------------------- apply_overrides / pin
@@ -185,7 +229,7 @@ def test_metadata_names():
 def test_apply_pins_exactly_the_listed_nodes_and_sets_the_config(trt):
     net = network(TRANSFORMER)
     config = trt.Builder(None).create_builder_config()
-    applied = T.apply_overrides(net, ["ln1_square", "ln1_var"], config)
+    applied = trt_pin.apply_overrides(net, ["ln1_square", "ln1_var"], config)
     assert [(p.layer, p.node, p.transparent) for p in applied.layers] == [
         ("ln1_square", "ln1_square", False),
         ("ln1_var", "ln1_var", False),
@@ -200,7 +244,7 @@ def test_layers_are_found_through_metadata_not_names(trt):
     # the initializer 'attn_scale' took the name: the Mul node's layer is renamed, its metadata is not
     layers = by_name(net)
     assert layers["attn_scale"].type == trt.LayerType.CONSTANT
-    applied = T.apply_overrides(net, ["attn_scale"])
+    applied = trt_pin.apply_overrides(net, ["attn_scale"])
     direct = [p.layer for p in applied.layers if not p.transparent]
     assert len(direct) == 1 and direct[0] != "attn_scale"
     assert layers[direct[0]].metadata == "[ONNX Layer: attn_scale]"
@@ -213,7 +257,7 @@ def test_every_layer_of_a_multi_layer_node_is_pinned_from_the_json(trt, tmp_path
     net = network(SAMPLES / "cnn_batchnorm.onnx")  # unnamed nodes; the Gemm imports as two layers
     data = {"fp32_nodes": [{"name": "logits", "op_type": "Gemm", "outputs": ["logits"]},
                            {"name": "bn1_out", "op_type": "BatchNormalization", "outputs": ["bn1_out"]}]}
-    applied = T.apply_overrides(net, data)
+    applied = trt_pin.apply_overrides(net, data)
     direct = {p.layer for p in applied.layers if not p.transparent}
     assert direct == {"node_of_logits", "node_of_logits_1", "node_of_bn1_out"}
     assert direct <= pinned_names(trt, net)
@@ -230,7 +274,7 @@ def test_override_file_path_is_read(trt, tmp_path):
     path = tmp_path / "overrides.json"
     write_json(path, data)
     net = network(TRANSFORMER)
-    assert [p.layer for p in T.apply_overrides(net, path).layers] == ["ln1_var"]
+    assert [p.layer for p in trt_pin.apply_overrides(net, path).layers] == ["ln1_var"]
 
 
 def test_nodes_sharing_a_name_are_told_apart_by_their_outputs(trt):
@@ -239,7 +283,7 @@ def test_nodes_sharing_a_name_are_told_apart_by_their_outputs(trt):
     node = next(n for n in graph.nodes if n.name == "reduce" and n.outputs == ("b_sum",))
     from fp16bisect.artifacts.overrides import node_entry
 
-    applied = T.apply_overrides(net, {"fp32_nodes": [node_entry(node)]})  # its id is 'b_sum'
+    applied = trt_pin.apply_overrides(net, {"fp32_nodes": [node_entry(node)]})  # its id is 'b_sum'
     direct = [p.layer for p in applied.layers if not p.transparent]
     assert len(direct) == 1
     assert by_name(net)[direct[0]].get_output(0).name == "b_sum"
@@ -248,7 +292,7 @@ def test_nodes_sharing_a_name_are_told_apart_by_their_outputs(trt):
 def test_transparent_layers_between_pinned_layers_are_pinned(trt):
     net = network(TRANSFORMER)
     # q_proj_bias -> Reshape q_split -> Transpose q_heads -> qk_matmul
-    applied = T.apply_overrides(net, ["q_proj_bias", "qk_matmul"])
+    applied = trt_pin.apply_overrides(net, ["q_proj_bias", "qk_matmul"])
     transparent = {p.layer for p in applied.layers if p.transparent}
     assert {"q_split", "q_heads"} <= transparent
     assert {"q_split", "q_heads", "q_proj_bias", "qk_matmul"} <= pinned_names(trt, net)
@@ -258,17 +302,17 @@ def test_transparent_layers_between_pinned_layers_are_pinned(trt):
 
 def test_a_transparent_layer_between_a_pinned_and_an_fp16_layer_is_not_pinned(trt):
     net = network(TRANSFORMER)
-    applied = T.apply_overrides(net, ["q_proj_bias"])  # qk_matmul stays FP16
+    applied = trt_pin.apply_overrides(net, ["q_proj_bias"])  # qk_matmul stays FP16
     assert not {"q_split", "q_heads"} & {p.layer for p in applied.layers}
     assert not {"q_split", "q_heads"} & pinned_names(trt, net)
     # the softmax's helper shuffle feeds an FP16 matmul: not pinned either
-    applied = T.apply_overrides(network(TRANSFORMER), ["attn_softmax"])
+    applied = trt_pin.apply_overrides(network(TRANSFORMER), ["attn_softmax"])
     assert [p.layer for p in applied.layers] == ["attn_softmax"]
 
 
 def test_pin_returns_layer_names(trt):
     net = network(TRANSFORMER)
-    names = T.pin(net, ["q_proj_bias", "qk_matmul"], trt)
+    names = trt_pin.pin(net, ["q_proj_bias", "qk_matmul"], trt)
     assert names[:2] == ["q_proj_bias", "qk_matmul"]
     # and the transparent ones: the bias constant and its broadcast, the Reshape and the Transpose
     assert set(names[2:]) == {"q_proj.bias", by_name(net)["q_proj_bias"].get_input(1).name[:-7], "q_split", "q_heads"}
@@ -276,33 +320,33 @@ def test_pin_returns_layer_names(trt):
 
 def test_unknown_names_are_reported_not_ignored(trt):
     net = network(TRANSFORMER)
-    with pytest.warns(T.MissingNodesWarning, match="no_such_node"):
-        applied = T.apply_overrides(net, ["ln1_var", "no_such_node"])
+    with pytest.warns(trt_pin.MissingNodesWarning, match="no_such_node"):
+        applied = trt_pin.apply_overrides(net, ["ln1_var", "no_such_node"])
     assert applied.missing == ["no_such_node"]
     assert [p.layer for p in applied.layers] == ["ln1_var"]
     with pytest.raises(UsageError, match="no_such_node"):
-        T.apply_overrides(network(TRANSFORMER), ["ln1_var", "no_such_node"], strict=True)
+        trt_pin.apply_overrides(network(TRANSFORMER), ["ln1_var", "no_such_node"], strict=True)
 
 
 def test_bad_override_data_is_a_usage_error(trt):
     with pytest.raises(UsageError, match="fp32_nodes"):
-        T.apply_overrides(network(TRANSFORMER), {"schema": "x"})
+        trt_pin.apply_overrides(network(TRANSFORMER), {"schema": "x"})
 
 
 def test_tensorrt_11_says_to_write_a_mixed_precision_model(trt11):
     net = network(TRANSFORMER)
     with pytest.raises(UsageError, match="fp16bisect apply") as err:
-        T.apply_overrides(net, ["ln1_var"])
+        trt_pin.apply_overrides(net, ["ln1_var"])
     assert "strongly typed" in str(err.value)
     with pytest.raises(UsageError, match="fp16bisect apply"):
-        T.pin(net, ["ln1_var"], trt11)
+        trt_pin.pin(net, ["ln1_var"], trt11)
 
 
 def test_a_strongly_typed_network_on_tensorrt_10_says_so(trt):
     builder = trt.Builder(None)
     net = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     with pytest.raises(UsageError, match="STRONGLY_TYPED.*fp16bisect apply"):
-        T.apply_overrides(net, ["ln1_var"])
+        trt_pin.apply_overrides(net, ["ln1_var"])
 
 
 def test_verify_pins_on_a_users_engine(trt, tmp_path):
@@ -313,18 +357,18 @@ def test_verify_pins_on_a_users_engine(trt, tmp_path):
     builder = trt.Builder(None)
     net = network(TRANSFORMER)
     config = builder.create_builder_config()
-    T.apply_overrides(net, ["ln1_square", "ln1_var", "ln2_var"], config)
+    trt_pin.apply_overrides(net, ["ln1_square", "ln1_var", "ln2_var"], config)
     assert config.profiling_verbosity == trt.ProfilingVerbosity.DETAILED  # set, so the check can read types
     engine = trt.Runtime(None).deserialize_cuda_engine(builder.build_serialized_network(net, config))
     check = verify_pins(engine, ["ln1_square", "ln1_var", "ln2_var"])
     assert not check.ok and check.verified == ["ln1_square", "ln1_var"]
-    assert check.ignored == [T.IgnoredPin("ln2_var", "{ForeignNode[ln2_square...ln2_add_eps]}")]
+    assert check.ignored == [trt_inspection.IgnoredPin("ln2_var", "{ForeignNode[ln2_square...ln2_add_eps]}")]
     assert str(check) == ("TensorRT ignored the FP32 pin on ln2_var (fused into {ForeignNode[ln2_square...ln2_add_eps]}); "
                           "use the default strongly typed build")
     # from the serialized engine (deserialized for the check: on real TensorRT that needs the GPU)
     assert verify_pins(builder.build_serialized_network(net, config), ["ln1_square", "ln1_var"]).ok
     unpinned = builder.build_serialized_network(network(TRANSFORMER), config)  # FP16 flag, nothing pinned
-    assert verify_pins(unpinned, ["ln1_var"]).ignored == [T.IgnoredPin("ln1_var", "ln1_var")]
+    assert verify_pins(unpinned, ["ln1_var"]).ignored == [trt_inspection.IgnoredPin("ln1_var", "ln1_var")]
     # the same from the layer information JSON, as trtexec --exportLayerInfo writes it
     info = tmp_path / "layers.json"
     info.write_text(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
@@ -338,24 +382,25 @@ def test_verify_pins_on_a_users_engine(trt, tmp_path):
 
 
 def test_engine_layer_information_parsing():
-    assert T.metadata_nodes("[ONNX Layer: a]\x1f[ONNX Layer: b | Local Function: f]") == ("a", "b")
-    assert T.metadata_nodes("[ONNX Layer: a][ONNX Layer: b]") == ("a", "b")
-    assert T.metadata_nodes("") == ()
-    kinds = [T.tensor_kind(t) for t in ("Row major linear FP32", "Channel major FP16 format where channel % 8 == 0",
-                                         "Float", "Half", "Row major linear Int32", "BFloat16")]
+    assert trt_inspection.metadata_nodes("[ONNX Layer: a]\x1f[ONNX Layer: b | Local Function: f]") == ("a", "b")
+    assert trt_inspection.metadata_nodes("[ONNX Layer: a][ONNX Layer: b]") == ("a", "b")
+    assert trt_inspection.metadata_nodes("") == ()
+    kinds = [trt_inspection.tensor_kind(t) for t in ("Row major linear FP32",
+                                                      "Channel major FP16 format where channel % 8 == 0",
+                                                      "Float", "Half", "Row major linear Int32", "BFloat16")]
     assert kinds == ["float32", "float16", "float32", "float16", "Row major linear Int32", "bfloat16"]
     # TensorRT 11 writes "Datatype" beside "Format"
-    layers = T.engine_layers({"Layers": [{"Name": "l", "Inputs": [{"Name": "x", "Datatype": "Half"}],
-                                          "Outputs": [], "Metadata": "[ONNX Layer: n]"}]})
-    assert layers == [T.EngineLayer("l", ("n",), (("x", "float16"),))]
+    layers = trt_inspection.engine_layers({"Layers": [{"Name": "l", "Inputs": [{"Name": "x", "Datatype": "Half"}],
+                                                       "Outputs": [], "Metadata": "[ONNX Layer: n]"}]})
+    assert layers == [trt_inspection.EngineLayer("l", ("n",), (("x", "float16"),))]
 
 
 # --------------------------------------------------------------------------- building
 
 
 def test_build_pins_sets_flags_and_returns_the_timing_cache(trt):
-    built = E.EngineBuilder(T.load()).build(
-        TRANSFORMER.read_bytes(), fp32=[T.NodeRef.of("ln1_var")], opt_level=1, timing_cache=b"cache"
+    built = E.EngineBuilder(trt_load.load()).build(
+        TRANSFORMER.read_bytes(), fp32=[trt_pin.NodeRef.of("ln1_var")], opt_level=1, timing_cache=b"cache"
     )
     info = json.loads(built.engine)
     assert info["fp16"] and info["obey"] and info["opt_level"] == 1
@@ -365,7 +410,7 @@ def test_build_pins_sets_flags_and_returns_the_timing_cache(trt):
 
 
 def test_parse_and_build_failures_carry_tensorrt_messages(trt):
-    builder = E.EngineBuilder(T.load())
+    builder = E.EngineBuilder(trt_load.load())
     with pytest.raises(E.ParseError, match="MODEL_DESERIALIZE_FAILED"):
         builder.build(b"not a model")
     trt._fail_build = "Error Code 4: Internal Error (no implementation for ln1_var in FP32)"
@@ -380,7 +425,7 @@ def test_parse_and_build_failures_carry_tensorrt_messages(trt):
 def backend_factory(monkeypatch, tmp_path):
     from fp16bisect.backends.tensorrt import backend as backend_module
 
-    monkeypatch.setattr(T, "gpu_available", lambda: True)
+    monkeypatch.setattr(trt_load, "gpu_available", lambda: True)
     runs = []
 
     def execute(self, key, engine, inputs):
@@ -444,12 +489,13 @@ def test_a_fused_pinned_layer_makes_the_plan_unreliable_and_is_warned_once(trt, 
     with pytest.warns(IgnoredPinWarning) as warned, pytest.raises(PinsIgnored) as err:
         backend.run(frozenset({"ln1_square", "ln1_var"}), x)
     layer = "{ForeignNode[ln1_square...ln1_add_eps]}"
-    assert err.value.check.ignored == [T.IgnoredPin("ln1_square", layer), T.IgnoredPin("ln1_var", layer)]
+    assert err.value.check.ignored == [trt_inspection.IgnoredPin("ln1_square", layer),
+                                       trt_inspection.IgnoredPin("ln1_var", layer)]
     assert isinstance(err.value, BuildFailed)  # the oracle records it like a failed build
     assert str(err.value).endswith(
         f"TensorRT ignored the FP32 pin on ln1_square (fused into {layer}); TensorRT ignored the FP32 pin on "
         f"ln1_var (fused into {layer}); use the default strongly typed build")
-    assert T.ignored_in(str(err.value)) == err.value.check.ignored
+    assert trt_inspection.ignored_in(str(err.value)) == err.value.check.ignored
     assert [str(w.message) for w in warned] == [
         f"TensorRT ignored the FP32 pin on ln1_square (fused into {layer}); use the default strongly typed build",
         f"TensorRT ignored the FP32 pin on ln1_var (fused into {layer}); use the default strongly typed build"]
@@ -557,7 +603,7 @@ def test_backend_on_tensorrt_11_builds_the_mixed_precision_model(trt11, backend_
 def test_backend_without_a_gpu_is_a_usage_error(trt, monkeypatch, tmp_path):
     from fp16bisect.backends.tensorrt.backend import TensorRTBackend
 
-    monkeypatch.setattr(T, "gpu_available", lambda: False)
+    monkeypatch.setattr(trt_load, "gpu_available", lambda: False)
     with pytest.raises(UsageError, match="no GPU.*--backend emulate"):
         TensorRTBackend(Graph.load(TRANSFORMER), timing_cache=tmp_path / "c")
 
@@ -570,7 +616,7 @@ def test_real_tensorrt_rtx_builds_a_mixed_model_and_refuses_layer_precisions(mon
     monkeypatch.setitem(sys.modules, "tensorrt", None)
     from fp16bisect.artifacts.mixed import mixed_model
 
-    loaded = T.load()
+    loaded = trt_load.load()
     assert loaded.flavour == "tensorrt_rtx" and not loaded.weakly_typed
     graph = Graph.load(TRANSFORMER)
     builder = E.EngineBuilder(loaded)
@@ -579,9 +625,9 @@ def test_real_tensorrt_rtx_builds_a_mixed_model_and_refuses_layer_precisions(mon
         built = builder.build(inline(mixed_model(graph, ["ln1_square"])).SerializeToString(), opt_level=0)
     assert len(built.engine) > 0 and built.timing_cache is None
     _b, net, _p = builder.parse(TRANSFORMER.read_bytes())
-    assert set(T.node_layers(net)) == {n.name for n in graph.nodes if n.op_type != "Constant"}
+    assert set(trt_pin.node_layers(net)) == {n.name for n in graph.nodes if n.op_type != "Constant"}
     with pytest.raises(UsageError, match="strongly typed.*fp16bisect apply"):
-        T.apply_overrides(net, ["ln1_var"])
+        trt_pin.apply_overrides(net, ["ln1_var"])
     broken = graph.runnable_copy()
     broken.graph.node[0].op_type = "NoSuchOp"
     with pytest.raises(E.ParseError, match="NoSuchOp"):
@@ -598,7 +644,7 @@ def engines_run_as_built(monkeypatch):
     from fp16bisect.backends.tensorrt import backend as backend_module
     from fp16bisect.backends.emulate import EmulateBackend
 
-    monkeypatch.setattr(T, "gpu_available", lambda: True)
+    monkeypatch.setattr(trt_load, "gpu_available", lambda: True)
     emulators = {}
     noisy = {"on": False, "count": 0}
 
@@ -833,7 +879,7 @@ def test_real_tensorrt_rtx_parses_a_plan_file_that_refers_to_the_weights_where_t
     assert source.stat().st_size < 20_000  # the skeleton: the weights stay in their files
     linked = [p for p in source.parent.iterdir() if p.name.startswith("link-")]
     assert [p.stat().st_ino for p in linked] == [(tmp_path / "model.onnx").stat().st_ino]  # the same file
-    loaded = T.TensorRT(tensorrt_rtx, "tensorrt_rtx", tensorrt_rtx.__version__, weakly_typed=False)
+    loaded = trt_load.TensorRT(tensorrt_rtx, "tensorrt_rtx", tensorrt_rtx.__version__, weakly_typed=False)
     _b, network, _p = E.EngineBuilder(loaded).parse(source)
     assert network.num_layers > 40
     halves = [network.get_layer(i) for i in range(network.num_layers)
@@ -853,6 +899,6 @@ def test_real_tensorrt_rtx_parses_a_model_with_external_weights(tmp_path, monkey
     monkeypatch.setattr(weights, "PROTOBUF_LIMIT", 50_000)
     files = external_copy(Graph.load(TRANSFORMER).model)
     assert files.data.stat().st_size > 50_000
-    loaded = T.TensorRT(tensorrt_rtx, "tensorrt_rtx", tensorrt_rtx.__version__, weakly_typed=False)
+    loaded = trt_load.TensorRT(tensorrt_rtx, "tensorrt_rtx", tensorrt_rtx.__version__, weakly_typed=False)
     _b, network, _p = E.EngineBuilder(loaded).parse(files.model)
     assert network.num_layers == 94

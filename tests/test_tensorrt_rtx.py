@@ -92,13 +92,13 @@ def test_a_dynamic_input_builds_with_a_profile_from_the_samples(tmp_path):
     import numpy as np
     import onnx
 
-    from fp16bisect.backends.tensorrt import pins as T
+    from fp16bisect.backends.tensorrt import load as trt_load
     from fp16bisect.backends.tensorrt import engine as E
 
     model = onnx.load(SAMPLES / "transformer_block.onnx")
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "seq"
     graph = Graph(model)
-    loaded = T.TensorRT(trt, "tensorrt_rtx", trt.__version__, weakly_typed=False)
+    loaded = trt_load.TensorRT(trt, "tensorrt_rtx", trt.__version__, weakly_typed=False)
     builder = E.EngineBuilder(loaded)
     onnx_bytes = inline(mixed_model(graph, ["ln1_square", "ln1_var"])).SerializeToString()
     with pytest.raises(E.BuildError, match="no sample shape for input"):
@@ -150,7 +150,7 @@ def build_logged(model, shapes=None):
 def printed_layers(messages) -> list:
     """The engine's layers from the "Layers:" list the build printed: EngineLayer (name, ONNX nodes, tensor
     kinds of inputs then outputs; constants left out)."""
-    from fp16bisect.backends.tensorrt.pins import EngineLayer, metadata_nodes, tensor_kind
+    from fp16bisect.backends.tensorrt.inspection import EngineLayer, metadata_nodes, tensor_kind
 
     listing = [m for m in messages if m.startswith("Layers:\n")]
     assert len(listing) == 1, "no engine layer list in the build log (ProfilingVerbosity.DETAILED, verbose logger)"

@@ -1,2 +1,3 @@
-"""TensorRT: the API names used (api), layer pins for weakly typed builds (pins), engine build and
-run through Polygraphy (engine), and the backend that turns a plan into an engine's outputs (backend)."""
+"""TensorRT: the API names used (api), importing TensorRT and finding GPUs (load), layer pins for weakly typed
+builds (pin), engine build and run through Polygraphy (engine), reading a built engine's layers to check the pins
+(inspection), and the backend that turns a plan into an engine's outputs (backend)."""

@@ -7,7 +7,7 @@ ONNX (``artifacts/mixed.py``) is built with the types it carries, on TensorRT
 ``api.py``). Weakly typed (``typing="weak"``, 10.x only, and the fallback on a
 TensorRT without the flag): the original model is built with FP16 enabled,
 precision constraints obeyed and the plan's nodes pinned to FP32 through layer
-metadata (``pins.py``); TensorRT may ignore such pins where it fuses layers
+metadata (``pin.py``); TensorRT may ignore such pins where it fuses layers
 (NVIDIA/TensorRT#3889, #4505), so every weakly typed engine is inspected and a
 plan whose pins did not take effect is not evidence (``PinsIgnored``, counted
 like a failed build).
@@ -30,9 +30,12 @@ from pathlib import Path
 import numpy as np
 
 from ... import errors
-from . import pins as trt_support
 from . import engine as trt_engine
+from . import inspection as trt_inspection
+from . import load as trt_load
+from . import pin as trt_pin
 from ...errors import UsageError
+from ..base import Backend
 from ...model.graph import Graph
 from ...artifacts.overrides import write_atomic
 from ...model.runtime import external_copy, too_big
@@ -58,7 +61,7 @@ class PinsIgnored(BuildFailed):
 
     kind = "pins_ignored"
 
-    def __init__(self, plan, check: trt_support.PinCheck):
+    def __init__(self, plan, check: trt_inspection.PinCheck):
         self.plan = frozenset(plan)
         self.check = check
         self.pins = tuple((pin.node, pin.layer) for pin in check.ignored)
@@ -105,7 +108,7 @@ def _source(model):
 _files = 0
 
 
-class TensorRTBackend:
+class TensorRTBackend(Backend):
     """Builds and runs one engine per plan. Use ``close()`` (or ``with``) to free the live engine."""
 
     name = "tensorrt"
@@ -125,9 +128,9 @@ class TensorRTBackend:
         """``notify``: called with one line for what the user must know (an ignored pin, the typing fallback);
         without it, a Python warning (``IgnoredPinWarning``, ``TypingFallbackWarning``)."""
         self.notify = notify
-        self.tensorrt = trt_support.load()
+        self.tensorrt = trt_load.load()
         self.typing = self._typing(typing)
-        if not trt_support.gpu_available():
+        if not trt_load.gpu_available():
             raise UsageError(
                 f"{self.tensorrt.flavour} {self.tensorrt.version} is installed but CUDA sees no GPU "
                 "(cudaGetDeviceCount): run on a machine with an NVIDIA GPU and driver, or use --backend emulate"
@@ -156,7 +159,7 @@ class TensorRTBackend:
         model = graph.runnable_copy()  # nodes sharing a name get unique ones, so metadata tells them apart
         self._onnx = _source(model)
         self._refs = {
-            node.id: trt_support.NodeRef.of(
+            node.id: trt_pin.NodeRef.of(
                 model.graph.node[node.index].name or f"node_of_{node.outputs[0]}", node.outputs
             )
             for node in graph.candidates
@@ -285,7 +288,7 @@ class TensorRTBackend:
             warnings.warn(
                 f"no TensorRT layer carries node(s) {', '.join(new_missing)} (folded into constants by the "
                 "parser?): keeping them in FP32 changes nothing in this engine",
-                trt_support.MissingNodesWarning,
+                trt_pin.MissingNodesWarning,
                 stacklevel=3,
             )
         if built.timing_cache is not None:
@@ -299,16 +302,16 @@ class TensorRTBackend:
         """Weak typing: read the engine's layers; a pinned node whose engine layer is not all FP32 makes the
         plan no evidence (PinsIgnored, recorded by the oracle like a failed build)."""
         try:
-            layers = trt_support.engine_layers(self.builder.layers(engine))
+            layers = trt_inspection.engine_layers(self.builder.layers(engine))
         except trt_engine.TensorRTError as exc:
             raise BuildFailed(plan, f"could not read the engine's layers to check the FP32 pins: {exc}") from None
-        check = trt_support.check_pins(layers, fp32)
+        check = trt_inspection.check_pins(layers, fp32)
         if check.ok:
             return
         for pin in check.ignored:
             if (pin.node, pin.layer) not in self.warned_ignored:
                 self.warned_ignored.add((pin.node, pin.layer))
-                self._say(f"{pin}; {trt_support.IGNORED_ADVICE}", IgnoredPinWarning)
+                self._say(f"{pin}; {trt_inspection.IGNORED_ADVICE}", IgnoredPinWarning)
         raise PinsIgnored(plan, check)
 
     def _say(self, text: str, category) -> None:

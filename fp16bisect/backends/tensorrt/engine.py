@@ -2,8 +2,8 @@
 
 Thin on purpose: each step is one TensorRT call sequence, and every failure
 carries TensorRT's own messages (a collecting ``ILogger`` plus the parser's
-errors). Importing this module does not import TensorRT; ``fp16bisect.tensorrt``
-loads it and finds the layers of nodes. Every ``trt.<name>`` used here is listed
+errors). Importing this module does not import TensorRT; ``load.py`` loads it
+and ``pin.py`` finds the layers of nodes. Every ``trt.<name>`` used here is listed
 in ``fp16bisect/backends/tensorrt/api.py``.
 """
 
@@ -17,14 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import UsageError
-from .pins import (
-    STRONGLY_TYPED,
-    NodeRef,
-    PinnedLayer,
-    TensorRT,
-    pin_layers,
-    resolve,
-)
+from .load import TensorRT
+from .pin import STRONGLY_TYPED, NodeRef, PinnedLayer, pin_layers, resolve
 
 
 # --------------------------------------------------------------------------- building
@@ -91,7 +85,7 @@ class EngineBuilder:
     ``NetworkDefinitionCreationFlag.STRONGLY_TYPED`` exists; always on TensorRT 11 / RTX) take every type
     from the ONNX model: build a mixed-precision model. Weakly typed TensorRT 10.x builds enable FP16,
     obey precision constraints, pin ``fp32`` layers and keep detailed layer information, so the engine
-    can be checked (``pins.verify_pins``)."""
+    can be checked (``inspection.verify_pins``)."""
 
     tensorrt: TensorRT
     logger: object = None

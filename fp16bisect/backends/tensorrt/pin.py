@@ -1,9 +1,9 @@
-"""Keep the nodes of an fp16bisect override file in FP32 in a TensorRT build.
+"""Pin ONNX nodes to FP32 in a weakly typed TensorRT 10.x network: ``apply_overrides`` and the layers of a node.
 
 Public (users import it)::
 
     import tensorrt as trt
-    from fp16bisect.tensorrt import apply_overrides
+    from fp16bisect.tensorrt import apply_overrides, verify_pins
 
     parser.parse(onnx_bytes)                      # your usual network
     applied = apply_overrides(network, "overrides.json", config)
@@ -16,13 +16,8 @@ TensorRT 10.x is weakly typed: a layer stays in FP32 when the config has
 layer has ``precision = float32`` and FP32 output types. TensorRT 11 and
 TensorRT-RTX are strongly typed (types come from the ONNX graph): there,
 ``fp16bisect apply`` writes a mixed-precision ONNX instead, and
-``apply_overrides`` says so.
-
-TensorRT 10.x can silently ignore such pins where it fuses a region into one
-kernel (NVIDIA/TensorRT#3889, #4505, #2080, #3224): ``verify_pins`` reads the
-built engine's layer information (``EngineInspector``, JSON, needs
-``ProfilingVerbosity.DETAILED``, which ``apply_overrides`` sets on the config)
-and names every override node whose engine layer does not run in FP32.
+``apply_overrides`` says so. Whether the built engine kept the pins is
+``verify_pins``'s job (``inspection.py``).
 
 Layers are matched to ONNX nodes through ``layer.metadata``, which TensorRT's
 ONNX parser sets on every layer it creates for a node to
@@ -38,96 +33,20 @@ Every ``trt.<name>`` used here is listed, with its documentation page, in
 
 from __future__ import annotations
 
-import json
-import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Iterable, Mapping, Sequence
 
-
 from ...errors import UsageError
+from .load import load
 
-NOT_INSTALLED = (
-    "TensorRT is not installed: pip install 'fp16bisect[tensorrt]' on a machine with an NVIDIA GPU, "
-    "or use --backend emulate"
-)
 STRONGLY_TYPED = (
     "cannot set layer precisions: {why}, where precision comes from the ONNX graph; write a "
     "mixed-precision model with 'fp16bisect apply OVERRIDES.json MODEL.onnx -o MIXED.onnx' and build that instead"
 )
 _META_PREFIX = "[ONNX Layer: "
-_LOCAL_FUNCTION = " | Local Function: "
-
-
-# --------------------------------------------------------------------------- loading
-
-
-@dataclass(frozen=True)
-class TensorRT:
-    """The imported TensorRT flavour."""
-
-    module: ModuleType
-    flavour: str  # "tensorrt" or "tensorrt_rtx"
-    version: str
-    weakly_typed: bool  # TensorRT 10.x: BuilderFlag.FP16 and layer precisions exist
-    # NetworkDefinitionCreationFlag.STRONGLY_TYPED exists (TensorRT 9.0+, so every 10.x; always true on 11/RTX)
-    can_strongly_type: bool = True
-
-    def __str__(self) -> str:
-        kind = "weakly typed" if self.weakly_typed else "strongly typed"
-        return f"{self.flavour} {self.version} ({kind})"
-
-    @property
-    def version_tuple(self) -> tuple:
-        return tuple(int(p) for p in re.findall(r"\d+", self.version)[:3])
-
-
-def load() -> TensorRT:
-    """Import ``tensorrt``, else ``tensorrt_rtx``; a UsageError with the fix when neither imports."""
-    broken = []
-    for flavour in ("tensorrt", "tensorrt_rtx"):
-        try:
-            trt = __import__(flavour)
-        except ModuleNotFoundError as exc:
-            if exc.name != flavour:  # the package is there but a piece of it is missing
-                broken.append(f"import {flavour}: {exc}")
-            continue
-        except (ImportError, OSError) as exc:  # e.g. libnvinfer.so not found
-            broken.append(f"import {flavour}: {exc}")
-            continue
-        return TensorRT(
-            module=trt,
-            flavour=flavour,
-            version=str(getattr(trt, "__version__", "unknown")),
-            weakly_typed=hasattr(trt.BuilderFlag, "FP16"),
-            can_strongly_type=hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED"),
-        )
-    if broken:
-        raise UsageError(
-            f"TensorRT is installed but cannot be imported ({'; '.join(broken)}): reinstall it with "
-            "pip install 'fp16bisect[tensorrt]' on a machine with an NVIDIA GPU, or use --backend emulate"
-        )
-    raise UsageError(NOT_INSTALLED)
-
-
-def gpu_available() -> bool:
-    """Whether CUDA sees a GPU (cuda-python ``cudaGetDeviceCount``); never raises."""
-    return gpu_count() > 0
-
-
-def gpu_count() -> int:
-    """GPUs CUDA sees (cuda-python ``cudaGetDeviceCount``; 0 when it cannot tell); never raises."""
-    try:
-        try:
-            from cuda.bindings import runtime as cudart
-        except ImportError:
-            from cuda import cudart  # cuda-python < 12.6
-        err, count = cudart.cudaGetDeviceCount()
-        return int(count) if err == cudart.cudaError_t.cudaSuccess else 0
-    except Exception:
-        return 0
+LOCAL_FUNCTION = " | Local Function: "
 
 
 # --------------------------------------------------------------------------- layers of nodes
@@ -138,8 +57,8 @@ def metadata_node(metadata: str) -> str | None:
     if not metadata.startswith(_META_PREFIX) or not metadata.endswith("]"):
         return None
     body = metadata[len(_META_PREFIX):-1]
-    if _LOCAL_FUNCTION in body:
-        body = body.rsplit(_LOCAL_FUNCTION, 1)[0]
+    if LOCAL_FUNCTION in body:
+        body = body.rsplit(LOCAL_FUNCTION, 1)[0]
     return body
 
 
@@ -394,7 +313,7 @@ class Applied:
         return text
 
 
-def _refs_from(overrides) -> list[NodeRef]:
+def refs_from(overrides) -> list[NodeRef]:
     if isinstance(overrides, (str, Path)):
         from ...artifacts.overrides import read
 
@@ -421,7 +340,7 @@ def apply_overrides(network, overrides, config=None, *, strict: bool = False) ->
     """
     trt = load().module
     _require_weak_typing(network, trt)
-    refs = _refs_from(overrides)
+    refs = refs_from(overrides)
     found, missing = resolve(network, refs)
     missing_names = [r.label for r in missing]
     if missing_names:
@@ -440,170 +359,3 @@ def apply_overrides(network, overrides, config=None, *, strict: bool = False) ->
         config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED  # so verify_pins can read the engine
     return applied
 
-
-# --------------------------------------------------------------------------- did the pins take effect?
-
-IGNORED = "TensorRT ignored the FP32 pin on {node} (fused into {layer})"
-IGNORED_ADVICE = "use the default strongly typed build"
-_IGNORED_RE = re.compile(r"TensorRT ignored the FP32 pin on (.+?) \(fused into (.+?)\)(?=; )")
-_METADATA_SEPARATOR = "\x1f"  # between the "[ONNX Layer: ...]" entries of a fused layer (seen on TensorRT-RTX 1.7)
-_METADATA_ENTRY = re.compile(r"\[ONNX Layer: (.*?)\](?=\[ONNX Layer: |\x1f|$)", re.S)
-
-
-@dataclass(frozen=True)
-class EngineLayer:
-    """One layer of a built engine, as the engine inspector describes it."""
-
-    name: str
-    nodes: tuple  # ONNX node names in its metadata (a fused layer has several)
-    tensors: tuple  # (tensor name, "float32" | "float16" | other type), inputs then outputs
-
-    @property
-    def half_tensors(self) -> list[str]:
-        return [name for name, kind in self.tensors if kind == "float16"]
-
-
-def tensor_kind(text: str) -> str:
-    """"float32", "float16" or the text itself, from an inspector's "Format/Datatype" or "Datatype":
-    "Row major linear FP32", "Channel major FP16 format where ...", Myelin's "Float" / "Half"."""
-    upper = str(text).upper()
-    if "BF16" in upper or "BFLOAT" in upper:
-        return "bfloat16"
-    if "FP32" in upper or re.search(r"\bFLOAT\b", upper):
-        return "float32"
-    if "FP16" in upper or re.search(r"\bHALF\b", upper):
-        return "float16"
-    return str(text)
-
-
-def metadata_nodes(metadata: str) -> tuple:
-    """The ONNX node names in an engine layer's metadata (fused layers list several)."""
-    names = []
-    for part in str(metadata or "").split(_METADATA_SEPARATOR):
-        for found in _METADATA_ENTRY.findall(part.strip()):
-            if _LOCAL_FUNCTION in found:
-                found = found.rsplit(_LOCAL_FUNCTION, 1)[0]
-            names.append(found)
-    return tuple(dict.fromkeys(names))
-
-
-def engine_layers(information) -> list[EngineLayer]:
-    """Parse ``EngineInspector.get_engine_information(LayerInformationFormat.JSON)`` (a str or its dict).
-
-    Needs an engine built with ``ProfilingVerbosity.DETAILED``: with the default, the inspector gives
-    layer names only, and nothing can be said about types (UsageError)."""
-    data = json.loads(information) if isinstance(information, (str, bytes)) else information
-    records = data.get("Layers") if isinstance(data, Mapping) else data
-    if not isinstance(records, list):
-        raise UsageError("not TensorRT engine layer information: expected a JSON object with a 'Layers' list")
-    found = []
-    for record in records:
-        if not isinstance(record, Mapping) or "Inputs" not in record and "Outputs" not in record:
-            raise UsageError(
-                "the engine has no detailed layer information (only layer names): build it with "
-                "config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED (trtexec --profilingVerbosity=detailed)"
-            )
-        tensors = []
-        for key in ("Inputs", "Outputs"):
-            for tensor in record.get(key) or []:
-                kind = tensor.get("Datatype") or tensor.get("Format/Datatype") or ""
-                tensors.append((str(tensor.get("Name", "")), tensor_kind(kind)))
-        found.append(EngineLayer(str(record.get("Name", "")), metadata_nodes(record.get("Metadata", "")),
-                                 tuple(tensors)))
-    return found
-
-
-@dataclass(frozen=True)
-class IgnoredPin:
-    node: str  # the override node (fp16bisect id)
-    layer: str  # the engine layer it was fused into, which does not run in FP32
-
-    def __str__(self) -> str:
-        return IGNORED.format(node=self.node, layer=self.layer)
-
-    def to_json(self) -> dict:
-        return {"node": self.node, "layer": self.layer}
-
-
-@dataclass
-class PinCheck:
-    """What ``verify_pins`` found: ``ok`` when every override node's engine layers run in FP32."""
-
-    verified: list[str] = field(default_factory=list)  # nodes whose every engine layer has only FP32 float tensors
-    ignored: list[IgnoredPin] = field(default_factory=list)
-    unseen: list[str] = field(default_factory=list)  # nodes no engine layer names (folded or removed)
-
-    @property
-    def ok(self) -> bool:
-        return not self.ignored
-
-    def message(self) -> str:
-        """One line: "TensorRT ignored the FP32 pin on NODE (fused into LAYER); ...; use the default ..."."""
-        return "; ".join([*map(str, self.ignored), IGNORED_ADVICE])
-
-    def __str__(self) -> str:
-        if self.ignored:
-            return self.message()
-        text = f"{len(self.verified)} override node(s) run in FP32 in this engine"
-        if self.unseen:
-            text += f"; no engine layer names {', '.join(self.unseen)} (folded or removed by TensorRT)"
-        return text
-
-
-def ignored_in(message: str) -> list[IgnoredPin]:
-    """The ignored pins a ``PinCheck.message()`` names (e.g. in a failed evaluation's error)."""
-    return [IgnoredPin(node, layer) for node, layer in _IGNORED_RE.findall(str(message))]
-
-
-def check_pins(layers: Sequence[EngineLayer], refs: Iterable[NodeRef]) -> PinCheck:
-    """Every engine layer naming a pinned node must have only FP32 float tensors (inputs and outputs)."""
-    result = PinCheck()
-    for ref in refs:
-        mine = [layer for layer in layers if set(layer.nodes) & set(ref.names)]
-        if not mine:
-            result.unseen.append(ref.label)
-            continue
-        bad = [layer for layer in mine if layer.half_tensors]
-        if bad:
-            result.ignored.append(IgnoredPin(ref.label, bad[0].name))
-        else:
-            result.verified.append(ref.label)
-    return result
-
-
-def verify_pins(engine, overrides) -> PinCheck:
-    """Did TensorRT keep the override nodes in FP32 in this engine? (TensorRT 10.x weakly typed builds.)
-
-    ``engine``: a deserialized ``ICudaEngine`` built with ``ProfilingVerbosity.DETAILED`` (a serialized
-    engine's bytes are deserialized first: that needs the GPU it was built for), or its layer information
-    as JSON text, a parsed dict, or a path to a file (``trtexec --profilingVerbosity=detailed
-    --exportLayerInfo=FILE`` writes one). ``overrides``: as for ``apply_overrides``.
-
-    A pin counts as taken when every engine layer whose metadata names the node reads and writes float
-    tensors only in FP32. A layer that mixes the node with FP16 tensors (TensorRT fused it with FP16
-    neighbours, NVIDIA/TensorRT#3889) is reported in ``.ignored``: nothing in the engine shows the node
-    ran in FP32. Strongly typed builds of ``fp16bisect apply``'s mixed model do not need this check.
-    """
-    refs = _refs_from(overrides)
-    return check_pins(engine_layers(_information(engine)), refs)
-
-
-def _information(engine):
-    if isinstance(engine, Mapping):
-        return engine
-    if isinstance(engine, Path) or isinstance(engine, str) and not engine.lstrip().startswith("{"):
-        try:
-            return Path(engine).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot read engine layer information {str(engine)!r} ({exc.strerror})") from None
-    if isinstance(engine, str):
-        return engine
-    loaded = load()
-    runtime = None
-    if not hasattr(engine, "create_engine_inspector"):  # a serialized engine (bytes, IHostMemory)
-        from .engine import deserialize
-
-        runtime, engine = deserialize(loaded, bytes(engine))
-    information = engine.create_engine_inspector().get_engine_information(loaded.module.LayerInformationFormat.JSON)
-    del runtime
-    return information

@@ -14,6 +14,15 @@ result of the emulator's search that served as the prior (a ``prior`` line:
 its set, the order it handed on, its counts), so that a resumed search neither
 reruns the prior nor needs the emulator at all. The prior's own evaluations
 have their own journal (``*.prior.journal.jsonl``).
+
+An evaluation is marked before it runs (a ``started`` line, the plan's sorted ids, with ``recheck`` k for a
+recheck) and written after (its ``plan`` line). An evaluation the process unwinds from (Ctrl-C, an exception) is
+unmarked (an ``abandoned`` line): a resumed search runs it again. A plan started and never finished nor abandoned
+is one the process died evaluating without unwinding (a segfault in an in-process build, the OOM killer, kill -9):
+rerunning it would most likely kill the search again, on every resume, forever. So a resumed search records it as
+could not evaluate (reason ``died``, the ``plan`` line marked ``"crashed": true``), which the search steers around
+and never counts as evidence; ``Journal(retry_crashed=True)`` evaluates such plans again instead. Journals written
+before these marks (``plan`` lines alone) read as before.
 """
 
 from __future__ import annotations
@@ -26,9 +35,12 @@ from pathlib import Path
 
 from .errors import UsageError
 from .model.samples import update_digest
+from .oracle import Evaluation, Reason
 
 SCHEMA = "fp16bisect.journal/1"
 KEYS = ("model_sha256", "backend", "tolerance", "samples", "repeats")
+CRASHED = ("the process died evaluating this plan (a crash or a kill); fp16bisect search --retry-crashed "
+           "evaluates it again")
 
 
 def samples_digest(samples) -> str:
@@ -43,13 +55,40 @@ def samples_digest(samples) -> str:
     return digest.hexdigest()
 
 
+def _key(plan, entry: dict) -> tuple:
+    """What a started, abandoned or finished line is about: the plan, and which recheck of it (0: none)."""
+    return frozenset(plan), int(entry.get("recheck") or 0)
+
+
+def _torn_plan(tail: bytes) -> frozenset | None:
+    """The plan of a finished or abandoned line cut short by a kill, when its ids were written whole: that
+    evaluation had ended when the process died, so it is not one the process died in."""
+    for prefix in (b'{"plan": ', b'{"abandoned": '):
+        if tail.startswith(prefix):
+            try:
+                ids, _ = json.JSONDecoder().raw_decode(tail[len(prefix):].decode("utf-8", "replace"))
+                return frozenset(ids) if isinstance(ids, list) else None
+            except (ValueError, TypeError):
+                return None
+    return None
+
+
 class Journal:
-    def __init__(self, path: str | Path, header: dict, restart: bool = False):
+    """``retry_crashed``: plans a process died evaluating (started, never finished: module docstring) are
+    evaluated again, and so are those recorded as such by an earlier resume; by default they are recorded as could
+    not evaluate (reason ``died``) and never run again."""
+
+    def __init__(self, path: str | Path, header: dict, restart: bool = False, retry_crashed: bool = False):
         self.path = Path(path)
         self.header = {"schema": SCHEMA, **header}
+        self.retry_crashed = retry_crashed
         self.entries: list[dict] = []  # evaluations
         self.noise: dict | None = None  # the build-to-build noise measured before searching (TensorRT)
         self.prior: dict | None = None  # the emulator's result that the search on this backend started from
+        # the plans a process died evaluating, as found on loading (rechecks too): replayed as could not evaluate
+        # ("died"), or, with retry_crashed, evaluated again
+        self.crashed: list[frozenset] = []
+        self._open: set[tuple] = set()  # (plan, recheck) started by this process, neither finished nor abandoned
         self.fresh = not (self.path.exists() and not restart)
         if self.fresh:
             self._start()
@@ -92,24 +131,74 @@ class Journal:
             )
         if len(lines) == 1:  # the header alone, its newline lost
             lines.append(b"")
+        unfinished: dict[tuple, list] = {}  # started, then neither finished nor abandoned: (plan, recheck) -> ids
         for raw in lines[1:-1]:  # the text after the last newline may be cut short: never read
             try:
                 entry = json.loads(raw)
             except (ValueError, UnicodeDecodeError):
                 continue  # a line cut short by a kill in an older run
-            if isinstance(entry, dict) and isinstance(entry.get("plan"), list):
-                self.entries.append(entry)
-            elif isinstance(entry, dict) and isinstance(entry.get("noise"), dict):
-                self.noise = entry["noise"]
-            elif isinstance(entry, dict) and isinstance(entry.get("prior"), dict):
-                self.prior = entry["prior"]
+            if not isinstance(entry, dict):
+                continue
+            try:
+                if isinstance(entry.get("plan"), list):
+                    unfinished.pop(_key(entry["plan"], entry), None)
+                    self.entries.append(entry)
+                elif isinstance(entry.get("started"), list):
+                    unfinished[_key(entry["started"], entry)] = entry["started"]
+                elif isinstance(entry.get("abandoned"), list):
+                    unfinished.pop(_key(entry["abandoned"], entry), None)
+                elif isinstance(entry.get("noise"), dict):
+                    self.noise = entry["noise"]
+                elif isinstance(entry.get("prior"), dict):
+                    self.prior = entry["prior"]
+            except (TypeError, ValueError):  # ids that cannot be a plan: not a line this program wrote
+                continue
         if lines[-1]:  # drop the torn tail so the next line starts clean
             with open(self.path, "wb") as f:
                 f.write(b"\n".join(lines[:-1]) + b"\n")
+            ended = _torn_plan(lines[-1])  # a kill while its result was being written: run it again, no crash
+            for key in [k for k in unfinished if k[0] == ended]:
+                del unfinished[key]
+        self._crashed(unfinished)
+
+    def _crashed(self, unfinished: dict[tuple, list]) -> None:
+        """Record the plans a process died evaluating as could not evaluate, or with ``retry_crashed`` drop their
+        records so they run again. A plan evaluated to the end at any time (a retry) is replayed from that."""
+        finished = {_key(e["plan"], e) for e in self.entries if not e.get("crashed")}
+        crashed = {_key(e["plan"], e): e["plan"] for e in self.entries if e.get("crashed")}
+        new = {key: ids for key, ids in unfinished.items() if key not in finished and key not in crashed}
+        self.crashed = [key[0] for key in {**crashed, **new} if key not in finished]
+        self.entries = [e for e in self.entries
+                        if not (e.get("crashed") and (self.retry_crashed or _key(e["plan"], e) in finished))]
+        if self.retry_crashed:
+            return
+        for (plan, recheck), ids in new.items():
+            died = Evaluation(frozenset(ids), False, (), 0.0, reason=Reason("died", CRASHED))
+            self.append({**died.to_json(), "crashed": True, **({"recheck": recheck} if recheck else {})})
+
+    def start(self, plan, recheck: int = 0) -> None:
+        """Mark a plan's evaluation (``recheck`` k: its k-th recheck) started, on disk, before it runs."""
+        ids = sorted(plan)
+        self._write({"started": ids, **({"recheck": recheck} if recheck else {})})
+        self._open.add(_key(ids, {"recheck": recheck}))
+
+    def abandon(self, plans, recheck: int = 0) -> None:
+        """Unmark the evaluations among ``plans`` that were started here and have not finished: the process is
+        unwinding (Ctrl-C, an exception), not dying, so a resumed search runs them again. Best effort: a journal
+        that cannot be written must not hide what is unwinding."""
+        for plan in plans:
+            key = _key(plan, {"recheck": recheck})
+            if key in self._open:
+                try:
+                    self._write({"abandoned": sorted(plan), **({"recheck": recheck} if recheck else {})})
+                except OSError:
+                    return
+                self._open.discard(key)
 
     def append(self, entry: dict) -> None:
         """An evaluation, written and flushed to disk before the caller goes on."""
         self._write(entry)
+        self._open.discard(_key(entry["plan"], entry))
         self.entries.append(entry)
 
     def record_noise(self, noise: dict) -> None:

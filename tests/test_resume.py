@@ -7,17 +7,21 @@ import subprocess
 import sys
 import textwrap
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 from test_cli import LN, LN_IN, one_line_error, run
 
 import fp16bisect.pipeline as pipeline
+from fp16bisect.backends import Backend
 from fp16bisect.backends.emulate import EmulateBackend
+from fp16bisect.journal import CRASHED, Journal
+from fp16bisect.oracle import Oracle, Reason, Verdict, evaluate_plan
 
 TWO = ["search", str(LN.parent / "two_branches.onnx"), "--inputs", str(LN.parent / "two_branches.npz")]
 
 
-class Counting:
+class Counting(Backend):
     """The emulate backend, counting runs per plan; raises ``stop`` on the run numbered ``stop_at``."""
 
     runs: Counter = Counter()
@@ -44,7 +48,7 @@ class Counting:
 def counting(monkeypatch):
     Counting.runs = Counter()
     Counting.stop_at = None
-    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, **_: Counting(graph))
+    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, *_: Counting(graph))
     return Counting
 
 
@@ -53,13 +57,24 @@ def searched(out):
     return sorted(n["name"] for n in data["fp32_nodes"]), data["search"]
 
 
+def lines_of(journal):
+    """The journal's lines after its header."""
+    return [json.loads(line) for line in journal.read_text().splitlines()[1:]]
+
+
+def finished(journal):
+    """The evaluations it holds (its ``plan`` lines)."""
+    return [e for e in lines_of(journal) if "plan" in e]
+
+
 def test_ctrl_c_then_rerun_continues_without_repeating_an_evaluation(counting, tmp_path, capsys):
     out = tmp_path / "o.json"
     counting.stop_at = 6
     code, _, err = run(capsys, *TWO, "-o", out, "-q")
     assert code == 130 and "rerun the same command to continue" in err and not out.exists()
     journal = tmp_path / "o.journal.jsonl"
-    assert len(journal.read_text().splitlines()) == 1 + 5  # the header and five finished evaluations
+    assert len(finished(journal)) == 5  # five finished evaluations
+    assert list(lines_of(journal)[-1]) == ["abandoned"]  # the sixth, unwound from: not a crash
     counting.stop_at = None
     code, _, err = run(capsys, *TWO, "-o", out)
     assert code == 0 and "resuming: 5 evaluation(s) replayed" in err
@@ -71,32 +86,42 @@ def test_ctrl_c_then_rerun_continues_without_repeating_an_evaluation(counting, t
     assert code == 0 and searched(out)[1]["evaluations_run"] == 0 and searched(out)[0] == found
 
 
-def test_kill_9_mid_search_then_rerun_continues(tmp_path):
-    out = tmp_path / "o.json"
+def die_in_evaluation(out, call: int, how: str) -> list:
+    """Run the search in a process that dies, without unwinding, inside the backend's ``call``-th run (``how``: a
+    statement, e.g. ``os._exit(139)`` for a segfaulting build); the ids of the plan it died in."""
     script = textwrap.dedent(f"""
         import os, signal, sys
         import fp16bisect.backends.emulate as emulate
         run, calls = emulate.EmulateBackend.run, []
         def dying(self, plan, inputs, repeat=0):
             calls.append(plan)
-            if len(calls) == 4:
-                os.kill(os.getpid(), signal.SIGKILL)
+            if len(calls) == {call}:
+                {how}
             return run(self, plan, inputs, repeat)
         emulate.EmulateBackend.run = dying
         from fp16bisect.cli import main
         sys.exit(main({[*TWO, "-o", str(out), "-q"]!r}))
     """)
-    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert killed.returncode == -signal.SIGKILL
+    died = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert died.returncode in (139, -signal.SIGKILL), died.stderr
     assert not out.exists()
-    lines = (tmp_path / "o.journal.jsonl").read_text().splitlines()
-    assert len(lines) == 1 + 3
+    journal = out.with_suffix(".journal.jsonl")
+    assert len(finished(journal)) == call - 1  # one sample: one run per evaluation
+    last = lines_of(journal)[-1]
+    assert list(last) == ["started"]  # marked before it ran, never finished nor abandoned
+    return last["started"]
+
+
+def test_kill_9_mid_search_then_rerun_continues(tmp_path):
+    out = tmp_path / "o.json"
+    crashed = die_in_evaluation(out, 4, "os.kill(os.getpid(), signal.SIGKILL)")
     resumed = subprocess.run([sys.executable, "-m", "fp16bisect.cli", *TWO, "-o", str(out), "-q"],
                              capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     found, search = searched(out)
     assert found == ["a_mean_sq", "a_square", "b_exp", "b_prob", "b_sum"]
-    assert search["evaluations_run"] == search["evaluations"] - 3
+    assert search["evaluations_run"] == search["evaluations"] - 4  # three replayed, the killed one not rerun
+    assert search["build_failures"] == [{"fp32": crashed, "error": CRASHED}]
 
 
 def test_a_torn_last_line_is_ignored_and_repaired(counting, tmp_path, capsys):
@@ -104,10 +129,13 @@ def test_a_torn_last_line_is_ignored_and_repaired(counting, tmp_path, capsys):
     assert run(capsys, *TWO, "-o", out, "-q")[0] == 0
     journal = tmp_path / "o.journal.jsonl"
     lines = journal.read_text().splitlines()
-    journal.write_text("\n".join(lines[:4]) + "\n" + lines[4][: len(lines[4]) // 2])  # a kill mid-write
+    fourth = [i for i, line in enumerate(lines) if line.startswith('{"plan"')][3]
+    # a kill while the fourth evaluation's line was being written: it had ended, so it is rerun, not a crash
+    journal.write_text("\n".join(lines[:fourth]) + "\n" + lines[fourth][: len(lines[fourth]) // 2])
     counting.runs.clear()
     assert run(capsys, *TWO, "-o", out, "-q")[0] == 0
     assert searched(out)[1]["evaluations_run"] == searched(out)[1]["evaluations"] - 3
+    assert searched(out)[1]["build_failures"] == []
     assert all(json.loads(line) for line in journal.read_text().splitlines())
 
 
@@ -156,7 +184,7 @@ class Flaky(Counting):
 def test_a_final_set_that_fails_when_built_again_is_reported_not_minimal(monkeypatch, tmp_path, capsys):
     Counting.runs, Counting.stop_at = Counter(), None
     Flaky.bad = frozenset({"ln1_square", "ln1_var"})
-    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, **_: Flaky(graph))
+    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, *_: Flaky(graph))
     out = tmp_path / "o.json"
     code, stdout, _ = run(capsys, "search", LN, "--inputs", LN_IN, "-o", out, "-q")
     assert code == 0
@@ -185,3 +213,143 @@ def test_output_files_are_whole_or_absent(counting, tmp_path, capsys):
     json.loads(out.read_text())
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
     assert os.path.getsize(out) > 0
+
+
+def test_a_plan_the_process_died_in_is_not_rerun_and_is_reported_as_died(counting, tmp_path, capsys):
+    """A build that segfaults or is OOM-killed takes the search with it: a resume must not run that plan again (it
+    would die again, on every resume), nor count it as evidence; it is a plan that could not be evaluated."""
+    out = tmp_path / "o.json"
+    crashed = die_in_evaluation(out, 4, "os._exit(139)")
+    code, _, err = run(capsys, *TWO, "-o", out, "-q")
+    assert code == 0, err
+    assert frozenset(crashed) not in {plan for plan, _ in counting.runs}
+    found, search = searched(out)
+    assert found == ["a_mean_sq", "a_square", "b_exp", "b_prob", "b_sum"]
+    assert search["build_failures"] == [{"fp32": crashed, "error": CRASHED}] and search["unevaluable"] == 1
+    assert "fp16bisect search --retry-crashed" in CRASHED  # the message says how to evaluate it again
+    journal = tmp_path / "o.journal.jsonl"
+    died, = [e for e in finished(journal) if e["plan"] == crashed]
+    assert died["reason"] == {"kind": "died", "message": CRASHED} and died["passed"] is False and died["crashed"]
+    counting.runs.clear()  # resumed again: recorded once, replayed, still never run
+    assert run(capsys, *TWO, "-o", out, "-q")[0] == 0
+    assert searched(out)[1]["evaluations_run"] == 0 and not counting.runs
+    assert len([e for e in finished(journal) if e["plan"] == crashed]) == 1
+
+
+def test_retry_crashed_evaluates_a_plan_the_process_died_in(counting, monkeypatch, tmp_path, capsys):
+    out = tmp_path / "o.json"
+    crashed = frozenset(die_in_evaluation(out, 4, "os._exit(139)"))
+    code, _, err = run(capsys, *TWO, "-o", out)  # recorded as died, not run, and said
+    assert code == 0 and counting.runs[(crashed, 0)] == 0
+    assert "1 plan(s) killed the process evaluating them before" in err and "--retry-crashed" in err
+    assert run(capsys, *TWO, "-o", out, "-q", "--retry-crashed")[0] == 0
+    assert counting.runs[(crashed, 0)] == 1
+    assert searched(out)[1]["build_failures"] == []
+    counting.runs.clear()  # resumed again without it: the retry's verdict is replayed, not the record of the death
+    assert run(capsys, *TWO, "-o", out, "-q")[0] == 0
+    assert not counting.runs and searched(out)[1]["build_failures"] == []
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, MemoryError])
+def test_an_evaluation_unwound_from_is_no_crash_the_resume_runs_it(counting, tmp_path, capsys, stop):
+    """Ctrl-C (or an exception) in an evaluation unwinds: the plan is unmarked, and the resume runs it."""
+    out = tmp_path / "o.json"
+    counting.stop_at, counting.stop = 4, stop
+    assert run(capsys, *TWO, "-o", out, "-q")[0] != 0
+    journal = tmp_path / "o.journal.jsonl"
+    *_, started, abandoned = lines_of(journal)
+    assert list(started) == ["started"] and abandoned == {"abandoned": started["started"]}
+    counting.stop_at = None
+    assert run(capsys, *TWO, "-o", out, "-q")[0] == 0
+    assert counting.runs[(frozenset(started["started"]), 0)] == 1  # Ctrl-C came before its run counted
+    found, search = searched(out)
+    assert found == ["a_mean_sq", "a_square", "b_exp", "b_prob", "b_sum"] and search["build_failures"] == []
+    assert not [e for e in finished(journal) if e.get("reason")]
+
+
+HEADER = {"model_sha256": "m", "backend": "judge", "tolerance": {}, "samples": "s", "repeats": 1}
+X, Y, XY = frozenset({"x"}), frozenset({"y"}), frozenset({"x", "y"})
+
+
+class Judge(Backend):
+    """A backend that judges whole plans: a plan passes when it keeps "x" in FP32."""
+
+    name = "judge"
+    whole_plans = True
+
+    def __init__(self):
+        self.asked = []
+
+    def run_plan(self, plan, inputs, repeat=0, placeholders=None):
+        self.asked.append(frozenset(plan))
+        return Verdict("x" in plan)
+
+
+def oracle_on(path, executor=None, **journal_options):
+    judge = Judge()
+    journal = Journal(path, HEADER, **journal_options)
+    return Oracle(judge, [SimpleNamespace(inputs={})], None, [], journal=journal, executor=executor), judge
+
+
+class Interrupted:
+    """An executor (worker processes, elsewhere): the first plan completes, then Ctrl-C."""
+
+    width = 3
+
+    def __init__(self, path):
+        self.path = path
+        self.handed_over_with = None
+
+    def evaluate(self, plans, first_repeat=0, repeats=1):
+        self.handed_over_with = lines_of(self.path)  # what the journal held when the plans were submitted
+        yield evaluate_plan(Judge(), [SimpleNamespace(inputs={})], None, [], plans[0], first_repeat, repeats)
+        raise KeyboardInterrupt
+
+
+def test_parallel_plans_are_marked_started_before_they_are_submitted_and_unmarked_on_ctrl_c(tmp_path):
+    path = tmp_path / "j.jsonl"
+    pool = Interrupted(path)
+    oracle, _ = oracle_on(path, pool)
+    with pytest.raises(KeyboardInterrupt):
+        oracle.evaluate_many([X, Y, XY])
+    assert pool.handed_over_with == [{"started": ["x"]}, {"started": ["y"]}, {"started": ["x", "y"]}]
+    assert lines_of(path)[3:] == [finished(path)[0], {"abandoned": ["y"]}, {"abandoned": ["x", "y"]}]
+    resumed, judge = oracle_on(path)
+    assert resumed.journal.crashed == [] and set(resumed.memo) == {X}
+    assert resumed.test_many([X, Y, XY]) == [True, False, True] and judge.asked == [Y, XY]
+
+
+def test_a_process_that_died_with_plans_in_flight_records_each_as_died_until_retried(tmp_path):
+    path = tmp_path / "j.jsonl"
+    oracle, _ = oracle_on(path)
+    oracle.evaluate(X)
+    for plan in (Y, XY):  # submitted to workers, then this process was killed
+        oracle.journal.start(plan)
+    oracle.journal.start(X, 1)  # ... and so was the recheck of X running here
+    resumed, judge = oracle_on(path)
+    assert resumed.journal.crashed == [Y, XY, X]
+    assert resumed.test_many([X, Y, XY]) == [True, None, None]
+    assert resumed.evaluate(X, recheck=1).reason == Reason("died", CRASHED) and judge.asked == []
+    assert [e.plan for e in resumed.build_failures] == [Y, XY] and resumed.runs == 0
+    again, judge = oracle_on(path)  # recorded once: a further resume replays the records
+    assert again.test_many([X, Y, XY]) == [True, None, None] and judge.asked == []
+    assert len(finished(path)) == 1 + 3
+    retried, judge = oracle_on(path, retry_crashed=True)
+    assert retried.journal.crashed == [Y, XY, X] and retried.build_failures == []
+    assert retried.test_many([X, Y, XY]) == [True, False, True] and retried.evaluate(X, recheck=1).passed
+    assert judge.asked == [Y, XY, X]
+    after, judge = oracle_on(path)  # the retries' verdicts replace the records of the deaths
+    assert after.test_many([X, Y, XY]) == [True, False, True] and after.journal.crashed == [] and judge.asked == []
+
+
+def test_a_journal_of_evaluations_alone_reads_as_before(tmp_path):
+    """Journals written before started lines (evaluations alone) are replayed as they were, and left unchanged."""
+    path = tmp_path / "j.jsonl"
+    old = [json.dumps({"schema": "fp16bisect.journal/1", **HEADER}),
+           json.dumps({"plan": ["x"], "passed": True, "seconds": 0.1, "error": "", "flaky": False, "metrics": []}),
+           json.dumps({"plan": ["y"], "passed": False, "seconds": 0.1, "error": "boom", "flaky": False, "metrics": []})]
+    path.write_text("\n".join(old) + "\n")
+    oracle, judge = oracle_on(path)
+    assert oracle.journal.crashed == [] and path.read_text() == "\n".join(old) + "\n"
+    assert oracle.test_many([X, Y]) == [True, None] and oracle.evaluate(Y).reason == Reason("build", "boom")
+    assert judge.asked == []

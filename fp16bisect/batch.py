@@ -174,7 +174,7 @@ def _search(entry: dict, tolerance, result: dict) -> None:
 
 def run_batch(entries: list[dict], jobs: int = 2, ray: str | None = None) -> list[dict]:
     """Every entry's result, in manifest order; entries run ``jobs`` at once (worker processes) or on Ray."""
-    from .parallel.local import Died, LocalPool
+    from .parallel.processes import Died, LocalPool
 
     if ray is not None:
         from .parallel.ray import RayPool

@@ -23,6 +23,14 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
+class _Removed(argparse.Action):
+    """A flag that was removed: exit 2 with a one-line hint instead of an unknown-argument error."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise UsageError(f"{option_string} was removed: every search now evaluates each 'set minus one node' of its "
+                         "answer directly, so the flag did nothing; drop it")
+
+
 def _number(text: str) -> float:
     try:
         return float(text)
@@ -154,17 +162,6 @@ def tolerance_from(args, fallback: Tolerance | None = None) -> Tolerance:
     return Tolerance(**pick)
 
 
-def recorded_tolerance(data: dict, path: str) -> Tolerance:
-    """The tolerance an override file was searched with."""
-    t = data.get("tolerance")
-    try:
-        return Tolerance(float(t["atol"]), float(t["rtol"]),
-                         None if t.get("min_cosine") is None else float(t["min_cosine"]),
-                         float(t.get("max_mismatch", 0.0)))
-    except (TypeError, KeyError, ValueError):
-        raise UsageError(f"{path!r} has no valid 'tolerance': pass --atol and --rtol, or rerun 'fp16bisect search'") from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fp16bisect", description="Find the ONNX nodes an FP16 build must keep in FP32.")
     parser.add_argument("--version", action="version", version=f"fp16bisect {__version__}")
@@ -175,18 +172,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_backend_args(s)
     s.add_argument("-o", "--output", default="overrides.json", metavar="FILE",
                    help="where to write the override JSON (default overrides.json)")
-    s.add_argument("--check-minimal", action="store_true",
-                   help="no effect, kept so existing scripts run: every 'set minus one node' of the answer is "
-                        "always evaluated directly")
+    s.add_argument("--check-minimal", action=_Removed, nargs=0, help=argparse.SUPPRESS,
+                   default=None)  # removed in 0.x: exit 2 with a hint, for one release
     s.add_argument("--repeats", type=int, default=1, metavar="N",
                    help="evaluate each plan N times (on TensorRT: N builds); all must pass (default 1)")
     s.add_argument("--prior", choices=("auto", "emulate", "none"), default="auto",
-                   help="emulate: search on the emulator (CPU) first, then certify its set on --backend (k+1 "
+                   help="emulate: search on the emulator (CPU) first, then certify its set on --backend (k+2 "
                         "evaluations there when they agree) or continue from it; none: search on --backend "
                         "alone; auto (default): emulate whenever --backend is not emulate and the model runs on "
                         "ONNX Runtime CPU")
     s.add_argument("--restart", action="store_true",
                    help="discard the journal of an earlier run of this search instead of resuming it")
+    s.add_argument("--retry-crashed", action="store_true",
+                   help="when resuming, evaluate again the plans an earlier run died evaluating (a crash or a kill; "
+                        "by default they count as could-not-evaluate, so a plan that crashes the build is not "
+                        "retried forever)")
     s.add_argument("--report", metavar="FILE.html", help="also write a self-contained HTML report")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     add_parallel_args(s)
@@ -274,6 +274,7 @@ def cmd_search(args) -> int:
         outcome = search_model(args.model, args.inputs, args.reference, tolerance, args.backend,
                                listener=listener, output=args.output,
                                backend_options=backend_options(args), repeats=args.repeats, restart=args.restart,
+                               retry_crashed=args.retry_crashed,
                                parallel=parallel, prior=args.prior)
     except CommandAborted as exc:
         from .pipeline import journal_path
@@ -365,23 +366,13 @@ def cmd_batch(args) -> int:
 
 
 def cmd_scan(args) -> int:
-    from .model.graph import Graph
     from .artifacts.overrides import check_writable, write_json
-    from .model.profile import profile, scan_json
-    from .report.console import print_scan
-    from .model.samples import load_samples
-
-    from .report.console import ConsoleListener
+    from .diagnose.scan import scan_model
+    from .report.console import ConsoleListener, print_scan
 
     if args.json:
         check_writable(args.json)
-    listener = ConsoleListener(quiet=args.quiet)
-    with listener.timed(f"loading {args.model}"):
-        graph = Graph.load(args.model)
-    samples = load_samples(graph, args.inputs)
-    with listener.timed(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s)"):
-        prof = profile(graph, samples)
-    data = scan_json(graph, prof)
+    graph, data = scan_model(args.model, args.inputs, ConsoleListener(quiet=args.quiet))
     print_scan(graph, data, args.top)
     if args.json:
         write_json(args.json, data)
@@ -389,31 +380,20 @@ def cmd_scan(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .model.graph import Graph
-    from .diagnose.layerwise import LayerwiseRunner, Thresholds, write_csv
     from .artifacts.overrides import check_writable
-    from .diagnose.preflight import use_overrides
+    from .diagnose.layerwise import compare_model, write_csv
     from .report.console import ConsoleListener, print_compare
-    from .model.samples import add_fp32_references, load_samples
 
     tolerance = tolerance_from(args)
     for path in (args.csv, args.report):
         if path:
             check_writable(path)
     listener = ConsoleListener(quiet=args.quiet)
-    listener.stage(f"loading {args.model}")
-    graph = Graph.load(args.model)
-    samples = load_samples(graph, args.inputs, args.reference)
-    add_fp32_references(graph, samples)
-    use = use_overrides(graph, args.overrides) if args.overrides else None
-    if use and not use.same_model:
-        listener.stage(f"note: {args.overrides} was made for another version of this model: comparing anyway")
-    plan = frozenset(use.nodes) if use else frozenset()
-    thresholds = Thresholds() if args.max_error is None else Thresholds(args.max_error)
-    listener.stage(f"running {len(graph.candidates)} candidate node(s) in FP32 and in FP16 (emulated)")
-    runner = LayerwiseRunner(graph, samples)
-    result = runner.run(plan, thresholds)
-    listener.close()
+    try:
+        runner, result = compare_model(args.model, args.inputs, args.reference, args.overrides, args.max_error,
+                                       listener)
+    finally:
+        listener.close()
     print_compare(result, args.csv)
     if args.csv:
         write_csv(args.csv, result)
@@ -425,8 +405,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_apply(args) -> int:
-    from .artifacts.apply import apply, save, verify_mixed
-    from .model.graph import Graph
+    from .artifacts.apply import apply_to_file
     from .artifacts.overrides import check_writable
     from .report.console import ConsoleListener, print_mixed, print_verification
 
@@ -435,27 +414,33 @@ def cmd_apply(args) -> int:
     if str(args.output).endswith(".json"):
         raise UsageError(f"-o {args.output!r} would hold an ONNX model: give a path ending in .onnx")
     check_writable(args.output)
-    graph = Graph.load(args.model)
-    mixed, data = apply(args.overrides, args.model, fp16_io=args.fp16_io, force=args.force,
-                        keep_fp32=tuple(args.keep_fp32), graph=graph)
-    if args.verify:
-        from .model.samples import load_samples
-
-        load_samples(graph, args.inputs, args.reference)  # a bad sample is said before anything is written
-    listener = ConsoleListener(quiet=args.quiet)  # from here on the input is known good: stages said
-    with listener.timed(f"writing {args.output}"):
-        save(mixed.model, args.output, external=graph.external_data)
-    print_mixed(mixed, args.output)
-    if not args.verify:
-        return 0
     given = args.atol is not None and args.rtol is not None  # then the file's tolerance is not needed
-    tolerance = tolerance_from(args, Tolerance() if given else recorded_tolerance(data, args.overrides))
-    with listener.timed("verifying the written model and the all-FP16 one on the samples"):
-        verification = verify_mixed(graph, mixed.model, args.inputs, args.reference, tolerance,
-                                    fp16_io=args.fp16_io, strict_mode=args.verify == "strict",
-                                    keep_fp32=tuple(args.keep_fp32))
+    mixed, verification = apply_to_file(
+        args.overrides, args.model, args.output, ConsoleListener(quiet=args.quiet), fp16_io=args.fp16_io,
+        force=args.force, keep_fp32=tuple(args.keep_fp32), inputs=args.inputs if args.verify else None,
+        references=args.reference, strict_mode=args.verify == "strict",
+        tolerance=lambda recorded: tolerance_from(args, Tolerance() if given else recorded()),
+        shown=lambda m: print_mixed(m, args.output))
+    if verification is None:
+        return 0
     print_verification(verification)
     return 0 if verification.passed else 1
+
+
+INTERNAL_ERROR = 4  # a bug of ours (0 done, 1 a check failed, 2 bad input, 3 tolerance unreachable, 130 interrupted)
+
+
+def _traceback_file() -> str:
+    """Writes the exception being handled, with its traceback, to a new file in the temporary directory."""
+    import tempfile
+    import time
+    import traceback
+
+    with tempfile.NamedTemporaryFile("w", prefix=f"fp16bisect-traceback-{time.strftime('%Y%m%d-%H%M%S')}-",
+                                     suffix=".txt", delete=False) as f:
+        f.write(f"fp16bisect {__version__}, Python {sys.version.split()[0]}, argv: {sys.argv}\n\n")
+        traceback.print_exc(file=f)
+    return f.name
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -479,16 +464,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except MemoryError:
         print("fp16bisect: error: out of memory: use fewer or smaller samples", file=sys.stderr)
-        return 1
-    except Exception as exc:  # a bug of ours: one line, the traceback on request
+        return UsageError.exit_code
+    except Exception as exc:  # a bug of ours: one line here, the traceback in a file it names
         if debug:
             raise
-        print(
-            f"fp16bisect: internal error: {type(exc).__name__}: {exc}; rerun with FP16BISECT_DEBUG=1 "
-            "for the traceback and report it",
-            file=sys.stderr,
-        )
-        return 1
+        where = _traceback_file()
+        print(f"fp16bisect: internal error: {type(exc).__name__}: {exc}; the traceback is in {where}: please "
+              "report it with that file", file=sys.stderr)
+        return INTERNAL_ERROR
     finally:
         weights.close_since(stores)  # the work directories of the models this command loaded
 

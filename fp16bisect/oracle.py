@@ -3,7 +3,9 @@
 Memoised: no plan is run twice. Every evaluation is kept, in order, for the
 report and the override JSON, and appended to the journal (when there is one)
 before the next starts; a journal from an interrupted run is replayed instead
-of rerun. With ``repeats`` N, a plan is run N times (on TensorRT: N builds) and
+of rerun. Each evaluation is journaled as started before it runs, and abandoned when the
+process unwinds from it (Ctrl-C): one the process died in is not rerun on resume
+(fp16bisect.journal). With ``repeats`` N, a plan is run N times (on TensorRT: N builds) and
 passes only if every run passes. ``evaluate(plan, recheck=k)`` runs a plan
 afresh (the final set's re-evaluation): on a backend whose builds vary, a plan
 that passed once can fail the next time, and the search must know.
@@ -57,7 +59,8 @@ class Reason:
     """Why a plan could not be evaluated: neither pass nor fail, and never evidence."""
 
     kind: str  # build (a build or run failed) | cannot_evaluate (a command's exit 125) | outputs (outputs that do
-    # not fit the references) | pins_ignored (a weakly typed build dropped FP32 pins) | died (a worker died)
+    # not fit the references) | pins_ignored (a weakly typed build dropped FP32 pins) | died (a worker died, or
+    # the process died evaluating it: fp16bisect.journal)
     message: str
     pins: tuple = ()  # pins_ignored: (node, engine layer) pairs
 
@@ -171,14 +174,31 @@ class Oracle:
     def test_many(self, plans) -> list[bool | None]:
         return [e.verdict for e in self.evaluate_many(plans)]
 
+    def __enter__(self) -> Oracle:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """Stops the executor's workers (if any); then the backend frees what it holds."""
+        try:
+            if self.executor is not None:
+                self.executor.close()
+        finally:
+            self.backend.close()
+
     def evaluate_many(self, plans) -> list[Evaluation]:
         """Evaluations of independent plans; those not yet known run together on the executor."""
         plans = [frozenset(p) for p in plans]
         todo = list(dict.fromkeys(p for p in plans if p not in self.memo))
         if self.executor is None or len(todo) <= 1:
             return [self.evaluate(p) for p in plans]
-        for evaluation in self.executor.evaluate(todo, 0, self.repeats):
-            self._keep(evaluation, 0)
+        for plan in todo:  # each marked started before it is submitted (fp16bisect.journal)
+            self._start(plan, 0)
+        try:
+            for evaluation in self.executor.evaluate(todo, 0, self.repeats):
+                self._keep(evaluation, 0)
+        except BaseException:  # Ctrl-C or an error, unwinding: those still running are not crashes
+            self._abandon(todo, 0)
+            raise
         return [self.memo[p] for p in plans]
 
     def evaluate(self, plan, recheck: int = 0) -> Evaluation:
@@ -189,12 +209,26 @@ class Oracle:
                 return self.rechecks[(plan, recheck)]
         elif plan in self.memo:
             return self.memo[plan]
-        if self.executor is not None:
-            evaluation, = self.executor.evaluate([plan], recheck * self.repeats, self.repeats)
-        else:
-            evaluation = evaluate_plan(self.backend, self.samples, self.tolerance, self.outputs, plan,
-                                       recheck * self.repeats, self.repeats)
+        self._start(plan, recheck)
+        try:
+            if self.executor is not None:
+                evaluation, = self.executor.evaluate([plan], recheck * self.repeats, self.repeats)
+            else:
+                evaluation = evaluate_plan(self.backend, self.samples, self.tolerance, self.outputs, plan,
+                                           recheck * self.repeats, self.repeats)
+        except BaseException:  # Ctrl-C or an error, unwinding: not a crash, a resumed search runs it again
+            self._abandon([plan], recheck)
+            raise
         return self._keep(evaluation, recheck)
+
+    def _start(self, plan: frozenset, recheck: int) -> None:
+        """Journal the plan as started before it runs: if the process dies in it, a resume does not rerun it."""
+        if self.journal is not None:
+            self.journal.start(plan, recheck)
+
+    def _abandon(self, plans, recheck: int) -> None:
+        if self.journal is not None:
+            self.journal.abandon(plans, recheck)
 
     def _keep(self, evaluation: Evaluation, recheck: int) -> Evaluation:
         """Memoise and journal an evaluation that has just completed."""
@@ -262,7 +296,7 @@ def evaluate_plan(backend, samples, tolerance: Tolerance, outputs: list[str], pl
 
 def _judge(backend, samples, plan: frozenset, repeat: int, placeholders: dict | None):
     """Outputs per sample (lazily, for backends that run one sample at a time), or a ``Verdict``."""
-    if hasattr(backend, "run_plan"):
+    if backend.whole_plans:
         judged = backend.run_plan(plan, [s.inputs for s in samples], repeat=repeat,
                                   placeholders={"device": "0", **(placeholders or {})})
         if not isinstance(judged, Verdict) and len(judged) != len(samples):
@@ -279,7 +313,7 @@ def _compare(backend, samples, tolerance: Tolerance, outputs: list[str], outputs
             try:
                 found.append(compare(got[name], sample.reference[name], tolerance, name, i))
             except ValueError as exc:
-                if hasattr(backend, "run_plan"):  # outputs made outside fp16bisect that do not fit: the plan's problem
+                if backend.whole_plans:  # outputs made outside fp16bisect that do not fit: the plan's problem
                     raise BuildFailed(f"the {backend.name} backend's outputs for sample {i} do not fit "
                                       f"the reference: {exc}", kind="outputs") from None
                 raise UsageError(f"{exc} on {sample.source!r}: pass a reference made for these inputs") \

@@ -102,13 +102,14 @@ def emulator(graph, choice: str, listener):
 
 
 def run(graph, backend, samples, tolerance, outputs, prof, listener, *, header: dict, path: str | None,
-        restart: bool) -> Prior | None:
+        restart: bool, retry_crashed: bool = False) -> Prior | None:
     """The search on the emulator, as a prior. None when even all-FP32 misses the tolerance there (the
     expensive backend may still reach it: it searches alone then)."""
     start = time.perf_counter()
     journal = None
     if path:
-        journal = Journal(path, {**header, "backend": backend.name, "repeats": 1}, restart=restart)
+        journal = Journal(path, {**header, "backend": backend.name, "repeats": 1}, restart=restart,
+                          retry_crashed=retry_crashed)
         if journal.entries:
             listener.stage(f"prior: {len(journal.entries)} emulator evaluation(s) replayed from {path}")
     oracle = Oracle(backend, samples, tolerance, outputs, journal=journal)
@@ -128,10 +129,9 @@ def run(graph, backend, samples, tolerance, outputs, prof, listener, *, header: 
         return None
     seconds = time.perf_counter() - start
     found = list(result.fp32)
-    rest = ranking.by_effect([c for c in prof.order if c not in set(found)], measured)
     fp16 = oracle.memo.get(frozenset())
     evaluations = len(oracle.history)  # distinct plans on the emulator
-    prior = Prior(tuple(found), found + rest, result.status, evaluations, seconds, result.minimal,
+    prior = Prior(tuple(found), ranking.prior_order(found, prof, measured), result.status, evaluations, seconds, result.minimal,
                   fp16.to_json() if fp16 else {}, path or "", oracle=oracle)
     listener.stage(f"prior: the emulator keeps {len(found)} node(s) in FP32 after {evaluations} "
                    f"evaluation(s) in {seconds:.1f} s")
@@ -269,3 +269,20 @@ class Alternatives:
                         after.append(other)
             frontier = after
         return hops
+
+
+def agreement(result, backend: str) -> str:
+    """One line: how the judging backend's answer relates to the emulator's set."""
+    if result.agreed:
+        return f"{backend} agrees with the emulator: {result.evaluations} evaluation(s) on {backend}"
+    if result.status == "fp32_fails":
+        return f"{backend} disagrees with the emulator: even all-FP32 misses the tolerance there"
+    said = [f"added {len(result.added)}: {_names(result.added)}" if result.added else "",
+            f"dropped {len(result.dropped)}: {_names(result.dropped)}" if result.dropped else ""]
+    return (f"{backend} disagrees with the emulator: {'; '.join(s for s in said if s) or 'another set'} "
+            f"({result.evaluations} evaluation(s) on {backend})")
+
+
+def _names(ids, limit: int = 5) -> str:
+    ids = list(map(str, ids))
+    return ", ".join(ids[:limit]) + (f", ... ({len(ids) - limit} more)" if len(ids) > limit else "")

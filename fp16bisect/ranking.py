@@ -1,4 +1,4 @@
-"""The search order: FP32 activation risk first, then the error each candidate causes, measured.
+"""The search order, built here only: FP32 activation risk first, then the error each candidate causes, measured.
 
 The FP32 profile (``model/profile.py``) names the candidates whose activations
 come near the FP16 limits: an overflow or an underflow is found among those
@@ -41,3 +41,28 @@ def search_order(profile_order: list, suspects: int, measured: dict[str, float] 
     """Suspects first (as the profile ranks them), then the rest by measured effect when it was measured."""
     head, rest = list(profile_order[:suspects]), list(profile_order[suspects:])
     return head + (by_effect(rest, measured) if measured is not None else rest)
+
+
+def prior_order(found: list, prof, measured: dict[str, float]) -> list:
+    """For a search starting from the emulator's set: that set first, then every other candidate by measured
+    effect (ties in the profile's order)."""
+    return list(found) + by_effect([c for c in prof.order if c not in set(found)], measured)
+
+
+def reorder_by_effect(graph, backend, oracle, prof, listener):
+    """On the emulate backend: a function ranking every candidate by the output error each causes alone in FP16,
+    which the search calls only when no suspect prefix explains the failure (accumulated rounding). None on other
+    backends (there the prior brings the ranking)."""
+    from .backends.emulate import EmulateBackend
+
+    if backend.name != "emulate":
+        return None
+
+    def ranked() -> list:
+        listener.stage(f"no suspect prefix explains the failure: ranking the {len(prof.order)} candidate(s) by "
+                       "the output error each causes alone in FP16")
+        # on an emulator of our own unless ``backend`` is one: these runs are not evaluations of the search
+        runner = backend if isinstance(backend, EmulateBackend) else EmulateBackend(graph)
+        return by_effect(prof.order, effects(runner, oracle.samples, oracle.tolerance, oracle.outputs, prof.order))
+
+    return ranked

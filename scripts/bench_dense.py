@@ -43,7 +43,6 @@ from bench_peers import ONNXCONVERTER_OP_BLOCK_LIST, onnxconverter_greedy  # noq
 from judge_emulate_variant import fused_epilogues  # noqa: E402
 
 from fp16bisect import prior as priors  # noqa: E402
-from fp16bisect import ranking  # noqa: E402
 from fp16bisect.artifacts.overrides import write_json  # noqa: E402
 from fp16bisect.backends.emulate import EmulateBackend  # noqa: E402
 from fp16bisect.model.graph import Graph  # noqa: E402

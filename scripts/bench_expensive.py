@@ -44,6 +44,7 @@ from judge_emulate_variant import fused_epilogues, variant_plan  # noqa: E402
 from fp16bisect import prior as priors  # noqa: E402
 from fp16bisect import ranking  # noqa: E402
 from fp16bisect.pipeline import Listener  # noqa: E402
+from fp16bisect.backends import Backend  # noqa: E402
 from fp16bisect.backends.emulate import EmulateBackend  # noqa: E402
 from fp16bisect.model.graph import Graph  # noqa: E402
 from fp16bisect.model.profile import profile  # noqa: E402
@@ -52,7 +53,7 @@ from fp16bisect.oracle import Oracle  # noqa: E402
 from fp16bisect.search import search  # noqa: E402
 from fp16bisect.tolerance import Tolerance  # noqa: E402
 
-class Variant:
+class Variant(Backend):
     """The emulate arithmetic with another rounding set (``judge_emulate_variant.py``), in process."""
 
     deterministic = True

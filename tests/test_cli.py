@@ -209,16 +209,28 @@ def test_console_script_prints_no_traceback(tmp_path):
     assert "nope.onnx' not found" in one_line_error(proc.stderr)
 
 
-def test_internal_error_is_one_line_exit_1(monkeypatch, tmp_path, capsys):
+def test_internal_error_is_one_line_exit_4_and_the_traceback_goes_to_a_file_it_names(monkeypatch, tmp_path, capsys):
+    import re
+
     import fp16bisect.pipeline as pipeline
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
 
     monkeypatch.setattr(pipeline, "search_model", broken)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR read again
     code, _, err = run(capsys, "search", LN, "--inputs", LN_IN, "-o", tmp_path / "o.json")
-    assert code == 1
-    assert "internal error: ZeroDivisionError: a bug" in err and "Traceback" not in err
+    assert code == 4  # not 1: that is "a check failed"
+    line = [x for x in err.splitlines() if "internal error" in x][0]
+    assert "internal error: ZeroDivisionError: a bug" in line and "Traceback" not in err
+    where = re.search(r"the traceback is in (\S+): please report it", line).group(1)
+    assert where.startswith(str(tmp_path)) and "fp16bisect-traceback-" in where
+    written = open(where).read()
+    assert "Traceback (most recent call last)" in written and "ZeroDivisionError: a bug" in written
+    assert "in broken" in written  # the frame that raised
 
 
 def test_model_with_nothing_to_round_needs_no_overrides(tmp_path, capsys):
@@ -237,7 +249,7 @@ def test_model_with_nothing_to_round_needs_no_overrides(tmp_path, capsys):
 def test_tensorrt_backend_without_tensorrt_or_without_a_gpu_exits_2_with_the_fix(tmp_path, capsys, monkeypatch):
     import importlib.util
 
-    import fp16bisect.backends.tensorrt.pins as trt_support
+    import fp16bisect.backends.tensorrt.load as trt_load
 
     have_rtx = importlib.util.find_spec("tensorrt_rtx") is not None
     argv = ["search", LN, "--inputs", LN_IN, "--backend", "tensorrt", "-o", tmp_path / "o.json"]
@@ -248,7 +260,7 @@ def test_tensorrt_backend_without_tensorrt_or_without_a_gpu_exits_2_with_the_fix
     if not have_rtx:
         pytest.skip("TensorRT-RTX is a test extra: pip install '.[test]'")
     monkeypatch.delitem(sys.modules, "tensorrt_rtx")  # a real TensorRT flavour, on a machine without a GPU
-    monkeypatch.setattr(trt_support, "gpu_available", lambda: False)
+    monkeypatch.setattr(trt_load, "gpu_available", lambda: False)
     code, _, err = run(capsys, *argv)
     assert code == 2 and "CUDA sees no GPU" in one_line_error(err) and "--backend emulate" in err
     assert not (tmp_path / "o.json").exists()
@@ -257,3 +269,13 @@ def test_tensorrt_backend_without_tensorrt_or_without_a_gpu_exits_2_with_the_fix
 def test_auto_picks_emulate_without_a_gpu(tmp_path, capsys):
     code, _, _ = run(capsys, "search", LN, "--inputs", LN_IN, "-o", tmp_path / "o.json", "-q")
     assert code == 0 and json.loads((tmp_path / "o.json").read_text())["backend"]["name"] == "emulate"
+
+
+def test_the_removed_check_minimal_flag_is_exit_2_with_a_hint(capsys):
+    from fp16bisect.cli import main
+
+    code = main(["search", str(SAMPLES / "fp16_safe.onnx"), "--inputs", str(SAMPLES / "fp16_safe.npz"),
+                 "--check-minimal"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--check-minimal was removed" in err and "drop it" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -251,8 +251,9 @@ def test_an_abort_exits_2_keeps_the_journal_and_a_rerun_resumes(culprit_judge, t
     line = one_line_error(err)
     assert "exited with code 200" in line and check in line and "o.journal.jsonl" in line
     journal = (tmp_path / "o.journal.jsonl").read_text().splitlines()
-    assert len(journal) == 1 + 1 + 2  # the header, the emulator's result (the prior), two evaluations before the abort
-    assert "prior" in json.loads(journal[1]) and json.loads(journal[2])["verdict_from"] == EXIT_CODE
+    kinds = [next(iter(json.loads(line))) for line in journal[1:]]  # after the header: the prior, two evaluations
+    assert kinds == ["prior", "started", "plan", "started", "plan", "started", "abandoned"]  # then the abort
+    assert json.loads(journal[3])["verdict_from"] == EXIT_CODE
     (tmp_path / "runs").write_text("-100")  # the judge is fixed: the same command no longer aborts
     code, _, err = run(capsys, *SEARCH, "--check", check, "-o", out)
     assert code == 0 and "resuming: 2 evaluation(s) replayed" in err

@@ -7,7 +7,7 @@ from onnx import TensorProto, helper
 
 from fp16bisect.backends.emulate import EmulateBackend, run_plan_model
 from fp16bisect.model.graph import Graph
-from fp16bisect.pipeline import notes
+from fp16bisect.model.graph import notes
 
 X = np.array([300.0, -2.0, 0.5, 250.0], dtype=np.float32)  # 300^2 = 90000 > 65504
 

@@ -21,6 +21,7 @@ from hf_style import CULPRITS, bert_block, gpt_block
 from test_bn_fold import conv_bn_relu
 from test_cli import one_line_error, run
 
+from fp16bisect.backends import Backend
 from fp16bisect.artifacts.mixed import convert
 from fp16bisect.artifacts.verify import storage_emulation
 from fp16bisect.backends.emulate import EmulateBackend
@@ -187,7 +188,7 @@ def test_a_judge_that_cannot_evaluate_anything_stops_with_exit_2_and_the_reason(
     assert "the all-FP32 plan could not be evaluated on the command backend" in line and "exited 125" in line
 
 
-class _Unbuildable:
+class _Unbuildable(Backend):
     name = "stub"
 
     def __init__(self, passing=frozenset()):

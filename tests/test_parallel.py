@@ -18,7 +18,7 @@ from conftest import SAMPLES
 from parallel_tasks import die_always, die_once, setup_fails, square, visible
 from fp16bisect import cli
 from fp16bisect.parallel import Parallel
-from fp16bisect.parallel.local import Died, LocalPool
+from fp16bisect.parallel.processes import Died, LocalPool
 from fp16bisect.pipeline import journal_path, search_model
 from fp16bisect.search import search
 from fp16bisect.tolerance import Tolerance
@@ -45,7 +45,8 @@ def test_four_workers_find_the_same_minimal_set_as_one(known, tmp_path):
         assert parallel.result.minimal and parallel.result.passed
         assert parallel.result.rounds <= serial.result.rounds
         # every evaluation was journaled as it completed: a rerun replays them all
-        lines = Path(journal_path(str(out))).read_text().splitlines()[1:]
+        lines = [line for line in Path(journal_path(str(out))).read_text().splitlines()[1:]
+                 if line.startswith('{"plan"')]  # the done lines (each has a started line before it)
         assert len(lines) == parallel.result.evaluations == parallel.data["search"]["evaluations_run"]
 
 
@@ -65,10 +66,12 @@ def test_an_interrupted_parallel_search_resumes_from_its_journal(known, tmp_path
     first = _search("two_branches", known, Parallel(jobs=2), out)
     journal = Path(journal_path(out))
     lines = journal.read_text().splitlines(keepends=True)
-    journal.write_text("".join(lines[:6]) + lines[6][:20])  # killed mid-write after five evaluations
-    again = _search("two_branches", known, Parallel(jobs=2), out)
+    sixth = [i for i, line in enumerate(lines) if line.startswith('{"plan"')][5]
+    journal.write_text("".join(lines[:sixth]) + lines[sixth][: len(lines[sixth]) // 2])  # killed mid-write
+    again = _search("two_branches", known, Parallel(jobs=2), out)  # after five evaluations were done
     assert again.result.fp32 == first.result.fp32 and again.result.minimal
     assert again.data["search"]["evaluations_run"] == again.result.evaluations - 5
+    assert again.data["search"]["build_failures"] == []  # the torn line's plan ran again: it had finished
 
 
 def test_check_with_two_jobs_gives_the_serial_verdict(known):
@@ -127,6 +130,7 @@ def test_tensorrt_workers_one_per_device_find_the_serial_set_with_the_test_doubl
     from fp16bisect.model.graph import Graph
     from fp16bisect.model.samples import add_fp32_references, load_samples
     from fp16bisect.oracle import Oracle
+    from fp16bisect.backends import Options
     from fp16bisect.parallel.executor import Job, PlanExecutor, evaluate_task
     from parallel_tasks import setup_fake_tensorrt
 
@@ -135,7 +139,7 @@ def test_tensorrt_workers_one_per_device_find_the_serial_set_with_the_test_doubl
     samples = load_samples(graph, [str(SAMPLES / "transformer_block.npz")])
     add_fp32_references(graph, samples)
     cache = tmp_path / "t.cache"
-    job = Job("tensorrt", path.read_bytes(), str(path), graph.sha256, {"timing_cache": str(cache)}, samples,
+    job = Job("tensorrt", path.read_bytes(), str(path), graph.sha256, Options.of(timing_cache=str(cache)), samples,
               Tolerance(), ["y"])
     pool = LocalPool(evaluate_task, setup_fake_tensorrt, job, devices=["0", "1"], visible_devices=True)
     oracle = Oracle(None, samples, Tolerance(), ["y"], executor=PlanExecutor(pool, "two fake GPUs"))
@@ -179,7 +183,7 @@ def test_the_command_backend_runs_commands_concurrently_one_per_device(tmp_path,
 
 def test_a_thread_pool_sets_up_one_state_per_device_and_raises_work_errors_here():
     """The command backend's pool: threads of this process, one backend per slot ({device})."""
-    from fp16bisect.parallel.threads import ThreadPool
+    from fp16bisect.parallel.executor import ThreadSlots as ThreadPool
     from parallel_tasks import device_as_state, slot_device
 
     with ThreadPool(slot_device, device_as_state, devices=["2", "5"]) as pool:

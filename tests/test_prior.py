@@ -15,6 +15,7 @@ from test_cli import run
 
 import fp16bisect.pipeline as pipeline
 import fp16bisect.prior as priors
+from fp16bisect.backends import Backend
 from fp16bisect import ranking
 from fp16bisect.backends.emulate import EmulateBackend
 from fp16bisect.search import search
@@ -202,7 +203,7 @@ def test_with_alternatives_the_result_passes_and_every_removal_fails_on_the_judg
 # --------------------------------------------------------------------------- the pipeline with an expensive double
 
 
-class Engine:
+class Engine(Backend):
     """An expensive backend double: the emulator, except that ``fused`` candidates never round (a fused kernel
     keeps them in registers: it rounds fewer tensors) and ``forced`` candidates always round (no FP32 kernel:
     it rounds more). Counts its runs per plan; raises KeyboardInterrupt on run ``stop_at``."""
@@ -230,7 +231,7 @@ class Engine:
 @pytest.fixture
 def engine(monkeypatch):
     Engine.fused, Engine.forced, Engine.runs, Engine.stop_at = frozenset(), frozenset(), [], None
-    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, **_: Engine(graph))
+    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, *_: Engine(graph))
     return Engine
 
 
@@ -352,7 +353,8 @@ def test_an_interrupted_engine_search_resumes_without_running_the_prior_again(en
     assert run(capsys, *LN, "-o", out, "-q")[0] == 130
     assert (tmp_path / "o.prior.journal.jsonl").exists()
     lines = (tmp_path / "o.journal.jsonl").read_text().splitlines()
-    assert [next(iter(json.loads(line))) for line in lines[1:]] == ["prior", "plan"]
+    # the first evaluation started and done; the second started, then abandoned (Ctrl-C: no crash)
+    assert [next(iter(json.loads(line))) for line in lines[1:]] == ["prior", "started", "plan", "started", "abandoned"]
 
     def no_prior(*args, **kwargs):
         raise AssertionError("the prior ran again")

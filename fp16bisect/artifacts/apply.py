@@ -10,7 +10,7 @@ import onnx
 from .verify import Check, strict, verify
 from ..model.graph import Graph
 from .mixed import Mixed, convert
-from .overrides import read, write_atomic
+from .overrides import read, recorded_tolerance, write_atomic
 from ..model import weights
 from ..model.samples import add_fp32_references, load_samples
 from ..tolerance import Tolerance
@@ -71,3 +71,30 @@ def verify_mixed(graph: Graph, mixed: onnx.ModelProto, inputs: list[str], refere
     if strict_mode:
         result.strict = [strict(graph.model, m, samples, tolerance, outputs) for m in (mixed, contrast)]
     return result
+
+
+def apply_to_file(overrides: str, model: str, output: str, listener, *, fp16_io: bool = False, force: bool = False,
+                  keep_fp32: tuple = (), inputs: list[str] | None = None, references=None, strict_mode=False,
+                  tolerance=None, shown=None):
+    """``apply``: the mixed-precision model of ``overrides`` written to ``output`` (external data when the model has
+    it), then, with ``inputs``, verified on them: (mixed, verification or None). ``tolerance(recorded)``: the
+    tolerance to verify with, given a function reading the one recorded in the file; ``shown(mixed)``: said once it is written."""
+    graph = Graph.load(model)
+    mixed, data = apply(overrides, model, fp16_io=fp16_io, force=force, keep_fp32=keep_fp32, graph=graph)
+    if inputs:
+        load_samples(graph, inputs, references)  # a bad sample is said before anything is written
+    with listener.timed(f"writing {output}"):  # from here on the input is known good: stages said
+        save(mixed.model, output, external=graph.external_data)
+    if shown is not None:
+        shown(mixed)
+    if not inputs:
+        return mixed, None
+    def recorded():
+        return recorded_tolerance(data, overrides)
+
+    chosen = tolerance(recorded) if tolerance is not None else recorded()
+    with listener.timed("verifying the written model and the all-FP16 one on the samples"):
+        verification = verify_mixed(graph, mixed.model, inputs, references, chosen, fp16_io=fp16_io,
+                                    strict_mode=strict_mode, keep_fp32=keep_fp32)
+    return mixed, verification
+

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..model.graph import Graph, Node
+from ..tolerance import Tolerance
 
 SCHEMA = "fp16bisect.overrides/1"
 REQUIRED = ("schema", "model", "backend", "tolerance", "fp32_nodes", "search", "metrics", "exports")
@@ -273,3 +274,19 @@ def _tolerance_problem(t) -> str:
 
     return (number("atol", 0, 1e300) or number("rtol", 0, 1e300) or number("min_cosine", -1, 1)
             or number("max_mismatch", 0, 1))
+
+
+def journal_path(output: str) -> str:
+    """Beside the override JSON: overrides.json -> overrides.journal.jsonl."""
+    return str(Path(output).with_suffix(".journal.jsonl"))
+
+
+def recorded_tolerance(data: dict, path: str) -> Tolerance:
+    """The tolerance an override file was searched with."""
+    t = data.get("tolerance")
+    try:
+        return Tolerance(float(t["atol"]), float(t["rtol"]),
+                         None if t.get("min_cosine") is None else float(t["min_cosine"]),
+                         float(t.get("max_mismatch", 0.0)))
+    except (TypeError, KeyError, ValueError):
+        raise UsageError(f"{path!r} has no valid 'tolerance': pass --atol and --rtol, or rerun 'fp16bisect search'") from None

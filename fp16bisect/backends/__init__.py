@@ -6,52 +6,53 @@ from __future__ import annotations
 
 from ..errors import UsageError
 from ..model.graph import Graph
+from .base import Backend, CommandOptions, Options, TensorRTOptions
+
+__all__ = ["Backend", "CommandOptions", "NAMES", "Options", "TensorRTOptions", "make_backend", "tensorrt_usable"]
 
 NAMES = ("auto", "emulate", "tensorrt", "command")
-TENSORRT_OPTIONS = ("timing_cache", "opt_level", "input_shapes", "typing", "notify")
-COMMAND_OPTIONS = ("plans_dir", "keep_plans", "progress", "tolerance")
 
 
 def tensorrt_usable() -> bool:
     """TensorRT (or TensorRT-RTX) imports, Polygraphy imports, and CUDA sees a GPU."""
-    from .tensorrt import pins as trt_support
+    from .tensorrt import load as trt_load
 
     try:
-        trt_support.load()
+        trt_load.load()
         import polygraphy.cuda  # noqa: F401
     except (UsageError, ImportError):
         return False
-    return trt_support.gpu_available()
+    return trt_load.gpu_available()
 
 
-def make_backend(name: str, graph: Graph, **options):
-    """The backend called ``name``. ``tensorrt`` needs TensorRT (or TensorRT-RTX), Polygraphy and an NVIDIA GPU:
-    asking for it without them is a usage error, never a silent fallback; ``auto`` picks it when all of that is
-    present, else ``emulate``. ``options``: for tensorrt, ``timing_cache`` (path), ``opt_level``, ``input_shapes``,
-    ``typing`` (strong|weak), ``notify`` (one-line notices); for command, ``command`` (the shell command with placeholders; required), ``plans_dir``, ``keep_plans``,
-    ``progress`` (a callable told which command runs on which plan), ``tolerance`` (written into each plan's
-    override file); emulate takes none. Options meant for another backend are ignored."""
+def make_backend(name: str, graph: Graph, options: Options | None = None) -> Backend:
+    """The backend called ``name``, made with ``options`` (each backend reads its own part and what is shared).
+    ``tensorrt`` needs TensorRT (or TensorRT-RTX), Polygraphy and an NVIDIA GPU: asking for it without them is a
+    usage error, never a silent fallback; ``auto`` picks it when all of that is present, else ``emulate``."""
+    options = options or Options()
     if name not in NAMES:
         raise UsageError(f"unknown backend {name!r}: use one of {', '.join(NAMES)}")
     if name == "auto":
         name = "tensorrt" if tensorrt_usable() else "emulate"
-    if options.get("typing") == "weak" and name != "tensorrt":
+    if options.tensorrt.typing == "weak" and name != "tensorrt":
         raise UsageError("--typing weak builds TensorRT 10.x engines with layer precisions: it needs --backend "
                          f"tensorrt (TensorRT 10.x and a GPU); drop it for --backend {name}")
     if name == "command":
         from .command import CommandBackend
 
-        if not options.get("command"):
+        if not options.command.command:
             raise UsageError("--backend command needs the command that judges a plan: add --check 'CMD' "
                              "(e.g. --check 'python judge.py {model} {inputs} {outputs}')")
-        chosen = {k: v for k, v in options.items() if k in COMMAND_OPTIONS and v is not None}
-        return CommandBackend(graph, options["command"], **chosen)
+        own = options.command
+        return CommandBackend(graph, own.command, plans_dir=own.plans_dir, keep_plans=own.keep_plans,
+                              progress=options.progress, tolerance=options.tolerance)
     if name == "tensorrt":
         from .tensorrt.backend import TensorRTBackend
 
-        chosen = {k: v for k, v in options.items() if k in TENSORRT_OPTIONS and v is not None}
-        chosen.setdefault("timing_cache", "fp16bisect.timing.cache")
-        return TensorRTBackend(graph, **chosen)
+        own = options.tensorrt
+        chosen = {"timing_cache": own.timing_cache, "opt_level": own.opt_level, "typing": own.typing,
+                  "input_shapes": options.input_shapes, "notify": options.notify}
+        return TensorRTBackend(graph, **{k: v for k, v in chosen.items() if v is not None})
     from .emulate import EmulateBackend
 
-    return EmulateBackend(graph, progress=options.get("progress"))
+    return EmulateBackend(graph, progress=options.progress)

@@ -39,6 +39,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..errors import BuildFailed, UsageError
+from .base import Backend
 from ..model.graph import Graph
 from ..oracle import Verdict
 
@@ -94,12 +95,13 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-class CommandBackend:
+class CommandBackend(Backend):
     """Evaluates a whole plan (all samples) by running one shell command. Thread-safe: each evaluation has its
     own directory and shares nothing it writes."""
 
     name = "command"
     deterministic = True  # the judge is assumed to repeat itself; --repeats N when its builds vary
+    whole_plans = True  # one command judges every sample of a plan
 
     def __init__(self, graph: Graph, command: str, *, plans_dir: str | Path = "fp16bisect.plans",
                  keep_plans: bool = False, progress: Callable[[str], None] | None = None,

@@ -55,6 +55,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..model.fp16 import constant_as_stored
+from .base import Backend
 from ..model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, TRANSPARENT_OPS, Graph, _subgraphs
 from ..model.runtime import run, session
 from ..timing import timed
@@ -336,7 +337,7 @@ def _types_and_shapes(graph: Graph) -> tuple[dict[str, int], dict[str, tuple]]:
     return types, graph.shapes
 
 
-class EmulateBackend:
+class EmulateBackend(Backend):
     """Runs plans on one ONNX Runtime session; a plan is a set of candidate ids kept in FP32."""
 
     name = "emulate"

@@ -29,7 +29,9 @@ import numpy as np
 
 from ..backends.emulate import EmulateBackend
 from ..model.graph import Graph
+from ..model.samples import add_fp32_references, load_samples
 from ..artifacts.overrides import write_atomic
+from .preflight import use_overrides
 from ..tolerance import OutputMetrics, Tolerance, compare
 
 
@@ -147,3 +149,21 @@ def write_csv(path: str | Path, result: Layerwise) -> None:
     writer.writeheader()
     writer.writerows(rows)
     write_atomic(path, buffer.getvalue().encode("utf-8"))
+
+
+def compare_model(model: str, inputs: list[str], references, overrides: str | None, max_error: float | None,
+                  listener):
+    """``compare``: the layer-wise runner and its result for the plan of ``overrides`` (none: all-FP16)."""
+    listener.stage(f"loading {model}")
+    graph = Graph.load(model)
+    samples = load_samples(graph, inputs, references)
+    add_fp32_references(graph, samples)
+    use = use_overrides(graph, overrides) if overrides else None
+    if use and not use.same_model:
+        listener.stage(f"note: {overrides} was made for another version of this model: comparing anyway")
+    plan = frozenset(use.nodes) if use else frozenset()
+    thresholds = Thresholds() if max_error is None else Thresholds(max_error)
+    listener.stage(f"running {len(graph.candidates)} candidate node(s) in FP32 and in FP16 (emulated)")
+    runner = LayerwiseRunner(graph, samples)
+    return runner, runner.run(plan, thresholds)
+

@@ -17,7 +17,7 @@ from ..errors import UsageError, shown
 from ..model.graph import Graph
 from ..oracle import Evaluation
 from ..artifacts.overrides import read
-from ..pipeline import Listener, close, prepare
+from ..pipeline import Listener, prepare
 from ..tolerance import Tolerance
 
 SCHEMA = "fp16bisect.check/1"
@@ -111,7 +111,7 @@ def check_model(
     options.pop("noise_ok", None)
     graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, options,
                                     parallel=parallel)
-    try:
+    with oracle:
         use = use_overrides(graph, overrides) if overrides else None
         if use is not None and not use.same_model:
             listener.stage(f"note: {overrides} was made for another version of this model "
@@ -127,9 +127,7 @@ def check_model(
             fp32 = oracle.evaluate(everything)
         return CheckOutcome(graph, tolerance, chosen.name, chosen.versions(), evaluation, use, fp32,
                             time.perf_counter() - start, oracle.samples,
-                            chosen.describe() if hasattr(chosen, "describe") else {})
-    finally:
-        close(chosen, oracle)
+                            chosen.describe())
 
 
 def verdict(o: CheckOutcome, command_hint: str) -> str:

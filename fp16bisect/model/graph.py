@@ -455,3 +455,19 @@ def _outer_reads(node: onnx.NodeProto) -> tuple:
             reads += [t for t in _outer_reads(n) if t not in local]
         reads += [v.name for v in sub.output if v.name not in local]
     return tuple(dict.fromkeys(reads))
+
+
+def notes(graph: "Graph") -> list[str]:
+    """What the search does not cover in this model, said up front."""
+    found = []
+    if graph.skipped:
+        names = ", ".join(list(graph.skipped)[:5]) + (", ..." if len(graph.skipped) > 5 else "")
+        found.append(f"{len(graph.skipped)} node(s) of custom domains are not searched and run as in the model: {names}")
+    if graph.nested:
+        inside = sum(graph.nested.values())
+        found.append(
+            f"{inside} node(s) inside the subgraphs of {len(graph.nested)} control-flow node(s) "
+            f"({', '.join(list(graph.nested)[:5])}) are not searched one by one: each control-flow node is one "
+            "candidate, and its subgraphs are rounded with it (FP16 inside when it is in FP16)"
+        )
+    return found

@@ -1,4 +1,4 @@
-"""Several plans at once: a pool of worker processes (``local``) or Ray tasks (``ray``), each with its backend.
+"""Several plans at once: worker processes (``processes``), Ray tasks (``ray``) or, for commands, threads here.
 
 The search proposes independent plans (``search(test_many=, width=)``); the
 Oracle hands those not yet known to a ``PlanExecutor``, which runs them on a
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import UsageError
-from .local import Died, LocalPool
+from .processes import Died, LocalPool
 
 
 @dataclass
@@ -41,7 +42,7 @@ class Job:
     model: bytes
     path: str
     sha256: str
-    options: dict
+    options: object  # backends.Options, without what writes to this console
     samples: list
     tolerance: object
     outputs: list
@@ -57,10 +58,11 @@ def setup_backend(job: Job, device: str):
 
     graph = Graph(onnx.load_model_from_string(job.model), Path(job.path) if job.path else None, job.sha256,
                   workdir=job.workdir or None)
-    options = dict(job.options)
-    if job.backend == "tensorrt" and options.get("timing_cache"):  # one cache file per worker: no write races
-        options["timing_cache"] = f"{options['timing_cache']}.{device}"
-    return WorkerState(make_backend(job.backend, graph, **options), job, device)
+    options = job.options
+    if job.backend == "tensorrt":  # one cache file per worker: no write races
+        options = replace(options, tensorrt=replace(options.tensorrt,
+                                                    timing_cache=f"{options.tensorrt.timing_cache}.{device}"))
+    return WorkerState(make_backend(job.backend, graph, options), job, device)
 
 
 def setup_in_process(shared, device: str):
@@ -79,7 +81,7 @@ class WorkerState:
     owned: bool = True  # made for this worker: closed with it
 
     def close(self) -> None:
-        if self.owned and hasattr(self.backend, "close"):
+        if self.owned:
             self.backend.close()
 
 
@@ -121,7 +123,7 @@ def _died(plan, reason: str, seconds: float):
     return Evaluation(frozenset(plan), False, (), seconds, reason=Reason("died", reason))
 
 
-def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, outputs, options: dict, here=None):
+def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, outputs, options, here=None):
     """A ``PlanExecutor`` for ``backend`` (a resolved name: emulate, tensorrt, command), or None when serial.
     ``here``: this process's backend (the command backend's threads share it)."""
     uses_devices = backend in ("tensorrt", "command") and parallel.devices  # emulate has no use for --devices
@@ -129,15 +131,13 @@ def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, o
         return None
     gpu = backend == "tensorrt"
     if backend == "command" and parallel.ray is None:  # N concurrent commands: threads here, waiting on them
-        from .threads import ThreadPool
-
         job = Job(backend, b"", str(graph.path or ""), graph.sha256, options, samples, tolerance, outputs)
         _one_line_at_a_time(here)
-        pool = ThreadPool(evaluate_task, setup_in_process, (here, job), jobs=parallel.jobs,
-                          devices=parallel.devices or None)
+        pool = ThreadSlots(evaluate_task, setup_in_process, (here, job), jobs=parallel.jobs,
+                           devices=parallel.devices or None)
         return PlanExecutor(pool, f"{pool.width} concurrent command(s)")
     # callables (progress, notify) write to this process's console: they stay here
-    remote = {k: v for k, v in options.items() if not callable(v)}
+    remote = options.here_only()
     if parallel.ray is not None:  # other machines: the model file's own bytes
         model = graph.path.read_bytes() if graph.path else graph.model.SerializeToString()
     else:  # processes here: the loaded model, which refers to the weight files already written (no copy)
@@ -152,7 +152,7 @@ def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, o
         return PlanExecutor(pool, f"Ray, {pool.width} task(s) at once")
     devices = list(parallel.devices)
     if gpu and not devices:
-        from ..backends.tensorrt.pins import gpu_count
+        from ..backends.tensorrt.load import gpu_count
 
         devices = [str(i) for i in range(gpu_count())][: parallel.jobs]  # --jobs N: the first N GPUs
     if gpu:  # one worker per device
@@ -164,9 +164,56 @@ def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, o
     return PlanExecutor(pool, f"{pool.width} worker processes")
 
 
+class ThreadSlots:
+    """Threads of this process (``concurrent.futures``), for work that waits on other processes (the command
+    backend's commands): each thread is a slot, set up once with ``setup(shared, device)``; ``run(args)`` yields
+    ``(index, work(state, arg))`` as tasks complete, and an exception in ``work`` is raised here. The same
+    interface as ``LocalPool``."""
+
+    def __init__(self, work, setup=None, shared=None, jobs: int = 1, devices=None):
+        self.work, self.setup, self.shared = work, setup, shared
+        self.devices = [str(d) for d in devices] if devices else [str(i) for i in range(jobs)]
+        self.width = len(self.devices)
+        self._slots = iter(range(self.width))
+        self._local = threading.local()
+        self._states: list = []
+        self._pool = ThreadPoolExecutor(self.width, initializer=self._claim)
+
+    def _claim(self) -> None:  # a thread's slot: its device, and its state once set up
+        self._local.device = self.devices[next(self._slots)]
+
+    def _task(self, arg):
+        if not hasattr(self._local, "state"):
+            self._local.state = self.setup(self.shared, self._local.device) if self.setup is not None else None
+            self._states.append(self._local.state)
+        return self.work(self._local.state, arg)
+
+    def run(self, args):
+        futures = {self._pool.submit(self._task, arg): index for index, arg in enumerate(args)}
+        try:
+            for done in as_completed(futures):
+                yield futures[done], done.result()
+        finally:
+            for future in futures:
+                future.cancel()
+
+    def close(self, force: bool = False) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for state in self._states:
+            if state is not None and hasattr(state, "close"):
+                state.close()
+        self._states = []
+
+    def __enter__(self) -> "ThreadSlots":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def _one_line_at_a_time(backend) -> None:
     """The backend's progress lines come from several threads: one at a time to the console."""
-    said = getattr(backend, "progress", None)
+    said = backend.progress
     if said is None:
         return
     lock = threading.Lock()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 
 from ..errors import UsageError
-from .local import Died
+from .processes import Died
 
 INSTALL = "Ray is not installed: pip install 'fp16bisect[ray]' (or pip install 'ray>=2.9'), or drop --ray"
 

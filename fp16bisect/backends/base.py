@@ -1,0 +1,100 @@
+"""The interface every backend declares (``Backend``) and the typed options one is made with (``Options``).
+
+A backend turns a plan (the candidate ids kept in FP32) into outputs. Two kinds: most run one sample at a
+time (``run``); one that judges a whole plan at once (the command backend: one command for every sample)
+sets ``whole_plans`` and implements ``run_plan``, which returns every sample's outputs or a bare verdict.
+Either raises ``errors.BuildFailed`` for a plan it cannot evaluate. The oracle, the executors and the
+pipeline use only what is declared here; the defaults say "nothing to add". A backend holds resources
+(sessions, engines, temporary files) from its making to ``close``; use it as ``with backend: ...``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Callable
+
+
+class Backend:
+    name: str = ""  # emulate | tensorrt | command
+    deterministic: bool = False  # two runs of one plan give the same outputs (else the final set is run again)
+    whole_plans: bool = False  # judges a plan on every sample at once: ``run_plan``, not ``run``
+    typing: str | None = None  # tensorrt: strong (a mixed-precision ONNX per plan) or weak (layer precisions)
+    progress: Callable[[str], None] | None = None  # where a backend that reports each evaluation says so
+
+    @property
+    def journal_name(self) -> str:
+        """What the journal calls this judge (another command is another judge: its verdicts are not replayed)."""
+        return self.name
+
+    def versions(self) -> dict:
+        """Names and versions of what evaluates (written into the override JSON)."""
+        return {}
+
+    def describe(self) -> dict:
+        """More to say in the override JSON's "backend" (the command, the typing), beyond name and versions."""
+        return {"typing": self.typing} if self.typing else {}
+
+    def run(self, plan: frozenset, inputs: dict, repeat: int = 0) -> dict:
+        """One sample's outputs (output name -> array) with ``plan`` in FP32."""
+        raise NotImplementedError(f"the {self.name} backend runs whole plans: call run_plan")
+
+    def run_plan(self, plan: frozenset, inputs_per_sample: list, repeat: int = 0, **kwargs):
+        """Every sample's outputs, or an ``oracle.Verdict`` (``whole_plans`` backends only)."""
+        raise NotImplementedError(f"the {self.name} backend runs one sample at a time: call run")
+
+    def noise(self, inputs: dict, plan: frozenset = frozenset()) -> tuple | None:
+        """Two fresh builds' outputs of ``plan`` (backends whose builds vary), or None: no build noise."""
+        return None
+
+    def close(self) -> None:
+        """Free what the backend holds."""
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class TensorRTOptions:
+    timing_cache: str = "fp16bisect.timing.cache"
+    opt_level: int | None = None  # builder optimisation level
+    typing: str | None = None  # strong | weak (None: strong where the version has it)
+
+
+@dataclass(frozen=True)
+class CommandOptions:
+    command: str = ""  # the shell command with placeholders ({model}, {inputs}, ...)
+    plans_dir: str | None = None  # where each plan's files go
+    keep_plans: bool = False
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a backend is made with: what every backend may use, then each backend's own."""
+
+    input_shapes: dict | None = None  # input name -> shape of the samples (TensorRT optimisation profiles)
+    tolerance: dict | None = None  # written into each plan's override file (command)
+    notify: Callable[[str], None] | None = field(default=None, compare=False)  # one-line notices, said once
+    progress: Callable[[str], None] | None = field(default=None, compare=False)  # a line per evaluation
+    tensorrt: TensorRTOptions = TensorRTOptions()
+    command: CommandOptions = CommandOptions()
+
+    @classmethod
+    def of(cls, flat: dict | None = None, **more) -> Options:
+        """From flat keys (``timing_cache``, ``command``, ``notify``, ...), as the CLI and manifests give them;
+        a key no backend knows is an error (a typo would otherwise be ignored)."""
+        flat = {k: v for k, v in {**(flat or {}), **more}.items() if v is not None}
+        mine = {f.name for f in fields(cls)} - {"tensorrt", "command"}
+        parts = {"tensorrt": TensorRTOptions, "command": CommandOptions}
+        unknown = set(flat) - mine - {f.name for part in parts.values() for f in fields(part)}
+        if unknown:
+            raise TypeError(f"unknown backend option(s): {', '.join(sorted(unknown))}")
+        made = {name: part(**{f.name: flat[f.name] for f in fields(part) if f.name in flat})
+                for name, part in parts.items()}
+        return cls(**{k: flat[k] for k in mine if k in flat}, **made)
+
+    def here_only(self) -> Options:
+        """Without what writes to this process's console (for workers elsewhere)."""
+        return replace(self, notify=None, progress=None)

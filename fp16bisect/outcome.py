@@ -1,0 +1,58 @@
+"""What a search returns to whoever runs it: the ``Listener`` it reports to, and the ``Outcome`` it ends with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .model.graph import Graph
+from .model.profile import Profile
+from .oracle import Evaluation, Oracle
+from .prior import LABEL, Prior
+from .search import SearchResult, Step
+from .timing import timed
+from .tolerance import Tolerance
+
+
+class Listener:
+    """What a long search tells the person waiting (see report.py)."""
+
+    def stage(self, text: str) -> None: ...
+
+    def timed(self, text: str):
+        """A stage that takes time: said when it starts, and its seconds when it ends."""
+        return timed(self.stage, text)
+
+    def step(self, step: Step, progress: dict) -> None: ...
+
+
+@dataclass
+class Outcome:
+    graph: Graph
+    tolerance: Tolerance
+    backend: str
+    result: SearchResult
+    oracle: Oracle
+    profile: Profile
+    seconds: float
+    data: dict = field(default_factory=dict)  # the override JSON
+    prior: Prior | None = None  # the emulator's search the search on an expensive backend started from
+    output: str | None = None  # where the override JSON goes (named in its exports)
+    backend_info: dict = field(default_factory=dict)  # versions, and what the backend says of itself (JSON "backend")
+
+    @property
+    def fp16(self) -> Evaluation | None:
+        """The all-FP16 plan: on the judging backend, or on the emulator when a prior's witness made that
+        build unnecessary (``fp16_backend`` says which)."""
+        judged = self.oracle.memo.get(frozenset())
+        if judged is None and self.prior is not None and self.prior.fp16:
+            return Evaluation.from_json(self.prior.fp16)
+        return judged
+
+    @property
+    def fp16_backend(self) -> str:
+        return self.backend if frozenset() in self.oracle.memo or self.fp16 is None else LABEL
+
+    @property
+    def final(self) -> Evaluation:
+        return self.oracle.memo[frozenset(self.result.fp32)]
+

@@ -131,3 +131,26 @@ def test_large_activations_are_found_by_shape_inference():
     assert Graph(make_model(nodes, [("x", F, [4, 1024, 1024])], [("y", F, [4, 1024, 1024])])).large_activations
     assert not Graph(make_model(nodes, [("x", F, [1, 1024])], [("y", F, [1, 1024])])).large_activations
     assert not Graph(make_model(nodes, [("x", F, ["n", 1024])], [("y", F, ["n", 1024])])).large_activations
+
+
+def test_a_weight_store_shared_by_threads_gives_every_tensor_its_own_bytes(tmp_path):
+    """The command backend's threads write plans at once through one store (found by the README tests: with
+    --jobs 2 plans were written with one weight's bytes at another's offset)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fp16bisect.model import weights
+
+    store = weights.Store(tmp_path)
+    values = {f"w{i}": np.full(1000 + 37 * i, i, np.float16) for i in range(64)}
+
+    def write(name):
+        derived = store.derived(f"half/{name}", name, lambda: values[name])  # each key computed once
+        again = store.derived(f"half/{name}", f"{name}_again", lambda: np.zeros(1, np.float16))
+        return name, weights.array(derived), weights.array(again)
+
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            for name, got, again in pool.map(write, list(values) * 3):
+                assert np.array_equal(got, values[name]) and np.array_equal(again, values[name]), name
+    finally:
+        store.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import threading
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,6 +47,9 @@ PARAMETER_INPUTS = {"Resize": {1, 2}, "Upsample": {1}, "BatchNormalization": {1,
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 LARGE = 1 << 22  # elements of an activation that make a model's activations large
+
+
+_STORE_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,10 @@ class Graph:
     def store(self) -> weights.Store | None:
         """The work directory of this model's FP16 constants: made on first use for a model read from a file
         (written copies shared by the emulation and every plan's file), None for one built in memory."""
+        with _STORE_LOCK:  # plans written from several threads (the command backend) share one store
+            return self._store_made()
+
+    def _store_made(self) -> weights.Store | None:
         if self._store is None and self.path is not None:
             try:
                 self._store = weights.Store(self._workdir)

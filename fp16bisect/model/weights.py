@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 import weakref
 from pathlib import Path
 
@@ -106,28 +107,34 @@ class Store:
         _alive.append(self)
         self._files: dict[str, _Appender] = {}
         self._derived: dict[str, TensorProto] = {}
+        # the command backend's threads write plans at once: one writer at a time, and each copy made once
+        self._lock = threading.RLock()
 
     def file(self, name: str) -> "_Appender":
-        if name not in self._files:
-            self._files[name] = _Appender(self.directory / name)
-        return self._files[name]
+        with self._lock:
+            if name not in self._files:
+                self._files[name] = _Appender(self.directory / name)
+            return self._files[name]
 
     def put(self, tensor: TensorProto, value: np.ndarray | None = None, file: str = "weights.bin") -> None:
         """Write ``value`` (default: the tensor's inline data) to the store and make ``tensor`` refer to it."""
         data = memoryview(np.ascontiguousarray(value).reshape(-1)).cast("B") if value is not None \
             else memoryview(_inline_bytes(tensor))  # written from its buffer: no copy
-        path, offset = self.file(file).append(data)
+        with self._lock:
+            path, offset = self.file(file).append(data)
         _refer(tensor, path, offset, len(data))
 
     def derived(self, key: str, name: str, compute) -> TensorProto:
         """A tensor named ``name`` holding ``compute()`` (an array), written once per ``key`` and shared by
         every later request: e.g. the FP16 copy of a weight, which the emulation and every plan's file use."""
-        found = self._derived.get(key)
-        if found is None:
-            value = np.asarray(compute())
-            found = TensorProto(name=key, data_type=helper.np_dtype_to_tensor_dtype(value.dtype), dims=value.shape)
-            self.put(found, value, "derived.bin")
-            self._derived[key] = found
+        with self._lock:
+            found = self._derived.get(key)
+            if found is None:
+                value = np.asarray(compute())
+                found = TensorProto(name=key, data_type=helper.np_dtype_to_tensor_dtype(value.dtype),
+                                    dims=value.shape)
+                self.put(found, value, "derived.bin")
+                self._derived[key] = found
         tensor = TensorProto()
         tensor.CopyFrom(found)
         tensor.name = name

@@ -50,3 +50,23 @@ def load_make_samples():
 @pytest.fixture(scope="session")
 def known():
     return load_make_samples().KNOWN
+
+
+def fresh_oracle(model, inputs, tolerance):
+    """An emulate-backend oracle built from scratch: its own graph, samples, FP32 references, backend and an empty
+    memo. A test that checks a search's answer asks this one, so that every verdict is evaluated afresh rather
+    than read back from the memo of the oracle the search used (which returns the search's own verdicts).
+
+    ``model``: a path or an ``onnx.ModelProto``; ``inputs``: .npz paths or dicts of arrays, one per sample."""
+    from fp16bisect.backends.emulate import EmulateBackend
+    from fp16bisect.model.graph import Graph
+    from fp16bisect.model.samples import Sample, add_fp32_references, load_samples
+    from fp16bisect.oracle import Oracle
+
+    graph = Graph(model) if isinstance(model, onnx.ModelProto) else Graph.load(str(model))
+    if all(isinstance(i, dict) for i in inputs):
+        samples = [Sample(f"sample {k}", dict(arrays)) for k, arrays in enumerate(inputs)]
+    else:
+        samples = load_samples(graph, [str(i) for i in inputs])
+    add_fp32_references(graph, samples)
+    return Oracle(EmulateBackend(graph), samples, tolerance, graph.float_output_names())

@@ -1,23 +1,34 @@
-"""The search end to end on the sample models, checked against the oracle directly."""
+"""The search end to end on the sample models, checked against the oracle directly: the answer's verdicts are
+evaluated afresh on an oracle built for the check (``conftest.fresh_oracle``), not read back from the memo of the
+oracle the search used, which would only repeat the search's own verdicts."""
 
 import json
 
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, fresh_oracle
 
+from fp16bisect.backends import Backend
 from fp16bisect.pipeline import search_model
 from fp16bisect.tolerance import Tolerance
 
 ONE_SITE = ["transformer_block", "cnn_batchnorm", "attention_unscaled", "log_underflow"]
 
 
+def tolerance_of(name, known):
+    return Tolerance(atol=known[name]["atol"], rtol=known[name]["rtol"])
+
+
 def searched(name, known):
-    spec = known[name]
     return search_model(
         str(SAMPLES / f"{name}.onnx"),
         [str(SAMPLES / f"{name}.npz")],
-        tolerance=Tolerance(atol=spec["atol"], rtol=spec["rtol"]),
+        tolerance=tolerance_of(name, known),
     )
+
+
+def oracle_for(name, known):
+    """A new oracle for the sample model: every plan it is asked is run (its memo starts empty)."""
+    return fresh_oracle(SAMPLES / f"{name}.onnx", [SAMPLES / f"{name}.npz"], tolerance_of(name, known))
 
 
 @pytest.mark.parametrize("name", ONE_SITE + ["two_branches", "accumulation"])
@@ -25,9 +36,11 @@ def test_found_set_passes_and_every_removal_fails_when_evaluated(name, known):
     outcome = searched(name, known)
     found = frozenset(outcome.result.fp32)
     assert found
-    assert outcome.oracle.evaluate(found).passed
+    oracle = oracle_for(name, known)
+    assert oracle.evaluate(found).passed
     for member in found:
-        assert not outcome.oracle.evaluate(found - {member}).passed, f"{member} is not needed"
+        assert not oracle.evaluate(found - {member}).passed, f"{member} is not needed"
+    assert oracle.runs == len(found) + 1  # each verdict was run here, none replayed
 
 
 @pytest.mark.parametrize("name", ONE_SITE)
@@ -43,13 +56,14 @@ def test_accumulation_has_no_single_failing_node_yet_needs_a_minimal_set(known):
     outcome = searched("accumulation", known)
     spec = known["accumulation"]
     everything = frozenset(n.id for n in outcome.graph.candidates)
+    oracle = oracle_for("accumulation", known)
     for node in spec["branches"]:
-        assert outcome.oracle.evaluate(everything - {node}).passed  # no single node fails alone
+        assert oracle.evaluate(everything - {node}).passed  # no single node fails alone
     assert len(outcome.result.fp32) == spec["minimal_size"]
     assert set(outcome.result.fp32) <= set(spec["branches"])
 
 
-class FailingBuilds:
+class FailingBuilds(Backend):
     """The emulate backend, except that plans for which ``bad(plan)`` holds fail to build (as TensorRT's can)."""
 
     def __init__(self, graph, bad):
@@ -72,7 +86,7 @@ class FailingBuilds:
 def test_a_plan_that_fails_to_build_counts_as_failing_and_is_reported(known, monkeypatch):
     import fp16bisect.pipeline as pipeline
 
-    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, **_: FailingBuilds(graph, lambda p: not p))
+    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, *_: FailingBuilds(graph, lambda p: not p))
     outcome = searched("transformer_block", known)  # the all-FP16 engine cannot be built
     assert sorted(outcome.result.fp32) == ["ln1_square", "ln1_var"]
     assert outcome.data["search"]["build_failures"] == [
@@ -83,7 +97,7 @@ def test_an_all_fp32_plan_that_fails_to_build_is_a_clear_error(known, monkeypatc
     import fp16bisect.pipeline as pipeline
     from fp16bisect.errors import UsageError
 
-    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, **_: FailingBuilds(graph, lambda p: "ln1_var" in p))
+    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, *_: FailingBuilds(graph, lambda p: "ln1_var" in p))
     with pytest.raises(UsageError, match="all-FP32 plan could not be built on the emulate backend: Error Code 1"):
         searched("transformer_block", known)
 
@@ -91,27 +105,28 @@ def test_an_all_fp32_plan_that_fails_to_build_is_a_clear_error(known, monkeypatc
 def test_the_override_file_keeps_contradictions_and_failures_short(known, monkeypatch, tmp_path):
     """Contradictions become a count and the first few as node-id differences (not two full plans); lists of
     failed plans keep their first entries and their total; a large plan is a count. The journal keeps all."""
+    import fp16bisect.artifacts.override_json as override_json
     import fp16bisect.pipeline as pipeline
 
     big = frozenset(f"n{i}" for i in range(300))
     found = [(big - {f"n{i}", f"n{i + 1}"}, big) for i in range(25)] + [(big, big)]
-    written = pipeline.contradictions_json(found)
-    assert written["count"] == 26 and len(written["examples"]) == pipeline.EXAMPLES
+    written = override_json.contradictions_json(found)
+    assert written["count"] == 26 and len(written["examples"]) == override_json.EXAMPLES
     assert written["examples"][0] == {"passed_ids": 298, "failed_adding": ["n0", "n1"],
                                       "same_plan_failed_again": False}
     assert len(str(written)) < 2000  # two full plans of 300 ids each, 26 times, were ~200 KB
 
     spec = known["transformer_block"]
-    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, **_: FailingBuilds(
+    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, *_: FailingBuilds(
         graph, lambda plan: 0 < len(plan) < 30))
-    monkeypatch.setattr(pipeline, "PLAN_IDS", 3)
+    monkeypatch.setattr(override_json, "PLAN_IDS", 3)
     out = tmp_path / "o.json"
     outcome = search_model(str(SAMPLES / "transformer_block.onnx"), [str(SAMPLES / "transformer_block.npz")],
                            tolerance=Tolerance(atol=spec["atol"], rtol=spec["rtol"]), output=str(out))
     failures = outcome.oracle.build_failures
     search = outcome.data["search"]
-    assert len(failures) > pipeline.EXAMPLES and search["build_failures_total"] == len(failures)
-    assert len(search["build_failures"]) == pipeline.EXAMPLES
+    assert len(failures) > override_json.EXAMPLES and search["build_failures_total"] == len(failures)
+    assert len(search["build_failures"]) == override_json.EXAMPLES
     for entry, failed in zip(search["build_failures"], failures):
         assert entry["fp32"] == (sorted(failed.plan) if len(failed.plan) <= 3 else
                                  {"ids": len(failed.plan), "listed_in": "the journal"})

@@ -216,3 +216,22 @@ def test_the_oracle_stops_when_most_plans_cannot_be_evaluated_and_none_passed():
     once_passed = _oracle(_Unbuildable(passing={frozenset({"n0"})}))
     assert once_passed(frozenset({"n0"})) is True
     assert [once_passed(frozenset({f"m{i}"})) for i in range(12)] == [None] * 12  # a set to end on: it goes on
+
+
+@pytest.mark.parametrize("make", [bert_block, gpt_block])
+def test_a_finfo_min_mask_is_no_suspect_and_the_overflow_costs_k_plus_2(make, tmp_path, capsys):
+    """The mask's -3.4e38 is float32's max, a mask value, not an overflow: ranked as suspects, the mask chain
+    came before the real culprits, and on GPT-2 medium the search ended on a 1-minimal set of 51 nodes (the mask
+    chain, whose pins need each other) instead of the 2 planted ones."""
+    from fp16bisect.model.profile import profile
+    from fp16bisect.model.samples import load_samples
+
+    path, data = _write(tmp_path, make)
+    graph = Graph.load(path)
+    prof = profile(graph, load_samples(graph, [str(data)]))
+    mask = {r.node: r for r in prof.risks if r.node in ("/m/Where_1",)}
+    assert mask["/m/Where_1"].tier == 0 and "mask value" in mask["/m/Where_1"].reason
+    assert set(prof.order[:2]) == CULPRITS and prof.suspects >= 2
+    found, _ = _search(capsys, path, data, tmp_path / "o.json", "-q")
+    assert {n["name"] for n in found["fp32_nodes"]} == CULPRITS
+    assert found["search"]["evaluations"] == len(CULPRITS) + 2  # all-FP16, {first}, the pair, {second}

@@ -128,6 +128,15 @@ class TensorStats:
         self.overflow += int(overflow)
 
     @property
+    def sentinel(self) -> bool:
+        """Holds float32's largest magnitude exactly (3.4028235e38): a mask value (Hugging Face exports build
+        attention masks from ``torch.finfo(float32).min``), not a result that grew past FP16's range. In FP16 it
+        is -inf (or, from a constant, -65504 by the writer's rule): what a mask means. Pinning such a node in FP32
+        only carries the 3.4e38 on to the FP16 nodes after it, so it is not a suspect (the search still finds it
+        where it matters: a fully masked row, say, by the error it causes)."""
+        return self.max_abs >= FLOAT32_MAX
+
+    @property
     def tier(self) -> int:
         if self.overflow:
             return 3
@@ -147,6 +156,9 @@ class TensorStats:
         return 0.0
 
     def describe(self) -> str:
+        if self.sentinel:
+            return (f"holds +-3.4e38 (float32's max: a mask value, -inf in FP16; {self.overflow} element(s)), "
+                    "not a suspect")
         if self.overflow:
             return f"max |x| {self.max_abs:.4g} > 65504 ({self.overflow} element(s) become inf)"
         if self.max_abs >= FP16_MAX / 2:
@@ -534,17 +546,21 @@ def rank(graph: Graph, stats: dict[str, TensorStats]) -> list[NodeRisk]:
     risks = []
     for topo, node in enumerate(graph.candidates):
         touched = [t for _, t in graph.rounded_inputs(node)] + graph.float_outputs(node)
+        masks = [t for t in touched if t in stats and stats[t].sentinel]  # not a risk: see TensorStats.sentinel
         best = None
-        for t in touched:
+        for t in [t for t in touched if t not in masks]:
             s = stats.get(t)
             if s is not None and (best is None or (s.tier, s.severity) > (best.tier, best.severity)):
                 best = s
         if best is None:
-            risks.append(NodeRisk(node.id, node.op_type, 0, 0.0, "", "no float tensor recorded"))
+            said = f"tensor {masks[0]!r}: {stats[masks[0]].describe()}" if masks else "no float tensor recorded"
+            risks.append(NodeRisk(node.id, node.op_type, 0, 0.0, masks[0] if masks else "", said))
             continue
         role = "reads" if best.name not in node.outputs else "writes"
         what = "weight" if best.initializer else "tensor"
         reason = f"{role} {what} {best.name!r}: {best.describe()}"
+        if masks:
+            reason += f"; {masks[0]!r} holds +-3.4e38, a mask value, not counted"
         risks.append(NodeRisk(node.id, node.op_type, best.tier, best.severity, best.name, reason))
     position = {n.id: i for i, n in enumerate(graph.candidates)}
     risks.sort(key=lambda r: (-r.tier, -r.severity if r.tier >= 2 else 0.0, position[r.node]))

@@ -178,12 +178,9 @@ class Oracle:
         return self
 
     def __exit__(self, *exc) -> None:
-        """Stops the executor's workers (if any); then the backend frees what it holds."""
-        try:
-            if self.executor is not None:
-                self.executor.close()
-        finally:
-            self.backend.close()
+        """Stops the executor's workers (if any). The backend's own lifetime is ``with backend:``."""
+        if self.executor is not None:
+            self.executor.close()
 
     def evaluate_many(self, plans) -> list[Evaluation]:
         """Evaluations of independent plans; those not yet known run together on the executor."""

@@ -40,8 +40,8 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
     references (with the FP32 profile), unless evaluations run elsewhere (they take the samples now). With ``journal_path``, evaluations are journaled there and a
     journal of the same search is replayed (``restart`` discards it; a plan the process died evaluating is not run
     again, it counts as could-not-evaluate, unless ``retry_crashed``). ``parallel`` (fp16bisect.parallel.Parallel):
-    the oracle evaluates independent plans on worker processes or Ray tasks. Use the oracle as ``with oracle:``:
-    it closes its workers and the backend."""
+    the oracle evaluates independent plans on worker processes or Ray tasks. Use both as ``with backend, oracle:``:
+    the backend frees what it holds, the oracle stops its workers."""
     with listener.timed(f"loading {model}"):
         graph = Graph.load(model, workdir)
     outputs = graph.float_output_names()
@@ -130,7 +130,7 @@ def search_model(
                                     restart=restart, retry_crashed=retry_crashed, parallel=parallel,
                                     workdir=str(Path(output).resolve().parent) if output else None,
                                     defer_references=True)
-    with oracle:  # the backend (and the workers) live until the search ends
+    with chosen, oracle:  # the backend's resources and the oracle's workers live until the search ends
         lacking = [s for s in oracle.samples if s.reference is None]
         also = " and computing the FP32 references" if lacking else ""
         try:

@@ -135,3 +135,29 @@ def test_the_override_file_keeps_contradictions_and_failures_short(known, monkey
     assert all(f'"plan": {json.dumps(sorted(e.plan))}' in journaled for e in failures)  # in full there
 
 
+
+
+def test_the_backend_lives_for_the_search_and_is_closed_after_it_even_on_an_error(known, monkeypatch):
+    """``with backend:``: what a backend holds (engines, sessions, plan files) is freed when the search ends."""
+    import fp16bisect.pipeline as pipeline
+    from fp16bisect.errors import UsageError
+
+    made = []
+
+    class Closing(FailingBuilds):
+        closed = 0
+
+        def close(self):
+            self.closed += 1
+
+    def make(name, graph, *_):
+        made.append(Closing(graph, bad))
+        return made[-1]
+
+    monkeypatch.setattr(pipeline, "make_backend", make)
+    bad = lambda plan: False  # noqa: E731
+    searched("transformer_block", known)
+    bad = lambda plan: "ln1_var" in plan  # noqa: E731  (all-FP32 cannot be built: the search stops, exit 2)
+    with pytest.raises(UsageError):
+        searched("transformer_block", known)
+    assert [b.closed for b in made] == [1, 1]

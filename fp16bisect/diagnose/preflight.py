@@ -111,7 +111,7 @@ def check_model(
     options.pop("noise_ok", None)
     graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, options,
                                     parallel=parallel)
-    with oracle:
+    with chosen, oracle:
         use = use_overrides(graph, overrides) if overrides else None
         if use is not None and not use.same_model:
             listener.stage(f"note: {overrides} was made for another version of this model "

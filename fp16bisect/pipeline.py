@@ -64,29 +64,35 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
         "tolerance": tolerance.to_json(),  # ... and writes it into each plan's override file
         **(backend_options or {})})
     chosen = make_backend(backend, graph, options)
-    journal = None
-    if journal_path:
-        # another judge (the command backend: another command) is another search: its verdicts are not replayed
-        header = journal_header(graph, chosen.journal_name, tolerance, given, repeats)
-        journal = Journal(journal_path, header, restart=restart, retry_crashed=retry_crashed)
-        if journal.entries:
-            listener.stage(f"resuming: {len(journal.entries)} evaluation(s) replayed from {journal_path}")
-        if journal.crashed and not retry_crashed:
-            listener.stage(f"{len(journal.crashed)} plan(s) killed the process evaluating them before: counted as "
-                           "could not evaluate, not run again (--retry-crashed evaluates them)")
-    executor = None
-    if parallel is not None and not parallel.serial:
-        from .parallel import make_executor
+    try:  # a journal of another search, workers that do not start: the backend is freed before the error
+        journal = _journal(graph, chosen, tolerance, given, repeats, listener, journal_path, restart, retry_crashed)
+        executor = None
+        if parallel is not None and not parallel.serial:
+            from .parallel import make_executor
 
-        try:
             executor = make_executor(parallel, chosen.name, graph, samples, tolerance, outputs, options, chosen)
-        except BaseException:
-            chosen.close()
-            raise
-        if executor is not None:
-            listener.stage(f"evaluating up to {executor.width} plan(s) at once on {executor.where}")
+            if executor is not None:
+                listener.stage(f"evaluating up to {executor.width} plan(s) at once on {executor.where}")
+    except BaseException:
+        chosen.close()
+        raise
     oracle = Oracle(chosen, samples, tolerance, outputs, repeats=repeats, journal=journal, executor=executor)
     return graph, chosen, oracle
+
+
+def _journal(graph, chosen, tolerance, given, repeats, listener, path, restart, retry_crashed) -> Journal | None:
+    """The journal of this search at ``path`` (None: not journaled), replayed when it holds evaluations."""
+    if not path:
+        return None
+    # another judge (the command backend: another command) is another search: its verdicts are not replayed
+    journal = Journal(path, journal_header(graph, chosen.journal_name, tolerance, given, repeats), restart=restart,
+                      retry_crashed=retry_crashed)
+    if journal.entries:
+        listener.stage(f"resuming: {len(journal.entries)} evaluation(s) replayed from {path}")
+    if journal.crashed and not retry_crashed:
+        listener.stage(f"{len(journal.crashed)} plan(s) killed the process evaluating them before: counted as "
+                       "could not evaluate, not run again (--retry-crashed evaluates them)")
+    return journal
 
 
 def journal_header(graph: Graph, backend: str, tolerance: Tolerance, samples_digest: str, repeats: int) -> dict:

@@ -38,8 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts"), str(ROOT / "tests")]
 
-from bench_expensive import Variant, detector_image, judge_row  # noqa: E402
-from bench_peers import ONNXCONVERTER_OP_BLOCK_LIST, onnxconverter_greedy  # noqa: E402
+from bench_expensive import Variant, detector_image, judge_row, real_models, segment_list  # noqa: E402
 from judge_emulate_variant import fused_epilogues  # noqa: E402
 
 from fp16bisect import prior as priors  # noqa: E402
@@ -55,31 +54,17 @@ from fp16bisect.tolerance import Tolerance  # noqa: E402
 
 
 def models() -> dict:
+    """bench_expensive's real models, nudenet also at the 320x320 the issue saw, and ddddocr's detector."""
     import real_models as rm
 
-    def rng():  # each model its own generator: its inputs do not depend on which models run
-        return np.random.default_rng(0)
-
-    return {
-        "PP-OCRv4 det (64x96)": (rm.PP_OCRV4_DET, lambda: {"x": detector_image(64, 96)}),
-        "PP-OCRv4 rec (48x64)": (rm.PP_OCRV4_REC, lambda: {"x": rng().random((1, 3, 48, 64), dtype=np.float32)}),
-        "nudenet 320n (64x64)": (rm.NUDENET_320N, lambda: {"images": rng().random((1, 3, 64, 64), dtype=np.float32)}),
-        "nudenet 320n (320x320)": (rm.NUDENET_320N, lambda: {
-            "images": rng().random((1, 3, 320, 320), dtype=np.float32)}),
-        "silero-vad seq (4x576)": (rm.SILERO_VAD_SEQ, lambda: {
-            "input": (rng().standard_normal((4, 576)) * 0.1).astype(np.float32),
-            "h": np.zeros((1, 1, 128), np.float32), "c": np.zeros((1, 1, 128), np.float32)}),
-        "ddddocr det (416x416)": (rm.DDDDOCR_DET, lambda: {"images": detector_image(416, 416)}),
-    }
-
-
-def segment_list(graph, test):
-    """onnxconverter-common's SegmentList over the graph's nodes (its op block list always FP32)."""
-    everything = frozenset(n.id for n in graph.candidates)
-    nodes = [n for n in sorted(graph.nodes, key=lambda n: n.index) if n.op_type not in ("Loop", "If", "Scan")]
-    always = frozenset(n.id for n in graph.candidates if n.op_type in ONNXCONVERTER_OP_BLOCK_LIST)
-    found = onnxconverter_greedy([n.id for n in nodes], lambda b: test((b | always) & everything))
-    return found.evaluations, None if found.fp32 is None else (found.fp32 | always) & everything
+    rows = {}
+    for label, spec in real_models().items():
+        rows[label] = spec
+        if label.startswith("nudenet"):
+            rows["nudenet 320n (320x320)"] = (rm.NUDENET_320N, lambda: {
+                "images": np.random.default_rng(0).random((1, 3, 320, 320), dtype=np.float32)})
+    rows["ddddocr det (416x416)"] = (rm.DDDDOCR_DET, lambda: {"images": detector_image(416, 416)})
+    return rows
 
 
 def loose(found, judge) -> int:

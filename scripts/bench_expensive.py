@@ -96,6 +96,16 @@ def real_models() -> dict:
     }
 
 
+def segment_list(graph: Graph, test) -> tuple[int, frozenset | None]:
+    """onnxconverter-common's SegmentList (``scripts/bench_peers.py``) over the graph's nodes, its op block list
+    always in FP32: its evaluations and its set (None when nothing passed)."""
+    everything = frozenset(n.id for n in graph.candidates)
+    nodes = [n for n in sorted(graph.nodes, key=lambda n: n.index) if n.op_type not in ("Loop", "If", "Scan")]
+    always = frozenset(n.id for n in graph.candidates if n.op_type in ONNXCONVERTER_OP_BLOCK_LIST)
+    found = onnxconverter_greedy([n.id for n in nodes], lambda b: test((b | always) & everything))
+    return found.evaluations, None if found.fp32 is None else (found.fp32 | always) & everything
+
+
 def setup_sample(name: str, spec: dict):
     path = ROOT / "sample_models" / f"{name}.onnx"
     graph = Graph.load(path)
@@ -159,7 +169,6 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
     measured = ranking.effects(emulator, samples, tol, outputs, ids)  # (the prior measured the same)
 
     variants = judges(graph, emulator, samples, tol, outputs, measured)
-    everything = frozenset(ids)
 
     rows = []
     for variant in variants:
@@ -171,11 +180,7 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
         with_prior = search(ids, oracle(), order=prior_order, start=prior_set, alternatives=priors.Alternatives(
             graph, found, samples, tol, outputs, Listener()))
         without = search(ids, oracle(), order=prof.order, suspects=prof.suspects)
-        test = oracle()
-        nodes = [n for n in sorted(graph.nodes, key=lambda n: n.index) if n.op_type not in ("Loop", "If", "Scan")]
-        always = frozenset(n.id for n in graph.candidates if n.op_type in ONNXCONVERTER_OP_BLOCK_LIST)
-        segment = onnxconverter_greedy([n.id for n in nodes], lambda b: test((b | always) & everything))
-        segment_set = None if segment.fp32 is None else (segment.fp32 | always) & everything
+        segment_evaluations, segment_set = segment_list(graph, oracle())
         judge = oracle()
 
         def size(result):
@@ -190,7 +195,7 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
             "prior_evals": found.evaluations, "prior_k": len(prior_set), "prior_s": found.seconds,
             "alternatives": found.alternatives,
             "k": size(with_prior), "with": with_prior.evaluations, "without": without.evaluations,
-            "without_k": size(without), "segment": segment.evaluations,
+            "without_k": size(without), "segment": segment_evaluations,
             "segment_k": "-" if segment_set is None else len(segment_set), "agreement": agreement,
             "ok": "/".join(judge_row(r, judge) for r in (with_prior, without)),
         })

@@ -78,7 +78,8 @@ def apply_to_file(overrides: str, model: str, output: str, listener, *, fp16_io:
                   tolerance=None, shown=None):
     """``apply``: the mixed-precision model of ``overrides`` written to ``output`` (external data when the model has
     it), then, with ``inputs``, verified on them: (mixed, verification or None). ``tolerance(recorded)``: the
-    tolerance to verify with, given a function reading the one recorded in the file; ``shown(mixed)``: said once it is written."""
+    tolerance to verify with, given a function reading the one recorded in the file (called only when needed: a
+    file may record none); ``shown(mixed)``: said once it is written."""
     graph = Graph.load(model)
     mixed, data = apply(overrides, model, fp16_io=fp16_io, force=force, keep_fp32=keep_fp32, graph=graph)
     if inputs:
@@ -89,6 +90,7 @@ def apply_to_file(overrides: str, model: str, output: str, listener, *, fp16_io:
         shown(mixed)
     if not inputs:
         return mixed, None
+
     def recorded():
         return recorded_tolerance(data, overrides)
 

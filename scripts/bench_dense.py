@@ -47,9 +47,9 @@ from fp16bisect.backends.emulate import EmulateBackend  # noqa: E402
 from fp16bisect.model.graph import Graph  # noqa: E402
 from fp16bisect.model.profile import profile  # noqa: E402
 from fp16bisect.model.samples import Sample, add_fp32_references  # noqa: E402
-from fp16bisect.oracle import Oracle  # noqa: E402
-from fp16bisect.pipeline import Listener, search_model  # noqa: E402
-from fp16bisect.search import search  # noqa: E402
+from fp16bisect.evaluation.oracle import Oracle  # noqa: E402
+from fp16bisect.run.pipeline import Listener, search_model  # noqa: E402
+from fp16bisect.algorithm.search import search  # noqa: E402
 from fp16bisect.tolerance import Tolerance  # noqa: E402
 
 

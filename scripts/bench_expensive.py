@@ -43,14 +43,14 @@ from judge_emulate_variant import fused_epilogues, variant_plan  # noqa: E402
 
 from fp16bisect import prior as priors  # noqa: E402
 from fp16bisect import ranking  # noqa: E402
-from fp16bisect.pipeline import Listener  # noqa: E402
+from fp16bisect.run.pipeline import Listener  # noqa: E402
 from fp16bisect.backends import Backend  # noqa: E402
 from fp16bisect.backends.emulate import EmulateBackend  # noqa: E402
 from fp16bisect.model.graph import Graph  # noqa: E402
 from fp16bisect.model.profile import profile  # noqa: E402
 from fp16bisect.model.samples import Sample, add_fp32_references, load_samples  # noqa: E402
-from fp16bisect.oracle import Oracle  # noqa: E402
-from fp16bisect.search import search  # noqa: E402
+from fp16bisect.evaluation.oracle import Oracle  # noqa: E402
+from fp16bisect.algorithm.search import search  # noqa: E402
 from fp16bisect.tolerance import Tolerance  # noqa: E402
 
 class Variant(Backend):
@@ -216,7 +216,7 @@ def judge_command(variant: Variant) -> str:
 def bench_command(name: str, spec: dict, work: Path) -> list[dict]:
     """The pipeline end to end through ``--backend command`` (one judge process per evaluation), with and
     without the prior, on a sample model; the variants as in ``bench_model``."""
-    from fp16bisect.pipeline import search_model
+    from fp16bisect.run.pipeline import search_model
 
     path = ROOT / "sample_models" / f"{name}.onnx"
     graph, samples, tol = setup_sample(name, spec)

@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fp16bisect.search import search  # noqa: E402
+from fp16bisect.algorithm.search import search  # noqa: E402
 
 WIDTHS = (1, 2, 4, 8)
 
@@ -97,7 +97,7 @@ def search_sample(name: str, parallel, **options):
     """``search_model`` on a sample model at its known tolerance: the outcome's result and the wall time."""
     from bench_peers import load_known
 
-    from fp16bisect.pipeline import search_model
+    from fp16bisect.run.pipeline import search_model
     from fp16bisect.tolerance import Tolerance
 
     known = load_known()[name]

@@ -53,7 +53,7 @@ from typing import Callable, Sequence
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fp16bisect.search import group_testing_bound, search  # noqa: E402
+from fp16bisect.algorithm.search import group_testing_bound, search  # noqa: E402
 
 POLYGRAPHY_SOURCE = (
     "NVIDIA/TensorRT tools/Polygraphy/polygraphy/tools/debug/subtool/precision.py "
@@ -276,7 +276,7 @@ def setup_model(name: str, known: dict):
     """Graph, samples, one emulate backend and a fresh-oracle factory (each strategy gets its own memo)."""
     from fp16bisect.backends.emulate import EmulateBackend
     from fp16bisect.model.graph import Graph
-    from fp16bisect.oracle import Oracle
+    from fp16bisect.evaluation.oracle import Oracle
     from fp16bisect.model.samples import add_fp32_references, load_samples
     from fp16bisect.tolerance import Tolerance
 

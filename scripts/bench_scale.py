@@ -115,10 +115,10 @@ def main() -> None:
     rows.append(("emulated / plain FP32 (target <= 5x)", f"{ratio:.1f}x ({'met' if ratio <= 5 else 'MISSED'})"))
 
     if not args.no_search:
-        from fp16bisect.oracle import Oracle
+        from fp16bisect.evaluation.oracle import Oracle
         from fp16bisect.model.profile import profile
         from fp16bisect.model.samples import add_fp32_references, load_samples
-        from fp16bisect.search import search
+        from fp16bisect.algorithm.search import search
         from fp16bisect.tolerance import Tolerance
 
         start = time.perf_counter()

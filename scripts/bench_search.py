@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fp16bisect.search import group_testing_bound, quickxplain_bound, search  # noqa: E402
+from fp16bisect.algorithm.search import group_testing_bound, quickxplain_bound, search  # noqa: E402
 
 
 def synthetic(trials: int, sizes, ks) -> list[str]:
@@ -63,7 +63,7 @@ def synthetic(trials: int, sizes, ks) -> list[str]:
 
 
 def sample_models() -> list[str]:
-    from fp16bisect.pipeline import search_model
+    from fp16bisect.run.pipeline import search_model
     from fp16bisect.tolerance import Tolerance
 
     spec_path = ROOT / "scripts" / "make_sample_models.py"

@@ -460,7 +460,7 @@ def write_large(out: Path) -> tuple[Path, Path]:
 def _setup(out: Path, name: str):
     from fp16bisect.backends.emulate import EmulateBackend
     from fp16bisect.model.graph import Graph
-    from fp16bisect.oracle import Oracle
+    from fp16bisect.evaluation.oracle import Oracle
     from fp16bisect.model.samples import add_fp32_references, load_samples
     from fp16bisect.tolerance import Tolerance
 
@@ -490,7 +490,7 @@ def _write_renamed(src: Path, dst: Path, name: str) -> None:
 
 def check_model(out: Path, name: str) -> tuple[bool, str]:
     from fp16bisect.model.profile import profile
-    from fp16bisect.search import search
+    from fp16bisect.algorithm.search import search
 
     from fp16bisect.errors import UsageError
 

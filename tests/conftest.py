@@ -61,7 +61,7 @@ def fresh_oracle(model, inputs, tolerance):
     from fp16bisect.backends.emulate import EmulateBackend
     from fp16bisect.model.graph import Graph
     from fp16bisect.model.samples import Sample, add_fp32_references, load_samples
-    from fp16bisect.oracle import Oracle
+    from fp16bisect.evaluation.oracle import Oracle
 
     graph = Graph(model) if isinstance(model, onnx.ModelProto) else Graph.load(str(model))
     if all(isinstance(i, dict) for i in inputs):

@@ -11,7 +11,7 @@ from test_cli import LN, LN_IN, one_line_error, run
 from test_mixed import shape_model
 
 from fp16bisect.model.weights import inline
-from fp16bisect.cli import main
+from fp16bisect.cli.main import main
 from fp16bisect.model.graph import Graph
 
 

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fp16bisect.model import weights
 from fp16bisect.model.weights import inline
-from fp16bisect.cli import main
+from fp16bisect.cli.main import main
 from fp16bisect.model.graph import Graph
 from fp16bisect.artifacts.mixed import convert
 

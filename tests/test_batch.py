@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import SAMPLES
-from fp16bisect import cli
+from fp16bisect.cli import main as cli
 
 
 def entry(name, action="check", **extra):

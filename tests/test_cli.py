@@ -10,7 +10,7 @@ import pytest
 from conftest import SAMPLES, F, make_model
 from onnx import TensorProto, helper
 
-from fp16bisect.cli import main
+from fp16bisect.cli.main import main
 
 LN = SAMPLES / "transformer_block.onnx"
 LN_IN = SAMPLES / "transformer_block.npz"
@@ -202,7 +202,7 @@ def test_model_without_float_outputs_exits_2(tmp_path, capsys):
 
 def test_console_script_prints_no_traceback(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "fp16bisect.cli", "search", str(tmp_path / "nope.onnx"), "--inputs", str(LN_IN)],
+        [sys.executable, "-m", "fp16bisect.cli.main", "search", str(tmp_path / "nope.onnx"), "--inputs", str(LN_IN)],
         capture_output=True, text=True,
     )
     assert proc.returncode == 2
@@ -212,7 +212,7 @@ def test_console_script_prints_no_traceback(tmp_path):
 def test_internal_error_is_one_line_exit_4_and_the_traceback_goes_to_a_file_it_names(monkeypatch, tmp_path, capsys):
     import re
 
-    import fp16bisect.pipeline as pipeline
+    import fp16bisect.run.pipeline as pipeline
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
@@ -272,7 +272,7 @@ def test_auto_picks_emulate_without_a_gpu(tmp_path, capsys):
 
 
 def test_the_removed_check_minimal_flag_is_exit_2_with_a_hint(capsys):
-    from fp16bisect.cli import main
+    from fp16bisect.cli.main import main
 
     code = main(["search", str(SAMPLES / "fp16_safe.onnx"), "--inputs", str(SAMPLES / "fp16_safe.npz"),
                  "--check-minimal"])

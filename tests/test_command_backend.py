@@ -22,8 +22,8 @@ from fp16bisect.artifacts.mixed import convert
 from fp16bisect.backends.command import CommandAborted, check_template, substitute
 from fp16bisect.errors import UsageError
 from fp16bisect.model import weights
-from fp16bisect.oracle import EXIT_CODE, OUTPUTS
-from fp16bisect.pipeline import Listener, prepare
+from fp16bisect.evaluation.oracle import EXIT_CODE, OUTPUTS
+from fp16bisect.run.pipeline import Listener, prepare
 from fp16bisect.tolerance import Tolerance
 
 PY = sys.executable

@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
-from fp16bisect.cli import main
+from fp16bisect.cli.main import main
 
 MODEL = SAMPLES / "log_underflow.onnx"  # input x: float32 [4, 32]; output nll
 GOOD_NPZ = SAMPLES / "log_underflow.npz"

@@ -25,7 +25,7 @@ from onnx import helper, numpy_helper
 from real_models import PP_OCRV4_REC, real_model
 from test_cli import run
 
-from fp16bisect.cli import main
+from fp16bisect.cli.main import main
 from fp16bisect.diagnose.layerwise import LayerwiseRunner, Thresholds
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.runtime import session

@@ -26,7 +26,7 @@ from fp16bisect.artifacts.mixed import convert
 from fp16bisect.artifacts.verify import storage_emulation
 from fp16bisect.backends.emulate import EmulateBackend
 from fp16bisect.errors import BuildFailed
-from fp16bisect.oracle import UNEVALUABLE_AFTER, JudgeBroken, Oracle
+from fp16bisect.evaluation.oracle import UNEVALUABLE_AFTER, JudgeBroken, Oracle
 from fp16bisect.tolerance import Tolerance
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.runtime import session

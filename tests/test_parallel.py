@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 from conftest import SAMPLES
 from parallel_tasks import die_always, die_once, setup_fails, square, visible
-from fp16bisect import cli
+from fp16bisect.cli import main as cli
 from fp16bisect.parallel import Parallel
 from fp16bisect.parallel.processes import Died, LocalPool
-from fp16bisect.pipeline import journal_path, search_model
-from fp16bisect.search import search
+from fp16bisect.run.pipeline import journal_path, search_model
+from fp16bisect.algorithm.search import search
 from fp16bisect.tolerance import Tolerance
 
 MODELS = ("transformer_block", "two_branches", "accumulation")
@@ -97,7 +97,7 @@ def test_a_worker_killed_mid_task_loses_only_its_task(tmp_path):
 
 def test_a_worker_that_dies_twice_is_a_failed_build_in_the_search():
     """Through the executor and the Oracle: the plan fails with the reason; the search still ends verified."""
-    from fp16bisect.oracle import Evaluation, Oracle
+    from fp16bisect.evaluation.oracle import Evaluation, Oracle
     from fp16bisect.parallel.executor import PlanExecutor
 
     class Pool:
@@ -129,7 +129,7 @@ def test_tensorrt_workers_one_per_device_find_the_serial_set_with_the_test_doubl
     of what was pinned. Two workers, devices 0 and 1, each with its own timing cache."""
     from fp16bisect.model.graph import Graph
     from fp16bisect.model.samples import add_fp32_references, load_samples
-    from fp16bisect.oracle import Oracle
+    from fp16bisect.evaluation.oracle import Oracle
     from fp16bisect.backends import Options
     from fp16bisect.parallel.executor import Job, PlanExecutor, evaluate_task
     from parallel_tasks import setup_fake_tensorrt
@@ -266,7 +266,7 @@ def test_a_local_ray_cluster_finds_the_same_sets(known, ray_cluster, tmp_path):
     assert on_ray.result.fp32 == serial.result.fp32 and on_ray.result.minimal
     assert on_ray.result.rounds < on_ray.result.evaluations  # plans went out together
 
-    from fp16bisect.batch import read_manifest, run_batch
+    from fp16bisect.cli.batch import read_manifest, run_batch
 
     manifest = tmp_path / "m.json"
     manifest.write_text(json.dumps({"defaults": {"backend": "emulate", "action": "search"}, "entries": [

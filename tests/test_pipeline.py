@@ -8,7 +8,7 @@ import pytest
 from conftest import SAMPLES, fresh_oracle
 
 from fp16bisect.backends import Backend
-from fp16bisect.pipeline import search_model
+from fp16bisect.run.pipeline import search_model
 from fp16bisect.tolerance import Tolerance
 
 ONE_SITE = ["transformer_block", "cnn_batchnorm", "attention_unscaled", "log_underflow"]
@@ -84,7 +84,7 @@ class FailingBuilds(Backend):
 
 
 def test_a_plan_that_fails_to_build_counts_as_failing_and_is_reported(known, monkeypatch):
-    import fp16bisect.pipeline as pipeline
+    import fp16bisect.run.pipeline as pipeline
 
     monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, *_: FailingBuilds(graph, lambda p: not p))
     outcome = searched("transformer_block", known)  # the all-FP16 engine cannot be built
@@ -94,7 +94,7 @@ def test_a_plan_that_fails_to_build_counts_as_failing_and_is_reported(known, mon
 
 
 def test_an_all_fp32_plan_that_fails_to_build_is_a_clear_error(known, monkeypatch):
-    import fp16bisect.pipeline as pipeline
+    import fp16bisect.run.pipeline as pipeline
     from fp16bisect.errors import UsageError
 
     monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, *_: FailingBuilds(graph, lambda p: "ln1_var" in p))
@@ -105,8 +105,8 @@ def test_an_all_fp32_plan_that_fails_to_build_is_a_clear_error(known, monkeypatc
 def test_the_override_file_keeps_contradictions_and_failures_short(known, monkeypatch, tmp_path):
     """Contradictions become a count and the first few as node-id differences (not two full plans); lists of
     failed plans keep their first entries and their total; a large plan is a count. The journal keeps all."""
-    import fp16bisect.artifacts.override_json as override_json
-    import fp16bisect.pipeline as pipeline
+    import fp16bisect.run.override_json as override_json
+    import fp16bisect.run.pipeline as pipeline
 
     big = frozenset(f"n{i}" for i in range(300))
     found = [(big - {f"n{i}", f"n{i + 1}"}, big) for i in range(25)] + [(big, big)]
@@ -139,7 +139,7 @@ def test_the_override_file_keeps_contradictions_and_failures_short(known, monkey
 
 def test_the_backend_lives_for_the_search_and_is_closed_after_it_even_on_an_error(known, monkeypatch):
     """``with backend:``: what a backend holds (engines, sessions, plan files) is freed when the search ends."""
-    import fp16bisect.pipeline as pipeline
+    import fp16bisect.run.pipeline as pipeline
     from fp16bisect.errors import UsageError
 
     made = []

@@ -34,8 +34,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
-from fp16bisect.pipeline import search_model
-from fp16bisect.search import quickxplain_bound, search
+from fp16bisect.run.pipeline import search_model
+from fp16bisect.algorithm.search import quickxplain_bound, search
 from fp16bisect.tolerance import Tolerance
 
 SHAPE = (2, 8)

@@ -10,7 +10,7 @@ from conftest import SAMPLES
 from onnx import numpy_helper
 from test_cli import LN, LN_IN, one_line_error, run
 
-from fp16bisect.cli import main
+from fp16bisect.cli.main import main
 
 MODELS = ["transformer_block", "cnn_batchnorm", "attention_unscaled", "log_underflow", "two_branches",
           "fp16_safe", "accumulation"]

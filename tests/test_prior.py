@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cli import run
 
-import fp16bisect.pipeline as pipeline
-import fp16bisect.prior as priors
+import fp16bisect.run.pipeline as pipeline
+import fp16bisect.strategy.prior as priors
 from fp16bisect.backends import Backend
-from fp16bisect import ranking
+from fp16bisect.strategy import ranking
 from fp16bisect.backends.emulate import EmulateBackend
-from fp16bisect.search import search
+from fp16bisect.algorithm.search import search
 from fp16bisect.tolerance import Tolerance
 
 # --------------------------------------------------------------------------- search(start=...) on synthetic oracles
@@ -119,7 +119,7 @@ def test_agreement_costs_k_plus_2_evaluations_in_one_round_when_batched():
 
 
 def test_a_start_set_of_unknown_ids_is_refused():
-    from fp16bisect.search import SearchError
+    from fp16bisect.algorithm.search import SearchError
 
     with pytest.raises(SearchError, match="not candidates"):
         search([1, 2, 3], lambda p: True, start={4})

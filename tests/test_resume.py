@@ -12,11 +12,11 @@ from types import SimpleNamespace
 import pytest
 from test_cli import LN, LN_IN, one_line_error, run
 
-import fp16bisect.pipeline as pipeline
+import fp16bisect.run.pipeline as pipeline
 from fp16bisect.backends import Backend
 from fp16bisect.backends.emulate import EmulateBackend
-from fp16bisect.journal import CRASHED, Journal
-from fp16bisect.oracle import Oracle, Reason, Verdict, evaluate_plan
+from fp16bisect.evaluation.journal import CRASHED, Journal
+from fp16bisect.evaluation.oracle import Oracle, Reason, Verdict, evaluate_plan
 
 TWO = ["search", str(LN.parent / "two_branches.onnx"), "--inputs", str(LN.parent / "two_branches.npz")]
 
@@ -99,7 +99,7 @@ def die_in_evaluation(out, call: int, how: str) -> list:
                 {how}
             return run(self, plan, inputs, repeat)
         emulate.EmulateBackend.run = dying
-        from fp16bisect.cli import main
+        from fp16bisect.cli.main import main
         sys.exit(main({[*TWO, "-o", str(out), "-q"]!r}))
     """)
     died = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
@@ -115,7 +115,7 @@ def die_in_evaluation(out, call: int, how: str) -> list:
 def test_kill_9_mid_search_then_rerun_continues(tmp_path):
     out = tmp_path / "o.json"
     crashed = die_in_evaluation(out, 4, "os.kill(os.getpid(), signal.SIGKILL)")
-    resumed = subprocess.run([sys.executable, "-m", "fp16bisect.cli", *TWO, "-o", str(out), "-q"],
+    resumed = subprocess.run([sys.executable, "-m", "fp16bisect.cli.main", *TWO, "-o", str(out), "-q"],
                              capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     found, search = searched(out)

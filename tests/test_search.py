@@ -1,4 +1,4 @@
-"""Property tests for the pure-Python minimal-set search (fp16bisect.search).
+"""Property tests for the pure-Python minimal-set search (fp16bisect.algorithm.search).
 
 Every oracle here is wrapped by ``Recorder``, which counts the calls the search
 makes, so the tests can check the memo (no plan evaluated twice), the reported
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fp16bisect.search import SearchError, group_testing_bound, quickxplain_bound, search
+from fp16bisect.algorithm.search import SearchError, group_testing_bound, quickxplain_bound, search
 
 PHASES = {"precondition", "suspects", "grow", "reduce", "verify", "minimality"}
 

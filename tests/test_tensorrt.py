@@ -22,6 +22,7 @@ import pytest
 from conftest import ROOT, SAMPLES
 
 import fake_tensorrt
+from fp16bisect.model.samples import sample_shapes
 from fp16bisect.model.weights import inline
 from fp16bisect.backends.tensorrt import inspection as trt_inspection
 from fp16bisect.backends.tensorrt import load as trt_load
@@ -571,7 +572,7 @@ def test_dynamic_inputs_get_one_profile_from_the_samples_shapes(trt, backend_fac
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "seq"
     dynamic = tmp_path / "dynamic.onnx"
     onnx.save(model, dynamic)
-    shapes = E.sample_shapes([{"x": np.zeros((1, 8, 64))}, {"x": np.zeros((1, 16, 64))}])
+    shapes = sample_shapes([{"x": np.zeros((1, 8, 64))}, {"x": np.zeros((1, 16, 64))}])
     assert shapes == {"x": ((1, 8, 64), (1, 8, 64), (1, 16, 64))}
     backend, _runs = backend_factory(dynamic, input_shapes=shapes)
     backend.run(frozenset(), {"x": np.zeros((1, 8, 64), dtype=np.float32)})
@@ -663,7 +664,7 @@ def engines_run_as_built(monkeypatch):
 
 def test_search_on_the_tensorrt_backend_pins_through_metadata_and_finds_the_culprits(
         trt, engines_run_as_built, tmp_path, capsys):
-    from fp16bisect.cli import main
+    from fp16bisect.cli.main import main
 
     out = tmp_path / "o.json"
     code = main(["search", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"),
@@ -685,7 +686,7 @@ def test_with_a_prior_the_noise_is_measured_on_its_set_and_its_first_engine_is_k
     """The emulator's set S is the first plan the search builds after all-FP16: building it twice for the noise
     keeps the first engine as S's own. An agreeing prior then costs k + 2 evaluations (all-FP16 on the judge,
     S, its k removals) and, since builds vary, one fresh build of the answer (the recheck): k + 4 builds."""
-    from fp16bisect.cli import main
+    from fp16bisect.cli.main import main
 
     out = tmp_path / "o.json"
     code = main(["search", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"),
@@ -713,7 +714,7 @@ def test_noise_of_a_plan_keeps_its_first_engine_for_the_evaluation(trt, backend_
 
 
 def test_weak_typing_search_uses_layer_precisions(trt, engines_run_as_built, tmp_path, capsys):
-    from fp16bisect.cli import main
+    from fp16bisect.cli.main import main
 
     out = tmp_path / "o.json"
     code = main(["search", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"),
@@ -731,7 +732,7 @@ def test_ignored_pins_are_recorded_and_not_evidence_and_the_search_still_verifie
         trt, engines_run_as_built, tmp_path, capsys):
     """The fake fuses LayerNorm-1's variance with its epsilon (NVIDIA/TensorRT#3889): pinning the culprits
     alone is ignored, so those plans are not evidence; the search ends on a set whose pins hold."""
-    from fp16bisect.cli import main
+    from fp16bisect.cli.main import main
 
     trt._myelin = [["ln1_square", "ln1_var", "ln1_add_eps"]]
     out = tmp_path / "o.json"
@@ -767,7 +768,7 @@ def test_ignored_pins_are_recorded_and_not_evidence_and_the_search_still_verifie
 
 
 def test_typing_weak_is_refused_where_there_is_no_weak_typing(trt11, engines_run_as_built, tmp_path, capsys):
-    from fp16bisect.cli import main
+    from fp16bisect.cli.main import main
 
     argv = ["search", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"), "-o",
             str(tmp_path / "o.json"), "-q", "--typing", "weak"]
@@ -809,7 +810,7 @@ def test_tensorrt_10_before_10_7_says_why_a_strongly_typed_batchnorm_model_may_n
 def test_a_tensorrt_without_strong_typing_falls_back_to_weak_typing_with_a_warning(
         monkeypatch, engines_run_as_built, tmp_path, capsys):
     from fp16bisect.backends.tensorrt.backend import TypingFallbackWarning
-    from fp16bisect.cli import main
+    from fp16bisect.cli.main import main
 
     old = fake_tensorrt.make(weak=True, version="8.6.1.6", strongly_typed_flag=False)
     monkeypatch.setitem(sys.modules, "tensorrt", old)
@@ -832,7 +833,7 @@ def test_a_tensorrt_without_strong_typing_falls_back_to_weak_typing_with_a_warni
 
 
 def test_a_tolerance_below_build_to_build_noise_is_refused_unless_told(trt, engines_run_as_built, tmp_path, capsys):
-    from fp16bisect.cli import main
+    from fp16bisect.cli.main import main
 
     engines_run_as_built["on"] = True
     argv = ["search", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"),
@@ -848,7 +849,7 @@ def test_a_tolerance_below_build_to_build_noise_is_refused_unless_told(trt, engi
 
 def test_a_model_over_the_protobuf_limit_is_parsed_from_a_file(trt, engines_run_as_built, tmp_path, monkeypatch):
     import fp16bisect.model.weights as weights
-    from fp16bisect.cli import main
+    from fp16bisect.cli.main import main
 
     monkeypatch.setattr(weights, "PROTOBUF_LIMIT", 50_000)  # transformer_block takes the over-2-GB path
     parsed = []

@@ -14,6 +14,7 @@ import pytest
 from conftest import SAMPLES
 from test_mixed import MODELS
 
+from fp16bisect.model.samples import sample_shapes
 from fp16bisect.model.weights import inline
 from fp16bisect.model.graph import Graph
 from fp16bisect.artifacts.mixed import mixed_model
@@ -103,7 +104,7 @@ def test_a_dynamic_input_builds_with_a_profile_from_the_samples(tmp_path):
     onnx_bytes = inline(mixed_model(graph, ["ln1_square", "ln1_var"])).SerializeToString()
     with pytest.raises(E.BuildError, match="no sample shape for input"):
         builder.build(onnx_bytes)
-    shapes = E.sample_shapes([{"x": np.zeros((1, 8, 64))}, {"x": np.zeros((1, 16, 64))}])
+    shapes = sample_shapes([{"x": np.zeros((1, 8, 64))}, {"x": np.zeros((1, 16, 64))}])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         built = builder.build(onnx_bytes, shapes=shapes, opt_level=0)

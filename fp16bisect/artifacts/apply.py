@@ -7,13 +7,13 @@ from pathlib import Path
 
 import onnx
 
-from .verify import Check, strict, verify
-from ..model.graph import Graph
-from .mixed import Mixed, convert
-from .overrides import read, recorded_tolerance, write_atomic
-from ..model import weights
-from ..model.samples import add_fp32_references, load_samples
-from ..tolerance import Tolerance
+from fp16bisect.artifacts.verify import Check, strict, verify
+from fp16bisect.model.graph import Graph
+from fp16bisect.artifacts.mixed import Mixed, convert
+from fp16bisect.artifacts.overrides import read, recorded_tolerance, write_atomic
+from fp16bisect.model import weights
+from fp16bisect.model.samples import add_fp32_references, load_samples
+from fp16bisect.tolerance import Tolerance
 
 
 def apply(overrides: str | Path, model: str | Path, *, fp16_io: bool = False, force: bool = False,

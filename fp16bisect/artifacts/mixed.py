@@ -42,10 +42,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..errors import UsageError, shown
-from ..model import weights
-from ..model.fp16 import Conversion, constant_to_fp16
-from ..model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, Graph, Node, _outer_reads, _subgraphs
+from fp16bisect.errors import UsageError, shown
+from fp16bisect.model import weights
+from fp16bisect.model.fp16 import Conversion, constant_to_fp16
+from fp16bisect.model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, Graph, Node, _outer_reads, _subgraphs
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
 CONTROL_FLOW = {"If", "Loop", "Scan"}

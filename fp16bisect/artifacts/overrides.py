@@ -25,9 +25,9 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from ..errors import UsageError
-from ..model.graph import Graph, Node
-from ..tolerance import Tolerance
+from fp16bisect.errors import UsageError
+from fp16bisect.model.graph import Graph, Node
+from fp16bisect.tolerance import Tolerance
 
 SCHEMA = "fp16bisect.overrides/1"
 REQUIRED = ("schema", "model", "backend", "tolerance", "fp32_nodes", "search", "metrics", "exports")

@@ -21,10 +21,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..model import weights
-from ..model.graph import Graph, _subgraphs
-from ..model.runtime import first_line, run, session
-from ..tolerance import OutputMetrics, Tolerance, compare, worst_per_output
+from fp16bisect.model import weights
+from fp16bisect.model.graph import Graph, _subgraphs
+from fp16bisect.model.runtime import first_line, run, session
+from fp16bisect.tolerance import OutputMetrics, Tolerance, compare, worst_per_output
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
 _PREFIX = "fp16bisect_storage/"

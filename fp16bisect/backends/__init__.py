@@ -4,9 +4,9 @@
 
 from __future__ import annotations
 
-from ..errors import UsageError
-from ..model.graph import Graph
-from .base import Backend, CommandOptions, Options, TensorRTOptions
+from fp16bisect.errors import UsageError
+from fp16bisect.model.graph import Graph
+from fp16bisect.backends.base import Backend, CommandOptions, Options, TensorRTOptions
 
 __all__ = ["Backend", "CommandOptions", "NAMES", "Options", "TensorRTOptions", "make_backend", "tensorrt_usable"]
 
@@ -15,7 +15,7 @@ NAMES = ("auto", "emulate", "tensorrt", "command")
 
 def tensorrt_usable() -> bool:
     """TensorRT (or TensorRT-RTX) imports, Polygraphy imports, and CUDA sees a GPU."""
-    from .tensorrt import load as trt_load
+    from fp16bisect.backends.tensorrt import load as trt_load
 
     try:
         trt_load.load()
@@ -38,7 +38,7 @@ def make_backend(name: str, graph: Graph, options: Options | None = None) -> Bac
         raise UsageError("--typing weak builds TensorRT 10.x engines with layer precisions: it needs --backend "
                          f"tensorrt (TensorRT 10.x and a GPU); drop it for --backend {name}")
     if name == "command":
-        from .command import CommandBackend
+        from fp16bisect.backends.command import CommandBackend
 
         if not options.command.command:
             raise UsageError("--backend command needs the command that judges a plan: add --check 'CMD' "
@@ -47,12 +47,12 @@ def make_backend(name: str, graph: Graph, options: Options | None = None) -> Bac
         return CommandBackend(graph, own.command, plans_dir=own.plans_dir, keep_plans=own.keep_plans,
                               progress=options.progress, tolerance=options.tolerance)
     if name == "tensorrt":
-        from .tensorrt.backend import TensorRTBackend
+        from fp16bisect.backends.tensorrt.backend import TensorRTBackend
 
         own = options.tensorrt
         chosen = {"timing_cache": own.timing_cache, "opt_level": own.opt_level, "typing": own.typing,
                   "input_shapes": options.input_shapes, "notify": options.notify}
         return TensorRTBackend(graph, **{k: v for k, v in chosen.items() if v is not None})
-    from .emulate import EmulateBackend
+    from fp16bisect.backends.emulate import EmulateBackend
 
     return EmulateBackend(graph, progress=options.progress)

@@ -14,6 +14,14 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Callable
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """A whole plan judged by the backend itself, with no outputs to compare (a command's exit code)."""
+
+    passed: bool
+    detail: str = ""  # what the verdict rests on, e.g. "exit code 1; stderr: ..."
+
+
 class Backend:
     name: str = ""  # emulate | tensorrt | command
     deterministic: bool = False  # two runs of one plan give the same outputs (else the final set is run again)
@@ -39,7 +47,7 @@ class Backend:
         raise NotImplementedError(f"the {self.name} backend runs whole plans: call run_plan")
 
     def run_plan(self, plan: frozenset, inputs_per_sample: list, repeat: int = 0, **kwargs):
-        """Every sample's outputs, or an ``oracle.Verdict`` (``whole_plans`` backends only)."""
+        """Every sample's outputs, or an ``Verdict`` (``whole_plans`` backends only)."""
         raise NotImplementedError(f"the {self.name} backend runs one sample at a time: call run")
 
     def noise(self, inputs: dict, plan: frozenset = frozenset()) -> tuple | None:

@@ -38,10 +38,9 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from ..errors import BuildFailed, UsageError
-from .base import Backend
-from ..model.graph import Graph
-from ..oracle import Verdict
+from fp16bisect.errors import BuildFailed, UsageError
+from fp16bisect.backends.base import Backend, Verdict
+from fp16bisect.model.graph import Graph
 
 PLACEHOLDERS = ("model", "overrides", "original", "inputs", "outputs")
 PASS, CANNOT_EVALUATE = 0, 125
@@ -184,9 +183,9 @@ class CommandBackend(Backend):
         return Path(tempfile.mkdtemp(prefix=f"{key}{suffix}-", dir=self.plans_dir))
 
     def _write(self, plan: frozenset, inputs: list[dict], workdir: Path, repeat: int) -> dict[str, Path]:
-        from ..artifacts.apply import save
-        from ..artifacts.mixed import convert
-        from ..artifacts.overrides import write_json
+        from fp16bisect.artifacts.apply import save
+        from fp16bisect.artifacts.mixed import convert
+        from fp16bisect.artifacts.overrides import write_json
 
         paths = {"model": workdir / "model.onnx", "overrides": workdir / "overrides.json",
                  "original": Path(self.graph.path).absolute() if self.graph.path else workdir / "original.onnx",
@@ -209,7 +208,7 @@ class CommandBackend(Backend):
     def _overrides(self, plan: frozenset, repeat: int) -> dict:
         """The plan as an override file: the result file's schema, so a judge reads it as it would the result
         (and ``fp16bisect apply`` accepts it)."""
-        from ..artifacts.overrides import SCHEMA, autocast_export, node_entry, strongly_typed_export, trtexec_export
+        from fp16bisect.artifacts.overrides import SCHEMA, autocast_export, node_entry, strongly_typed_export, trtexec_export
 
         nodes = sorted((self.graph.by_id[i] for i in plan), key=lambda n: n.index)
         return {

@@ -54,11 +54,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..model.fp16 import constant_as_stored
-from .base import Backend
-from ..model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, TRANSPARENT_OPS, Graph, _subgraphs
-from ..model.runtime import run, session
-from ..timing import timed
+from fp16bisect.model.fp16 import constant_as_stored
+from fp16bisect.backends.base import Backend
+from fp16bisect.model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, TRANSPARENT_OPS, Graph, _subgraphs
+from fp16bisect.model.runtime import run, session
+from fp16bisect.timing import timed
 
 MASK = "fp16bisect_fp32_mask"
 _PREFIX = "fp16bisect/"

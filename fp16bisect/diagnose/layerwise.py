@@ -27,12 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backends.emulate import EmulateBackend
-from ..model.graph import Graph
-from ..model.samples import add_fp32_references, load_samples
-from ..artifacts.overrides import write_atomic
-from .preflight import use_overrides
-from ..tolerance import OutputMetrics, Tolerance, compare
+from fp16bisect.backends.emulate import EmulateBackend
+from fp16bisect.model.graph import Graph
+from fp16bisect.model.samples import add_fp32_references, load_samples
+from fp16bisect.artifacts.overrides import write_atomic
+from fp16bisect.diagnose.preflight import use_overrides
+from fp16bisect.tolerance import OutputMetrics, Tolerance, compare
 
 
 FP16_MIN_NORMAL = 2.0**-14

@@ -12,13 +12,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .. import __version__
-from ..errors import UsageError, shown
-from ..model.graph import Graph
-from ..oracle import Evaluation
-from ..artifacts.overrides import read
-from ..pipeline import Listener, prepare
-from ..tolerance import Tolerance
+from fp16bisect import __version__
+from fp16bisect.errors import UsageError, shown
+from fp16bisect.model.graph import Graph
+from fp16bisect.evaluation.oracle import Evaluation
+from fp16bisect.artifacts.overrides import read
+from fp16bisect.run.outcome import Listener
+from fp16bisect.run.pipeline import prepare
+from fp16bisect.tolerance import Tolerance
 
 SCHEMA = "fp16bisect.check/1"
 

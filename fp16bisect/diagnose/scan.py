@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..model.graph import Graph
-from ..model.profile import profile, scan_json
-from ..model.samples import load_samples
+from fp16bisect.model.graph import Graph
+from fp16bisect.model.profile import profile, scan_json
+from fp16bisect.model.samples import load_samples
 
 
 def scan_model(model: str, inputs: list[str], listener) -> tuple[Graph, dict]:

@@ -23,8 +23,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from ..errors import UsageError
-from . import fp16, weights, wire
+from fp16bisect.errors import UsageError
+from fp16bisect.model import fp16, weights, wire
 
 FLOAT = TensorProto.FLOAT
 
@@ -389,7 +389,7 @@ def _tensor_types(model: onnx.ModelProto) -> tuple[dict, dict, dict, dict]:
 
 def _types_from_runtime(model: onnx.ModelProto, tensors: list[str]) -> dict[str, int]:
     """Ask ONNX Runtime for the types shape inference could not find."""
-    from .runtime import session
+    from fp16bisect.model.runtime import session
 
     probe = onnx.ModelProto()
     probe.CopyFrom(model)

@@ -63,10 +63,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import onnx
 
-from ..errors import UsageError
-from . import weights
-from .graph import Graph
-from .runtime import nothing_to_fold, run, session
+from fp16bisect.errors import UsageError
+from fp16bisect.model import weights
+from fp16bisect.model.graph import Graph
+from fp16bisect.model.runtime import nothing_to_fold, run, session
 
 FP16_MAX = 65504.0
 CHUNK = 1 << 22  # elements measured at once

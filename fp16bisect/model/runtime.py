@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from ..errors import UsageError
+from fp16bisect.errors import UsageError
 
-from .weights import Store, externalize, external_initializers, is_external, save, too_big  # noqa: F401
+from fp16bisect.model.weights import Store, externalize, external_initializers, is_external, save, too_big  # noqa: F401
 
 
 def session(model: onnx.ModelProto, what: str = "the model", *, basic: bool = False, producer_order: bool = False,

@@ -5,14 +5,15 @@ from __future__ import annotations
 import math
 import zipfile
 from dataclasses import dataclass
+from typing import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
 import onnx
 
-from ..errors import UsageError
-from .graph import Graph, TensorSpec, _subgraphs
-from .runtime import run, session
+from fp16bisect.errors import UsageError
+from fp16bisect.model.graph import Graph, TensorSpec, _subgraphs
+from fp16bisect.model.runtime import run, session
 
 
 @dataclass
@@ -202,3 +203,16 @@ def add_fp32_references(graph: Graph, samples: list[Sample], computed: list[Samp
                     f"the FP32 reference for output {name!r} contains NaN on {s.source!r}{cause}: "
                     "check the inputs, or pass --reference"
                 )
+
+
+def sample_shapes(samples: Iterable[Mapping[str, np.ndarray]]) -> dict[str, tuple]:
+    """input -> (min, opt, max) over the samples' shapes (opt: the first sample's)."""
+    seen: dict[str, list] = {}
+    for inputs in samples:
+        for name, array in inputs.items():
+            seen.setdefault(name, []).append(tuple(np.shape(array)))
+    return {
+        name: (tuple(map(min, zip(*found))), found[0], tuple(map(max, zip(*found))))
+        for name, found in seen.items()
+        if len({len(s) for s in found}) == 1
+    }

@@ -31,8 +31,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ..errors import UsageError
-from . import wire
+from fp16bisect.errors import UsageError
+from fp16bisect.model import wire
 
 EXTERNAL_MIN = 1024  # bytes: smaller tensors (shapes, scalars) stay inline, where shape inference reads them
 PROTOBUF_LIMIT = 2**31 - 1

@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..errors import UsageError
-from .processes import Died, LocalPool
+from fp16bisect.errors import UsageError
+from fp16bisect.parallel.processes import Died, LocalPool
 
 
 @dataclass
@@ -53,8 +53,8 @@ def setup_backend(job: Job, device: str):
     """In a worker: the backend, built once."""
     import onnx
 
-    from ..backends import make_backend
-    from ..model.graph import Graph
+    from fp16bisect.backends import make_backend
+    from fp16bisect.model.graph import Graph
 
     graph = Graph(onnx.load_model_from_string(job.model), Path(job.path) if job.path else None, job.sha256,
                   workdir=job.workdir or None)
@@ -88,7 +88,7 @@ class WorkerState:
 
 def evaluate_task(state: WorkerState, arg):
     """In a worker: one plan's evaluation (every sample, every repeat)."""
-    from ..oracle import evaluate_plan
+    from fp16bisect.evaluation.oracle import evaluate_plan
 
     plan, first_repeat, repeats = arg
     job = state.job
@@ -118,7 +118,7 @@ class PlanExecutor:
 
 
 def _died(plan, reason: str, seconds: float):
-    from ..oracle import Evaluation, Reason
+    from fp16bisect.evaluation.oracle import Evaluation, Reason
 
     return Evaluation(frozenset(plan), False, (), seconds, reason=Reason("died", reason))
 
@@ -145,14 +145,14 @@ def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, o
     here_dir = str(graph.store.directory) if parallel.ray is None and graph.store is not None else ""
     job = Job(backend, model, str(graph.path or ""), graph.sha256, remote, samples, tolerance, outputs, here_dir)
     if parallel.ray is not None:
-        from .ray import RayPool
+        from fp16bisect.parallel.ray import RayPool
 
         pool = RayPool(evaluate_task, setup_backend, job, jobs=parallel.jobs if parallel.jobs > 1 else 0, gpu=gpu,
                        address=parallel.ray or None)
         return PlanExecutor(pool, f"Ray, {pool.width} task(s) at once")
     devices = list(parallel.devices)
     if gpu and not devices:
-        from ..backends.tensorrt.load import gpu_count
+        from fp16bisect.backends.tensorrt.load import gpu_count
 
         devices = [str(i) for i in range(gpu_count())][: parallel.jobs]  # --jobs N: the first N GPUs
     if gpu:  # one worker per device

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import uuid
 
-from ..errors import UsageError
-from .processes import Died
+from fp16bisect.errors import UsageError
+from fp16bisect.parallel.processes import Died
 
 INSTALL = "Ray is not installed: pip install 'fp16bisect[ray]' (or pip install 'ray>=2.9'), or drop --ray"
 

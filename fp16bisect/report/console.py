@@ -9,10 +9,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..model.fp16 import RULE
-from ..oracle import EXIT_CODE
-from ..pipeline import Listener, Outcome
-from ..search import Step
+from fp16bisect.model.fp16 import RULE
+from fp16bisect.evaluation.oracle import EXIT_CODE
+from fp16bisect.run.outcome import Listener, Outcome
+from fp16bisect.algorithm.search import Step
 
 
 class ConsoleListener(Listener):

@@ -10,10 +10,10 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ..model.graph import Graph
-from ..diagnose.layerwise import Layerwise, LayerwiseRunner, Thresholds
-from ..oracle import Evaluation
-from ..model.profile import Profile, profile, tensor_rows
+from fp16bisect.model.graph import Graph
+from fp16bisect.diagnose.layerwise import Layerwise, LayerwiseRunner, Thresholds
+from fp16bisect.evaluation.oracle import Evaluation
+from fp16bisect.model.profile import Profile, profile, tensor_rows
 
 
 def metrics(m) -> dict | None:
@@ -126,7 +126,7 @@ def search_report(outcome) -> dict:
 
 
 def check_report(outcome, line: str) -> dict:
-    from ..oracle import Oracle
+    from fp16bisect.evaluation.oracle import Oracle
 
     use = outcome.overrides
     plan = frozenset(use.nodes) if use else frozenset()
@@ -145,7 +145,7 @@ def check_report(outcome, line: str) -> dict:
 
 
 def compare_report(runner: LayerwiseRunner, result: Layerwise, tolerance) -> dict:
-    from ..oracle import Oracle
+    from fp16bisect.evaluation.oracle import Oracle
 
     graph, plan = runner.graph, result.plan
     oracle = Oracle(runner.backend, runner.samples, tolerance, graph.float_output_names())

@@ -29,18 +29,18 @@ from pathlib import Path
 
 import numpy as np
 
-from ... import errors
-from . import engine as trt_engine
-from . import inspection as trt_inspection
-from . import load as trt_load
-from . import pin as trt_pin
-from ...errors import UsageError
-from ..base import Backend
-from ...model.graph import Graph
-from ...artifacts.overrides import write_atomic
-from ...model.runtime import external_copy, too_big
-from ...model.weights import in_work_directory, is_external
-from ...model.samples import update_digest
+from fp16bisect import errors
+from fp16bisect.backends.tensorrt import engine as trt_engine
+from fp16bisect.backends.tensorrt import inspection as trt_inspection
+from fp16bisect.backends.tensorrt import load as trt_load
+from fp16bisect.backends.tensorrt import pin as trt_pin
+from fp16bisect.errors import UsageError
+from fp16bisect.backends.base import Backend
+from fp16bisect.model.graph import Graph
+from fp16bisect.artifacts.overrides import write_atomic
+from fp16bisect.model.runtime import external_copy, too_big
+from fp16bisect.model.weights import in_work_directory, is_external
+from fp16bisect.model.samples import update_digest
 
 
 class BuildFailed(errors.BuildFailed):
@@ -263,7 +263,7 @@ class TensorRTBackend(Backend):
     def _model_bytes(self, plan: frozenset):
         if not self.strongly_typed:
             return self._onnx.model if isinstance(self._onnx, external_copy) else self._onnx
-        from ...artifacts import mixed
+        from fp16bisect.artifacts import mixed
 
         source = _source(mixed.mixed_model(self.graph, sorted(plan)))
         self._last_source = source  # an external copy lives until the next build
@@ -322,7 +322,7 @@ class TensorRTBackend(Backend):
 
     def _hint(self) -> str:
         """TensorRT 10.0-10.6 parse strongly typed models but not mixed-precision BatchNormalization."""
-        from .api import STRONG_BATCHNORM
+        from fp16bisect.backends.tensorrt.api import STRONG_BATCHNORM
 
         if (self.strongly_typed and self.tensorrt.weakly_typed and self.tensorrt.version_tuple < STRONG_BATCHNORM
                 and any(n.op_type == "BatchNormalization" for n in self.graph.candidates)):

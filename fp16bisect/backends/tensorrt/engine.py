@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import UsageError
-from .load import TensorRT
-from .pin import STRONGLY_TYPED, NodeRef, PinnedLayer, pin_layers, resolve
+from fp16bisect.errors import UsageError
+from fp16bisect.backends.tensorrt.load import TensorRT
+from fp16bisect.backends.tensorrt.pin import STRONGLY_TYPED, NodeRef, PinnedLayer, pin_layers, resolve
 
 
 # --------------------------------------------------------------------------- building
@@ -201,19 +201,6 @@ def _add_profile(builder, network, config, shapes: Mapping[str, tuple]) -> None:
         low, opt, high = shapes[t.name]
         profile.set_shape(t.name, tuple(low), tuple(opt), tuple(high))
     config.add_optimization_profile(profile)
-
-
-def sample_shapes(samples: Iterable[Mapping[str, np.ndarray]]) -> dict[str, tuple]:
-    """input -> (min, opt, max) over the samples' shapes (opt: the first sample's)."""
-    seen: dict[str, list] = {}
-    for inputs in samples:
-        for name, array in inputs.items():
-            seen.setdefault(name, []).append(tuple(np.shape(array)))
-    return {
-        name: (tuple(map(min, zip(*found))), found[0], tuple(map(max, zip(*found))))
-        for name, found in seen.items()
-        if len({len(s) for s in found}) == 1
-    }
 
 
 # --------------------------------------------------------------------------- running

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from ...errors import UsageError
-from .engine import deserialize
-from .load import load
-from .pin import LOCAL_FUNCTION, NodeRef, refs_from
+from fp16bisect.errors import UsageError
+from fp16bisect.backends.tensorrt.engine import deserialize
+from fp16bisect.backends.tensorrt.load import load
+from fp16bisect.backends.tensorrt.pin import LOCAL_FUNCTION, NodeRef, refs_from
 
 IGNORED = "TensorRT ignored the FP32 pin on {node} (fused into {layer})"
 IGNORED_ADVICE = "use the default strongly typed build"

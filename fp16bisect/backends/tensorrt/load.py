@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from types import ModuleType
 
-from ...errors import UsageError
+from fp16bisect.errors import UsageError
 
 NOT_INSTALLED = (
     "TensorRT is not installed: pip install 'fp16bisect[tensorrt]' on a machine with an NVIDIA GPU, "

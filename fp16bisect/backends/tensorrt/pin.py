@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from ...errors import UsageError
-from .load import load
+from fp16bisect.errors import UsageError
+from fp16bisect.backends.tensorrt.load import load
 
 STRONGLY_TYPED = (
     "cannot set layer precisions: {why}, where precision comes from the ONNX graph; write a "
@@ -315,7 +315,7 @@ class Applied:
 
 def refs_from(overrides) -> list[NodeRef]:
     if isinstance(overrides, (str, Path)):
-        from ...artifacts.overrides import read
+        from fp16bisect.artifacts.overrides import read
 
         overrides = read(overrides)
     if isinstance(overrides, Mapping):

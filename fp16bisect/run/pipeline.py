@@ -9,23 +9,22 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from . import prior as priors
-from . import ranking
-from .artifacts.override_json import overrides_json
-from .artifacts.overrides import journal_path
-from .backends import Options, make_backend
-from .backends.tensorrt.engine import sample_shapes
-from .build_noise import build_noise
-from .errors import ToleranceUnreachable, UsageError
-from .journal import Journal, samples_digest
-from .model.graph import Graph, notes
-from .model.profile import profile
-from .model.samples import add_fp32_references, load_samples
-from .oracle import EXIT_CODE, OUTPUTS, Oracle
-from .outcome import Listener, Outcome
-from .prior import Prior
-from .search import search
-from .tolerance import Tolerance
+from fp16bisect.strategy import prior as priors
+from fp16bisect.strategy import ranking
+from fp16bisect.run.override_json import overrides_json
+from fp16bisect.artifacts.overrides import journal_path
+from fp16bisect.backends import Options, make_backend
+from fp16bisect.strategy.build_noise import build_noise
+from fp16bisect.errors import ToleranceUnreachable, UsageError
+from fp16bisect.evaluation.journal import Journal, samples_digest
+from fp16bisect.model.graph import Graph, notes
+from fp16bisect.model.profile import profile
+from fp16bisect.model.samples import sample_shapes, add_fp32_references, load_samples
+from fp16bisect.evaluation.oracle import EXIT_CODE, OUTPUTS, Oracle
+from fp16bisect.run.outcome import Listener, Outcome
+from fp16bisect.strategy.prior import Prior
+from fp16bisect.algorithm.search import search
+from fp16bisect.tolerance import Tolerance
 
 __all__ = ["Listener", "Outcome", "journal_path", "prepare", "search_model"]
 
@@ -68,7 +67,7 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
         journal = _journal(graph, chosen, tolerance, given, repeats, listener, journal_path, restart, retry_crashed)
         executor = None
         if parallel is not None and not parallel.serial:
-            from .parallel import make_executor
+            from fp16bisect.parallel import make_executor
 
             executor = make_executor(parallel, chosen.name, graph, samples, tolerance, outputs, options, chosen)
             if executor is not None:

@@ -28,7 +28,7 @@ import json
 import time
 from pathlib import Path
 
-from .errors import UsageError
+from fp16bisect.errors import UsageError
 
 SCHEMA = "fp16bisect.batch/1"
 ACTIONS = ("check", "search")
@@ -110,10 +110,10 @@ def _entry(raw, number: int, base: Path, manifest: str) -> dict:
 
 def run_entry(_state, entry: dict) -> dict:
     """One entry's check or search (in a worker). Never raises for the entry's own faults: it fails alone."""
-    from .errors import ToleranceUnreachable
-    from .tolerance import Tolerance
+    from fp16bisect.errors import ToleranceUnreachable
+    from fp16bisect.tolerance import Tolerance
 
-    from .model import weights
+    from fp16bisect.model import weights
 
     start = time.perf_counter()
     stores = weights.alive()
@@ -139,7 +139,7 @@ def run_entry(_state, entry: dict) -> dict:
 
 
 def _check(entry: dict, tolerance, result: dict) -> None:
-    from .diagnose.preflight import check_model, verdict
+    from fp16bisect.diagnose.preflight import check_model, verdict
 
     outcome = check_model(entry["model"], entry["inputs"], entry["references"] or None, tolerance, entry["backend"],
                           entry.get("overrides"))
@@ -155,8 +155,8 @@ def outcome_evaluations(outcome) -> int:
 
 
 def _search(entry: dict, tolerance, result: dict) -> None:
-    from .artifacts.overrides import check_writable, write_json
-    from .pipeline import search_model
+    from fp16bisect.artifacts.overrides import check_writable, write_json
+    from fp16bisect.run.pipeline import search_model
 
     output = entry.get("output")
     if output:
@@ -174,10 +174,10 @@ def _search(entry: dict, tolerance, result: dict) -> None:
 
 def run_batch(entries: list[dict], jobs: int = 2, ray: str | None = None) -> list[dict]:
     """Every entry's result, in manifest order; entries run ``jobs`` at once (worker processes) or on Ray."""
-    from .parallel.processes import Died, LocalPool
+    from fp16bisect.parallel.processes import Died, LocalPool
 
     if ray is not None:
-        from .parallel.ray import RayPool
+        from fp16bisect.parallel.ray import RayPool
 
         pool = RayPool(run_entry, jobs=jobs if jobs > 1 else 0, address=ray or None)
     else:
@@ -221,7 +221,7 @@ def _cell(value) -> str:
 
 
 def write_results(path: str, manifest: str, results: list[dict]) -> None:
-    from .artifacts.overrides import write_json
+    from fp16bisect.artifacts.overrides import write_json
 
     write_json(path, {"schema": SCHEMA, "manifest": str(manifest), "passed": all(r["passed"] for r in results),
                       "entries": results})

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .errors import BuildFailed, UsageError
-from .tolerance import Tolerance, compare
+from fp16bisect.errors import BuildFailed, UsageError
+from fp16bisect.tolerance import Tolerance, compare
 
 
 def build_noise(backend, samples, tolerance: Tolerance, noise_ok: bool, listener, journal=None,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .model.graph import Graph
-from .model.profile import Profile
-from .oracle import Evaluation, Oracle
-from .prior import LABEL, Prior
-from .search import SearchResult, Step
-from .timing import timed
-from .tolerance import Tolerance
+from fp16bisect.model.graph import Graph
+from fp16bisect.model.profile import Profile
+from fp16bisect.evaluation.oracle import Evaluation, Oracle
+from fp16bisect.strategy.prior import LABEL, Prior
+from fp16bisect.algorithm.search import SearchResult, Step
+from fp16bisect.timing import timed
+from fp16bisect.tolerance import Tolerance
 
 
 class Listener:

@@ -5,7 +5,7 @@ report and the override JSON, and appended to the journal (when there is one)
 before the next starts; a journal from an interrupted run is replayed instead
 of rerun. Each evaluation is journaled as started before it runs, and abandoned when the
 process unwinds from it (Ctrl-C): one the process died in is not rerun on resume
-(fp16bisect.journal). With ``repeats`` N, a plan is run N times (on TensorRT: N builds) and
+(fp16bisect.evaluation.journal). With ``repeats`` N, a plan is run N times (on TensorRT: N builds) and
 passes only if every run passes. ``evaluate(plan, recheck=k)`` runs a plan
 afresh (the final set's re-evaluation): on a backend whose builds vary, a plan
 that passed once can fail the next time, and the search must know.
@@ -44,8 +44,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .errors import BuildFailed, UsageError
-from .tolerance import OutputMetrics, Tolerance, compare, worst_per_output
+from fp16bisect.backends.base import Verdict
+from fp16bisect.errors import BuildFailed, UsageError
+from fp16bisect.tolerance import OutputMetrics, Tolerance, compare, worst_per_output
 
 UNEVALUABLE_AFTER = 8  # plans asked before the share that could not be evaluated can stop the search
 
@@ -60,7 +61,7 @@ class Reason:
 
     kind: str  # build (a build or run failed) | cannot_evaluate (a command's exit 125) | outputs (outputs that do
     # not fit the references) | pins_ignored (a weakly typed build dropped FP32 pins) | died (a worker died, or
-    # the process died evaluating it: fp16bisect.journal)
+    # the process died evaluating it: fp16bisect.evaluation.journal)
     message: str
     pins: tuple = ()  # pins_ignored: (node, engine layer) pairs
 
@@ -77,14 +78,6 @@ class Reason:
     @classmethod
     def of(cls, exc: BuildFailed) -> Reason:
         return cls(exc.kind, str(exc), tuple(exc.pins))
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A whole plan judged by the backend itself, with no outputs to compare (a command's exit code)."""
-
-    passed: bool
-    detail: str = ""  # what the verdict rests on, e.g. "exit code 1; stderr: ..."
 
 
 OUTPUTS, EXIT_CODE = "outputs", "exit_code"  # where an evaluation's verdict came from
@@ -188,7 +181,7 @@ class Oracle:
         todo = list(dict.fromkeys(p for p in plans if p not in self.memo))
         if self.executor is None or len(todo) <= 1:
             return [self.evaluate(p) for p in plans]
-        for plan in todo:  # each marked started before it is submitted (fp16bisect.journal)
+        for plan in todo:  # each marked started before it is submitted (fp16bisect.evaluation.journal)
             self._start(plan, 0)
         try:
             for evaluation in self.executor.evaluate(todo, 0, self.repeats):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Hashable, Iterable
 
-from .search_progress import Progress
+from fp16bisect.algorithm.progress import Progress
 
 
 class SearchError(Exception):

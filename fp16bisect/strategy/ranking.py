@@ -14,7 +14,7 @@ no engine build; the search itself only receives the resulting order.
 
 from __future__ import annotations
 
-from .tolerance import Tolerance, compare
+from fp16bisect.tolerance import Tolerance, compare
 
 
 def effects(backend, samples, tolerance: Tolerance, outputs: list[str], candidates: list[str]) -> dict[str, float]:
@@ -53,7 +53,7 @@ def reorder_by_effect(graph, backend, oracle, prof, listener):
     """On the emulate backend: a function ranking every candidate by the output error each causes alone in FP16,
     which the search calls only when no suspect prefix explains the failure (accumulated rounding). None on other
     backends (there the prior brings the ranking)."""
-    from .backends.emulate import EmulateBackend
+    from fp16bisect.backends.emulate import EmulateBackend
 
     if backend.name != "emulate":
         return None

@@ -50,9 +50,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable, Sequence
 
-from . import search_lookahead as lookahead
-from .search_memo import Memo, SearchError, Step
-from .search_progress import group_testing_bound, quickxplain_bound
+from fp16bisect.algorithm import lookahead
+from fp16bisect.algorithm.memo import Memo, SearchError, Step
+from fp16bisect.algorithm.progress import group_testing_bound, quickxplain_bound
 
 __all__ = ["SearchError", "SearchResult", "Step", "group_testing_bound", "quickxplain_bound", "search"]
 

@@ -33,9 +33,9 @@ import os
 from pathlib import Path
 
 
-from .errors import UsageError
-from .model.samples import update_digest
-from .oracle import Evaluation, Reason
+from fp16bisect.errors import UsageError
+from fp16bisect.model.samples import update_digest
+from fp16bisect.evaluation.oracle import Evaluation, Reason
 
 SCHEMA = "fp16bisect.journal/1"
 KEYS = ("model_sha256", "backend", "tolerance", "samples", "repeats")

@@ -32,11 +32,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import ranking
-from .errors import UsageError
-from .journal import Journal
-from .oracle import Oracle
-from .search import search
+from fp16bisect.strategy import ranking
+from fp16bisect.errors import UsageError
+from fp16bisect.evaluation.journal import Journal
+from fp16bisect.evaluation.oracle import Oracle
+from fp16bisect.algorithm.search import search
 
 CHOICES = ("auto", "emulate", "none")
 LABEL = "emulate (prior)"
@@ -90,7 +90,7 @@ def journal_path(output: str) -> str:
 def emulator(graph, choice: str, listener):
     """The emulate backend for the prior, or None when the model does not run on ONNX Runtime CPU and the
     prior was not asked for explicitly (then the search runs without it, and says so)."""
-    from .backends.emulate import EmulateBackend
+    from fp16bisect.backends.emulate import EmulateBackend
 
     try:
         return EmulateBackend(graph)
@@ -170,7 +170,7 @@ class Alternatives:
         begin = time.perf_counter()
         oracle = self.prior.oracle  # the prior's own: its memo (and journal) already hold each S - {m}
         if oracle is None:  # resumed from the judge's journal: a fresh emulator, with the same verdicts
-            from .backends.emulate import EmulateBackend
+            from fp16bisect.backends.emulate import EmulateBackend
 
             oracle = self.prior.oracle = Oracle(EmulateBackend(self.graph), self.samples, self.tolerance,
                                                 self.outputs)

@@ -12,10 +12,10 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__
-from .model import weights
-from .errors import ToleranceUnreachable, UsageError
-from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
+from fp16bisect import __version__
+from fp16bisect.model import weights
+from fp16bisect.errors import ToleranceUnreachable, UsageError
+from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
 
 
 class _Parser(argparse.ArgumentParser):
@@ -128,10 +128,10 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
 
 
 def parallel_from(args):
-    from .parallel import Parallel, parse_devices
+    from fp16bisect.parallel import Parallel, parse_devices
 
     if args.ray is not None:
-        from .parallel.ray import load_ray
+        from fp16bisect.parallel.ray import load_ray
 
         load_ray()  # exit 2 with how to install, before any work
     devices = parse_devices(args.devices)
@@ -255,10 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_search(args) -> int:
-    from .artifacts.overrides import check_writable, write_json
-    from .backends.command import CommandAborted
-    from .pipeline import search_model
-    from .report.console import ConsoleListener, print_summary
+    from fp16bisect.artifacts.overrides import check_writable, write_json
+    from fp16bisect.backends.command import CommandAborted
+    from fp16bisect.run.pipeline import search_model
+    from fp16bisect.report.console import ConsoleListener, print_summary
 
     tolerance = tolerance_from(args)
     parallel = parallel_from(args)
@@ -277,13 +277,13 @@ def cmd_search(args) -> int:
                                retry_crashed=args.retry_crashed,
                                parallel=parallel, prior=args.prior)
     except CommandAborted as exc:
-        from .pipeline import journal_path
+        from fp16bisect.run.pipeline import journal_path
 
         raise CommandAborted(f"{exc}; finished evaluations are kept in {journal_path(args.output)}: fix the "
                              "command and rerun the same fp16bisect command to continue") from None
     except KeyboardInterrupt:
         listener.close()
-        from .pipeline import journal_path
+        from fp16bisect.run.pipeline import journal_path
 
         print(f"fp16bisect: interrupted; finished evaluations are kept in {journal_path(args.output)}: "
               "rerun the same command to continue", file=sys.stderr)
@@ -293,14 +293,14 @@ def cmd_search(args) -> int:
     write_json(args.output, outcome.data)
     print_summary(outcome, args.output)
     if args.report:
-        from .report.data import search_report
+        from fp16bisect.report.data import search_report
 
         write_report(args.report, search_report(outcome))
     return 0
 
 
 def write_report(path: str, data: dict) -> None:
-    from .report.html import write
+    from fp16bisect.report.html import write
 
     write(path, data)
     print(f"report written to {path}")
@@ -315,9 +315,9 @@ def search_hint(args) -> str:
 
 
 def cmd_check(args) -> int:
-    from .artifacts.overrides import check_writable, write_json
-    from .diagnose.preflight import check_model, verdict
-    from .report.console import ConsoleListener, print_check
+    from fp16bisect.artifacts.overrides import check_writable, write_json
+    from fp16bisect.diagnose.preflight import check_model, verdict
+    from fp16bisect.report.console import ConsoleListener, print_check
 
     tolerance = tolerance_from(args)
     parallel = parallel_from(args)
@@ -338,7 +338,7 @@ def cmd_check(args) -> int:
     if args.json:
         write_json(args.json, {**outcome.data(), "verdict": line})
     if args.report:
-        from .report.data import check_report
+        from fp16bisect.report.data import check_report
 
         write_report(args.report, check_report(outcome, line))
     if outcome.fp32 is not None and not outcome.fp32.passed:
@@ -347,15 +347,15 @@ def cmd_check(args) -> int:
 
 
 def cmd_batch(args) -> int:
-    from .batch import print_table, read_manifest, run_batch, write_results
+    from fp16bisect.cli.batch import print_table, read_manifest, run_batch, write_results
 
     entries = read_manifest(args.manifest)
     if args.json:
-        from .artifacts.overrides import check_writable
+        from fp16bisect.artifacts.overrides import check_writable
 
         check_writable(args.json)
     if args.ray is not None:
-        from .parallel.ray import load_ray
+        from fp16bisect.parallel.ray import load_ray
 
         load_ray()
     results = run_batch(entries, jobs=args.jobs, ray=args.ray)
@@ -366,9 +366,9 @@ def cmd_batch(args) -> int:
 
 
 def cmd_scan(args) -> int:
-    from .artifacts.overrides import check_writable, write_json
-    from .diagnose.scan import scan_model
-    from .report.console import ConsoleListener, print_scan
+    from fp16bisect.artifacts.overrides import check_writable, write_json
+    from fp16bisect.diagnose.scan import scan_model
+    from fp16bisect.report.console import ConsoleListener, print_scan
 
     if args.json:
         check_writable(args.json)
@@ -380,9 +380,9 @@ def cmd_scan(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .artifacts.overrides import check_writable
-    from .diagnose.layerwise import compare_model, write_csv
-    from .report.console import ConsoleListener, print_compare
+    from fp16bisect.artifacts.overrides import check_writable
+    from fp16bisect.diagnose.layerwise import compare_model, write_csv
+    from fp16bisect.report.console import ConsoleListener, print_compare
 
     tolerance = tolerance_from(args)
     for path in (args.csv, args.report):
@@ -398,16 +398,16 @@ def cmd_compare(args) -> int:
     if args.csv:
         write_csv(args.csv, result)
     if args.report:
-        from .report.data import compare_report
+        from fp16bisect.report.data import compare_report
 
         write_report(args.report, compare_report(runner, result, tolerance))
     return 0
 
 
 def cmd_apply(args) -> int:
-    from .artifacts.apply import apply_to_file
-    from .artifacts.overrides import check_writable
-    from .report.console import ConsoleListener, print_mixed, print_verification
+    from fp16bisect.artifacts.apply import apply_to_file
+    from fp16bisect.artifacts.overrides import check_writable
+    from fp16bisect.report.console import ConsoleListener, print_mixed, print_verification
 
     if args.verify and not args.inputs:
         raise UsageError("--verify needs samples: pass --inputs X.npz (the npz given to 'fp16bisect search')")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from .. import __version__
-from ..model.graph import Graph, notes
-from ..oracle import EXIT_CODE, Oracle
-from ..prior import Prior
-from ..search import SearchResult
-from .overrides import SCHEMA, autocast_export, journal_path, node_entry, strongly_typed_export, trtexec_export
+from fp16bisect import __version__
+from fp16bisect.model.graph import Graph, notes
+from fp16bisect.evaluation.oracle import EXIT_CODE, Oracle
+from fp16bisect.strategy.prior import Prior
+from fp16bisect.algorithm.search import SearchResult
+from fp16bisect.artifacts.overrides import SCHEMA, autocast_export, journal_path, node_entry, strongly_typed_export, trtexec_export
 
 # The override file stays small whatever the search met (pipelines read it, CI stores it): lists of plans are
 # capped to their first EXAMPLES entries ("<key>_total" says how many there were), a plan is listed in full up to
@@ -62,8 +62,8 @@ def ignored_pins(oracle: Oracle) -> list[dict]:
 
 def conversions_json(graph: Graph, fp32) -> dict:
     """What the all-FP16 plan's file and the answer's file convert beyond rounding, and by which rule."""
-    from .mixed import conversions
-    from ..model.fp16 import RULE
+    from fp16bisect.artifacts.mixed import conversions
+    from fp16bisect.model.fp16 import RULE
 
     return {"rule": RULE, "all_fp16": [c.to_json() for c in conversions(graph, ())],
             "with_overrides": [c.to_json() for c in conversions(graph, fp32)]}

@@ -1,0 +1,1 @@
+"""The command line: argument parsing, the subcommands and their exit codes, batch manifests."""

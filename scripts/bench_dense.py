@@ -42,7 +42,7 @@ from bench_expensive import Variant, detector_image, judge_row, real_models, seg
 from judge_emulate_variant import fused_epilogues  # noqa: E402
 
 from fp16bisect import prior as priors  # noqa: E402
-from fp16bisect.artifacts.overrides import write_json  # noqa: E402
+from fp16bisect.artifacts.files import write_json  # noqa: E402
 from fp16bisect.backends.emulate import EmulateBackend  # noqa: E402
 from fp16bisect.model.graph import Graph  # noqa: E402
 from fp16bisect.model.profile import profile  # noqa: E402

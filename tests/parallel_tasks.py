@@ -45,7 +45,7 @@ def setup_fake_tensorrt(job, device):
     import sys
 
     import fake_tensorrt
-    from fp16bisect.artifacts.overrides import trtexec_layer_name
+    from fp16bisect.artifacts.exports import trtexec_layer_name
     from fp16bisect.backends.emulate import EmulateBackend
     from fp16bisect.backends.tensorrt import backend as backend_module
     from fp16bisect.backends.tensorrt import inspection as trt_inspection

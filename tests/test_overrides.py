@@ -9,7 +9,9 @@ from onnx import helper
 
 from fp16bisect.errors import UsageError
 from fp16bisect.model.graph import Graph
-from fp16bisect.artifacts.overrides import autocast_export, read, trtexec_export, write_json
+from fp16bisect.artifacts.exports import autocast_export, trtexec_export
+from fp16bisect.artifacts.files import write_json
+from fp16bisect.artifacts.overrides import read
 
 
 def graph():
@@ -85,7 +87,7 @@ def test_written_files_get_ordinary_permissions(tmp_path):
     import os
     import stat
 
-    from fp16bisect.artifacts.overrides import write_atomic
+    from fp16bisect.artifacts.files import write_atomic
 
     write_atomic(tmp_path / "f.json", b"{}")
     mode = stat.S_IMODE(os.stat(tmp_path / "f.json").st_mode)

@@ -19,7 +19,8 @@ from parallel_tasks import die_always, die_once, setup_fails, square, visible
 from fp16bisect.cli import main as cli
 from fp16bisect.parallel import Parallel
 from fp16bisect.parallel.processes import Died, LocalPool
-from fp16bisect.run.pipeline import journal_path, search_model
+from fp16bisect.run.paths import journal_path
+from fp16bisect.run.pipeline import search_model
 from fp16bisect.algorithm.search import search
 from fp16bisect.tolerance import Tolerance
 

@@ -70,7 +70,7 @@ def pinned_names(trt, net) -> set:
 def ran_in_fp32(graph: Graph, info: dict) -> frozenset:
     """The candidates the fake engine ran in FP32: every engine layer naming the node reads and writes FP32
     only (what the engine did, whatever was asked)."""
-    from fp16bisect.artifacts.overrides import trtexec_layer_name
+    from fp16bisect.artifacts.exports import trtexec_layer_name
 
     layers = trt_inspection.engine_layers({"Layers": info["engine"]})
     found = set()
@@ -267,7 +267,8 @@ def test_every_layer_of_a_multi_layer_node_is_pinned_from_the_json(trt, tmp_path
 
 def test_override_file_path_is_read(trt, tmp_path):
     graph = Graph.load(TRANSFORMER)
-    from fp16bisect.artifacts.overrides import SCHEMA, node_entry, write_json
+    from fp16bisect.artifacts.files import write_json
+    from fp16bisect.artifacts.overrides import SCHEMA, node_entry
 
     data = {"schema": SCHEMA, "model": {"path": str(TRANSFORMER), "sha256": graph.sha256}, "backend": {},
             "tolerance": {}, "search": {}, "metrics": {}, "exports": {},

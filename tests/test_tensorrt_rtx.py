@@ -18,7 +18,7 @@ from fp16bisect.model.samples import sample_shapes
 from fp16bisect.model.weights import inline
 from fp16bisect.model.graph import Graph
 from fp16bisect.artifacts.mixed import mixed_model
-from fp16bisect.artifacts.overrides import trtexec_layer_name
+from fp16bisect.artifacts.exports import trtexec_layer_name
 
 trt = pytest.importorskip("tensorrt_rtx", reason="TensorRT-RTX is a test extra: pip install '.[test]'")
 

@@ -10,7 +10,8 @@ import onnx
 from fp16bisect.artifacts.verify import Check, strict, verify
 from fp16bisect.model.graph import Graph
 from fp16bisect.artifacts.mixed import Mixed, convert
-from fp16bisect.artifacts.overrides import read, recorded_tolerance, write_atomic
+from fp16bisect.artifacts.files import write_atomic
+from fp16bisect.artifacts.overrides import read, recorded_tolerance
 from fp16bisect.model import weights
 from fp16bisect.model.samples import add_fp32_references, load_samples
 from fp16bisect.tolerance import Tolerance

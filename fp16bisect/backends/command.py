@@ -185,7 +185,7 @@ class CommandBackend(Backend):
     def _write(self, plan: frozenset, inputs: list[dict], workdir: Path, repeat: int) -> dict[str, Path]:
         from fp16bisect.artifacts.apply import save
         from fp16bisect.artifacts.mixed import convert
-        from fp16bisect.artifacts.overrides import write_json
+        from fp16bisect.artifacts.files import write_json
 
         paths = {"model": workdir / "model.onnx", "overrides": workdir / "overrides.json",
                  "original": Path(self.graph.path).absolute() if self.graph.path else workdir / "original.onnx",
@@ -208,7 +208,8 @@ class CommandBackend(Backend):
     def _overrides(self, plan: frozenset, repeat: int) -> dict:
         """The plan as an override file: the result file's schema, so a judge reads it as it would the result
         (and ``fp16bisect apply`` accepts it)."""
-        from fp16bisect.artifacts.overrides import SCHEMA, autocast_export, node_entry, strongly_typed_export, trtexec_export
+        from fp16bisect.artifacts.exports import autocast_export, strongly_typed_export, trtexec_export
+        from fp16bisect.artifacts.overrides import SCHEMA, node_entry
 
         nodes = sorted((self.graph.by_id[i] for i in plan), key=lambda n: n.index)
         return {

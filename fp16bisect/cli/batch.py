@@ -155,7 +155,7 @@ def outcome_evaluations(outcome) -> int:
 
 
 def _search(entry: dict, tolerance, result: dict) -> None:
-    from fp16bisect.artifacts.overrides import check_writable, write_json
+    from fp16bisect.artifacts.files import check_writable, write_json
     from fp16bisect.run.pipeline import search_model
 
     output = entry.get("output")
@@ -221,7 +221,7 @@ def _cell(value) -> str:
 
 
 def write_results(path: str, manifest: str, results: list[dict]) -> None:
-    from fp16bisect.artifacts.overrides import write_json
+    from fp16bisect.artifacts.files import write_json
 
     write_json(path, {"schema": SCHEMA, "manifest": str(manifest), "passed": all(r["passed"] for r in results),
                       "entries": results})

@@ -10,7 +10,6 @@ import argparse
 import math
 import os
 import sys
-from pathlib import Path
 
 from fp16bisect import __version__
 from fp16bisect.model import weights
@@ -255,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_search(args) -> int:
-    from fp16bisect.artifacts.overrides import check_writable, write_json
+    from fp16bisect.artifacts.files import check_writable, write_json
     from fp16bisect.backends.command import CommandAborted
     from fp16bisect.run.pipeline import search_model
     from fp16bisect.report.console import ConsoleListener, print_summary
@@ -277,13 +276,13 @@ def cmd_search(args) -> int:
                                retry_crashed=args.retry_crashed,
                                parallel=parallel, prior=args.prior)
     except CommandAborted as exc:
-        from fp16bisect.run.pipeline import journal_path
+        from fp16bisect.run.paths import journal_path
 
         raise CommandAborted(f"{exc}; finished evaluations are kept in {journal_path(args.output)}: fix the "
                              "command and rerun the same fp16bisect command to continue") from None
     except KeyboardInterrupt:
         listener.close()
-        from fp16bisect.run.pipeline import journal_path
+        from fp16bisect.run.paths import journal_path
 
         print(f"fp16bisect: interrupted; finished evaluations are kept in {journal_path(args.output)}: "
               "rerun the same command to continue", file=sys.stderr)
@@ -315,8 +314,9 @@ def search_hint(args) -> str:
 
 
 def cmd_check(args) -> int:
-    from fp16bisect.artifacts.overrides import check_writable, write_json
+    from fp16bisect.artifacts.files import check_writable, write_json
     from fp16bisect.diagnose.preflight import check_model, verdict
+    from fp16bisect.run.paths import plans_dir
     from fp16bisect.report.console import ConsoleListener, print_check
 
     tolerance = tolerance_from(args)
@@ -327,7 +327,7 @@ def cmd_check(args) -> int:
     listener = ConsoleListener(quiet=args.quiet)
     options = backend_options(args)
     # the command backend's plan files: beside --json, else ./fp16bisect.plans/ (removed unless --keep-plans)
-    options["plans_dir"] = str(Path(args.json).with_suffix(".plans")) if args.json else "fp16bisect.plans"
+    options["plans_dir"] = plans_dir(args.json) if args.json else "fp16bisect.plans"
     try:
         outcome = check_model(args.model, args.inputs, args.reference, tolerance, args.backend, args.overrides,
                               listener, options, parallel=parallel)
@@ -351,7 +351,7 @@ def cmd_batch(args) -> int:
 
     entries = read_manifest(args.manifest)
     if args.json:
-        from fp16bisect.artifacts.overrides import check_writable
+        from fp16bisect.artifacts.files import check_writable
 
         check_writable(args.json)
     if args.ray is not None:
@@ -366,7 +366,7 @@ def cmd_batch(args) -> int:
 
 
 def cmd_scan(args) -> int:
-    from fp16bisect.artifacts.overrides import check_writable, write_json
+    from fp16bisect.artifacts.files import check_writable, write_json
     from fp16bisect.diagnose.scan import scan_model
     from fp16bisect.report.console import ConsoleListener, print_scan
 
@@ -380,7 +380,7 @@ def cmd_scan(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from fp16bisect.artifacts.overrides import check_writable
+    from fp16bisect.artifacts.files import check_writable
     from fp16bisect.diagnose.layerwise import compare_model, write_csv
     from fp16bisect.report.console import ConsoleListener, print_compare
 
@@ -406,7 +406,7 @@ def cmd_compare(args) -> int:
 
 def cmd_apply(args) -> int:
     from fp16bisect.artifacts.apply import apply_to_file
-    from fp16bisect.artifacts.overrides import check_writable
+    from fp16bisect.artifacts.files import check_writable
     from fp16bisect.report.console import ConsoleListener, print_mixed, print_verification
 
     if args.verify and not args.inputs:

@@ -30,7 +30,7 @@ import numpy as np
 from fp16bisect.backends.emulate import EmulateBackend
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.samples import add_fp32_references, load_samples
-from fp16bisect.artifacts.overrides import write_atomic
+from fp16bisect.artifacts.files import write_atomic
 from fp16bisect.diagnose.preflight import use_overrides
 from fp16bisect.tolerance import OutputMetrics, Tolerance, compare
 

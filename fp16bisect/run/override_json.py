@@ -7,7 +7,9 @@ from fp16bisect.model.graph import Graph, notes
 from fp16bisect.evaluation.oracle import EXIT_CODE, Oracle
 from fp16bisect.strategy.prior import Prior
 from fp16bisect.algorithm.search import SearchResult
-from fp16bisect.artifacts.overrides import SCHEMA, autocast_export, journal_path, node_entry, strongly_typed_export, trtexec_export
+from fp16bisect.artifacts.exports import autocast_export, strongly_typed_export, trtexec_export
+from fp16bisect.artifacts.overrides import SCHEMA, node_entry
+from fp16bisect.run.paths import journal_path
 
 # The override file stays small whatever the search met (pipelines read it, CI stores it): lists of plans are
 # capped to their first EXAMPLES entries ("<key>_total" says how many there were), a plan is listed in full up to

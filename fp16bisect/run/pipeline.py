@@ -12,7 +12,7 @@ from pathlib import Path
 from fp16bisect.strategy import prior as priors
 from fp16bisect.strategy import ranking
 from fp16bisect.run.override_json import overrides_json
-from fp16bisect.artifacts.overrides import journal_path
+from fp16bisect.run.paths import journal_path, plans_dir, timing_cache_path
 from fp16bisect.backends import Options, make_backend
 from fp16bisect.strategy.build_noise import build_noise
 from fp16bisect.errors import ToleranceUnreachable, UsageError
@@ -26,7 +26,7 @@ from fp16bisect.strategy.prior import Prior
 from fp16bisect.algorithm.search import search
 from fp16bisect.tolerance import Tolerance
 
-__all__ = ["Listener", "Outcome", "journal_path", "prepare", "search_model"]
+__all__ = ["Listener", "Outcome", "prepare", "search_model"]
 
 
 def prepare(model: str, inputs: list[str], references: list[str] | None, backend: str, tolerance: Tolerance,
@@ -127,9 +127,9 @@ def search_model(
     options = dict(backend_options or {})
     noise_ok = options.pop("noise_ok", False)
     if output and not options.get("timing_cache"):
-        options["timing_cache"] = str(Path(output).with_suffix(".timing.cache"))
+        options["timing_cache"] = timing_cache_path(output)
     if output and not options.get("plans_dir"):  # the command backend's plan files: overrides.json -> overrides.plans/
-        options["plans_dir"] = str(Path(output).with_suffix(".plans"))
+        options["plans_dir"] = plans_dir(output)
     graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, options,
                                     repeats=repeats, journal_path=journal_path(output) if output else None,
                                     restart=restart, retry_crashed=retry_crashed, parallel=parallel,
@@ -167,7 +167,7 @@ def _prior(graph, oracle, prof, listener, output, choice, restart, retry_crashed
     header = dict(journal.header) if journal is not None else {}
     header.pop("schema", None)
     found = priors.run(graph, backend, oracle.samples, oracle.tolerance, oracle.outputs, prof, listener,
-                       header=header, path=priors.journal_path(output) if output else None, restart=restart,
+                       header=header, path=journal_path(output, prior=True) if output else None, restart=restart,
                        retry_crashed=retry_crashed)
     if found is not None and journal is not None:
         journal.record_prior(found.to_json())

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from fp16bisect.strategy import ranking
 from fp16bisect.errors import UsageError
@@ -80,11 +79,6 @@ def wanted(choice: str, backend_name: str) -> bool:
                              "runs on the emulator; drop --prior")
         return False
     return True
-
-
-def journal_path(output: str) -> str:
-    """Beside the override JSON: overrides.json -> overrides.prior.journal.jsonl."""
-    return str(Path(output).with_suffix(".prior.journal.jsonl"))
 
 
 def emulator(graph, choice: str, listener):

@@ -37,7 +37,7 @@ from fp16bisect.backends.tensorrt import pin as trt_pin
 from fp16bisect.errors import UsageError
 from fp16bisect.backends.base import Backend
 from fp16bisect.model.graph import Graph
-from fp16bisect.artifacts.overrides import write_atomic
+from fp16bisect.artifacts.files import write_atomic
 from fp16bisect.model.runtime import external_copy, too_big
 from fp16bisect.model.weights import in_work_directory, is_external
 from fp16bisect.model.samples import update_digest

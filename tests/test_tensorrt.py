@@ -268,7 +268,8 @@ def test_every_layer_of_a_multi_layer_node_is_pinned_from_the_json(trt, tmp_path
 def test_override_file_path_is_read(trt, tmp_path):
     graph = Graph.load(TRANSFORMER)
     from fp16bisect.artifacts.files import write_json
-    from fp16bisect.artifacts.overrides import SCHEMA, node_entry
+    from fp16bisect.artifacts.override_json import node_entry
+    from fp16bisect.artifacts.overrides import SCHEMA
 
     data = {"schema": SCHEMA, "model": {"path": str(TRANSFORMER), "sha256": graph.sha256}, "backend": {},
             "tolerance": {}, "search": {}, "metrics": {}, "exports": {},
@@ -283,7 +284,7 @@ def test_nodes_sharing_a_name_are_told_apart_by_their_outputs(trt):
     net = network(SAMPLES / "two_branches.onnx")  # two nodes named 'reduce', two named 'div'
     graph = Graph.load(SAMPLES / "two_branches.onnx")
     node = next(n for n in graph.nodes if n.name == "reduce" and n.outputs == ("b_sum",))
-    from fp16bisect.artifacts.overrides import node_entry
+    from fp16bisect.artifacts.override_json import node_entry
 
     applied = trt_pin.apply_overrides(net, {"fp32_nodes": [node_entry(node)]})  # its id is 'b_sum'
     direct = [p.layer for p in applied.layers if not p.transparent]

@@ -114,3 +114,12 @@ def strongly_typed_export(graph: Graph, overrides_path: str | None) -> dict:
         "trtexec": shlex.join(["trtexec", f"--onnx={mixed}", "--stronglyTyped"]),
     }
 
+
+def exports_json(graph: Graph, nodes: list[Node], overrides_path: str | None) -> dict:
+    """The override file's ``exports``: the strongly typed route first (the one TensorRT must honour, 10.x
+    included), then trtexec's weak-typing flags and ModelOpt AutoCast's arguments."""
+    return {
+        "strongly_typed": strongly_typed_export(graph, overrides_path),
+        "trtexec": trtexec_export(graph, nodes),
+        "modelopt_autocast": autocast_export(graph, nodes),
+    }

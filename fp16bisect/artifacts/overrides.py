@@ -22,16 +22,11 @@ import json
 from pathlib import Path
 
 from fp16bisect.errors import UsageError
-from fp16bisect.model.graph import Graph, Node
+from fp16bisect.model.graph import Graph
 from fp16bisect.tolerance import Tolerance
 
 SCHEMA = "fp16bisect.overrides/1"
 REQUIRED = ("schema", "model", "backend", "tolerance", "fp32_nodes", "search", "metrics", "exports")
-
-
-def node_entry(node: Node, fp32_profile: str = "") -> dict:
-    """fp32_profile: what the FP32 run saw at this node (why it was suspected, not proof it is needed)."""
-    return {"name": node.id, "op_type": node.op_type, "outputs": list(node.outputs), "fp32_profile": fp32_profile}
 
 
 def read(path: str | Path, model_path: str | Path | None = None, force: bool = False,

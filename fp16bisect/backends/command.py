@@ -206,26 +206,14 @@ class CommandBackend(Backend):
         return paths
 
     def _overrides(self, plan: frozenset, repeat: int) -> dict:
-        """The plan as an override file: the result file's schema, so a judge reads it as it would the result
+        """The plan as an override file, by the result file's builder, so a judge reads it as it would the result
         (and ``fp16bisect apply`` accepts it)."""
-        from fp16bisect.artifacts.exports import autocast_export, strongly_typed_export, trtexec_export
-        from fp16bisect.artifacts.overrides import SCHEMA, node_entry
+        from fp16bisect.artifacts.override_json import overrides_file
 
         nodes = sorted((self.graph.by_id[i] for i in plan), key=lambda n: n.index)
-        return {
-            "schema": SCHEMA,
-            "model": {"path": str(self.graph.path), "sha256": self.graph.sha256},
-            "backend": {"name": self.name, **self.describe()},
-            "tolerance": self.tolerance,
-            "fp32_nodes": [node_entry(n) for n in nodes],
-            "search": {"status": "plan", "plan": plan_key(plan), "repeat": repeat},
-            "metrics": {},
-            "exports": {
-                "trtexec": trtexec_export(self.graph, nodes),
-                "modelopt_autocast": autocast_export(self.graph, nodes),
-                "strongly_typed": strongly_typed_export(self.graph, None),
-            },
-        }
+        return overrides_file(self.graph, {n.id: "" for n in nodes}, backend={"name": self.name, **self.describe()},
+                              tolerance=self.tolerance, metrics={},
+                              search={"status": "plan", "plan": plan_key(plan), "repeat": repeat})
 
     def _execute(self, line: str, workdir: Path) -> int:
         with open(workdir / "stdout.txt", "wb") as out, open(workdir / "stderr.txt", "wb") as err:

@@ -1,15 +1,16 @@
-"""The override JSON of a search (what pipelines read), built from its ``Outcome``: small on any model."""
+"""A search's ``Outcome`` as the values of its override JSON (what pipelines read), small on any model.
+
+The file itself is built by ``artifacts/override_json.py`` (its one builder, which the command backend uses
+too); this module turns the search, the oracle and the prior into the plain sections that builder takes."""
 
 from __future__ import annotations
 
 from fp16bisect import __version__
-from fp16bisect.model.graph import Graph, notes
-from fp16bisect.evaluation.oracle import EXIT_CODE, Oracle
-from fp16bisect.strategy.prior import Prior
 from fp16bisect.algorithm.search import SearchResult
-from fp16bisect.artifacts.exports import autocast_export, strongly_typed_export, trtexec_export
-from fp16bisect.artifacts.overrides import SCHEMA, node_entry
+from fp16bisect.artifacts.override_json import graph_sections, overrides_file
+from fp16bisect.evaluation.oracle import EXIT_CODE, Oracle
 from fp16bisect.run.paths import journal_path
+from fp16bisect.strategy.prior import Prior
 
 # The override file stays small whatever the search met (pipelines read it, CI stores it): lists of plans are
 # capped to their first EXAMPLES entries ("<key>_total" says how many there were), a plan is listed in full up to
@@ -62,15 +63,6 @@ def ignored_pins(oracle: Oracle) -> list[dict]:
             for e in oracle.build_failures for node, layer in e.reason.pins]
 
 
-def conversions_json(graph: Graph, fp32) -> dict:
-    """What the all-FP16 plan's file and the answer's file convert beyond rounding, and by which rule."""
-    from fp16bisect.artifacts.mixed import conversions
-    from fp16bisect.model.fp16 import RULE
-
-    return {"rule": RULE, "all_fp16": [c.to_json() for c in conversions(graph, ())],
-            "with_overrides": [c.to_json() for c in conversions(graph, fp32)]}
-
-
 def unverified(o) -> list[dict]:
     """The members of the answer whose removal could not be evaluated, each with the reason."""
     found = []
@@ -81,13 +73,40 @@ def unverified(o) -> list[dict]:
     return found
 
 
-def overrides_json(o) -> dict:
-    """The whole file for ``o`` (an ``outcome.Outcome``)."""
-    output = o.output
-    graph, result = o.graph, o.result
-    reasons = {r.node: r.reason for r in o.profile.risks}
-    nodes = [graph.by_id[i] for i in result.fp32]
-    everything = frozenset(n.id for n in graph.candidates)
+def search_json(o) -> dict:
+    """The ``search`` section: what the search did and found, its evaluations, and what went wrong."""
+    result, oracle, output = o.result, o.oracle, o.output
+    return {
+        "status": result.status,
+        "candidates": len(o.graph.candidates),
+        "evaluations": result.evaluations,
+        "evaluations_run": oracle.runs,
+        "rounds": result.rounds,  # batches that waited on each other (== evaluations with --jobs 1)
+        "jobs": oracle.width,  # plans evaluated at once
+        "repeats": oracle.repeats,
+        **capped("flaky", [plan_json(e.plan) for e in oracle.flaky]),
+        "minimal": result.minimal,
+        "minimality": result.minimality,
+        # members kept because their removal could not be evaluated: why, from that evaluation
+        "unverified": unverified(o),
+        "unevaluable": len(oracle.build_failures),
+        "verified": result.passed,
+        "contradictions": contradictions_json(result.contradictions),
+        "seconds": round(o.seconds, 3),
+        **capped("trace", [{"fp32": len(s.plan), "passed": s.passed, "phase": s.phase, "round": s.round}
+                           for s in result.trace], TRACE_LIMIT),
+        **capped("build_failures", [{"fp32": plan_json(e.plan), "error": e.error}
+                                    for e in oracle.build_failures]),
+        **capped("ignored_pins", ignored_pins(oracle)),
+        # every evaluation in full (plans, verdicts, errors, metrics): the journal, when -o was given
+        "journal": journal_path(output) if output else None,
+    }
+
+
+def metrics_json(o) -> dict:
+    """Per output, the worst sample of the all-FP32 plan, the all-FP16 plan and the answer. fp32 is null when
+    the search never needed the all-FP32 plan (a passing plan implies it); fp16 comes from the emulator
+    (fp16_backend says so) when a prior's witness made the all-FP16 build unnecessary."""
 
     def worst(plan) -> dict | None:
         """Per output, the worst sample; {} when the plan was not evaluated, None when its verdict was a
@@ -97,50 +116,18 @@ def overrides_json(o) -> dict:
             return None
         return {k: m.to_json() for k, m in evaluation.worst().items()} if evaluation else {}
 
-    return {
-        "schema": SCHEMA,
-        "model": {"path": str(graph.path), "sha256": graph.sha256},
-        "backend": {"name": o.backend, **o.backend_info,
-                    "versions": {"fp16bisect": __version__, **o.backend_info.get("versions", {})}},
-        "tolerance": o.tolerance.to_json(),
-        "fp32_nodes": [node_entry(n, reasons.get(n.id, "")) for n in nodes],
-        "search": {
-            "status": result.status,
-            "candidates": len(graph.candidates),
-            "evaluations": result.evaluations,
-            "evaluations_run": o.oracle.runs,
-            "rounds": result.rounds,  # batches that waited on each other (== evaluations with --jobs 1)
-            "jobs": o.oracle.width,  # plans evaluated at once
-            "repeats": o.oracle.repeats,
-            **capped("flaky", [plan_json(e.plan) for e in o.oracle.flaky]),
-            "minimal": result.minimal,
-            "minimality": result.minimality,
-            # members kept because their removal could not be evaluated: why, from that evaluation
-            "unverified": unverified(o),
-            "unevaluable": len(o.oracle.build_failures),
-            "verified": result.passed,
-            "contradictions": contradictions_json(result.contradictions),
-            "seconds": round(o.seconds, 3),
-            **capped("trace", [{"fp32": len(s.plan), "passed": s.passed, "phase": s.phase, "round": s.round}
-                               for s in result.trace], TRACE_LIMIT),
-            **capped("build_failures", [{"fp32": plan_json(e.plan), "error": e.error}
-                                        for e in o.oracle.build_failures]),
-            **capped("ignored_pins", ignored_pins(o.oracle)),
-            # every evaluation in full (plans, verdicts, errors, metrics): the journal, when -o was given
-            "journal": journal_path(output) if output else None,
-        },
-        "prior": prior_json(o),
-        # fp32 is null when the search never needed the all-FP32 plan (a passing plan implies it); fp16 comes
-        # from the emulator (fp16_backend says so) when a prior's witness made the all-FP16 build unnecessary
-        "metrics": {"fp32": worst(everything) or None, "fp16": worst(()), "fp16_backend": o.fp16_backend,
-                    "with_overrides": worst(result.fp32)},
-        "skipped_nodes": graph.skipped,
-        "notes": notes(graph),
-        # constants read in FP16 that FP16 cannot hold (the writer stores them by the rule; so does the emulator)
-        "conversions": conversions_json(graph, result.fp32),
-        "exports": {  # the strongly typed route first: it is the one TensorRT must honour (10.x included)
-            "strongly_typed": strongly_typed_export(graph, output),
-            "trtexec": trtexec_export(graph, nodes),
-            "modelopt_autocast": autocast_export(graph, nodes),
-        },
-    }
+    everything = frozenset(n.id for n in o.graph.candidates)
+    return {"fp32": worst(everything) or None, "fp16": worst(()), "fp16_backend": o.fp16_backend,
+            "with_overrides": worst(o.result.fp32)}
+
+
+def overrides_json(o) -> dict:
+    """The whole file for ``o`` (an ``outcome.Outcome``)."""
+    graph, result = o.graph, o.result
+    reasons = {r.node: r.reason for r in o.profile.risks}
+    return overrides_file(
+        graph, {i: reasons.get(i, "") for i in result.fp32},
+        backend={"name": o.backend, **o.backend_info,
+                 "versions": {"fp16bisect": __version__, **o.backend_info.get("versions", {})}},
+        tolerance=o.tolerance.to_json(), search=search_json(o), metrics=metrics_json(o), output=o.output,
+        more={"prior": prior_json(o), **graph_sections(graph, result.fp32)})

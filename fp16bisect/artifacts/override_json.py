@@ -1,0 +1,60 @@
+"""Builds the override JSON (schema ``fp16bisect.overrides/1``), the one builder of that file, from plain values.
+
+A search's result file (``run/override_json.py`` turns its ``Outcome`` into these values) and the file the
+command backend writes for each plan it judges (``{overrides}``) are both built here, so a judge reads a plan
+as a pipeline reads a result. ``overrides.schema.json`` beside this module declares the file; the sections are
+written in the order of ``SECTIONS``.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from fp16bisect.artifacts.exports import exports_json
+from fp16bisect.artifacts.overrides import SCHEMA
+from fp16bisect.model.graph import Graph, Node, notes
+
+# Every top-level key, in the file's order. A plan's file (command backend) has the required ones only (the schema's "required"); a
+# search's result adds the prior and what the graph holds beyond the search (skipped nodes, notes, conversions).
+SECTIONS = ("schema", "model", "backend", "tolerance", "fp32_nodes", "search", "prior", "metrics", "skipped_nodes",
+            "notes", "conversions", "exports")
+
+
+def node_entry(node: Node, fp32_profile: str = "") -> dict:
+    """fp32_profile: what the FP32 run saw at this node (why it was suspected, not proof it is needed)."""
+    return {"name": node.id, "op_type": node.op_type, "outputs": list(node.outputs), "fp32_profile": fp32_profile}
+
+
+def graph_sections(graph: Graph, fp32) -> dict:
+    """A search's result only: the nodes not searched, notes on the model, and what the all-FP16 plan's file
+    and the answer's file convert beyond rounding (constants FP16 cannot hold), and by which rule."""
+    from fp16bisect.artifacts.mixed import conversions
+    from fp16bisect.model.fp16 import RULE
+
+    return {"skipped_nodes": graph.skipped, "notes": notes(graph),
+            "conversions": {"rule": RULE, "all_fp16": [c.to_json() for c in conversions(graph, ())],
+                            "with_overrides": [c.to_json() for c in conversions(graph, fp32)]}}
+
+
+def overrides_file(graph: Graph, fp32: Mapping[str, str], *, backend: dict, tolerance: dict, search: dict,
+                   metrics: dict, output: str | None = None, more: Mapping | None = None) -> dict:
+    """The whole file. ``fp32``: each node kept in FP32 (its id) with what the FP32 profile saw there ('' for
+    nothing), in the file's order; ``backend``, ``tolerance``, ``search``, ``metrics``: those sections as they
+    are written; ``output``: where the file goes (named in the strongly typed export's command); ``more``: the
+    sections a search's result adds (``prior``, and ``graph_sections``), each put in its place."""
+    nodes = [graph.by_id[i] for i in fp32]
+    sections = {
+        "schema": SCHEMA,
+        "model": {"path": str(graph.path), "sha256": graph.sha256},
+        "backend": backend,
+        "tolerance": tolerance,
+        "fp32_nodes": [node_entry(n, fp32[n.id]) for n in nodes],
+        "search": search,
+        "metrics": metrics,
+        "exports": exports_json(graph, nodes, output),
+        **(more or {}),
+    }
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        raise ValueError(f"not a section of the override file: {', '.join(sorted(unknown))}")
+    return {key: sections[key] for key in SECTIONS if key in sections}

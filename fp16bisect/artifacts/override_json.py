@@ -14,8 +14,8 @@ from fp16bisect.artifacts.exports import exports_json
 from fp16bisect.artifacts.overrides import SCHEMA
 from fp16bisect.model.graph import Graph, Node, notes
 
-# Every top-level key, in the file's order. A plan's file (command backend) has the required ones only (the schema's "required"); a
-# search's result adds the prior and what the graph holds beyond the search (skipped nodes, notes, conversions).
+# Every top-level key, in the file's order (overrides.schema.json's "properties"). A plan's file (command backend)
+# has the required ones only; a search's result adds the prior and what the graph holds beyond the search.
 SECTIONS = ("schema", "model", "backend", "tolerance", "fp32_nodes", "search", "prior", "metrics", "skipped_nodes",
             "notes", "conversions", "exports")
 

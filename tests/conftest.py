@@ -70,3 +70,27 @@ def fresh_oracle(model, inputs, tolerance):
         samples = load_samples(graph, [str(i) for i in inputs])
     add_fp32_references(graph, samples)
     return Oracle(EmulateBackend(graph), samples, tolerance, graph.float_output_names())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def override_files_match_their_schema():
+    """Every override file the tests make fp16bisect write (a search's result, a command backend's plan file)
+    validates against the declared schema: checked where every JSON file is written (``write_json`` calls
+    ``files.write_atomic``)."""
+    import json
+
+    from fp16bisect.artifacts import files
+    from fp16bisect.artifacts.overrides import SCHEMA, problems
+
+    write = files.write_atomic
+    marker = f'"schema": "{SCHEMA}"'.encode()  # the first key write_json writes
+
+    def checked(path, data):
+        if isinstance(data, bytes) and marker in data[:60]:
+            problem = problems(json.loads(data))
+            assert not problem, f"fp16bisect wrote an override file the schema refuses: {path} {problem}"
+        write(path, data)
+
+    files.write_atomic = checked
+    yield
+    files.write_atomic = write

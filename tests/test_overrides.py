@@ -94,3 +94,76 @@ def test_written_files_get_ordinary_permissions(tmp_path):
     mask = os.umask(0)
     os.umask(mask)
     assert mode == 0o666 & ~mask
+
+
+# -- the declared schema (fp16bisect/artifacts/overrides.schema.json)
+
+
+def test_the_schema_is_draft_2020_12_and_ships_in_the_package():
+    from importlib import resources
+
+    from jsonschema import Draft202012Validator
+
+    from fp16bisect.artifacts.overrides import SCHEMA, schema
+
+    shipped = json.loads(resources.files("fp16bisect.artifacts").joinpath("overrides.schema.json").read_text())
+    assert shipped == schema() and shipped["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    Draft202012Validator.check_schema(shipped)
+    assert shipped["properties"]["schema"]["const"] == SCHEMA
+
+
+def test_the_schema_requires_the_sections_the_builder_always_writes():
+    """A plan's file (what the command backend writes) holds exactly the required sections; a search's result
+    holds every section the schema declares, in the schema's order; both validate."""
+    from fp16bisect.artifacts.override_json import SECTIONS, overrides_file
+    from fp16bisect.artifacts.overrides import problems, schema
+
+    g = graph()
+    plan = overrides_file(g, {"add": ""}, backend={"name": "command"}, tolerance={"atol": 0.01, "rtol": 0.01},
+                          search={"status": "plan", "plan": "0" * 12, "repeat": 0}, metrics={})
+    assert list(plan) == schema()["required"]
+    assert list(schema()["properties"]) == list(SECTIONS)
+    assert problems(plan) == ""
+    with pytest.raises(ValueError, match="not a section"):
+        overrides_file(g, {}, backend={}, tolerance={}, search={}, metrics={}, more={"extra": 1})
+
+
+def test_a_search_result_validates_and_has_every_section(tmp_path, capsys):
+    from test_cli import LN, LN_IN, run
+
+    from fp16bisect.artifacts.override_json import SECTIONS
+    from fp16bisect.artifacts.overrides import problems
+
+    out = tmp_path / "o.json"
+    code, _, err = run(capsys, "search", LN, "--inputs", LN_IN, "-o", out, "-q")
+    assert code == 0, err
+    data = json.loads(out.read_text())
+    assert list(data) == list(SECTIONS) and problems(data) == ""
+
+
+@pytest.mark.parametrize("where, value, words", [
+    (("search", "evaluations"), "4", ("invalid 'search'", "evaluations '4' is not a whole number")),
+    (("fp32_nodes", 0, "outputs"), "ln1_sq", ("invalid 'fp32_nodes'", "[0].outputs 'ln1_sq' is not a list")),
+    (("fp32_nodes", 0, "name"), 3, ("invalid 'fp32_nodes'", "[0].name 3 is not the node id")),
+    (("exports", "trtexec", "args"), 5, ("invalid 'exports'", "trtexec.args 5 is not a list of strings")),
+    (("metrics", "with_overrides"), [], ("invalid 'metrics'", "with_overrides a list is not null, or an object")),
+    (("backend",), "emulate", ("'backend' must be an object", "not 'emulate'")),
+    (("tolerance", "max_mismatch"), float("inf"), ("invalid 'tolerance'", "max_mismatch inf is not a number")),
+])
+def test_a_file_with_a_wrong_type_is_refused_in_one_line_naming_the_key(tmp_path, capsys, where, value, words):
+    from test_cli import LN, LN_IN, one_line_error, run
+
+    out = tmp_path / "o.json"
+    assert run(capsys, "search", LN, "--inputs", LN_IN, "-o", out, "-q")[0] == 0
+    data = json.loads(out.read_text())
+    inner = data
+    for key in where[:-1]:
+        inner = inner[key]
+    inner[where[-1]] = value
+    out.write_text(json.dumps(data))  # json writes inf as Infinity, which Python reads back
+    code, _, err = run(capsys, "apply", out, LN, "-o", tmp_path / "m.onnx")
+    assert code == 2
+    line = one_line_error(err)
+    for word in (*words, "run 'fp16bisect search' again"):
+        assert word in line, (word, line)
+    assert not (tmp_path / "m.onnx").exists()

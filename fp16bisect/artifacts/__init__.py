@@ -1,2 +1,3 @@
-"""What a search leaves behind: the override JSON and its exports (overrides), the mixed-precision ONNX
-writer (mixed), `fp16bisect apply` (apply) and the verification of a written model (verify)."""
+"""What a search leaves behind: the override JSON (override_json builds it, overrides reads it against
+overrides.schema.json), its build arguments (exports), the mixed-precision ONNX writer (mixed), `fp16bisect
+apply` (apply), the verification of a written model (verify), and whole-or-nothing file writes (files)."""

@@ -48,6 +48,7 @@ from fp16bisect.model.graph import Graph  # noqa: E402
 from fp16bisect.model.profile import profile  # noqa: E402
 from fp16bisect.model.samples import Sample, add_fp32_references  # noqa: E402
 from fp16bisect.evaluation.oracle import Oracle  # noqa: E402
+from fp16bisect.run.options import SearchOptions  # noqa: E402
 from fp16bisect.run.pipeline import Listener, search_model  # noqa: E402
 from fp16bisect.algorithm.search import search  # noqa: E402
 from fp16bisect.tolerance import Tolerance  # noqa: E402
@@ -92,8 +93,8 @@ def bench(label: str, which, make, work: Path) -> list[dict]:
     np.savez(inputs, **samples[0].inputs)
     out = work / f"{path.stem}.json"
     begin = time.perf_counter()
-    outcome = search_model(str(path), [str(inputs)], tolerance=tol, backend="emulate", output=str(out),
-                           restart=True)
+    outcome = search_model(str(path), [str(inputs)],
+                           options=SearchOptions(tol, "emulate", output=str(out), restart=True))
     seconds = time.perf_counter() - begin
     write_json(str(out), outcome.data)
     result = outcome.result

@@ -216,6 +216,8 @@ def judge_command(variant: Variant) -> str:
 def bench_command(name: str, spec: dict, work: Path) -> list[dict]:
     """The pipeline end to end through ``--backend command`` (one judge process per evaluation), with and
     without the prior, on a sample model; the variants as in ``bench_model``."""
+    from fp16bisect.backends.base import Options
+    from fp16bisect.run.options import SearchOptions
     from fp16bisect.run.pipeline import search_model
 
     path = ROOT / "sample_models" / f"{name}.onnx"
@@ -232,9 +234,9 @@ def bench_command(name: str, spec: dict, work: Path) -> list[dict]:
         runs = {}
         for prior in ("auto", "none"):
             out = work / f"{name}-{variant.name}-{prior}.json"
-            runs[prior] = search_model(str(path), [str(path.with_suffix(".npz"))], tolerance=tol, backend="command",
-                                       backend_options={"command": judge_command(variant)}, output=str(out),
-                                       prior=prior, restart=True)
+            options = SearchOptions(tol, "command", Options.of(command=judge_command(variant)), output=str(out),
+                                    prior=prior, restart=True)
+            runs[prior] = search_model(str(path), [str(path.with_suffix(".npz"))], options=options)
         with_prior, without = runs["auto"].result, runs["none"].result
         rows.append({"model": name, "variant": variant.name, "evals": f"{with_prior.evaluations} / {without.evaluations}",
                      "sets": f"{len(with_prior.fp32)} / {len(without.fp32)}",

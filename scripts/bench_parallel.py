@@ -97,13 +97,14 @@ def search_sample(name: str, parallel, **options):
     """``search_model`` on a sample model at its known tolerance: the outcome's result and the wall time."""
     from bench_peers import load_known
 
+    from fp16bisect.run.options import SearchOptions
     from fp16bisect.run.pipeline import search_model
     from fp16bisect.tolerance import Tolerance
 
     known = load_known()[name]
     start = time.perf_counter()
     o = search_model(str(ROOT / "sample_models" / f"{name}.onnx"), [str(ROOT / "sample_models" / f"{name}.npz")],
-                     tolerance=Tolerance(known["atol"], known["rtol"]), parallel=parallel, **options)
+                     options=SearchOptions(Tolerance(known["atol"], known["rtol"]), parallel=parallel, **options))
     return o.result, time.perf_counter() - start
 
 
@@ -129,6 +130,7 @@ def command_backend(widths) -> list[str]:
     ONNX Runtime session per plan), the emulator's set as the prior (--prior auto), N commands at once."""
     import tempfile
 
+    from fp16bisect.backends.base import Options
     from fp16bisect.parallel import Parallel
 
     judge = f"{sys.executable} {ROOT / 'scripts' / 'judge_onnxruntime.py'} --provider cpu {{model}} {{inputs}} {{outputs}}"
@@ -139,7 +141,7 @@ def command_backend(widths) -> list[str]:
         for width in widths:
             with tempfile.TemporaryDirectory() as tmp:
                 r, wall = search_sample(name, Parallel(jobs=width), backend="command",
-                                        backend_options={"command": judge}, output=str(Path(tmp) / "o.json"))
+                                        backend_options=Options.of(command=judge), output=str(Path(tmp) / "o.json"))
             base = base or r
             same = "same" if r.fp32 == base.fp32 and r.minimal else "DIFFERENT"
             rows.append(f"| {name} | {width} | {r.agreed} | {r.rounds} | {r.rounds / base.rounds:.2f} "

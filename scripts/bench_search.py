@@ -63,6 +63,7 @@ def synthetic(trials: int, sizes, ks) -> list[str]:
 
 
 def sample_models() -> list[str]:
+    from fp16bisect.run.options import SearchOptions
     from fp16bisect.run.pipeline import search_model
     from fp16bisect.tolerance import Tolerance
 
@@ -80,7 +81,7 @@ def sample_models() -> list[str]:
         model = ROOT / "sample_models" / f"{name}.onnx"
         tol = Tolerance(atol=known.get("atol", 1e-2), rtol=known.get("rtol", 1e-2))
         start = time.perf_counter()
-        outcome = search_model(str(model), [str(model.with_suffix(".npz"))], tolerance=tol)
+        outcome = search_model(str(model), [str(model.with_suffix(".npz"))], options=SearchOptions(tol))
         seconds = time.perf_counter() - start
         found = list(outcome.result.fp32)
         k = len(found)

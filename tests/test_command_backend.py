@@ -19,10 +19,12 @@ from conftest import ROOT, SAMPLES
 from test_cli import LN, LN_IN, one_line_error, run
 
 from fp16bisect.artifacts.mixed import convert
+from fp16bisect.backends.base import Options
 from fp16bisect.backends.command import CommandAborted, check_template, substitute
 from fp16bisect.errors import UsageError
 from fp16bisect.model import weights
 from fp16bisect.evaluation.oracle import EXIT_CODE, OUTPUTS
+from fp16bisect.run.options import SearchOptions
 from fp16bisect.run.pipeline import Listener, prepare
 from fp16bisect.tolerance import Tolerance
 
@@ -58,8 +60,8 @@ def culprit_judge(tmp_path):
 
 
 def command_oracle(tmp_path, command, inputs=(LN_IN,), model=LN):
-    graph, backend, oracle = prepare(str(model), [str(i) for i in inputs], None, "command", Tolerance(), Listener(),
-                                     {"command": command, "plans_dir": str(tmp_path / "plans dir")})
+    options = SearchOptions(Tolerance(), "command", Options.of(command=command, plans_dir=str(tmp_path / "plans dir")))
+    graph, backend, oracle = prepare(str(model), [str(i) for i in inputs], None, options, Listener())
     return graph, backend, oracle
 
 

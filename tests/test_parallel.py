@@ -19,6 +19,7 @@ from parallel_tasks import die_always, die_once, setup_fails, square, visible
 from fp16bisect.cli import main as cli
 from fp16bisect.parallel import Parallel
 from fp16bisect.parallel.processes import Died, LocalPool
+from fp16bisect.run.options import SearchOptions
 from fp16bisect.run.paths import journal_path
 from fp16bisect.run.pipeline import search_model
 from fp16bisect.algorithm.search import search
@@ -29,8 +30,8 @@ MODELS = ("transformer_block", "two_branches", "accumulation")
 
 def _search(name, known, parallel=None, output=None):
     tol = Tolerance(known[name]["atol"], known[name]["rtol"])
-    return search_model(str(SAMPLES / f"{name}.onnx"), [str(SAMPLES / f"{name}.npz")], tolerance=tol,
-                        backend="emulate", parallel=parallel, output=output)
+    return search_model(str(SAMPLES / f"{name}.onnx"), [str(SAMPLES / f"{name}.npz")],
+                        options=SearchOptions(tol, "emulate", parallel=parallel, output=output))
 
 
 # ----------------------------------------------------------------------------------------- --jobs
@@ -79,8 +80,8 @@ def test_check_with_two_jobs_gives_the_serial_verdict(known):
     from fp16bisect.diagnose.preflight import check_model
 
     model, data = str(SAMPLES / "cnn_batchnorm.onnx"), [str(SAMPLES / "cnn_batchnorm.npz")]
-    serial = check_model(model, data, backend="emulate")
-    parallel = check_model(model, data, backend="emulate", parallel=Parallel(jobs=2))
+    serial = check_model(model, data, options=SearchOptions(backend="emulate"))
+    parallel = check_model(model, data, options=SearchOptions(backend="emulate", parallel=Parallel(jobs=2)))
     assert (serial.passed, parallel.passed) == (False, False)
     assert parallel.fp32 is not None and parallel.fp32.passed == serial.fp32.passed is True
 

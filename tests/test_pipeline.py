@@ -8,6 +8,7 @@ import pytest
 from conftest import SAMPLES, fresh_oracle
 
 from fp16bisect.backends import Backend
+from fp16bisect.run.options import SearchOptions
 from fp16bisect.run.pipeline import search_model
 from fp16bisect.tolerance import Tolerance
 
@@ -22,7 +23,7 @@ def searched(name, known):
     return search_model(
         str(SAMPLES / f"{name}.onnx"),
         [str(SAMPLES / f"{name}.npz")],
-        tolerance=tolerance_of(name, known),
+        options=SearchOptions(tolerance_of(name, known)),
     )
 
 
@@ -122,7 +123,7 @@ def test_the_override_file_keeps_contradictions_and_failures_short(known, monkey
     monkeypatch.setattr(override_json, "PLAN_IDS", 3)
     out = tmp_path / "o.json"
     outcome = search_model(str(SAMPLES / "transformer_block.onnx"), [str(SAMPLES / "transformer_block.npz")],
-                           tolerance=Tolerance(atol=spec["atol"], rtol=spec["rtol"]), output=str(out))
+                           options=SearchOptions(Tolerance(atol=spec["atol"], rtol=spec["rtol"]), output=str(out)))
     failures = outcome.oracle.build_failures
     search = outcome.data["search"]
     assert len(failures) > override_json.EXAMPLES and search["build_failures_total"] == len(failures)

@@ -34,6 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
+from fp16bisect.run.options import SearchOptions
 from fp16bisect.run.pipeline import search_model
 from fp16bisect.algorithm.search import quickxplain_bound, search
 from fp16bisect.tolerance import Tolerance
@@ -212,7 +213,7 @@ def run_search(case):
         path, inputs = Path(tmp) / "m.onnx", Path(tmp) / "x.npz"
         onnx.save(model, path)
         np.savez(inputs, x=x)
-        return search_model(str(path), [str(inputs)], None, TOLERANCE, "emulate")
+        return search_model(str(path), [str(inputs)], None, SearchOptions(TOLERANCE, "emulate"))
 
 
 @settings(max_examples=EXPLORE or 15, deadline=None, derandomize=not EXPLORE,

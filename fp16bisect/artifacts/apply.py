@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import onnx
 
@@ -74,15 +75,30 @@ def verify_mixed(graph: Graph, mixed: onnx.ModelProto, inputs: list[str], refere
     return result
 
 
-def apply_to_file(overrides: str, model: str, output: str, listener, *, fp16_io: bool = False, force: bool = False,
-                  keep_fp32: tuple = (), inputs: list[str] | None = None, references=None, strict_mode=False,
-                  tolerance=None, shown=None):
+@dataclass(frozen=True)
+class ApplyOptions:
+    """How ``apply_to_file`` writes and verifies. ``inputs``: verify the written model on these samples (None:
+    no verification); ``tolerance(recorded)``: the tolerance to verify with, given a function reading the one
+    recorded in the override file (called only when needed: a file may record none; None: the recorded one)."""
+
+    fp16_io: bool = False
+    force: bool = False
+    keep_fp32: tuple = ()
+    inputs: list[str] | None = None
+    references: list[str] | None = None
+    strict_mode: bool = False
+    tolerance: Callable[[Callable[[], Tolerance]], Tolerance] | None = None
+
+
+def apply_to_file(overrides: str, model: str, output: str, listener, options: ApplyOptions = ApplyOptions(),
+                  shown=None):
     """``apply``: the mixed-precision model of ``overrides`` written to ``output`` (external data when the model has
-    it), then, with ``inputs``, verified on them: (mixed, verification or None). ``tolerance(recorded)``: the
-    tolerance to verify with, given a function reading the one recorded in the file (called only when needed: a
-    file may record none); ``shown(mixed)``: said once it is written."""
+    it), then, with ``options.inputs``, verified on them: (mixed, verification or None). ``shown(mixed)``: said
+    once it is written."""
+    inputs, references, keep_fp32 = options.inputs, options.references, options.keep_fp32
     graph = Graph.load(model)
-    mixed, data = apply(overrides, model, fp16_io=fp16_io, force=force, keep_fp32=keep_fp32, graph=graph)
+    mixed, data = apply(overrides, model, fp16_io=options.fp16_io, force=options.force, keep_fp32=keep_fp32,
+                        graph=graph)
     if inputs:
         load_samples(graph, inputs, references)  # a bad sample is said before anything is written
     with listener.timed(f"writing {output}"):  # from here on the input is known good: stages said
@@ -95,9 +111,8 @@ def apply_to_file(overrides: str, model: str, output: str, listener, *, fp16_io:
     def recorded():
         return recorded_tolerance(data, overrides)
 
-    chosen = tolerance(recorded) if tolerance is not None else recorded()
+    chosen = options.tolerance(recorded) if options.tolerance is not None else recorded()
     with listener.timed("verifying the written model and the all-FP16 one on the samples"):
-        verification = verify_mixed(graph, mixed.model, inputs, references, chosen, fp16_io=fp16_io,
-                                    strict_mode=strict_mode, keep_fp32=keep_fp32)
+        verification = verify_mixed(graph, mixed.model, inputs, references, chosen, fp16_io=options.fp16_io,
+                                     strict_mode=options.strict_mode, keep_fp32=keep_fp32)
     return mixed, verification
-

@@ -140,9 +140,11 @@ def run_entry(_state, entry: dict) -> dict:
 
 def _check(entry: dict, tolerance, result: dict) -> None:
     from fp16bisect.diagnose.preflight import check_model, verdict
+    from fp16bisect.run.options import SearchOptions
 
-    outcome = check_model(entry["model"], entry["inputs"], entry["references"] or None, tolerance, entry["backend"],
-                          entry.get("overrides"))
+    options = SearchOptions(tolerance, entry["backend"])
+    outcome = check_model(entry["model"], entry["inputs"], entry["references"] or None, entry.get("overrides"),
+                          options)
     line = verdict(outcome, f"fp16bisect search {entry['model']}")
     result.update(passed=outcome.passed, verdict="PASS" if outcome.passed else "FAIL", error="" if outcome.passed
                   else line, set_size=len(outcome.overrides.nodes) if outcome.overrides else 0,
@@ -156,13 +158,14 @@ def outcome_evaluations(outcome) -> int:
 
 def _search(entry: dict, tolerance, result: dict) -> None:
     from fp16bisect.artifacts.files import check_writable, write_json
+    from fp16bisect.run.options import SearchOptions
     from fp16bisect.run.pipeline import search_model
 
     output = entry.get("output")
     if output:
         check_writable(output)
-    outcome = search_model(entry["model"], entry["inputs"], entry["references"] or None, tolerance, entry["backend"],
-                           output=output)
+    options = SearchOptions(tolerance, entry["backend"], output=output)
+    outcome = search_model(entry["model"], entry["inputs"], entry["references"] or None, options)
     r = outcome.result
     ok = r.passed and r.minimal
     if output:
@@ -195,29 +198,6 @@ def run_batch(entries: list[dict], jobs: int = 2, ray: str | None = None) -> lis
     finally:
         pool.close()
     return results
-
-
-def print_table(results: list[dict]) -> None:
-    rows = [("model", "action", "verdict", "set size", "evaluations", "seconds")]
-    for r in results:
-        rows.append((r["name"], r["action"], r["verdict"], _cell(r["set_size"]), _cell(r["evaluations"]),
-                     _cell(r["seconds"])))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for n, row in enumerate(rows):
-        print("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
-        if n == 0:
-            print("  ".join("-" * w for w in widths))
-    for r in results:
-        if r["error"]:
-            print(f"{r['name']} (entry {r['number']}): {r['error']}")
-    failed = sum(not r["passed"] for r in results)
-    print(f"{len(results) - failed} of {len(results)} entries passed" + (f", {failed} failed" if failed else ""))
-
-
-def _cell(value) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
 def write_results(path: str, manifest: str, results: list[dict]) -> None:

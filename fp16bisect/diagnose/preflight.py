@@ -18,6 +18,7 @@ from fp16bisect.model.graph import Graph
 from fp16bisect.evaluation.oracle import Evaluation
 from fp16bisect.artifacts.overrides import read
 from fp16bisect.run.outcome import Listener
+from fp16bisect.run.options import SearchOptions
 from fp16bisect.run.pipeline import prepare
 from fp16bisect.tolerance import Tolerance
 
@@ -92,26 +93,17 @@ def use_overrides(graph: Graph, path: str) -> OverrideUse:
     return OverrideUse(str(path), made_for, same_model, usable, missing)
 
 
-def check_model(
-    model: str,
-    inputs: list[str],
-    references: list[str] | None = None,
-    tolerance: Tolerance | None = None,
-    backend: str = "auto",
-    overrides: str | None = None,
-    listener: Listener | None = None,
-    backend_options: dict | None = None,
-    parallel=None,
-) -> CheckOutcome:
-    """``parallel`` (fp16bisect.parallel.Parallel) with room for two: the plan and the all-FP32 plan (needed
-    only when the plan fails) are evaluated together, one round instead of two."""
+def check_model(model: str, inputs: list[str], references: list[str] | None = None, overrides: str | None = None,
+                options: SearchOptions | None = None, listener: Listener | None = None) -> CheckOutcome:
+    """``options``: the tolerance, the backend, its options and ``parallel`` (the rest is the search's).
+    ``parallel`` with room for two: the plan and the all-FP32 plan (needed only when the plan fails) are
+    evaluated together, one round instead of two."""
     listener = listener or Listener()
-    tolerance = tolerance or Tolerance()
+    given = options or SearchOptions()
+    options = SearchOptions(given.tolerance, given.backend, given.backend_options, parallel=given.parallel)
+    tolerance = options.tolerance
     start = time.perf_counter()
-    options = dict(backend_options or {})
-    options.pop("noise_ok", None)
-    graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, options,
-                                    parallel=parallel)
+    graph, chosen, oracle = prepare(model, inputs, references, options, listener)
     with chosen, oracle:
         use = use_overrides(graph, overrides) if overrides else None
         if use is not None and not use.same_model:

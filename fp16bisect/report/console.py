@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -304,6 +305,41 @@ def print_compare(result, csv_path: str | None, console: Console | None = None) 
         console.print("no node fails the thresholds", highlight=False)
     if csv_path:
         console.print(f"every node's row written to {csv_path}", highlight=False)
+
+
+PLAIN_RULE = box.Box("    \n    \n -  \n    \n    \n    \n    \n    \n")  # a header rule of "-", nothing else
+BATCH_VERDICTS = {"PASS": "green", "FOUND": "green"}  # any other verdict failed: red
+
+
+def print_batch(results: list[dict], console: Console | None = None) -> None:
+    """``batch``: one row per entry (model, action, verdict, set size, evaluations, seconds), then each failed
+    entry's message and the count. A rich table on a terminal; plain columns two spaces apart otherwise."""
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # a log or a pipe: plain text, never wrapped
+            console = Console(width=10_000)
+    plain = not console.is_terminal
+    table = Table(box=PLAIN_RULE if plain else box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  collapse_padding=True)
+    for i, column in enumerate(("model", "action", "verdict", "set size", "evaluations", "seconds")):
+        table.add_column(column, justify="left" if i < 3 else "right", no_wrap=plain)
+    for r in results:
+        table.add_row(Text(r["name"]), r["action"], Text(r["verdict"], style=BATCH_VERDICTS.get(r["verdict"], "red")),
+                      _cell(r["set_size"]), _cell(r["evaluations"]), _cell(r["seconds"]))
+    console.print(table)
+    for r in results:
+        if r["error"]:
+            console.print(f"{r['name']} (entry {r['number']}): {r['error']}", markup=False, highlight=False,
+                          soft_wrap=True)
+    failed = sum(not r["passed"] for r in results)
+    console.print(f"{len(results) - failed} of {len(results)} entries passed" + (f", {failed} failed" if failed else ""),
+                  highlight=False)
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
 def _alternatives(alt: dict | None) -> str:

@@ -1,18 +1,20 @@
 """``search`` end to end: model + samples -> backend and oracle -> (the prior) -> search -> ``Outcome``.
 
-Orchestration only: the search order comes from ``ranking.py``, the build-noise policy from ``build_noise.py``,
-the override JSON from ``artifacts/override_json.py`` (built from the ``Outcome``), the prior from ``prior.py``.
+Orchestration only: how it runs comes typed in ``SearchOptions`` (``run/options.py``); the search order from
+``ranking.py``, the build-noise policy from ``build_noise.py``, the override JSON from ``override_json.py`` (built
+from the ``Outcome``), the prior from ``prior.py``.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from fp16bisect.strategy import prior as priors
 from fp16bisect.strategy import ranking
 from fp16bisect.run.override_json import overrides_json
-from fp16bisect.run.paths import journal_path, plans_dir, timing_cache_path
+from fp16bisect.run.paths import journal_path
 from fp16bisect.backends import Options, make_backend
 from fp16bisect.strategy.build_noise import build_noise
 from fp16bisect.errors import ToleranceUnreachable, UsageError
@@ -21,6 +23,7 @@ from fp16bisect.model.graph import Graph, notes
 from fp16bisect.model.profile import profile
 from fp16bisect.model.samples import sample_shapes, add_fp32_references, load_samples
 from fp16bisect.evaluation.oracle import EXIT_CODE, OUTPUTS, Oracle
+from fp16bisect.run.options import SearchOptions
 from fp16bisect.run.outcome import Listener, Outcome
 from fp16bisect.strategy.prior import Prior
 from fp16bisect.algorithm.search import search
@@ -29,20 +32,20 @@ from fp16bisect.tolerance import Tolerance
 __all__ = ["Listener", "Outcome", "prepare", "search_model"]
 
 
-def prepare(model: str, inputs: list[str], references: list[str] | None, backend: str, tolerance: Tolerance,
-            listener: Listener, backend_options: dict | None = None, *, repeats: int = 1,
-            journal_path: str | None = None, restart: bool = False, retry_crashed: bool = False, parallel=None,
-            workdir: str | None = None,
-            defer_references: bool = False):
-    """Model, samples, backend and oracle. The FP16 copies of the model's weights are written, when first needed,
-    to a temporary work directory in ``workdir`` (default: the system's), removed at exit. ``defer_references``: the caller computes the FP32
-    references (with the FP32 profile), unless evaluations run elsewhere (they take the samples now). With ``journal_path``, evaluations are journaled there and a
-    journal of the same search is replayed (``restart`` discards it; a plan the process died evaluating is not run
-    again, it counts as could-not-evaluate, unless ``retry_crashed``). ``parallel`` (fp16bisect.parallel.Parallel):
-    the oracle evaluates independent plans on worker processes or Ray tasks. Use both as ``with backend, oracle:``:
-    the backend frees what it holds, the oracle stops its workers."""
+def prepare(model: str, inputs: list[str], references: list[str] | None, options: SearchOptions,
+            listener: Listener | None = None, *, defer_references: bool = False):
+    """Model, samples, backend and oracle, as ``options`` say. With ``options.output``, the FP16 copies of the
+    model's weights are written, when first needed, to a temporary work directory beside it (default: the
+    system's temporary directory), removed at exit; and evaluations are journaled beside it, a journal of the
+    same search replayed (``restart`` discards it; a plan the process died evaluating is not run again, it counts
+    as could-not-evaluate, unless ``retry_crashed``). ``defer_references``: the caller computes the FP32
+    references (with the FP32 profile), unless evaluations run elsewhere (they take the samples now).
+    ``parallel``: the oracle evaluates independent plans on worker processes or Ray tasks. Use both as
+    ``with backend, oracle:``: the backend frees what it holds, the oracle stops its workers."""
+    listener = listener or Listener()
+    output = options.output
     with listener.timed(f"loading {model}"):
-        graph = Graph.load(model, workdir)
+        graph = Graph.load(model, str(Path(output).resolve().parent) if output else None)
     outputs = graph.float_output_names()
     if not outputs:
         raise UsageError(
@@ -50,45 +53,56 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, backend
         )
     samples = load_samples(graph, inputs, references)
     given = samples_digest(samples)  # before references are computed: what the user gave
+    parallel = options.parallel
     serial = parallel is None or parallel.serial
     if not references and not (defer_references and serial):  # else the FP32 profile's run gives them
         with listener.timed("computing FP32 references with ONNX Runtime"):
             add_fp32_references(graph, samples)
     for note in notes(graph):
         listener.stage(f"note: {note}")
-    options = Options.of({  # what every backend may use, unless the caller said otherwise
-        "input_shapes": sample_shapes([s.inputs for s in samples]),
-        "notify": listener.stage,  # tensorrt: ignored FP32 pins, the typing fallback, said once
-        "progress": listener.stage,  # the command backend says which command runs on which plan
-        "tolerance": tolerance.to_json(),  # ... and writes it into each plan's override file
-        **(backend_options or {})})
-    chosen = make_backend(backend, graph, options)
+    tolerance = options.tolerance
+    backend_options = _shared(options.backend_options, samples, tolerance, listener)
+    chosen = make_backend(options.backend, graph, backend_options)
     try:  # a journal of another search, workers that do not start: the backend is freed before the error
-        journal = _journal(graph, chosen, tolerance, given, repeats, listener, journal_path, restart, retry_crashed)
+        journal = _journal(graph, chosen, given, options, listener)
         executor = None
         if parallel is not None and not parallel.serial:
             from fp16bisect.parallel import make_executor
 
-            executor = make_executor(parallel, chosen.name, graph, samples, tolerance, outputs, options, chosen)
+            executor = make_executor(parallel, chosen.name, graph, samples, tolerance, outputs, backend_options,
+                                     chosen)
             if executor is not None:
                 listener.stage(f"evaluating up to {executor.width} plan(s) at once on {executor.where}")
     except BaseException:
         chosen.close()
         raise
-    oracle = Oracle(chosen, samples, tolerance, outputs, repeats=repeats, journal=journal, executor=executor)
+    oracle = Oracle(chosen, samples, tolerance, outputs, repeats=options.repeats, journal=journal, executor=executor)
     return graph, chosen, oracle
 
 
-def _journal(graph, chosen, tolerance, given, repeats, listener, path, restart, retry_crashed) -> Journal | None:
-    """The journal of this search at ``path`` (None: not journaled), replayed when it holds evaluations."""
-    if not path:
+def _shared(options: Options, samples, tolerance: Tolerance, listener: Listener) -> Options:
+    """``options`` with what every backend may use, where the caller did not set it."""
+    shared = {
+        "input_shapes": sample_shapes([s.inputs for s in samples]),
+        "notify": listener.stage,  # tensorrt: ignored FP32 pins, the typing fallback, said once
+        "progress": listener.stage,  # the command backend says which command runs on which plan
+        "tolerance": tolerance.to_json(),  # ... and writes it into each plan's override file
+    }
+    return replace(options, **{k: v for k, v in shared.items() if getattr(options, k) is None})
+
+
+def _journal(graph, chosen, given: str, options: SearchOptions, listener: Listener) -> Journal | None:
+    """The journal of this search beside ``options.output`` (None: not journaled), replayed when it holds
+    evaluations."""
+    if not options.output:
         return None
+    path = journal_path(options.output)
     # another judge (the command backend: another command) is another search: its verdicts are not replayed
-    journal = Journal(path, journal_header(graph, chosen.journal_name, tolerance, given, repeats), restart=restart,
-                      retry_crashed=retry_crashed)
+    header = journal_header(graph, chosen.journal_name, options.tolerance, given, options.repeats)
+    journal = Journal(path, header, restart=options.restart, retry_crashed=options.retry_crashed)
     if journal.entries:
         listener.stage(f"resuming: {len(journal.entries)} evaluation(s) replayed from {path}")
-    if journal.crashed and not retry_crashed:
+    if journal.crashed and not options.retry_crashed:
         listener.stage(f"{len(journal.crashed)} plan(s) killed the process evaluating them before: counted as "
                        "could not evaluate, not run again (--retry-crashed evaluates them)")
     return journal
@@ -99,42 +113,17 @@ def journal_header(graph: Graph, backend: str, tolerance: Tolerance, samples_dig
             "samples": samples_digest, "repeats": repeats}
 
 
-def search_model(
-    model: str,
-    inputs: list[str],
-    references: list[str] | None = None,
-    tolerance: Tolerance = Tolerance(),
-    backend: str = "auto",
-    listener: Listener | None = None,
-    output: str | None = None,
-    backend_options: dict | None = None,
-    repeats: int = 1,
-    restart: bool = False,
-    retry_crashed: bool = False,
-    parallel=None,
-    prior: str = "auto",
-) -> Outcome:
-    """``output``: where the caller writes the JSON (named in its exports); the journal (resume) and the
-    TensorRT timing cache go beside it. ``backend_options``: passed to the backend (TensorRT: optimisation
-    level, timing cache, noise policy). ``repeats``: evaluations per plan, all must pass. ``restart``:
-    discard the journal of an earlier run instead of resuming it. ``prior``: ``auto`` (the emulator's search
-    first whenever the backend is not the emulator and the model runs there), ``emulate`` or ``none``.
-    ``parallel``: see ``prepare``."""
-    if prior not in priors.CHOICES:
-        raise UsageError(f"unknown prior {prior!r}: use one of {', '.join(priors.CHOICES)}")
+def search_model(model: str, inputs: list[str], references: list[str] | None = None,
+                 options: SearchOptions | None = None, listener: Listener | None = None) -> Outcome:
+    """The smallest set of nodes to keep in FP32 for ``model`` on these samples, as ``options`` say (see
+    ``SearchOptions``: tolerance, backend, output, resuming, parallel evaluation, the prior)."""
+    options = options or SearchOptions()
+    if options.prior not in priors.CHOICES:
+        raise UsageError(f"unknown prior {options.prior!r}: use one of {', '.join(priors.CHOICES)}")
     listener = listener or Listener()
     start = time.perf_counter()
-    options = dict(backend_options or {})
-    noise_ok = options.pop("noise_ok", False)
-    if output and not options.get("timing_cache"):
-        options["timing_cache"] = timing_cache_path(output)
-    if output and not options.get("plans_dir"):  # the command backend's plan files: overrides.json -> overrides.plans/
-        options["plans_dir"] = plans_dir(output)
-    graph, chosen, oracle = prepare(model, inputs, references, backend, tolerance, listener, options,
-                                    repeats=repeats, journal_path=journal_path(output) if output else None,
-                                    restart=restart, retry_crashed=retry_crashed, parallel=parallel,
-                                    workdir=str(Path(output).resolve().parent) if output else None,
-                                    defer_references=True)
+    options = options.beside_output()
+    graph, chosen, oracle = prepare(model, inputs, references, options, listener, defer_references=True)
     with chosen, oracle:  # the backend's resources and the oracle's workers live until the search ends
         lacking = [s for s in oracle.samples if s.reference is None]
         also = " and computing the FP32 references" if lacking else ""
@@ -147,34 +136,41 @@ def search_model(
                 oracle.journal.discard_if_unused()
             raise
         found = None
-        if priors.wanted(prior, chosen.name):
-            found = _prior(graph, oracle, prof, listener, output, prior, restart, retry_crashed)
+        if priors.wanted(options.prior, chosen.name):
+            found = _prior(graph, oracle, prof, listener, options)
         # with a prior, the noise is measured on its set, the first plan the search evaluates (its build is kept)
-        noise = build_noise(chosen, oracle.samples, tolerance, noise_ok, listener, oracle.journal,
+        noise = build_noise(chosen, oracle.samples, options.tolerance, options.noise_ok, listener, oracle.journal,
                             plan=frozenset(found.fp32) if found is not None else frozenset())
-        return _search(graph, chosen, oracle, tolerance, listener, output, noise, prof, found, start)
+        result = _search(graph, chosen, oracle, listener, prof, found)
+        info = _backend_info(chosen, oracle, noise)
+        outcome = Outcome(graph, options.tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start,
+                          prior=found, output=options.output, backend_info=info)
+        outcome.data = overrides_json(outcome)
+        return outcome
 
 
-def _prior(graph, oracle, prof, listener, output, choice, restart, retry_crashed) -> Prior | None:
+def _prior(graph, oracle, prof, listener, options: SearchOptions) -> Prior | None:
     """The emulator's search (or its result, read back from this backend's journal when resuming)."""
     journal = oracle.journal
     if journal is not None and journal.prior is not None:
         listener.stage(f"prior: the emulator's result read from {journal.path} (not run again)")
         return Prior.from_json(journal.prior)
-    backend = priors.emulator(graph, choice, listener)
+    backend = priors.emulator(graph, options.prior, listener)
     if backend is None:
         return None
     header = dict(journal.header) if journal is not None else {}
     header.pop("schema", None)
+    output = options.output
     found = priors.run(graph, backend, oracle.samples, oracle.tolerance, oracle.outputs, prof, listener,
-                       header=header, path=journal_path(output, prior=True) if output else None, restart=restart,
-                       retry_crashed=retry_crashed)
+                       header=header, path=journal_path(output, prior=True) if output else None,
+                       restart=options.restart, retry_crashed=options.retry_crashed)
     if found is not None and journal is not None:
         journal.record_prior(found.to_json())
     return found
 
 
-def _search(graph, chosen, oracle, tolerance, listener, output, noise, prof, prior, start) -> Outcome:
+def _search(graph, chosen, oracle, listener, prof, prior):
+    """The search's result; an all-FP32 plan that fails or cannot be evaluated is an error said here."""
     step = lambda step, progress: listener.step(  # noqa: E731
         step, {**progress, "backend": chosen.name, "replayed": step.plan in oracle.replayed})
     common = dict(
@@ -201,31 +197,39 @@ def _search(graph, chosen, oracle, tolerance, listener, output, noise, prof, pri
             listener.stage(f"{what} could not be evaluated on the {chosen.name} backend ({evaluation.reason.kind}: "
                            f"{evaluation.error.splitlines()[0]}); the search went on around it, not counting it")
     if result.status == "fp32_fails":
-        everything = oracle.memo[frozenset(n.id for n in graph.candidates)]
-        if everything.reason is not None:
-            what = "evaluated" if chosen.name == "command" else "built"
-            raise UsageError(f"the all-FP32 plan could not be {what} on the {chosen.name} backend: {everything.error}")
-        if not everything.metrics:  # judged by a command's exit code: no numbers, only what it said
-            raise ToleranceUnreachable(
-                f"the command judged even the all-FP32 plan failing ({everything.detail}): check the command "
-                "(fp16bisect search --keep-plans keeps each plan's files, stdout.txt and stderr.txt to run it by hand)"
-            )
-        worst = max((m for m in everything.metrics if not m.passed), key=lambda m: m.excess)
-        fix = (
-            "check --reference and the inputs"
-            if worst.nonfinite or worst.excess <= 1  # NaN/inf, or a cosine/mismatch rule failed
-            else f"loosen --atol/--rtol by at least {worst.excess:.3g}x or check --reference"
-        )
+        _refuse_fp32_fails(graph, chosen, oracle)
+    return result
+
+
+def _refuse_fp32_fails(graph, chosen, oracle) -> None:
+    """The all-FP32 plan failed: bad input (it could not be evaluated), or a tolerance even FP32 misses."""
+    everything = oracle.memo[frozenset(n.id for n in graph.candidates)]
+    if everything.reason is not None:
+        what = "evaluated" if chosen.name == "command" else "built"
+        raise UsageError(f"the all-FP32 plan could not be {what} on the {chosen.name} backend: {everything.error}")
+    if not everything.metrics:  # judged by a command's exit code: no numbers, only what it said
         raise ToleranceUnreachable(
-            f"the tolerance is unreachable even in FP32 on the {chosen.name} backend: {worst.why(tolerance)}; {fix}"
+            f"the command judged even the all-FP32 plan failing ({everything.detail}): check the command "
+            "(fp16bisect search --keep-plans keeps each plan's files, stdout.txt and stderr.txt to run it by hand)"
         )
+    worst = max((m for m in everything.metrics if not m.passed), key=lambda m: m.excess)
+    fix = (
+        "check --reference and the inputs"
+        if worst.nonfinite or worst.excess <= 1  # NaN/inf, or a cosine/mismatch rule failed
+        else f"loosen --atol/--rtol by at least {worst.excess:.3g}x or check --reference"
+    )
+    raise ToleranceUnreachable(
+        f"the tolerance is unreachable even in FP32 on the {chosen.name} backend: {worst.why(oracle.tolerance)}; "
+        f"{fix}"
+    )
+
+
+def _backend_info(chosen, oracle, noise) -> dict:
+    """The override JSON's "backend", beyond its name: versions, what it says of itself, build noise."""
     info = {"versions": chosen.versions(), **chosen.describe()}
     if chosen.name == "command":  # how its verdicts came: from outputs compared here, or its exit code
         judged = [e for e in oracle.history if not e.error]
         info["verdicts_from"] = {kind: sum(e.verdict_from == kind for e in judged) for kind in (OUTPUTS, EXIT_CODE)}
     if noise:
         info["build_noise"] = noise
-    outcome = Outcome(graph, tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start, prior=prior,
-                      output=output, backend_info=info)
-    outcome.data = overrides_json(outcome)
-    return outcome
+    return info

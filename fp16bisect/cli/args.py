@@ -1,0 +1,204 @@
+"""Argument groups, each defined once: its flags, their defaults, and their parsing into a typed value.
+
+A subcommand composes the groups it takes (``main.build_parser``); a command asks each group for its value
+(``commands``): ``Samples`` (the model and its sample inputs), ``ToleranceArgs`` -> ``Tolerance``,
+``BackendArgs`` -> backend ``Options``, ``ParallelArgs`` -> ``Parallel``, ``OutputArgs`` (files written beside
+the console output, checked writable before any work; ``-q``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from fp16bisect.backends import Options
+from fp16bisect.errors import UsageError
+from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
+
+
+def number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def nonnegative(text: str) -> float:
+    value = number(text)
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return value
+
+
+def cosine(text: str) -> float:
+    value = number(text)
+    if not -1 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a cosine similarity from -1 to 1")
+    return value
+
+
+def jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give the number of evaluations to run at once, 1 or more")
+    return value
+
+
+class Samples:
+    """The FP32 model (``model=False``: the subcommand names it itself) and its samples (``--inputs``, with
+    ``references`` their ``--reference`` outputs)."""
+
+    def __init__(self, title: str = "inputs", *, model: bool = True, required: bool = True,
+                 references: bool = True):
+        self.title, self.model, self.required, self.references = title, model, required, references
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        g = parser.add_argument_group(self.title)
+        if self.model:
+            g.add_argument("model", help="the ONNX model (FP32)")
+        g.add_argument("--inputs", action="append", required=self.required, metavar="X.npz",
+                       help="one sample: an .npz with one array per model input; repeat for several samples")
+        if self.references:
+            g.add_argument("--reference", action="append", metavar="R.npz",
+                           help="expected outputs for the matching --inputs (default: an FP32 ONNX Runtime run)")
+
+
+class ToleranceArgs:
+    """Tolerance flags; with ``default_from``, unset flags take the value recorded there (see ``parse``)."""
+
+    def __init__(self, default_from: str = ""):
+        self.default_from = default_from
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        g = parser.add_argument_group("tolerance (per output: |a - b| <= atol + rtol*|b|, no new NaN/inf)")
+        dflt = (lambda value: None) if self.default_from else (lambda value: value)
+        said = f"default: {self.default_from}" if self.default_from else "default {}"
+        g.add_argument("--atol", type=nonnegative, default=dflt(DEFAULT_ATOL),
+                       help=f"absolute tolerance ({said.format(f'{DEFAULT_ATOL:g}')})")
+        g.add_argument("--rtol", type=nonnegative, default=dflt(DEFAULT_RTOL),
+                       help=f"relative tolerance ({said.format(f'{DEFAULT_RTOL:g}')})")
+        g.add_argument("--min-cosine", type=cosine, default=None, help="also require this cosine similarity per output")
+        g.add_argument("--max-mismatch", type=nonnegative, default=dflt(0.0),
+                       help=f"fraction of elements allowed outside atol + rtol*|b| ({said.format(0)})")
+
+    @staticmethod
+    def parse(args, fallback: Tolerance | None = None) -> Tolerance:
+        """The flags' tolerance; flags left unset (None) take ``fallback``'s values."""
+        fallback = fallback or Tolerance()
+        pick = {k: getattr(args, k) if getattr(args, k) is not None else getattr(fallback, k)
+                for k in ("atol", "rtol", "min_cosine", "max_mismatch")}
+        if pick["max_mismatch"] > 1:
+            raise UsageError(f"--max-mismatch {pick['max_mismatch']:g} is a fraction: give a number from 0 to 1")
+        return Tolerance(**pick)
+
+
+class BackendArgs:
+    """What judges a plan: ``--backend`` and what each backend is made with (``--noise-ok`` is the search's)."""
+
+    @staticmethod
+    def add_to(parser: argparse.ArgumentParser) -> None:
+        g = parser.add_argument_group("backend")
+        g.add_argument("--backend", default="auto", choices=("auto", "emulate", "tensorrt", "command"),
+                       help="emulate: FP16 emulated on ONNX Runtime CPU; tensorrt: real engine builds of each plan's "
+                            "mixed-precision ONNX, strongly typed (needs an NVIDIA GPU); "
+                            "command: your own command judges each plan (--check); "
+                            "auto (default): tensorrt when TensorRT, Polygraphy and a GPU are present, else emulate")
+        g.add_argument("--check", default=None, metavar="'CMD'", dest="check_command",
+                       help="with --backend command: the shell command that judges a plan, run once per plan with "
+                            "{model} (the plan's mixed-precision ONNX), {overrides} (the plan as an override JSON), "
+                            "{original}, {inputs} (sample_<i>.npz) and {outputs} (write sample_<i>.npz there to "
+                            "have them compared) replaced by quoted paths; exit 0 pass, 1-127 fail, 125 cannot "
+                            "evaluate, other codes abort (as git bisect run)")
+        g.add_argument("--keep-plans", action="store_true",
+                       help="with --backend command: keep each plan's files (model, overrides, inputs, outputs, "
+                            "stdout/stderr) under <output>.plans/ instead of removing them after each evaluation")
+        g.add_argument("--typing", default="strong", choices=("strong", "weak"),
+                       help="tensorrt: strong (default) builds each plan's mixed-precision ONNX strongly typed "
+                            "(TensorRT 9.0+, so every 10.x, 11.x, RTX); weak (TensorRT 10.x only) builds the "
+                            "original model with FP16 and FP32 layer precisions, and checks each engine for pins "
+                            "TensorRT ignored")
+        g.add_argument("--opt-level", type=int, choices=range(6), default=None, metavar="0-5",
+                       help="TensorRT builder optimisation level for search builds (lower builds faster; default "
+                            "TensorRT's, 3)")
+        g.add_argument("--timing-cache", default=None, metavar="FILE",
+                       help="TensorRT timing cache shared by every build (default: beside -o, *.timing.cache)")
+        g.add_argument("--noise-ok", action="store_true",
+                       help="search even if two builds of the all-FP16 engine differ beyond the tolerance")
+
+    @staticmethod
+    def parse(args, plans_dir: str | None = None) -> Options:
+        """The backend's options; a flag of one backend given for another is a usage error. ``plans_dir``: where
+        the command backend's plan files go (None: beside the search's output)."""
+        if args.backend == "command" and args.check_command is None:
+            raise UsageError("--backend command needs the command that judges a plan: add --check 'CMD' "
+                             "(e.g. --check 'python judge.py {model} {inputs} {outputs}')")
+        if args.check_command is not None and args.backend != "command":
+            raise UsageError(f"--check is the command of --backend command, not of --backend {args.backend}: "
+                             "add --backend command, or drop --check")
+        if args.keep_plans and args.backend != "command":
+            raise UsageError("--keep-plans keeps the plan files of --backend command: add --backend command "
+                             "--check 'CMD', or drop --keep-plans")
+        return Options.of(opt_level=args.opt_level, timing_cache=args.timing_cache, command=args.check_command,
+                          keep_plans=args.keep_plans, typing=args.typing, plans_dir=plans_dir)
+
+
+class ParallelArgs:
+    """How many plans are evaluated at once, and where."""
+
+    @staticmethod
+    def add_to(parser: argparse.ArgumentParser) -> None:
+        g = parser.add_argument_group("parallel evaluation")
+        g.add_argument("--jobs", "-j", type=jobs, default=1, metavar="N",
+                       help="evaluate up to N plans at once (emulate: N worker processes, each with its own ONNX "
+                            "Runtime session; command: N commands; default 1)")
+        g.add_argument("--devices", default=None, metavar="0,1,...",
+                       help="GPUs to use, one worker each (tensorrt: each sees only its GPU; command: the value of "
+                            "{device}; default with --jobs N: the first N GPUs CUDA sees)")
+        g.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                       help="evaluate as Ray tasks: on the cluster at ADDRESS ('auto': the one this machine is part "
+                            "of), or on a local Ray instance without ADDRESS (needs pip install 'fp16bisect[ray]')")
+
+    @staticmethod
+    def parse(args):
+        from fp16bisect.parallel import Parallel, parse_devices
+
+        if args.ray is not None:
+            from fp16bisect.parallel.ray import load_ray
+
+            load_ray()  # exit 2 with how to install, before any work
+        return Parallel(jobs=args.jobs, devices=parse_devices(args.devices), ray=args.ray)
+
+
+class OutputArgs:
+    """Files a command writes besides what it prints (``output``: how ``-o`` is declared; ``json``, ``csv``: what
+    they hold; ``report``: the HTML report), and ``-q``."""
+
+    def __init__(self, *, output: dict | None = None, json: str = "", csv: str = "", report: bool = False,
+                 quiet: bool = True):
+        self.output, self.json, self.csv, self.report, self.quiet = output, json, csv, report, quiet
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        g = parser.add_argument_group("output")
+        if self.output:
+            g.add_argument("-o", "--output", **self.output)
+        if self.json:
+            g.add_argument("--json", metavar="FILE", help=f"also write {self.json} as JSON")
+        if self.csv:
+            g.add_argument("--csv", metavar="FILE", help=f"write {self.csv} as CSV")
+        if self.report:
+            g.add_argument("--report", metavar="FILE.html", help="also write a self-contained HTML report")
+        if self.quiet:
+            g.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+    @staticmethod
+    def check(args) -> None:
+        """Every file the command will write (-o, --json, --csv, --report) is writable: said before the work, not
+        after an hour of it."""
+        from fp16bisect.artifacts.files import check_writable
+
+        for path in (getattr(args, k, None) for k in ("output", "json", "csv", "report")):
+            if path:
+                check_writable(path)

@@ -108,6 +108,13 @@ def _entry(raw, number: int, base: Path, manifest: str) -> dict:
     return entry
 
 
+def _result(entry: dict, *, verdict: str, seconds: float | None, error: str) -> dict:
+    """An entry's result (the batch JSON's keys, in their order), before it has passed anything."""
+    return {"number": entry["number"], "name": entry["name"], "model": entry["model"], "action": entry["action"],
+            "passed": False, "verdict": verdict, "fp32_nodes": None, "set_size": None, "evaluations": None,
+            "seconds": seconds, "error": error, "result": None}
+
+
 def run_entry(_state, entry: dict) -> dict:
     """One entry's check or search (in a worker). Never raises for the entry's own faults: it fails alone."""
     from fp16bisect.errors import ToleranceUnreachable
@@ -117,9 +124,7 @@ def run_entry(_state, entry: dict) -> dict:
 
     start = time.perf_counter()
     stores = weights.alive()
-    result = {"number": entry["number"], "name": entry["name"], "model": entry["model"], "action": entry["action"],
-              "passed": False, "verdict": "", "fp32_nodes": None, "set_size": None, "evaluations": None,
-              "seconds": 0.0, "error": "", "result": None}
+    result = _result(entry, verdict="", seconds=0.0, error="")
     try:
         defaults = Tolerance()
         tolerance = Tolerance(**{k: entry[k] if entry.get(k) is not None else getattr(defaults, k)
@@ -189,11 +194,7 @@ def run_batch(entries: list[dict], jobs: int = 2, ray: str | None = None) -> lis
     try:
         for index, got in pool.run(entries):
             if isinstance(got, Died):
-                e = entries[index]
-                got = {"number": e["number"], "name": e["name"], "model": e["model"], "action": e["action"],
-                       "passed": False, "verdict": "ERROR", "fp32_nodes": None, "set_size": None,
-                       "evaluations": None, "seconds": None, "error": f"the entry was lost: {got.reason}",
-                       "result": None}
+                got = _result(entries[index], verdict="ERROR", seconds=None, error=f"the entry was lost: {got.reason}")
             results[index] = got
     finally:
         pool.close()

@@ -41,7 +41,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts"), str(ROOT / "tests")]
 from bench_expensive import Variant, detector_image, judge_row, real_models, segment_list  # noqa: E402
 from judge_emulate_variant import fused_epilogues  # noqa: E402
 
-from fp16bisect import prior as priors  # noqa: E402
+from fp16bisect.strategy import prior as priors  # noqa: E402
 from fp16bisect.artifacts.files import write_json  # noqa: E402
 from fp16bisect.backends.emulate import EmulateBackend  # noqa: E402
 from fp16bisect.model.graph import Graph  # noqa: E402

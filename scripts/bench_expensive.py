@@ -41,8 +41,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts"), str(ROOT / "tests")]
 from bench_peers import ONNXCONVERTER_OP_BLOCK_LIST, load_known, onnxconverter_greedy  # noqa: E402
 from judge_emulate_variant import fused_epilogues, variant_plan  # noqa: E402
 
-from fp16bisect import prior as priors  # noqa: E402
-from fp16bisect import ranking  # noqa: E402
+from fp16bisect.strategy import prior as priors  # noqa: E402
+from fp16bisect.strategy import ranking  # noqa: E402
 from fp16bisect.run.pipeline import Listener  # noqa: E402
 from fp16bisect.backends import Backend  # noqa: E402
 from fp16bisect.backends.emulate import EmulateBackend  # noqa: E402

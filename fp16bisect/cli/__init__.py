@@ -1,1 +1,2 @@
-"""The command line: argument parsing, the subcommands and their exit codes, batch manifests."""
+"""The command line: argument groups defined once (args), the subcommands (commands), the entry point and its exit
+codes (main), batch manifests (batch)."""

@@ -21,6 +21,8 @@ from __future__ import annotations
 import heapq
 import itertools
 
+from fp16bisect.algorithm.progress import Phase
+
 FAIL_ODDS = 2 / 3  # the probability a speculated question is taken to fail, when the search expects nothing
 EXPECTED = 0.8  # the probability of the answer the search expects
 AT_LEAST = 0.25  # plans asked with a lower probability are not speculated
@@ -30,7 +32,7 @@ class Unknown(Exception):
     """A replay reached a question whose answer is not known (``plan`` None: a computation on
     hypothetical verdicts, which is not made)."""
 
-    def __init__(self, plan, phase: str = "", expect: bool | None = None):
+    def __init__(self, plan, phase: Phase | None = None, expect: bool | None = None):
         super().__init__(plan)
         self.plan, self.phase, self.expect = plan, phase, expect
 
@@ -48,7 +50,7 @@ class Ask:
         self.hypothesis = hypothesis  # speculation: verdicts assumed (None: real verdicts only)
         self.replay = replay or hypothesis is not None  # unknown plans raise instead of being evaluated
 
-    def __call__(self, plan, phase: str, expect: bool | None = None) -> bool | None:
+    def __call__(self, plan, phase: Phase, expect: bool | None = None) -> bool | None:
         plan = frozenset(plan)
         if plan in self.memo.results:
             return self.memo.results[plan]

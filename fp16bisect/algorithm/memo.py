@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Hashable, Iterable
 
-from fp16bisect.algorithm.progress import Progress
+from fp16bisect.algorithm.progress import Phase, Progress
 
 
 class SearchError(Exception):
@@ -26,8 +26,7 @@ class Step:
     index: int  # 1-based count of distinct evaluations so far
     plan: frozenset
     passed: bool | None  # None: could not be evaluated
-    phase: str  # precondition | suspects | grow | reduce | verify | minimality; from a start set: start |
-    # alternative | extend; recheck | fallback at the end
+    phase: Phase
     round: int = 0  # evaluations of one round ran together (``test_many``); a round waits for the one before
 
 
@@ -51,7 +50,7 @@ class Memo:
         self.computed: dict = {}  # what the search computed once (search_lookahead.Ask.once)
         self.everything: frozenset = frozenset()  # the all-FP32 plan (the last resort of a fallback)
 
-    def __call__(self, plan: Iterable[Hashable], phase: str) -> bool | None:
+    def __call__(self, plan: Iterable[Hashable], phase: Phase) -> bool | None:
         plan = frozenset(plan)
         if plan not in self.results:
             self.many({plan: phase})
@@ -83,7 +82,7 @@ class Memo:
             self.results[plan] = self.results[plan] and passed  # a plan that failed once is not trusted
         return passed
 
-    def _record(self, plan: frozenset, passed: bool | None, phase: str) -> None:
+    def _record(self, plan: frozenset, passed: bool | None, phase: Phase) -> None:
         self.progress.phase = phase
         if passed is not None:
             for other, other_passed in self.results.items():

@@ -6,6 +6,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
+
+# Where the search is. The search's own: precondition, suspects, grow, reorder, reduce, verify, minimality; from a
+# start set: start, alternative, extend; at the end: recheck (the final set afresh), fallback.
+Phase = Literal["precondition", "suspects", "grow", "reorder", "reduce", "verify", "minimality", "start",
+                "alternative", "extend", "recheck", "fallback"]
 
 
 def group_testing_bound(n: int, k: int) -> float:
@@ -37,7 +43,7 @@ def quickxplain_left(size: int, decided: int, found: int) -> float:
 class Progress:
     """Where the search is (set by the search as it goes) and what that means for the time left."""
 
-    phase: str = "precondition"
+    phase: Phase = "precondition"
     searching: int = 0  # candidates the current phase works on
     decided: int = 0  # of those, settled in or out (QuickXplain)
     found: int = 0  # members found so far

@@ -48,7 +48,7 @@ The algorithm itself asks one question at a time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable, Sequence
+from typing import Callable, Hashable, Iterable, Literal, Sequence
 
 from fp16bisect.algorithm import lookahead
 from fp16bisect.algorithm.memo import Memo, SearchError, Step
@@ -56,13 +56,16 @@ from fp16bisect.algorithm.progress import group_testing_bound, quickxplain_bound
 
 __all__ = ["SearchError", "SearchResult", "Step", "group_testing_bound", "quickxplain_bound", "search"]
 
+# What a search ends with: a set found, nothing needed (all-FP16 passes), or no set at all (all-FP32 fails).
+Status = Literal["found", "fp16_passes", "fp32_fails"]
+
 # Sweeps of the final reduction that may drop members before the search stops claiming 1-minimality.
 CERTIFY_ROUNDS = 4
 
 
 @dataclass
 class SearchResult:
-    status: str  # found | fp16_passes | fp32_fails
+    status: Status
     fp32: tuple = ()  # the set, in suspicion order
     passed: bool = False  # the returned set was seen to pass
     minimal: bool = False  # 1-minimal (see ``minimality`` for how it is known)
@@ -90,7 +93,7 @@ class SearchResult:
 
 @dataclass
 class _Answer:
-    status: str
+    status: Status
     fp32: frozenset = frozenset()
     unverified: tuple = ()
     why_not_minimal: str = ""  # the search gave up on 1-minimality (the smallest set seen to pass instead)

@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from fp16bisect.errors import UsageError
 from fp16bisect.model.graph import Graph
-from fp16bisect.backends.base import Backend, CommandOptions, Options, TensorRTOptions
+from fp16bisect.backends.base import Backend, BackendName, CommandOptions, Options, TensorRTOptions
 
 __all__ = ["Backend", "CommandOptions", "NAMES", "Options", "TensorRTOptions", "make_backend", "tensorrt_usable"]
 
@@ -25,7 +27,7 @@ def tensorrt_usable() -> bool:
     return trt_load.gpu_available()
 
 
-def make_backend(name: str, graph: Graph, options: Options | None = None) -> Backend:
+def make_backend(name: BackendName | Literal["auto"], graph: Graph, options: Options | None = None) -> Backend:
     """The backend called ``name``, made with ``options`` (each backend reads its own part and what is shared).
     ``tensorrt`` needs TensorRT (or TensorRT-RTX), Polygraphy and an NVIDIA GPU: asking for it without them is a
     usage error, never a silent fallback; ``auto`` picks it when all of that is present, else ``emulate``."""

@@ -3,7 +3,7 @@
 A backend turns a plan (the candidate ids kept in FP32) into outputs. Two kinds: most run one sample at a
 time (``run``); one that judges a whole plan at once (the command backend: one command for every sample)
 sets ``whole_plans`` and implements ``run_plan``, which returns every sample's outputs or a bare verdict.
-Either raises ``errors.BuildFailed`` for a plan it cannot evaluate. The oracle, the executors and the
+Either raises ``errors.CouldNotEvaluate`` (``BuildFailed`` for a build) for a plan it cannot evaluate. The oracle, the executors and the
 pipeline use only what is declared here; the defaults say "nothing to add". A backend holds resources
 (sessions, engines, temporary files) from its making to ``close``; use it as ``with backend: ...``.
 """
@@ -11,7 +11,10 @@ pipeline use only what is declared here; the defaults say "nothing to add". A ba
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable
+from typing import Callable, Literal
+
+BackendName = Literal["emulate", "tensorrt", "command"]
+Typing = Literal["strong", "weak"]  # TensorRT: a mixed-precision ONNX per plan, or layer precisions (10.x)
 
 
 @dataclass(frozen=True)
@@ -23,10 +26,10 @@ class Verdict:
 
 
 class Backend:
-    name: str = ""  # emulate | tensorrt | command
+    name: BackendName
     deterministic: bool = False  # two runs of one plan give the same outputs (else the final set is run again)
     whole_plans: bool = False  # judges a plan on every sample at once: ``run_plan``, not ``run``
-    typing: str | None = None  # tensorrt: strong (a mixed-precision ONNX per plan) or weak (layer precisions)
+    typing: Typing | None = None  # tensorrt only
     progress: Callable[[str], None] | None = None  # where a backend that reports each evaluation says so
 
     @property
@@ -68,7 +71,7 @@ class Backend:
 class TensorRTOptions:
     timing_cache: str = "fp16bisect.timing.cache"
     opt_level: int | None = None  # builder optimisation level
-    typing: str | None = None  # strong | weak (None: strong where the version has it)
+    typing: Typing | None = None  # None: strong where the version has it
 
 
 @dataclass(frozen=True)

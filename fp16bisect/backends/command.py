@@ -38,7 +38,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from fp16bisect.errors import BuildFailed, UsageError
+from fp16bisect.errors import BuildFailed, CouldNotEvaluate, UsageError
 from fp16bisect.backends.base import Backend, Verdict
 from fp16bisect.model.graph import Graph
 
@@ -238,7 +238,7 @@ class CommandBackend(Backend):
             got = self._read_outputs(outputs, samples, key)
             return got if got is not None else Verdict(True, "exit code 0")
         if code == CANNOT_EVALUATE:
-            raise BuildFailed(kind="cannot_evaluate", message=f"the command exited 125 (cannot evaluate) on plan {key} ({len(plan)} node(s) in "
+            raise CouldNotEvaluate(kind="cannot_evaluate", message=f"the command exited 125 (cannot evaluate) on plan {key} ({len(plan)} node(s) in "
                               f"FP32){said or '; it wrote nothing to stderr'}")
         if 0 < code <= 127:
             return Verdict(False, f"exit code {code}{said}")
@@ -261,10 +261,10 @@ class CommandBackend(Backend):
         how = "write sample_<i>.npz for every sample of {inputs} (one array per model output, keyed by its name), " \
               "or nothing and let the exit code judge"
         if stray:
-            raise BuildFailed(kind="outputs", message=f"the command exited 0 on plan {key} and wrote {', '.join(map(repr, stray[:3]))} into "
+            raise CouldNotEvaluate(kind="outputs", message=f"the command exited 0 on plan {key} and wrote {', '.join(map(repr, stray[:3]))} into "
                               f"{{outputs}}, which holds only sample_0.npz ... sample_{samples - 1}.npz: {how}")
         if missing:
-            raise BuildFailed(kind="outputs", message=f"the command exited 0 on plan {key} and wrote {len(written)} of {samples} output "
+            raise CouldNotEvaluate(kind="outputs", message=f"the command exited 0 on plan {key} and wrote {len(written)} of {samples} output "
                               f"file(s) into {{outputs}}, not {', '.join(missing[:3])}: {how}")
         return [self._read_sample(outputs / name, key) for name in expected]
 
@@ -273,7 +273,7 @@ class CommandBackend(Backend):
             with np.load(path, allow_pickle=False) as npz:
                 arrays = {name: npz[name] for name in npz.files}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-            raise BuildFailed(kind="outputs", message=f"the command exited 0 on plan {key} but {path.name} in {{outputs}} is not a readable "
+            raise CouldNotEvaluate(kind="outputs", message=f"the command exited 0 on plan {key} but {path.name} in {{outputs}} is not a readable "
                               f".npz ({type(exc).__name__}: {exc}): save it with numpy.savez(path, output=array)") \
                 from None
         if not all(name in arrays for name in self.float_outputs):
@@ -282,11 +282,11 @@ class CommandBackend(Backend):
                 arrays = {name: arrays[f"arr_{i}"] for i, name in enumerate(self.outputs)}
         lacking = [name for name in self.float_outputs if name not in arrays]
         if lacking:
-            raise BuildFailed(kind="outputs", message=f"the command exited 0 on plan {key} but {path.name} in {{outputs}} lacks output(s) "
+            raise CouldNotEvaluate(kind="outputs", message=f"the command exited 0 on plan {key} but {path.name} in {{outputs}} lacks output(s) "
                               f"{', '.join(map(repr, lacking[:3]))} (it holds {', '.join(map(repr, sorted(arrays)[:5])) or 'nothing'}): "
                               "save one array per model output, keyed by the output's name")
         bad = [name for name in self.float_outputs if not np.issubdtype(arrays[name].dtype, np.number)]
         if bad:
-            raise BuildFailed(kind="outputs", message=f"the command exited 0 on plan {key} but output {bad[0]!r} in {path.name} holds "
+            raise CouldNotEvaluate(kind="outputs", message=f"the command exited 0 on plan {key} but output {bad[0]!r} in {path.name} holds "
                               f"{arrays[bad[0]].dtype}, not numbers")
         return {name: arrays[name] for name in self.float_outputs}

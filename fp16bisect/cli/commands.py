@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 
 from fp16bisect.cli.args import BackendArgs, OutputArgs, ParallelArgs, ToleranceArgs
-from fp16bisect.errors import UsageError
+from fp16bisect.errors import CheckFailed, ToleranceUnreachable, UsageError
 
-DONE, CHECK_FAILED, UNREACHABLE, INTERRUPTED = 0, 1, 3, 130
+DONE, CHECK_FAILED, UNREACHABLE, INTERRUPTED = 0, CheckFailed.exit_code, ToleranceUnreachable.exit_code, 130
 
 
 def cmd_search(args) -> int:

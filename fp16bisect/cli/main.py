@@ -13,10 +13,10 @@ import sys
 from fp16bisect import __version__
 from fp16bisect.cli.args import BackendArgs, OutputArgs, ParallelArgs, Samples, ToleranceArgs, jobs, nonnegative
 from fp16bisect.cli.commands import COMMANDS, INTERRUPTED
-from fp16bisect.errors import ToleranceUnreachable, UsageError
+from fp16bisect.errors import Error, UsageError
 from fp16bisect.model import weights
 
-INTERNAL_ERROR = 4  # a bug of ours: one line, the traceback in a file it names
+INTERNAL_ERROR = Error.exit_code  # a bug of ours: one line, the traceback in a file it names
 
 
 class _Parser(argparse.ArgumentParser):
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             raise UsageError("no command given: try 'fp16bisect search MODEL --inputs X.npz'")
         return COMMANDS[args.command](args)
-    except (UsageError, ToleranceUnreachable) as exc:
+    except Error as exc:  # each says what is wrong in one line, and carries its exit code
         if debug:
             raise
         print(f"fp16bisect: error: {exc}", file=sys.stderr)

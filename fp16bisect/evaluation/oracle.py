@@ -22,7 +22,7 @@ outputs (compared here, like any others) or a bare ``Verdict`` (the command's
 exit code): then the evaluation says so (``verdict_from = "exit_code"``) and
 carries no metrics. Outputs such a backend hands over that do not fit the
 references (a shape differs) make the plan one that could not be evaluated,
-with the reason, never a crash. Either kind raises ``errors.BuildFailed`` for a
+with the reason, never a crash. Either kind raises ``errors.CouldNotEvaluate`` (``BuildFailed`` for a build) for a
 plan it cannot evaluate.
 
 Three verdicts: pass, fail, and could not evaluate (a build or a command that
@@ -43,9 +43,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 from fp16bisect.backends.base import Verdict
-from fp16bisect.errors import BuildFailed, UsageError
+from fp16bisect.errors import CouldNotEvaluate, ReasonKind, UsageError
 from fp16bisect.tolerance import OutputMetrics, Tolerance, compare, worst_per_output
 
 UNEVALUABLE_AFTER = 8  # plans asked before the share that could not be evaluated can stop the search
@@ -59,7 +60,7 @@ class JudgeBroken(UsageError):
 class Reason:
     """Why a plan could not be evaluated: neither pass nor fail, and never evidence."""
 
-    kind: str  # build (a build or run failed) | cannot_evaluate (a command's exit 125) | outputs (outputs that do
+    kind: ReasonKind  # build (a build or run failed) | cannot_evaluate (a command's exit 125) | outputs (outputs that do
     # not fit the references) | pins_ignored (a weakly typed build dropped FP32 pins) | died (a worker died, or
     # the process died evaluating it: fp16bisect.evaluation.journal)
     message: str
@@ -76,11 +77,13 @@ class Reason:
         return cls(str(data["kind"]), str(data["message"]), tuple(tuple(p) for p in data.get("pins", ())))
 
     @classmethod
-    def of(cls, exc: BuildFailed) -> Reason:
+    def of(cls, exc: CouldNotEvaluate) -> Reason:
         return cls(exc.kind, str(exc), tuple(exc.pins))
 
 
-OUTPUTS, EXIT_CODE = "outputs", "exit_code"  # where an evaluation's verdict came from
+VerdictFrom = Literal["outputs", "exit_code"]  # where an evaluation's verdict came from
+OUTPUTS: VerdictFrom = "outputs"
+EXIT_CODE: VerdictFrom = "exit_code"
 
 
 @dataclass(frozen=True)
@@ -275,7 +278,7 @@ def evaluate_plan(backend, samples, tolerance: Tolerance, outputs: list[str], pl
                 verdicts.append(judged.passed)
                 continue
             run_metrics = _compare(backend, samples, tolerance, outputs, judged)
-        except BuildFailed as exc:
+        except CouldNotEvaluate as exc:
             return Evaluation(plan, False, tuple(metrics), time.perf_counter() - start, reason=Reason.of(exc))
         verdicts.append(all(m.passed for m in run_metrics))
         metrics += run_metrics
@@ -290,7 +293,7 @@ def _judge(backend, samples, plan: frozenset, repeat: int, placeholders: dict | 
         judged = backend.run_plan(plan, [s.inputs for s in samples], repeat=repeat,
                                   placeholders={"device": "0", **(placeholders or {})})
         if not isinstance(judged, Verdict) and len(judged) != len(samples):
-            raise BuildFailed(f"the {backend.name} backend returned outputs for {len(judged)} sample(s), "
+            raise CouldNotEvaluate(f"the {backend.name} backend returned outputs for {len(judged)} sample(s), "
                               f"not {len(samples)}", kind="outputs")
         return judged
     return (backend.run(plan, s.inputs, repeat=repeat) for s in samples)
@@ -304,7 +307,7 @@ def _compare(backend, samples, tolerance: Tolerance, outputs: list[str], outputs
                 found.append(compare(got[name], sample.reference[name], tolerance, name, i))
             except ValueError as exc:
                 if backend.whole_plans:  # outputs made outside fp16bisect that do not fit: the plan's problem
-                    raise BuildFailed(f"the {backend.name} backend's outputs for sample {i} do not fit "
+                    raise CouldNotEvaluate(f"the {backend.name} backend's outputs for sample {i} do not fit "
                                       f"the reference: {exc}", kind="outputs") from None
                 raise UsageError(f"{exc} on {sample.source!r}: pass a reference made for these inputs") \
                     from None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fp16bisect.errors import BuildFailed, UsageError
+from fp16bisect.errors import CouldNotEvaluate, UsageError
 from fp16bisect.tolerance import Tolerance, compare
 
 
@@ -24,7 +24,7 @@ def build_noise(backend, samples, tolerance: Tolerance, noise_ok: bool, listener
     listener.stage(f"building {what} twice to measure build-to-build noise")
     try:
         measured = backend.noise(samples[0].inputs, plan=plan)
-    except BuildFailed as exc:  # the search meets (and records) the same failure
+    except CouldNotEvaluate as exc:  # the search meets (and records) the same failure
         if plan:  # the all-FP16 engine pins nothing: measure there instead
             listener.stage("build noise: the prior's set did not build as asked (the search reports why); "
                            "measuring on the all-FP16 engine instead")

@@ -1,11 +1,11 @@
-"""Shared helpers: tiny ONNX models built with onnx.helper, and the sample models."""
+"""Shared helpers: tiny ONNX models built with onnx.helper, the sample models, the command line as a test runs it,
+and the one backend double (``fake_backend``; the double itself is in doubles.py)."""
 
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
-
 import os
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -21,6 +21,10 @@ if os.environ.get("CI"):
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_models"
+SAMPLE_MODELS = ["transformer_block", "cnn_batchnorm", "attention_unscaled", "log_underflow", "two_branches",
+                 "fp16_safe", "accumulation"]
+LN = SAMPLES / "transformer_block.onnx"
+LN_IN = SAMPLES / "transformer_block.npz"
 
 
 def make_model(nodes, inputs, outputs, initializers=(), opset=17) -> onnx.ModelProto:
@@ -38,6 +42,72 @@ def make_model(nodes, inputs, outputs, initializers=(), opset=17) -> onnx.ModelP
 
 
 F = TensorProto.FLOAT
+
+
+def shape_model():
+    """relu -> Shape -> Gather -> Concat -> Reshape -> sigmoid: an integer shape subgraph between two candidates."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Shape", ["r"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "i0"], ["d0"], name="gather", axis=0),
+        helper.make_node("Concat", ["d0", "minus1"], ["new_shape"], name="concat", axis=0),
+        helper.make_node("Reshape", ["r", "new_shape"], ["rr"], name="reshape"),
+        helper.make_node("Sigmoid", ["rr"], ["y"], name="sigmoid"),
+    ]
+    inits = {"i0": np.array([0], np.int64), "minus1": np.array([-1], np.int64)}
+    return make_model(nodes, [("x", F, [2, 3])], [("y", F, [2, 3])], inits)
+
+
+BN_CHANNELS = 4
+
+
+def conv_bn_relu(var=1e8, gamma=1e4, opset=12, training=False):
+    """conv -> BatchNormalization (running variance ``var``) -> relu; gamma/sqrt(var) = 1 by default."""
+    rng = np.random.default_rng(0)
+    bn_outputs = ["bn_out", "running_mean", "running_var"] if training else ["bn_out"]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["conv_out"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["conv_out", "gamma", "beta", "mean", "var"], bn_outputs, name="bn",
+                         **({"training_mode": 1} if training else {})),
+        helper.make_node("Relu", ["bn_out"], ["y"], name="relu"),
+    ]
+    c = BN_CHANNELS
+    inits = {"w": rng.normal(size=(c, 3, 3, 3)).astype(np.float32),
+             "gamma": np.full(c, gamma, np.float32), "beta": np.linspace(-0.5, 0.5, c).astype(np.float32),
+             "mean": np.linspace(-1, 1, c).astype(np.float32), "var": np.full(c, var, np.float32)}
+    return make_model(nodes, [("x", F, [1, 3, 8, 8])], [("y", F, [1, c, 8, 8])], inits, opset=opset)
+
+
+def run(capsys, *argv):
+    """``fp16bisect ARGV`` in this process: (exit code, stdout, stderr)."""
+    from fp16bisect.cli.main import main
+
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_error(err: str) -> str:
+    """The one ``fp16bisect: error:`` line of ``err`` (and no traceback)."""
+    lines = [line for line in err.splitlines() if line.startswith("fp16bisect: error:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.fixture
+def fake_backend(monkeypatch):
+    """``fake_backend(**settings)``: from now on every backend the pipeline makes is a FakeBackend of the returned
+    ``doubles.Fake``, whose settings a test may change between searches."""
+    import fp16bisect.run.pipeline as pipeline
+    from doubles import Fake
+
+    def install(**settings) -> Fake:
+        fake = Fake(**settings)
+        monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, *_: fake.backend(graph))
+        return fake
+
+    return install
 
 
 def load_make_samples():

@@ -5,10 +5,8 @@ import json
 
 import onnx
 import pytest
-from conftest import SAMPLES
+from conftest import LN, LN_IN, SAMPLES, one_line_error, run, shape_model
 from onnx import TensorProto
-from test_cli import LN, LN_IN, one_line_error, run
-from test_mixed import shape_model
 
 from fp16bisect.model.weights import inline
 from fp16bisect.cli.main import main

@@ -3,10 +3,10 @@
 import numpy as np
 import onnx
 import pytest
-from conftest import F, make_model
-from onnx import TensorProto, helper
+from conftest import BN_CHANNELS as C
+from conftest import conv_bn_relu, one_line_error, run
+from onnx import TensorProto
 from real_models import PP_OCRV4_DET, real_model
-from test_cli import one_line_error, run
 
 from fp16bisect.model import weights
 from fp16bisect.model.weights import inline
@@ -15,23 +15,6 @@ from fp16bisect.model.graph import Graph
 from fp16bisect.model.runtime import session
 
 H = TensorProto.FLOAT16
-C = 4
-
-
-def conv_bn_relu(var=1e8, gamma=1e4, opset=12, training=False):
-    """conv -> BatchNormalization (running variance ``var``) -> relu; gamma/sqrt(var) = 1 by default."""
-    rng = np.random.default_rng(0)
-    bn_outputs = ["bn_out", "running_mean", "running_var"] if training else ["bn_out"]
-    nodes = [
-        helper.make_node("Conv", ["x", "w"], ["conv_out"], name="conv", pads=[1, 1, 1, 1]),
-        helper.make_node("BatchNormalization", ["conv_out", "gamma", "beta", "mean", "var"], bn_outputs, name="bn",
-                         **({"training_mode": 1} if training else {})),
-        helper.make_node("Relu", ["bn_out"], ["y"], name="relu"),
-    ]
-    inits = {"w": rng.normal(size=(C, 3, 3, 3)).astype(np.float32),
-             "gamma": np.full(C, gamma, np.float32), "beta": np.linspace(-0.5, 0.5, C).astype(np.float32),
-             "mean": np.linspace(-1, 1, C).astype(np.float32), "var": np.full(C, var, np.float32)}
-    return make_model(nodes, [("x", F, [1, 3, 8, 8])], [("y", F, [1, C, 8, 8])], inits, opset=opset)
 
 
 def test_apply_writes_a_bn_with_a_1e8_variance_as_its_folded_scale_and_shift(tmp_path, capsys):

@@ -7,30 +7,11 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from conftest import SAMPLES, F, make_model
+from conftest import LN, LN_IN, SAMPLE_MODELS, SAMPLES, F, make_model, one_line_error, run
 from onnx import TensorProto, helper
 
-from fp16bisect.cli.main import main
 
-LN = SAMPLES / "transformer_block.onnx"
-LN_IN = SAMPLES / "transformer_block.npz"
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.startswith("fp16bisect: error:")]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    return lines[0]
-
-
-@pytest.mark.parametrize("name", ["transformer_block", "cnn_batchnorm", "attention_unscaled", "log_underflow",
-                                  "two_branches", "fp16_safe", "accumulation"])
+@pytest.mark.parametrize("name", SAMPLE_MODELS)
 def test_search_finds_the_known_set_on_every_sample_model(name, known, tmp_path, capsys):
     spec = known[name]
     out = tmp_path / "o.json"

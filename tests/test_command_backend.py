@@ -15,8 +15,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import ROOT, SAMPLES
-from test_cli import LN, LN_IN, one_line_error, run
+from conftest import LN, LN_IN, ROOT, SAMPLES, one_line_error, run
 
 from fp16bisect.artifacts.mixed import convert
 from fp16bisect.backends.base import Options

@@ -21,9 +21,9 @@ import math
 import numpy as np
 import onnx
 import pytest
+from conftest import run
 from onnx import helper, numpy_helper
 from real_models import PP_OCRV4_REC, real_model
-from test_cli import run
 
 from fp16bisect.cli.main import main
 from fp16bisect.diagnose.layerwise import LayerwiseRunner, Thresholds

@@ -3,7 +3,8 @@
 import numpy as np
 import onnx
 import pytest
-from conftest import SAMPLES, F, make_model
+from conftest import SAMPLE_MODELS as MODELS
+from conftest import SAMPLES, F, make_model, shape_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
@@ -19,8 +20,6 @@ from fp16bisect.model.samples import add_fp32_references, load_samples
 from fp16bisect.tolerance import Tolerance
 
 H = TensorProto.FLOAT16
-MODELS = ["transformer_block", "cnn_batchnorm", "attention_unscaled", "log_underflow", "two_branches", "fp16_safe",
-          "accumulation"]
 
 
 def types_of(model: onnx.ModelProto) -> dict:
@@ -127,19 +126,6 @@ def test_constants_fp16_cannot_hold_are_converted_by_tensorrts_rule_and_reported
     assert "2 value(s) beyond +-65504 (e.g. -3.4e+38) saturated to +-65504" in str(mixed.conversions[0])
     pinned = convert(Graph(model), ["add_big"])
     assert {t.data_type for t in pinned.model.graph.initializer} == {F} and pinned.conversions == []
-
-
-def shape_model():
-    nodes = [
-        helper.make_node("Relu", ["x"], ["r"], name="relu"),
-        helper.make_node("Shape", ["r"], ["s"], name="shape"),
-        helper.make_node("Gather", ["s", "i0"], ["d0"], name="gather", axis=0),
-        helper.make_node("Concat", ["d0", "minus1"], ["new_shape"], name="concat", axis=0),
-        helper.make_node("Reshape", ["r", "new_shape"], ["rr"], name="reshape"),
-        helper.make_node("Sigmoid", ["rr"], ["y"], name="sigmoid"),
-    ]
-    inits = {"i0": np.array([0], np.int64), "minus1": np.array([-1], np.int64)}
-    return make_model(nodes, [("x", F, [2, 3])], [("y", F, [2, 3])], inits)
 
 
 def test_shape_and_integer_subgraphs_are_untouched():

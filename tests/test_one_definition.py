@@ -16,16 +16,13 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from conftest import ROOT, SAMPLES
+from conftest import ROOT, SAMPLES, conv_bn_relu, one_line_error, run
+from doubles import Fake
 from hf_style import CULPRITS, bert_block, gpt_block
-from test_bn_fold import conv_bn_relu
-from test_cli import one_line_error, run
 
-from fp16bisect.backends import Backend
 from fp16bisect.artifacts.mixed import convert
 from fp16bisect.artifacts.verify import storage_emulation
 from fp16bisect.backends.emulate import EmulateBackend
-from fp16bisect.errors import BuildFailed
 from fp16bisect.evaluation.oracle import UNEVALUABLE_AFTER, JudgeBroken, Oracle
 from fp16bisect.tolerance import Tolerance
 from fp16bisect.model.graph import Graph
@@ -188,16 +185,10 @@ def test_a_judge_that_cannot_evaluate_anything_stops_with_exit_2_and_the_reason(
     assert "the all-FP32 plan could not be evaluated on the command backend" in line and "exited 125" in line
 
 
-class _Unbuildable(Backend):
-    name = "stub"
-
-    def __init__(self, passing=frozenset()):
-        self.passing = passing
-
-    def run(self, plan, inputs, repeat=0):
-        if plan in self.passing:
-            return {"y": np.zeros(1, np.float32)}
-        raise BuildFailed("no engine for this plan", kind="build")
+def _unbuildable(passing=frozenset()):
+    """A backend on which no plan but ``passing`` ones can be built."""
+    return Fake(name="stub", fails=lambda plan: None if plan in passing else "no engine for this plan",
+                outputs=lambda plan: {"y": np.zeros(1, np.float32)}).backend()
 
 
 def _oracle(backend):
@@ -207,13 +198,13 @@ def _oracle(backend):
 
 
 def test_the_oracle_stops_when_most_plans_cannot_be_evaluated_and_none_passed():
-    oracle = _oracle(_Unbuildable())
+    oracle = _oracle(_unbuildable())
     for i in range(UNEVALUABLE_AFTER - 1):
         assert oracle(frozenset({f"n{i}"})) is None  # could not evaluate: neither pass nor fail
     with pytest.raises(JudgeBroken, match=r"8 of 8 plans could not be evaluated on the stub backend and none "
                                           r"passed.*no engine for this plan"):
         oracle(frozenset({"last"}))
-    once_passed = _oracle(_Unbuildable(passing={frozenset({"n0"})}))
+    once_passed = _oracle(_unbuildable(passing={frozenset({"n0"})}))
     assert once_passed(frozenset({"n0"})) is True
     assert [once_passed(frozenset({f"m{i}"})) for i in range(12)] == [None] * 12  # a set to end on: it goes on
 

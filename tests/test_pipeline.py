@@ -6,8 +6,8 @@ import json
 
 import pytest
 from conftest import SAMPLES, fresh_oracle
+from doubles import Fake
 
-from fp16bisect.backends import Backend
 from fp16bisect.run.options import SearchOptions
 from fp16bisect.run.pipeline import search_model
 from fp16bisect.tolerance import Tolerance
@@ -64,50 +64,32 @@ def test_accumulation_has_no_single_failing_node_yet_needs_a_minimal_set(known):
     assert set(outcome.result.fp32) <= set(spec["branches"])
 
 
-class FailingBuilds(Backend):
-    """The emulate backend, except that plans for which ``bad(plan)`` holds fail to build (as TensorRT's can)."""
-
-    def __init__(self, graph, bad):
-        from fp16bisect.backends.emulate import EmulateBackend
-
-        self.inner = EmulateBackend(graph)
-        self.name, self.bad = "emulate", bad
-
-    def versions(self):
-        return self.inner.versions()
-
-    def run(self, plan, inputs, repeat=0):
-        from fp16bisect.errors import BuildFailed
-
-        if self.bad(plan):
-            raise BuildFailed(f"Error Code 1: Myelin (cannot compile a plan of {len(plan)} FP32 node(s))")
-        return self.inner.run(plan, inputs)
+def myelin(bad):
+    """Build errors as TensorRT gives them, for the plans for which ``bad(plan)`` holds (``Fake.fails``)."""
+    return lambda plan: f"Error Code 1: Myelin (cannot compile a plan of {len(plan)} FP32 node(s))" if bad(plan) \
+        else None
 
 
-def test_a_plan_that_fails_to_build_counts_as_failing_and_is_reported(known, monkeypatch):
-    import fp16bisect.run.pipeline as pipeline
-
-    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, *_: FailingBuilds(graph, lambda p: not p))
+def test_a_plan_that_fails_to_build_counts_as_failing_and_is_reported(known, fake_backend):
+    fake_backend(fails=myelin(lambda p: not p))
     outcome = searched("transformer_block", known)  # the all-FP16 engine cannot be built
     assert sorted(outcome.result.fp32) == ["ln1_square", "ln1_var"]
     assert outcome.data["search"]["build_failures"] == [
         {"fp32": [], "error": "Error Code 1: Myelin (cannot compile a plan of 0 FP32 node(s))"}]
 
 
-def test_an_all_fp32_plan_that_fails_to_build_is_a_clear_error(known, monkeypatch):
-    import fp16bisect.run.pipeline as pipeline
+def test_an_all_fp32_plan_that_fails_to_build_is_a_clear_error(known, fake_backend):
     from fp16bisect.errors import UsageError
 
-    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, *_: FailingBuilds(graph, lambda p: "ln1_var" in p))
+    fake_backend(fails=myelin(lambda p: "ln1_var" in p))
     with pytest.raises(UsageError, match="all-FP32 plan could not be built on the emulate backend: Error Code 1"):
         searched("transformer_block", known)
 
 
-def test_the_override_file_keeps_contradictions_and_failures_short(known, monkeypatch, tmp_path):
+def test_the_override_file_keeps_contradictions_and_failures_short(known, monkeypatch, fake_backend, tmp_path):
     """Contradictions become a count and the first few as node-id differences (not two full plans); lists of
     failed plans keep their first entries and their total; a large plan is a count. The journal keeps all."""
     import fp16bisect.run.override_json as override_json
-    import fp16bisect.run.pipeline as pipeline
 
     big = frozenset(f"n{i}" for i in range(300))
     found = [(big - {f"n{i}", f"n{i + 1}"}, big) for i in range(25)] + [(big, big)]
@@ -118,8 +100,7 @@ def test_the_override_file_keeps_contradictions_and_failures_short(known, monkey
     assert len(str(written)) < 2000  # two full plans of 300 ids each, 26 times, were ~200 KB
 
     spec = known["transformer_block"]
-    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, *_: FailingBuilds(
-        graph, lambda plan: 0 < len(plan) < 30))
+    fake_backend(fails=myelin(lambda plan: 0 < len(plan) < 30))
     monkeypatch.setattr(override_json, "PLAN_IDS", 3)
     out = tmp_path / "o.json"
     outcome = search_model(str(SAMPLES / "transformer_block.onnx"), [str(SAMPLES / "transformer_block.npz")],
@@ -136,8 +117,6 @@ def test_the_override_file_keeps_contradictions_and_failures_short(known, monkey
     assert all(f'"plan": {json.dumps(sorted(e.plan))}' in journaled for e in failures)  # in full there
 
 
-
-
 def test_the_backend_lives_for_the_search_and_is_closed_after_it_even_on_an_error(known, monkeypatch):
     """``with backend:``: what a backend holds (engines, sessions, plan files) is freed when the search ends."""
     import fp16bisect.run.pipeline as pipeline
@@ -145,14 +124,8 @@ def test_the_backend_lives_for_the_search_and_is_closed_after_it_even_on_an_erro
 
     made = []
 
-    class Closing(FailingBuilds):
-        closed = 0
-
-        def close(self):
-            self.closed += 1
-
     def make(name, graph, *_):
-        made.append(Closing(graph, bad))
+        made.append(Fake(fails=myelin(bad)).backend(graph))
         return made[-1]
 
     monkeypatch.setattr(pipeline, "make_backend", make)

@@ -6,15 +6,11 @@ import json
 import numpy as np
 import onnx
 import pytest
-from conftest import SAMPLES
+from conftest import LN, LN_IN, SAMPLES, one_line_error, run
+from conftest import SAMPLE_MODELS as MODELS
 from onnx import numpy_helper
-from test_cli import LN, LN_IN, one_line_error, run
 
 from fp16bisect.cli.main import main
-
-MODELS = ["transformer_block", "cnn_batchnorm", "attention_unscaled", "log_underflow", "two_branches",
-          "fp16_safe", "accumulation"]
-
 
 def tol(known, name):
     spec = known[name]

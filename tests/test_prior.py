@@ -8,14 +8,12 @@ import json
 import random
 
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_cli import run
 
 import fp16bisect.run.pipeline as pipeline
 import fp16bisect.strategy.prior as priors
-from fp16bisect.backends import Backend
 from fp16bisect.strategy import ranking
 from fp16bisect.backends.emulate import EmulateBackend
 from fp16bisect.algorithm.search import search
@@ -203,36 +201,12 @@ def test_with_alternatives_the_result_passes_and_every_removal_fails_on_the_judg
 # --------------------------------------------------------------------------- the pipeline with an expensive double
 
 
-class Engine(Backend):
-    """An expensive backend double: the emulator, except that ``fused`` candidates never round (a fused kernel
-    keeps them in registers: it rounds fewer tensors) and ``forced`` candidates always round (no FP32 kernel:
-    it rounds more). Counts its runs per plan; raises KeyboardInterrupt on run ``stop_at``."""
-
-    name = "engine"
-    deterministic = True
-    fused: frozenset = frozenset()
-    forced: frozenset = frozenset()
-    runs: list = []
-    stop_at = None
-
-    def __init__(self, graph):
-        self.inner = EmulateBackend(graph)
-
-    def versions(self):
-        return {"engine": "test double"}
-
-    def run(self, plan, inputs, repeat=0):
-        if Engine.stop_at is not None and len(Engine.runs) + 1 == Engine.stop_at:
-            raise KeyboardInterrupt
-        Engine.runs.append(frozenset(plan))
-        return self.inner.run((frozenset(plan) | Engine.fused) - Engine.forced, inputs)
-
-
 @pytest.fixture
-def engine(monkeypatch):
-    Engine.fused, Engine.forced, Engine.runs, Engine.stop_at = frozenset(), frozenset(), [], None
-    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, *_: Engine(graph))
-    return Engine
+def engine(fake_backend):
+    """An expensive backend: the emulator, except that ``fused`` candidates never round (a fused kernel keeps them
+    in registers: it rounds fewer tensors) and ``forced`` candidates always round (no FP32 kernel: it rounds
+    more). Lists the plans it runs; raises KeyboardInterrupt on run ``stop_at``."""
+    return fake_backend(name="engine", deterministic=True, versions={"engine": "test double"})
 
 
 LN = ["search", str(SAMPLES / "transformer_block.onnx"), "--inputs", str(SAMPLES / "transformer_block.npz")]
@@ -288,7 +262,7 @@ def test_an_engine_that_rounds_more_gets_a_set_that_passes_and_is_one_minimal_th
     # first alternative of its size) was the first plan after S; then its 7 removals, one at a time: 10 builds
     assert prior["alternatives"]["used"] is True and prior["alternatives"]["evaluated"] == 1
     assert prior["alternatives"]["members"] == 7 and data["search"]["evaluations"] == 10 == len(engine.runs)
-    judge = Engine(pipeline.Graph.load(SAMPLES / "accumulation.onnx"))
+    judge = engine.backend(pipeline.Graph.load(SAMPLES / "accumulation.onnx"))
     oracle = pipeline.Oracle(judge, pipeline.load_samples(judge.inner.graph, [ACC[3]]), Tolerance(0.4, 0), ["y"])
     pipeline.add_fp32_references(judge.inner.graph, oracle.samples)
     assert oracle(found) and not any(oracle(found - {m}) for m in found)

@@ -10,46 +10,20 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
-from test_cli import LN, LN_IN, one_line_error, run
+from conftest import LN, LN_IN, one_line_error, run
 
-import fp16bisect.run.pipeline as pipeline
-from fp16bisect.backends import Backend
-from fp16bisect.backends.emulate import EmulateBackend
+from doubles import Fake
+
 from fp16bisect.evaluation.journal import CRASHED, Journal
-from fp16bisect.evaluation.oracle import Oracle, Reason, Verdict, evaluate_plan
+from fp16bisect.evaluation.oracle import Oracle, Reason, evaluate_plan
 
 TWO = ["search", str(LN.parent / "two_branches.onnx"), "--inputs", str(LN.parent / "two_branches.npz")]
 
 
-class Counting(Backend):
-    """The emulate backend, counting runs per plan; raises ``stop`` on the run numbered ``stop_at``."""
-
-    runs: Counter = Counter()
-    stop_at = None
-    stop = KeyboardInterrupt
-    name = "emulate"
-    deterministic = True
-
-    def __init__(self, graph):
-        self.inner = EmulateBackend(graph)
-
-    def versions(self):
-        return self.inner.versions()
-
-    def run(self, plan, inputs, repeat=0):
-        total = sum(Counting.runs.values())
-        if Counting.stop_at is not None and total + 1 == Counting.stop_at:
-            raise Counting.stop()
-        Counting.runs[(frozenset(plan), repeat)] += 1
-        return self.inner.run(plan, inputs)
-
-
 @pytest.fixture
-def counting(monkeypatch):
-    Counting.runs = Counter()
-    Counting.stop_at = None
-    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, *_: Counting(graph))
-    return Counting
+def counting(fake_backend):
+    """The emulate backend, counting runs per (plan, repeat); raises ``stop`` on the run numbered ``stop_at``."""
+    return fake_backend(deterministic=True, runs=Counter())
 
 
 def searched(out):
@@ -169,22 +143,9 @@ def test_repeats_evaluate_each_plan_n_times(counting, tmp_path, capsys):
     assert code == 2 and "--repeats 0" in one_line_error(err)
 
 
-class Flaky(Counting):
-    """A backend whose builds vary: repeat 1 of one plan comes out all-FP16."""
-
-    deterministic = False
-    bad = None
-
-    def run(self, plan, inputs, repeat=0):
-        if repeat >= 1 and frozenset(plan) == Flaky.bad:
-            plan = frozenset()
-        return super().run(plan, inputs, repeat)
-
-
-def test_a_final_set_that_fails_when_built_again_is_reported_not_minimal(monkeypatch, tmp_path, capsys):
-    Counting.runs, Counting.stop_at = Counter(), None
-    Flaky.bad = frozenset({"ln1_square", "ln1_var"})
-    monkeypatch.setattr(pipeline, "make_backend", lambda name, graph, *_: Flaky(graph))
+def test_a_final_set_that_fails_when_built_again_is_reported_not_minimal(fake_backend, tmp_path, capsys):
+    Flaky = SimpleNamespace(bad=frozenset({"ln1_square", "ln1_var"}))  # builds vary: repeat 1 of bad is all-FP16
+    fake_backend(flaky=Flaky.bad, runs=Counter())
     out = tmp_path / "o.json"
     code, stdout, _ = run(capsys, "search", LN, "--inputs", LN_IN, "-o", out, "-q")
     assert code == 0
@@ -271,24 +232,17 @@ HEADER = {"model_sha256": "m", "backend": "judge", "tolerance": {}, "samples": "
 X, Y, XY = frozenset({"x"}), frozenset({"y"}), frozenset({"x", "y"})
 
 
-class Judge(Backend):
-    """A backend that judges whole plans: a plan passes when it keeps "x" in FP32."""
-
-    name = "judge"
-    whole_plans = True
-
-    def __init__(self):
-        self.asked = []
-
-    def run_plan(self, plan, inputs, repeat=0, placeholders=None):
-        self.asked.append(frozenset(plan))
-        return Verdict("x" in plan)
+def x_judge() -> Fake:
+    """Judges whole plans: a plan passes when it keeps "x" in FP32."""
+    return Fake(name="judge", verdict=lambda plan: "x" in plan)
 
 
 def oracle_on(path, executor=None, **journal_options):
-    judge = Judge()
+    """An oracle on a fresh judge, journaling to ``path``; and what the judge is asked (``asked``)."""
+    asked = x_judge()
     journal = Journal(path, HEADER, **journal_options)
-    return Oracle(judge, [SimpleNamespace(inputs={})], None, [], journal=journal, executor=executor), judge
+    oracle = Oracle(asked.backend(), [SimpleNamespace(inputs={})], None, [], journal=journal, executor=executor)
+    return oracle, SimpleNamespace(asked=asked.runs)
 
 
 class Interrupted:
@@ -302,7 +256,7 @@ class Interrupted:
 
     def evaluate(self, plans, first_repeat=0, repeats=1):
         self.handed_over_with = lines_of(self.path)  # what the journal held when the plans were submitted
-        yield evaluate_plan(Judge(), [SimpleNamespace(inputs={})], None, [], plans[0], first_repeat, repeats)
+        yield evaluate_plan(x_judge().backend(), [SimpleNamespace(inputs={})], None, [], plans[0], first_repeat, repeats)
         raise KeyboardInterrupt
 
 

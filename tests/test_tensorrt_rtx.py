@@ -11,8 +11,8 @@ import random
 import re
 
 import pytest
+from conftest import SAMPLE_MODELS as MODELS
 from conftest import SAMPLES
-from test_mixed import MODELS
 
 from fp16bisect.model.samples import sample_shapes
 from fp16bisect.model.weights import inline

@@ -129,7 +129,7 @@ def test_the_schema_requires_the_sections_the_builder_always_writes():
 
 
 def test_a_search_result_validates_and_has_every_section(tmp_path, capsys):
-    from test_cli import LN, LN_IN, run
+    from conftest import LN, LN_IN, run
 
     from fp16bisect.artifacts.override_json import SECTIONS
     from fp16bisect.artifacts.overrides import problems
@@ -151,7 +151,7 @@ def test_a_search_result_validates_and_has_every_section(tmp_path, capsys):
     (("tolerance", "max_mismatch"), float("inf"), ("invalid 'tolerance'", "max_mismatch inf is not a number")),
 ])
 def test_a_file_with_a_wrong_type_is_refused_in_one_line_naming_the_key(tmp_path, capsys, where, value, words):
-    from test_cli import LN, LN_IN, one_line_error, run
+    from conftest import LN, LN_IN, one_line_error, run
 
     out = tmp_path / "o.json"
     assert run(capsys, "search", LN, "--inputs", LN_IN, "-o", out, "-q")[0] == 0

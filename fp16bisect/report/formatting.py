@@ -1,6 +1,6 @@
 """How values read in the HTML report, in its tables and its plots' captions: escaping, numbers, plurals, names.
 
-Shared by the page (``html.py``) and the plots (``plots.py``), so a number or a name reads the same in
+Shared by the page (``html.py``) and the plots (``plots/``), so a number or a name reads the same in
 a table and in the caption beside it.
 """
 

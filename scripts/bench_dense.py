@@ -42,6 +42,7 @@ from bench_expensive import Variant, detector_image, judge_row, real_models, seg
 from judge_emulate_variant import fused_epilogues  # noqa: E402
 
 from fp16bisect.strategy import prior as priors  # noqa: E402
+from fp16bisect.strategy.alternatives import Alternatives  # noqa: E402
 from fp16bisect.artifacts.files import write_json  # noqa: E402
 from fp16bisect.backends.emulate import EmulateBackend  # noqa: E402
 from fp16bisect.model.graph import Graph  # noqa: E402
@@ -114,9 +115,9 @@ def bench(label: str, which, make, work: Path) -> list[dict]:
     # a judge that disagrees: rounds fewer tensors (fused epilogues), with and without the prior
     variant = Variant(emulator, "fewer", fused=fused_epilogues(graph))
     prof = profile(graph, samples)
-    found = priors.run(graph, emulator, samples, tol, outputs, prof, Listener(), header={}, path=None, restart=False)
+    found = priors.run(graph, emulator, Oracle(emulator, samples, tol, outputs), prof, Listener())
     with_prior = search(ids, Oracle(variant, samples, tol, outputs), order=found.order, start=found.fp32,
-                        alternatives=priors.Alternatives(graph, found, samples, tol, outputs, Listener()))
+                        alternatives=Alternatives(graph, found, samples, tol, outputs, Listener()))
     without = search(ids, Oracle(variant, samples, tol, outputs), order=prof.order, suspects=prof.suspects)
     judge = Oracle(variant, samples, tol, outputs)
     seg_evals, seg_set = segment_list(graph, Oracle(variant, samples, tol, outputs))

@@ -42,6 +42,7 @@ from bench_peers import ONNXCONVERTER_OP_BLOCK_LIST, load_known, onnxconverter_g
 from judge_emulate_variant import fused_epilogues, variant_plan  # noqa: E402
 
 from fp16bisect.strategy import prior as priors  # noqa: E402
+from fp16bisect.strategy.alternatives import Alternatives  # noqa: E402
 from fp16bisect.strategy import ranking  # noqa: E402
 from fp16bisect.run.pipeline import Listener  # noqa: E402
 from fp16bisect.backends import Backend  # noqa: E402
@@ -163,7 +164,7 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
     prof = profile(graph, samples)
 
     # The prior: the pipeline's emulator search (prior.py), measured effects included.
-    found = priors.run(graph, emulator, samples, tol, outputs, prof, Listener(), header={}, path=None, restart=False)
+    found = priors.run(graph, emulator, Oracle(emulator, samples, tol, outputs), prof, Listener())
     prior_set, prior_order = list(found.fp32), found.order
     after_prior = dict(found.oracle.memo), list(found.oracle.history)
     measured = ranking.effects(emulator, samples, tol, outputs, ids)  # (the prior measured the same)
@@ -177,7 +178,7 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
 
         found.alternatives = {}  # the emulator as the pipeline leaves it after the prior: alternatives cost afresh
         found.oracle.memo, found.oracle.history = dict(after_prior[0]), list(after_prior[1])
-        with_prior = search(ids, oracle(), order=prior_order, start=prior_set, alternatives=priors.Alternatives(
+        with_prior = search(ids, oracle(), order=prior_order, start=prior_set, alternatives=Alternatives(
             graph, found, samples, tol, outputs, Listener()))
         without = search(ids, oracle(), order=prof.order, suspects=prof.suspects)
         segment_evaluations, segment_set = segment_list(graph, oracle())
@@ -226,7 +227,7 @@ def bench_command(name: str, spec: dict, work: Path) -> list[dict]:
     outputs = graph.float_output_names()
     ids = [n.id for n in graph.candidates]
     prof = profile(graph, samples)
-    found = priors.run(graph, emulator, samples, tol, outputs, prof, Listener(), header={}, path=None, restart=False)
+    found = priors.run(graph, emulator, Oracle(emulator, samples, tol, outputs), prof, Listener())
     measured = ranking.effects(emulator, samples, tol, outputs, ids)
     variants = judges(graph, emulator, samples, tol, outputs, measured)
     rows = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from types import SimpleNamespace
 
 import pytest
 from conftest import SAMPLES, run
@@ -14,7 +15,9 @@ from hypothesis import strategies as st
 
 import fp16bisect.run.pipeline as pipeline
 import fp16bisect.strategy.prior as priors
+import fp16bisect.strategy.prior_choice as prior_choice
 from fp16bisect.strategy import ranking
+from fp16bisect.strategy.alternatives import hops, neighbours
 from fp16bisect.backends.emulate import EmulateBackend
 from fp16bisect.algorithm.search import search
 from fp16bisect.tolerance import Tolerance
@@ -268,6 +271,16 @@ def test_an_engine_that_rounds_more_gets_a_set_that_passes_and_is_one_minimal_th
     assert oracle(found) and not any(oracle(found - {m}) for m in found)
 
 
+def test_graph_hops_count_tensor_edges_either_way_from_the_nearest_source():
+    node = lambda name, inputs, outputs: SimpleNamespace(id=name, inputs=inputs, outputs=outputs)  # noqa: E731
+    graph = SimpleNamespace(nodes=[node("a", ["x"], ["t1"]), node("b", ["t1"], ["t2"]), node("c", ["t2"], ["y"]),
+                                   node("d", ["x"], ["u"])])  # d reads the graph input only: no edge to a
+    near = neighbours(graph)
+    assert near == {"a": {"b"}, "b": {"a", "c"}, "c": {"b"}, "d": set()}
+    assert hops(near, ["c"]) == {"c": 0, "b": 1, "a": 2}
+    assert hops(near, ["a", "c"]) == {"a": 0, "c": 0, "b": 1}
+
+
 def test_when_two_pins_have_no_effect_the_failed_plans_name_them(engine, tmp_path, capsys):
     """Pins on branch0 and branch1 both have no effect on the engine: each one-member alternative still holds
     the other, so all 7 fail. Every failed plan holds branch0 or branch1 (a hitting set of two), so the next
@@ -334,7 +347,7 @@ def test_an_interrupted_engine_search_resumes_without_running_the_prior_again(en
         raise AssertionError("the prior ran again")
 
     monkeypatch.setattr(priors, "run", no_prior)
-    monkeypatch.setattr(priors, "emulator", no_prior)
+    monkeypatch.setattr(prior_choice, "emulator", no_prior)
     engine.stop_at = None
     code, _, err = run(capsys, *LN, "-o", out)
     assert code == 0 and "read from" in err and "not run again" in err

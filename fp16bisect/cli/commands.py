@@ -48,9 +48,10 @@ def cmd_search(args) -> int:
     write_json(args.output, outcome.data)
     print_summary(outcome, args.output)
     if args.report:
+        from fp16bisect.diagnose.report_runs import search_runs
         from fp16bisect.report.data import search_report
 
-        write_report(args.report, search_report(outcome))
+        write_report(args.report, search_report(outcome, search_runs(outcome)))
     return DONE
 
 
@@ -93,9 +94,10 @@ def cmd_check(args) -> int:
     if args.json:
         write_json(args.json, {**outcome.data(), "verdict": line})
     if args.report:
+        from fp16bisect.diagnose.report_runs import check_runs
         from fp16bisect.report.data import check_report
 
-        write_report(args.report, check_report(outcome, line))
+        write_report(args.report, check_report(outcome, line, check_runs(outcome)))
     if outcome.fp32 is not None and not outcome.fp32.passed:
         return UNREACHABLE
     return DONE if outcome.passed else CHECK_FAILED
@@ -147,9 +149,10 @@ def cmd_compare(args) -> int:
     if args.csv:
         write_csv(args.csv, result)
     if args.report:
+        from fp16bisect.diagnose.report_runs import compare_runs
         from fp16bisect.report.data import compare_report
 
-        write_report(args.report, compare_report(runner, result, tolerance))
+        write_report(args.report, compare_report(runner, result, tolerance, compare_runs(runner, result, tolerance)))
     return DONE
 
 

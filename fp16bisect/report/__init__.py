@@ -1,2 +1,2 @@
-"""What people read: console output (console), the report's data gathered from a run (data), and the
-self-contained HTML page (html)."""
+"""What people read: console output (console), the report's data packed from a run's results (data), the
+self-contained HTML page (html), its plots (plots/) and how its values read (formatting)."""

@@ -1,8 +1,9 @@
-"""What the HTML report shows, gathered from a run (``search``, ``check`` or ``compare``) into plain data.
+"""What the HTML report holds, packed into plain data from a command's result and the runs behind it.
 
-The per-node errors come from the layer-wise comparison (emulated, whatever
-backend judged the plans: TensorRT's fused layers hide intermediate tensors);
-the magnitudes from the FP32 profile, the same one the search ranks suspects by.
+Packs only: the caller runs what must run (``diagnose/report_runs.py``: the layer-wise comparisons, the
+FP32 profile, the all-FP16 contrast) and passes the results in. The per-node errors are the layer-wise
+comparison's (emulated, whatever backend judged the plans); the magnitudes are the FP32 profile's, the
+same one the search ranks suspects by.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 import shlex
 import sys
 
+from fp16bisect.diagnose.layerwise import Layerwise, LayerwiseRunner
+from fp16bisect.diagnose.report_runs import ReportRuns
 from fp16bisect.model.graph import Graph
-from fp16bisect.diagnose.layerwise import Layerwise, LayerwiseRunner, Thresholds
-from fp16bisect.evaluation.oracle import Evaluation
-from fp16bisect.model.profile import Profile, profile, tensor_rows
+from fp16bisect.model.profile import tensor_rows
 
 
 def metrics(m) -> dict | None:
@@ -27,32 +28,8 @@ def command_line() -> str:
     return shlex.join(["fp16bisect", *sys.argv[1:]])
 
 
-def gather(
-    *,
-    title: str,
-    graph: Graph,
-    samples,
-    backend: str,
-    tolerance,
-    summary: str,
-    fp16: Evaluation,
-    with_overrides: Evaluation | None = None,
-    plan=frozenset(),
-    overrides: list[dict] | None = None,
-    trace=(),
-    notes=(),
-    prof: Profile | None = None,
-    thresholds: Thresholds = Thresholds(),
-    runner: LayerwiseRunner | None = None,
-) -> dict:
-    runner = runner or LayerwiseRunner(graph, samples)
-    prof = prof or profile(graph, samples)
-    layer_fp16 = runner.run(frozenset(), thresholds)
-    layer_plan: Layerwise | None = runner.run(plan, thresholds) if with_overrides is not None else None
-    worst16 = fp16.worst()
-    worst_plan = with_overrides.worst() if with_overrides is not None else {}
-    plan = frozenset(plan)
-    by_node = {n.node: n for n in layer_plan.nodes} if layer_plan else {}
+def heading(title: str, graph: Graph, backend: str, tolerance, summary: str, notes=()) -> dict:
+    """The page's header: what ran, on which model and backend, under which tolerance, and what came of it."""
     return {
         "title": title,
         "command": command_line(),
@@ -61,32 +38,51 @@ def gather(
         "tolerance": str(tolerance),
         "summary": summary,
         "notes": list(notes),
-        "outputs": [
-            {"output": name, "fp16": metrics(worst16.get(name)),
-             "with_overrides": metrics(worst_plan.get(name)) if with_overrides is not None else None}
-            for name in (worst16 or worst_plan)
-        ],
-        "nodes": [
-            {"id": n.node, "op_type": n.op_type, "pinned": n.node in plan, "fp16": layer_metrics(n),
-             "with_overrides": layer_metrics(by_node.get(n.node)) if layer_plan else None}
-            for n in layer_fp16.nodes
-        ],
-        "node_rule": str(thresholds),
-        "node_error_bound": thresholds.max_error,
-        "first_failing": {
-            "fp16": layer_fp16.first_failing.node if layer_fp16.first_failing else None,
-            "with_overrides": layer_plan.first_failing.node if layer_plan and layer_plan.first_failing else None,
-        },
-        "tensors": [
-            {k: row[k] for k in ("name", "kind", "max_abs", "min_nonzero_abs", "tier", "reason")}
-            for row in tensor_rows(graph, prof)
-        ],
+    }
+
+
+def pack(head: dict, graph: Graph, runs: ReportRuns, overrides: list[dict] | None = None, trace=()) -> dict:
+    """The report's data: ``head`` (``heading``), the outputs, the per-node errors, the FP32 magnitudes,
+    the search's trace (none outside a search) and the nodes kept in FP32 (``overrides``)."""
+    return {
+        **head,
+        **_comparisons(graph, runs),
         "trace": [{"index": i + 1, "fp32": len(s.plan), "passed": s.passed, "phase": s.phase}
                   for i, s in enumerate(trace)],
         "overrides": [
             {"name": o["name"], "op_type": o.get("op_type", ""), "outputs": list(o.get("outputs", [])),
              "fp32_profile": o.get("fp32_profile", "")}
             for o in (overrides or [])
+        ],
+    }
+
+
+def _comparisons(graph: Graph, runs: ReportRuns) -> dict:
+    """Per output and per node, all-FP16 and with the plan; every tensor's FP32 magnitudes."""
+    worst16 = runs.fp16.worst()
+    with_overrides, layer_plan = runs.with_overrides, runs.layer_plan
+    worst_plan = with_overrides.worst() if with_overrides is not None else {}
+    by_node = {n.node: n for n in layer_plan.nodes} if layer_plan else {}
+    return {
+        "outputs": [
+            {"output": name, "fp16": metrics(worst16.get(name)),
+             "with_overrides": metrics(worst_plan.get(name)) if with_overrides is not None else None}
+            for name in (worst16 or worst_plan)
+        ],
+        "nodes": [
+            {"id": n.node, "op_type": n.op_type, "pinned": n.node in runs.plan, "fp16": layer_metrics(n),
+             "with_overrides": layer_metrics(by_node.get(n.node)) if layer_plan else None}
+            for n in runs.layer_fp16.nodes
+        ],
+        "node_rule": str(runs.thresholds),
+        "node_error_bound": runs.thresholds.max_error,
+        "first_failing": {
+            "fp16": runs.layer_fp16.first_failing.node if runs.layer_fp16.first_failing else None,
+            "with_overrides": layer_plan.first_failing.node if layer_plan and layer_plan.first_failing else None,
+        },
+        "tensors": [
+            {k: row[k] for k in ("name", "kind", "max_abs", "min_nonzero_abs", "tier", "reason")}
+            for row in tensor_rows(graph, runs.profile)
         ],
     }
 
@@ -115,46 +111,26 @@ def search_summary(outcome) -> str:
             f"{r.evaluations} evaluation(s) in {outcome.seconds:.1f} s on the {outcome.backend} backend")
 
 
-def search_report(outcome) -> dict:
-    result = outcome.result
-    return gather(
-        title=f"fp16bisect search: {outcome.graph.path.name}", graph=outcome.graph, samples=outcome.oracle.samples,
-        backend=outcome.backend, tolerance=outcome.tolerance, summary=search_summary(outcome), fp16=outcome.fp16,
-        with_overrides=outcome.final, plan=frozenset(result.fp32), overrides=outcome.data["fp32_nodes"],
-        trace=result.trace, notes=outcome.data["notes"], prof=outcome.profile,
-    )
-
-
-def check_report(outcome, line: str) -> dict:
-    from fp16bisect.evaluation.oracle import Oracle
-
-    use = outcome.overrides
-    plan = frozenset(use.nodes) if use else frozenset()
+def search_report(outcome, runs: ReportRuns) -> dict:
+    """``runs``: ``diagnose.report_runs.search_runs(outcome)``."""
     graph = outcome.graph
-    runner = LayerwiseRunner(graph, outcome.samples)  # one emulation session: the per-node errors and the contrast
-    fp16 = outcome.evaluation
-    if use:  # the all-FP16 contrast, emulated
-        oracle = Oracle(runner.backend, outcome.samples, outcome.tolerance, graph.float_output_names())
-        fp16 = oracle.evaluate(frozenset())
-    return gather(
-        title=f"fp16bisect check: {graph.path.name}", graph=graph, samples=outcome.samples,
-        backend=outcome.backend, tolerance=outcome.tolerance, summary=line, fp16=fp16,
-        with_overrides=outcome.evaluation if use else None, plan=plan, overrides=_override_rows(graph, plan),
-        runner=runner,
-    )
+    head = heading(f"fp16bisect search: {graph.path.name}", graph, outcome.backend, outcome.tolerance,
+                   search_summary(outcome), outcome.data["notes"])
+    return pack(head, graph, runs, outcome.data["fp32_nodes"], outcome.result.trace)
 
 
-def compare_report(runner: LayerwiseRunner, result: Layerwise, tolerance) -> dict:
-    from fp16bisect.evaluation.oracle import Oracle
+def check_report(outcome, line: str, runs: ReportRuns) -> dict:
+    """``line``: the check's verdict; ``runs``: ``diagnose.report_runs.check_runs(outcome)``."""
+    graph = outcome.graph
+    head = heading(f"fp16bisect check: {graph.path.name}", graph, outcome.backend, outcome.tolerance, line)
+    return pack(head, graph, runs, _override_rows(graph, runs.plan))
 
+
+def compare_report(runner: LayerwiseRunner, result: Layerwise, tolerance, runs: ReportRuns) -> dict:
+    """``runs``: ``diagnose.report_runs.compare_runs(runner, result, tolerance)``."""
     graph, plan = runner.graph, result.plan
-    oracle = Oracle(runner.backend, runner.samples, tolerance, graph.float_output_names())
     first = result.first_failing
     summary = (f"first failing node: {first.node} ({first.op_type})" if first else "no node fails") + (
         f" with {len(plan)} node(s) in FP32" if plan else " in all-FP16")
-    return gather(
-        title=f"fp16bisect compare: {graph.path.name}", graph=graph, samples=runner.samples, backend="emulate",
-        tolerance=tolerance, summary=summary, fp16=oracle.evaluate(frozenset()),
-        with_overrides=oracle.evaluate(plan) if plan else None, plan=plan, thresholds=result.thresholds,
-        runner=runner, overrides=_override_rows(graph, plan),
-    )
+    head = heading(f"fp16bisect compare: {graph.path.name}", graph, "emulate", tolerance, summary)
+    return pack(head, graph, runs, _override_rows(graph, plan))

@@ -12,7 +12,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from fp16bisect.strategy import prior as priors
-from fp16bisect.strategy import ranking
+from fp16bisect.strategy import prior_choice, ranking
+from fp16bisect.strategy.agreement import agreement
+from fp16bisect.strategy.alternatives import Alternatives
 from fp16bisect.run.override_json import overrides_json
 from fp16bisect.run.paths import journal_path
 from fp16bisect.backends import Options, make_backend
@@ -118,8 +120,8 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
     """The smallest set of nodes to keep in FP32 for ``model`` on these samples, as ``options`` say (see
     ``SearchOptions``: tolerance, backend, output, resuming, parallel evaluation, the prior)."""
     options = options or SearchOptions()
-    if options.prior not in priors.CHOICES:
-        raise UsageError(f"unknown prior {options.prior!r}: use one of {', '.join(priors.CHOICES)}")
+    if options.prior not in prior_choice.CHOICES:
+        raise UsageError(f"unknown prior {options.prior!r}: use one of {', '.join(prior_choice.CHOICES)}")
     listener = listener or Listener()
     start = time.perf_counter()
     options = options.beside_output()
@@ -136,7 +138,7 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
                 oracle.journal.discard_if_unused()
             raise
         found = None
-        if priors.wanted(options.prior, chosen.name):
+        if prior_choice.wanted(options.prior, chosen.name):
             found = _prior(graph, oracle, prof, listener, options)
         # with a prior, the noise is measured on its set, the first plan the search evaluates (its build is kept)
         noise = build_noise(chosen, oracle.samples, options.tolerance, options.noise_ok, listener, oracle.journal,
@@ -155,14 +157,11 @@ def _prior(graph, oracle, prof, listener, options: SearchOptions) -> Prior | Non
     if journal is not None and journal.prior is not None:
         listener.stage(f"prior: the emulator's result read from {journal.path} (not run again)")
         return Prior.from_json(journal.prior)
-    backend = priors.emulator(graph, options.prior, listener)
+    backend = prior_choice.emulator(graph, options.prior, listener)
     if backend is None:
         return None
-    header = dict(journal.header) if journal is not None else {}
-    header.pop("schema", None)
     output = options.output
-    found = priors.run(graph, backend, oracle.samples, oracle.tolerance, oracle.outputs, prof, listener,
-                       header=header, path=journal_path(output, prior=True) if output else None,
+    found = priors.run(graph, backend, oracle, prof, listener, path=journal_path(output, prior=True) if output else None,
                        restart=options.restart, retry_crashed=options.retry_crashed)
     if found is not None and journal is not None:
         journal.record_prior(found.to_json())
@@ -183,9 +182,9 @@ def _search(graph, chosen, oracle, listener, prof, prior):
     if prior is not None:
         listener.stage(f"on the {chosen.name} backend: evaluating the emulator's {len(prior.fp32)} node(s), then "
                        "certifying each (or continuing from them if they fail)")
-        result = search(ids, oracle, order=prior.order, start=prior.fp32, alternatives=priors.Alternatives(
+        result = search(ids, oracle, order=prior.order, start=prior.fp32, alternatives=Alternatives(
             graph, prior, oracle.samples, oracle.tolerance, oracle.outputs, listener), **common)
-        listener.stage(priors.agreement(result, chosen.name))
+        listener.stage(agreement(result, chosen.name))
     else:
         listener.stage(f"searching on the {chosen.name} backend ({prof.suspects} suspect(s) first)")
         result = search(ids, oracle, order=prof.order, suspects=prof.suspects,

@@ -1,0 +1,178 @@
+"""The magnitude plot: every float tensor's FP32 magnitude (max |x|, min nonzero |x|) against the FP16 limits.
+
+Tensors sorted by their largest magnitude, activations and weights apart; FP16's overflow, subnormal and
+flush-to-zero ranges shaded; the riskiest tensors labelled by name where a label hides nothing.
+"""
+
+from __future__ import annotations
+
+import math
+
+from fp16bisect.model.profile import FP16_MAX, FP16_MIN_NORMAL
+from fp16bisect.report.formatting import finite, num, plural, short
+from fp16bisect.report.plots import PLOT_MAGNITUDES
+from fp16bisect.report.plots.figure import (decade_ticks, inline_svg, legend_above, log_floor, new_figure,
+                                            place_labels, text_renderer)
+
+FP16_MIN_SUBNORMAL = 2.0**-24  # 5.96e-08; nonzero |x| below half of it rounds to 0 in FP16
+
+_MAX_NAME_LABELS = 15  # tensors labelled by name
+# where a tensor's name may go around its marker (points), tried in order
+_LABEL_OFFSETS = [(10, 0), (10, 12), (10, -12), (10, 24), (10, -24), (10, 36), (10, -36), (10, 48), (10, -48),
+                  (-10, 0), (-10, 12), (-10, -12), (-10, 24), (-10, -24), (30, 60), (30, -60)]
+_COLOR_ACTIVATION = "#1f77b4"
+_COLOR_WEIGHT = "#9467bd"
+
+
+def plot(data: dict) -> tuple[str, str]:
+    """The FP32 magnitudes of ``data["tensors"]`` against the FP16 limits, and its caption."""
+    plot = _MagnitudePlot(data["tensors"])
+    svg = plot.draw()
+    return svg, plot.caption()
+
+
+def _size(t) -> float:
+    """Sort key: largest first, non-finite before everything, nan last."""
+    v = t.get("max_abs")
+    if v is None or math.isnan(float(v)):
+        return -1.0
+    return float(v)
+
+
+class _MagnitudePlot:
+    """``magnitudes`` in steps: its scale, the FP16 limits, one series per kind of tensor, the axes, the names
+    of the risky tensors, then the caption (which counts what the series could not draw)."""
+
+    def __init__(self, tensors: list[dict]):
+        self.tensors = tensors
+        self.order = sorted(tensors, key=_size, reverse=True)
+        self.n = len(self.order)
+        self.floor, self.ceiling = self._scale()
+        self.nan_count = self.zero_count = self.inf_count = 0
+        self.risky = [(i, t) for i, t in enumerate(self.order) if int(t.get("tier", 0)) >= 2]
+        self.risky.sort(key=lambda it: -int(it[1].get("tier", 0)))  # stable: keeps largest-first within a tier
+        self.labelled = 0
+
+    def _scale(self) -> tuple[float, float]:
+        """The floor (all-zero tensors are drawn there) and the ceiling (where inf is drawn)."""
+        order = self.order
+        values = [float(t["max_abs"]) for t in order if finite(t.get("max_abs"))]
+        values += [float(t["min_nonzero_abs"]) for t in order if finite(t.get("min_nonzero_abs"))]
+        floor = min(log_floor(values), FP16_MIN_SUBNORMAL / 100)
+        top_finite = max([v for v in values if v > 0] + [FP16_MAX])
+        return floor, 10.0 ** (math.floor(math.log10(top_finite)) + 2)
+
+    def draw(self) -> str:
+        fig = new_figure(12, 5.2, {"left": 0.8, "right": 1.9, "top": 0.45, "bottom": 0.5})
+        ax = fig.subplots()
+        ax.set_yscale("log")
+        self._draw_limits(ax)
+        for kind, color, marker in (("activation", _COLOR_ACTIVATION, "o"), ("weight", _COLOR_WEIGHT, "D")):
+            self._draw_kind(ax, kind, color, marker)
+        self._draw_axes(ax)
+        renderer = text_renderer(fig)
+        self.labelled = place_labels(ax, renderer, self._name_points(), _LABEL_OFFSETS)
+        return inline_svg(fig, PLOT_MAGNITUDES)
+
+    def _draw_limits(self, ax) -> None:
+        """FP16's overflow, subnormal and flush-to-zero ranges, shaded, and their limits, labelled."""
+        ax.axhspan(FP16_MAX, self.ceiling * 100, color="#d62728", alpha=0.07, lw=0, zorder=0)
+        ax.axhspan(FP16_MIN_SUBNORMAL, FP16_MIN_NORMAL, color="#ffbf00", alpha=0.10, lw=0, zorder=0)
+        ax.axhspan(self.floor / 100, FP16_MIN_SUBNORMAL, color="#888", alpha=0.10, lw=0, zorder=0)
+        limits = [
+            (FP16_MAX, "#d62728", "65504 FP16 max\n(above: inf)"),
+            (FP16_MIN_NORMAL, "#b8860b", "6.1e-05 smallest normal\n(below: subnormal)"),
+            (FP16_MIN_SUBNORMAL, "#555", "6.0e-08 smallest subnormal\n(below 3e-08: 0)"),
+        ]
+        for y, color, text in limits:
+            ax.axhline(y, color=color, lw=1.1, ls="--", zorder=1)
+            ax.text(1.006, y, text, transform=ax.get_yaxis_transform(), fontsize=8, color=color, ha="left",
+                    va="center", linespacing=1.1)
+
+    def _kind_points(self, kind: str) -> tuple[list, list, list, list, list]:
+        """The tensors of ``kind``: x and max |x| of the finite ones (zeros at the floor), x and min nonzero |x|
+        where there is one, x of those already inf in FP32; NaN, zero and inf ones counted."""
+        xs, hi, lo_x, lo, inf_x = [], [], [], [], []
+        for i, t in enumerate(self.order):
+            if (t.get("kind") == "weight") != (kind == "weight"):
+                continue
+            v = t.get("max_abs")
+            if v is None or math.isnan(float(v)):
+                self.nan_count += 1
+                continue
+            v = float(v)
+            if math.isinf(v):
+                inf_x.append(i)
+                self.inf_count += 1
+                continue
+            if v <= 0:
+                self.zero_count += 1
+                v = self.floor
+            xs.append(i)
+            hi.append(v)
+            mn = t.get("min_nonzero_abs")
+            if finite(mn) and float(mn) > 0:
+                lo_x.append(i)
+                lo.append(float(mn))
+        return xs, hi, lo_x, lo, inf_x
+
+    def _draw_kind(self, ax, kind: str, color: str, marker: str) -> None:
+        xs, hi, lo_x, lo, inf_x = self._kind_points(kind)
+        if lo_x:
+            ax.vlines(lo_x, lo, [hi[xs.index(i)] for i in lo_x], color=color, lw=0.7, alpha=0.35, zorder=2)
+        ax.scatter(xs, hi, s=16, marker=marker, color=color, zorder=3, label=f"{kind}: max |x|")
+        if lo_x:
+            ax.scatter(lo_x, lo, s=12, marker=marker, facecolors="white", edgecolors=color, lw=0.9, zorder=2.5,
+                       label=f"{kind}: min nonzero |x|")
+        if inf_x:
+            ax.scatter(inf_x, [self.ceiling] * len(inf_x), s=50, marker="^", color=color, edgecolors="black",
+                       lw=0.6, zorder=4, label=f"{kind}: inf/NaN in FP32 already")
+
+    def _draw_axes(self, ax) -> None:
+        ax.set_xlim(-1, max(self.n, 2))
+        ax.set_ylim(self.floor / 3, self.ceiling * 5)
+        ax.set_xlabel(f"tensor, sorted by max |x| ({plural(self.n, 'tensor')})")
+        ax.set_ylabel("|x| in the FP32 run (log)")
+        decade_ticks(ax, self.floor / 3, self.ceiling * 5)
+        legend_above(ax, ncol=6)
+        ax.grid(axis="y", which="major", color="#eee", lw=0.6)
+        ax.set_axisbelow(True)
+
+    def _name_points(self) -> list[tuple]:
+        """Where the riskiest tensors' names point: at the limit each is near (max |x|, or its smallest values)."""
+        points = []
+        for i, t in self.risky[:_MAX_NAME_LABELS]:
+            mx, mn = t.get("max_abs"), t.get("min_nonzero_abs")
+            if mx is None or math.isnan(float(mx)):
+                continue
+            if math.isinf(float(mx)):
+                y = self.ceiling
+            elif float(mx) >= FP16_MAX / 2 or not (finite(mn) and float(mn) > 0):
+                y = max(float(mx), self.floor)
+            else:  # near the bottom: the values that flush to zero
+                y = float(mn)
+            points.append((i, y, short(str(t.get("name", "")))))
+        return points
+
+    def caption(self) -> str:
+        n = self.n
+        weights = sum(1 for t in self.tensors if t.get("kind") == "weight")
+        caption = [f"Every float tensor of the FP32 run ({plural(n - weights, 'activation')}, "
+                   f"{plural(weights, 'weight')}), sorted by its largest magnitude: a filled marker is max |x|, the "
+                   "hollow one below it the smallest nonzero |x| (circles: activations, diamonds: weights). "
+                   "Dashed lines are the FP16 limits: above 65504 a value becomes inf; between 5.96e-08 and "
+                   "6.10e-05 it is subnormal and loses precision; below about 2.98e-08 it becomes 0."]
+        tier2 = len(self.risky)
+        if tier2:
+            caption.append(f"{plural(tier2, 'tensor')} at risk tier 2 or 3 (overflow, or near a limit); "
+                           f"{self.labelled} labelled by name"
+                           + (" (the table below lists them all)." if self.labelled < tier2 else "."))
+        else:
+            caption.append("No tensor is near an FP16 limit.")
+        if self.zero_count:
+            caption.append(f"{plural(self.zero_count, 'all-zero tensor')} drawn at the floor {num(self.floor)}.")
+        if self.inf_count:
+            caption.append(f"{plural(self.inf_count, 'tensor')} already inf in FP32, drawn as ▲ at the top.")
+        if self.nan_count:
+            caption.append(f"{plural(self.nan_count, 'tensor')} with NaN magnitude not drawn.")
+        return " ".join(caption)

@@ -51,7 +51,7 @@ from fp16bisect.model.samples import Sample, add_fp32_references  # noqa: E402
 from fp16bisect.evaluation.oracle import Oracle  # noqa: E402
 from fp16bisect.run.options import SearchOptions  # noqa: E402
 from fp16bisect.run.pipeline import Listener, search_model  # noqa: E402
-from fp16bisect.algorithm.search import search  # noqa: E402
+from fp16bisect.algorithm.search import Hooks, search  # noqa: E402
 from fp16bisect.tolerance import Tolerance  # noqa: E402
 
 
@@ -117,7 +117,7 @@ def bench(label: str, which, make, work: Path) -> list[dict]:
     prof = profile(graph, samples)
     found = priors.run(graph, emulator, Oracle(emulator, samples, tol, outputs), prof, Listener())
     with_prior = search(ids, Oracle(variant, samples, tol, outputs), order=found.order, start=found.fp32,
-                        alternatives=Alternatives(graph, found, samples, tol, outputs, Listener()))
+                        hooks=Hooks(alternatives=Alternatives(graph, found, samples, tol, outputs, Listener())))
     without = search(ids, Oracle(variant, samples, tol, outputs), order=prof.order, suspects=prof.suspects)
     judge = Oracle(variant, samples, tol, outputs)
     seg_evals, seg_set = segment_list(graph, Oracle(variant, samples, tol, outputs))

@@ -51,7 +51,7 @@ from fp16bisect.model.graph import Graph  # noqa: E402
 from fp16bisect.model.profile import profile  # noqa: E402
 from fp16bisect.model.samples import Sample, add_fp32_references, load_samples  # noqa: E402
 from fp16bisect.evaluation.oracle import Oracle  # noqa: E402
-from fp16bisect.algorithm.search import search  # noqa: E402
+from fp16bisect.algorithm.search import Hooks, search  # noqa: E402
 from fp16bisect.tolerance import Tolerance  # noqa: E402
 
 class Variant(Backend):
@@ -178,8 +178,8 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
 
         found.alternatives = {}  # the emulator as the pipeline leaves it after the prior: alternatives cost afresh
         found.oracle.memo, found.oracle.history = dict(after_prior[0]), list(after_prior[1])
-        with_prior = search(ids, oracle(), order=prior_order, start=prior_set, alternatives=Alternatives(
-            graph, found, samples, tol, outputs, Listener()))
+        with_prior = search(ids, oracle(), order=prior_order, start=prior_set, hooks=Hooks(alternatives=Alternatives(
+            graph, found, samples, tol, outputs, Listener())))
         without = search(ids, oracle(), order=prof.order, suspects=prof.suspects)
         segment_evaluations, segment_set = segment_list(graph, oracle())
         judge = oracle()

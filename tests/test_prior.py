@@ -19,7 +19,7 @@ import fp16bisect.strategy.prior_choice as prior_choice
 from fp16bisect.strategy import ranking
 from fp16bisect.strategy.alternatives import hops, neighbours
 from fp16bisect.backends.emulate import EmulateBackend
-from fp16bisect.algorithm.search import search
+from fp16bisect.algorithm.search import Hooks, search
 from fp16bisect.tolerance import Tolerance
 
 # --------------------------------------------------------------------------- search(start=...) on synthetic oracles
@@ -145,7 +145,7 @@ def test_a_pin_the_judge_ignores_costs_one_evaluation_when_the_emulator_offers_t
     order = [1, 2, 3] + [c for c in range(100) if c not in (1, 2, 3)]
     test = Counted(judge)
     result = search(range(100), test, order=order, start={1, 2, 3},
-                    alternatives=lambda failed: [{2, 3, 40, 41}])
+                    hooks=Hooks(alternatives=lambda failed: [{2, 3, 40, 41}]))
     assert set(result.fp32) == {2, 3, 40, 41} and result.added == (40, 41) and result.dropped == (1,)
     assert_passes_and_one_minimal(result, judge)
     assert test.plans[:3] == [frozenset(), {1, 2, 3}, {2, 3, 40, 41}] and result.evaluations == 7
@@ -156,7 +156,8 @@ def test_a_pin_the_judge_ignores_costs_one_evaluation_when_the_emulator_offers_t
 
 def test_alternatives_are_asked_only_when_the_start_set_fails():
     asked = []
-    result = search(range(10), lambda p: {1, 2} <= p, start={1, 2}, alternatives=lambda failed: asked.append(1) or [{3}])
+    result = search(range(10), lambda p: {1, 2} <= p, start={1, 2},
+                    hooks=Hooks(alternatives=lambda failed: asked.append(1) or [{3}]))
     assert result.agreed and asked == []
 
 
@@ -188,7 +189,7 @@ def test_with_alternatives_the_result_passes_and_every_removal_fails_on_the_judg
         calls.append(len(failed))
         return options[: len(options) // 2] if len(calls) == 1 else options
 
-    result = search(range(n), test, start=start, alternatives=alternatives,
+    result = search(range(n), test, start=start, hooks=Hooks(alternatives=alternatives),
                     test_many=lambda plans: [test(p) for p in plans], width=width)
     assert len(test.plans) == len(set(test.plans)) == result.evaluations  # each plan evaluated once
     if result.status == "fp16_passes":

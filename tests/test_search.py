@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fp16bisect.algorithm.search import SearchError, group_testing_bound, quickxplain_bound, search
+from fp16bisect.algorithm.search import Hooks, SearchError, group_testing_bound, quickxplain_bound, search
 
 PHASES = {"precondition", "suspects", "grow", "reduce", "verify", "minimality"}
 
@@ -433,7 +433,7 @@ def test_on_step_called_once_per_evaluation(n, k, suspects, seed):
         rec,
         order=order,
         suspects=suspects,
-        on_step=lambda step, progress: events.append((step, dict(progress))),
+        hooks=Hooks(on_step=lambda step, progress: events.append((step, dict(progress)))),
     )
     rec.check_bookkeeping(result)
     assert len(events) == result.evaluations == len(rec.calls)
@@ -451,7 +451,7 @@ def test_on_step_called_once_per_evaluation(n, k, suspects, seed):
 
 def test_on_step_for_preconditions_only():
     events = []
-    search([1, 2, 3], lambda plan: True, on_step=lambda s, p: events.append(p))
+    search([1, 2, 3], lambda plan: True, hooks=Hooks(on_step=lambda s, p: events.append(p)))
     assert [p["evaluations"] for p in events] == [1]
     assert all(p["phase"] == "precondition" for p in events)
 
@@ -492,7 +492,7 @@ def test_the_progress_estimate_of_evaluations_left_is_within_3x_once_the_search_
         rng.shuffle(ids)
         rows = []
         result = search(ids, lambda plan, c=culprits: c <= plan,
-                        on_step=lambda step, p: rows.append((step.index, p["estimate_left"])))
+                        hooks=Hooks(on_step=lambda step, p: rows.append((step.index, p["estimate_left"]))))
         ratios = [est / (result.evaluations - i) for i, est in rows if result.evaluations > i]
         late = ratios[len(ratios) // 3:]
         assert sum(1 / 3 <= r <= 3 for r in late) >= share * len(late), (seed, n, k)
@@ -510,7 +510,7 @@ def test_all_fp32_is_not_evaluated_when_a_suspect_prefix_passes():
 def test_a_final_set_that_fails_when_evaluated_again_is_not_returned_as_minimal():
     """A noisy oracle (engine builds): {0, 1} passes once, then fails its re-evaluation."""
     result = search(list(range(10)), lambda plan: {0, 1} <= plan, order=list(range(10)), suspects=2,
-                    recheck=lambda plan: plan != frozenset({0, 1}))
+                    hooks=Hooks(recheck=lambda plan: plan != frozenset({0, 1})))
     assert not result.minimal and "failed when evaluated again" in result.minimality
     assert "{0, 1} passed, then failed when evaluated again" in result.minimality
     assert set(result.fp32) == set(range(10))  # the smallest plan seen to pass and never to fail: all-FP32
@@ -520,7 +520,7 @@ def test_a_final_set_that_fails_when_evaluated_again_is_not_returned_as_minimal(
 
 def test_a_recheck_that_agrees_costs_one_evaluation_and_keeps_the_answer():
     result = search(list(range(10)), lambda plan: {0, 1} <= plan, order=list(range(10)), suspects=2,
-                    recheck=lambda plan: {0, 1} <= plan)
+                    hooks=Hooks(recheck=lambda plan: {0, 1} <= plan))
     assert result.fp32 == (0, 1) and result.minimal and result.evaluations == 5
 
 
@@ -577,7 +577,7 @@ def test_three_valued_oracles_never_count_unevaluable_plans_as_evidence(n, seed,
     start = frozenset(rng.sample(range(n), rng.randint(0, min(n, 4)))) if with_start else None
     ranked = shuffled(rng, n)
     result = search(list(range(n)), rec, order=shuffled(rng, n), suspects=suspects, start=start,
-                    reorder=lambda: ranked, test_many=lambda plans: [rec(p) for p in plans], width=width)
+                    hooks=Hooks(reorder=lambda: ranked), test_many=lambda plans: [rec(p) for p in plans], width=width)
     rec.calls.sort(key=[s.plan for s in result.trace].index)  # a round's plans are recorded in the trace's order
     rec.check_bookkeeping(result)  # no plan asked twice
     assert frozenset() in rec.answers  # the all-FP16 verdict is known, on this judge, whatever the start

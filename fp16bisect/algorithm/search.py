@@ -54,7 +54,7 @@ from fp16bisect.algorithm import lookahead
 from fp16bisect.algorithm.memo import Memo, SearchError, Step
 from fp16bisect.algorithm.progress import group_testing_bound, quickxplain_bound
 
-__all__ = ["SearchError", "SearchResult", "Step", "group_testing_bound", "quickxplain_bound", "search"]
+__all__ = ["Hooks", "SearchError", "SearchResult", "Step", "group_testing_bound", "quickxplain_bound", "search"]
 
 # What a search ends with: a set found, nothing needed (all-FP16 passes), or no set at all (all-FP32 fails).
 Status = Literal["found", "fp16_passes", "fp32_fails"]
@@ -91,6 +91,21 @@ class SearchResult:
         return f"{len(self.fp32)} node(s) in FP32, {kind}, {self.evaluations} evaluations"
 
 
+@dataclass(frozen=True)
+class Hooks:
+    """What a caller may add to the predicate; each is called only when the search needs it."""
+
+    # no suspect prefix passes: every candidate in the order to grow in from there
+    reorder: Callable[[], Sequence[Hashable]] | None = None
+    # ``start`` fails: called with the plans that failed (``start`` first), and again with more while it offers
+    # new sets to try
+    alternatives: Callable[[tuple], Iterable[Iterable[Hashable]]] | None = None
+    # a judge whose verdicts vary (engine builds): the final set evaluated once more, afresh; if it fails, the
+    # search says so and falls back to the smallest plan that passed
+    recheck: Callable[[frozenset], bool | None] | None = None
+    on_step: Callable[[Step, dict], None] | None = None  # after each evaluation: the step and the progress
+
+
 @dataclass
 class _Answer:
     status: Status
@@ -105,22 +120,15 @@ def search(
     *,
     order: Sequence[Hashable] | None = None,
     suspects: int = 0,
-    reorder: Callable[[], Sequence[Hashable]] | None = None,
     start: Iterable[Hashable] | None = None,
-    alternatives: Callable[[tuple], Iterable[Iterable[Hashable]]] | None = None,
-    recheck: Callable[[frozenset], bool | None] | None = None,
-    on_step: Callable[[Step, dict], None] | None = None,
+    hooks: Hooks = Hooks(),
     test_many: Callable[[list], list] | None = None,
     width: int = 1,
 ) -> SearchResult:
     """Search a 1-minimal FP32 set; see the module docstring.
 
     ``order``: the candidates, most suspicious first (default: as given); its first ``suspects`` are
-    flagged. ``reorder()``: called only when no suspect prefix passes; all candidates in the order to grow
-    in from there. ``start``: a set to certify or continue from; ``alternatives(failed)``: called only when
-    ``start`` fails, with the plans that failed (``start`` first), and again with more while it offers new
-    sets. ``recheck``: for a judge whose verdicts vary (engine builds), evaluates the final set once more,
-    afresh; if it fails, the search says so and falls back to the smallest plan that passed.
+    flagged. ``start``: a set to certify or continue from. ``hooks``: what the caller adds (``Hooks``).
     ``test_many(plans) -> verdicts`` with ``width`` > 1: up to ``width`` plans evaluated at once.
     """
     ids = list(dict.fromkeys(candidates))
@@ -135,17 +143,17 @@ def search(
             raise SearchError(f"start holds {len(unknown)} id(s) that are not candidates, e.g. {unknown[0]!r}")
 
     def ranked() -> list:
-        return _permutation(ids, reorder(), "reorder()")
+        return _permutation(ids, hooks.reorder(), "reorder()")
 
     def algorithm(ask: lookahead.Ask) -> _Answer:
         return _answer(ask, order, max(0, min(int(suspects), len(order))), start,
-                       None if reorder is None else ranked, alternatives, rank)
+                       None if hooks.reorder is None else ranked, hooks.alternatives, rank)
 
-    memo = Memo(test, on_step, test_many, width)
+    memo = Memo(test, hooks.on_step, test_many, width)
     memo.everything = frozenset(ids)
     answer = lookahead.run(algorithm, memo)
-    if answer.status == "found" and not answer.why_not_minimal and recheck is not None:
-        again = memo.again(answer.fp32, recheck)
+    if answer.status == "found" and not answer.why_not_minimal and hooks.recheck is not None:
+        again = memo.again(answer.fp32, hooks.recheck)
         if not again:
             answer = _smallest_passing(lookahead.Ask(memo), "the set found " + (
                 "could not be evaluated again" if again is None else "failed when evaluated again"))

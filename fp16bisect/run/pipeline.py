@@ -28,7 +28,7 @@ from fp16bisect.evaluation.oracle import EXIT_CODE, OUTPUTS, Oracle
 from fp16bisect.run.options import SearchOptions
 from fp16bisect.run.outcome import Listener, Outcome
 from fp16bisect.strategy.prior import Prior
-from fp16bisect.algorithm.search import search
+from fp16bisect.algorithm.search import Hooks, search
 from fp16bisect.tolerance import Tolerance
 
 __all__ = ["Listener", "Outcome", "prepare", "search_model"]
@@ -172,9 +172,8 @@ def _search(graph, chosen, oracle, listener, prof, prior):
     """The search's result; an all-FP32 plan that fails or cannot be evaluated is an error said here."""
     step = lambda step, progress: listener.step(  # noqa: E731
         step, {**progress, "backend": chosen.name, "replayed": step.plan in oracle.replayed})
+    recheck = None if chosen.deterministic else lambda plan: oracle.evaluate(plan, 1).verdict
     common = dict(
-        on_step=step,
-        recheck=None if chosen.deterministic else lambda plan: oracle.evaluate(plan, 1).verdict,
         test_many=oracle.test_many if oracle.width > 1 else None,
         width=oracle.width,
     )
@@ -182,13 +181,15 @@ def _search(graph, chosen, oracle, listener, prof, prior):
     if prior is not None:
         listener.stage(f"on the {chosen.name} backend: evaluating the emulator's {len(prior.fp32)} node(s), then "
                        "certifying each (or continuing from them if they fail)")
-        result = search(ids, oracle, order=prior.order, start=prior.fp32, alternatives=Alternatives(
-            graph, prior, oracle.samples, oracle.tolerance, oracle.outputs, listener), **common)
+        result = search(ids, oracle, order=prior.order, start=prior.fp32, hooks=Hooks(alternatives=Alternatives(
+            graph, prior, oracle.samples, oracle.tolerance, oracle.outputs, listener), recheck=recheck, on_step=step),
+            **common)
         listener.stage(agreement(result, chosen.name))
     else:
         listener.stage(f"searching on the {chosen.name} backend ({prof.suspects} suspect(s) first)")
         result = search(ids, oracle, order=prof.order, suspects=prof.suspects,
-                        reorder=ranking.reorder_by_effect(graph, chosen, oracle, prof, listener), **common)
+                        hooks=Hooks(reorder=ranking.reorder_by_effect(graph, chosen, oracle, prof, listener),
+                                    recheck=recheck, on_step=step), **common)
     said = {frozenset(): "the all-FP16 plan", **({frozenset(prior.fp32): "the emulator's set"} if prior else {})}
     for plan, what in said.items():
         evaluation = oracle.memo.get(plan)

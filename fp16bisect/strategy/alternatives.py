@@ -5,7 +5,7 @@ no effect (TensorRT 10 ignoring a pin inside a Myelin fusion, a runtime with
 no FP32 kernel for an op): for each member m of S, the emulator searches
 again with m in FP16 (from S - {m}, over the candidates without m), and these
 alternatives are evaluated on the expensive backend before any search for
-additions (``search(..., alternatives=...)``); when all fail, the ignored
+additions (``search(..., hooks=Hooks(alternatives=...))``); when all fail, the ignored
 pins are guessed from the failed plans, as a smallest hitting set of them
 whose ties go to the candidate nearest in the graph (a breadth-first search
 over tensor hops). They are computed only then, on the emulator (no engine
@@ -23,7 +23,7 @@ from fp16bisect.strategy.prior import Prior
 
 
 class Alternatives:
-    """``search(..., alternatives=...)``: the emulator's other answers, asked for only when the prior's set S
+    """``search(..., hooks=Hooks(alternatives=...))``: the emulator's other answers, asked for only when the prior's set S
     fails on the judge, and again (with every plan that failed there) when all those offered failed too.
 
     The model behind them: the judge ignores some FP32 pins (a fused layer, no FP32 kernel), so every plan that

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from fp16bisect.algorithm.search import search
+from fp16bisect.algorithm.search import Hooks, search
 from fp16bisect.evaluation.journal import Journal
 from fp16bisect.evaluation.oracle import Oracle
 from fp16bisect.strategy import ranking
@@ -76,9 +76,9 @@ def run(graph, backend, judge: Oracle, prof, listener, *, path: str | None = Non
     listener.stage(f"prior: searching on the emulate backend first ({prof.suspects} suspect(s) first)")
     # the search ends with every single removal of its set evaluated, as the expensive backend will check it
     result = search(ids, oracle, order=order, suspects=prof.suspects,
-                    reorder=lambda: ranking.by_effect(prof.order, measured),
-                    on_step=lambda step, progress: listener.step(
-                        step, {**progress, "backend": LABEL, "replayed": step.plan in oracle.replayed}))
+                    hooks=Hooks(reorder=lambda: ranking.by_effect(prof.order, measured),
+                                on_step=lambda step, progress: listener.step(
+                                    step, {**progress, "backend": LABEL, "replayed": step.plan in oracle.replayed})))
     if result.status == "fp32_fails":
         listener.stage("prior: even all-FP32 misses the tolerance on the emulator; searching on the backend alone")
         return None

@@ -135,3 +135,14 @@ def test_the_backend_lives_for_the_search_and_is_closed_after_it_even_on_an_erro
     with pytest.raises(UsageError):
         searched("transformer_block", known)
     assert [b.closed for b in made] == [1, 1]
+
+
+def test_the_timing_cache_goes_beside_the_output_unless_a_path_was_given_even_the_default_name(tmp_path):
+    from fp16bisect.backends.base import Options
+
+    out = str(tmp_path / "o.json")
+    beside = SearchOptions(output=out).beside_output().backend_options.tensorrt.timing_cache
+    asked = SearchOptions(output=out, backend_options=Options.of(timing_cache="fp16bisect.timing.cache"))
+    assert beside == str(tmp_path / "o.timing.cache")
+    assert asked.beside_output().backend_options.tensorrt.timing_cache == "fp16bisect.timing.cache"
+    assert Options().tensorrt.timing_cache_file == "fp16bisect.timing.cache"  # no -o: the working directory

@@ -67,9 +67,16 @@ class Backend:
         self.close()
 
 
+DEFAULT_TIMING_CACHE = "fp16bisect.timing.cache"  # in the working directory, when no -o says where
+
+
 @dataclass(frozen=True)
 class TensorRTOptions:
-    timing_cache: str = "fp16bisect.timing.cache"
+    timing_cache: str | None = None  # None: beside -o (``SearchOptions.beside_output``), else DEFAULT_TIMING_CACHE
+
+    @property
+    def timing_cache_file(self) -> str:
+        return self.timing_cache or DEFAULT_TIMING_CACHE
     opt_level: int | None = None  # builder optimisation level
     typing: Typing | None = None  # None: strong where the version has it
 

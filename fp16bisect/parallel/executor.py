@@ -61,7 +61,7 @@ def setup_backend(job: Job, device: str):
     options = job.options
     if job.backend == "tensorrt":  # one cache file per worker: no write races
         options = replace(options, tensorrt=replace(options.tensorrt,
-                                                    timing_cache=f"{options.tensorrt.timing_cache}.{device}"))
+                                                    timing_cache=f"{options.tensorrt.timing_cache_file}.{device}"))
     return WorkerState(make_backend(job.backend, graph, options), job, device)
 
 

@@ -9,7 +9,7 @@ evaluation and the prior.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from fp16bisect.backends.base import CommandOptions, Options, TensorRTOptions
+from fp16bisect.backends.base import CommandOptions, Options
 from fp16bisect.parallel import Parallel
 from fp16bisect.run.paths import plans_dir, timing_cache_path
 from fp16bisect.tolerance import Tolerance
@@ -44,7 +44,7 @@ class SearchOptions:
             return self
         chosen = self.backend_options
         trt, command = chosen.tensorrt, chosen.command
-        if trt.timing_cache == TensorRTOptions.timing_cache:
+        if trt.timing_cache is None:
             trt = replace(trt, timing_cache=timing_cache_path(self.output))
         if command.plans_dir == CommandOptions.plans_dir:
             command = replace(command, plans_dir=plans_dir(self.output))

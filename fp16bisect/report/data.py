@@ -13,7 +13,8 @@ import sys
 from fp16bisect.model.graph import Graph
 from fp16bisect.diagnose.layerwise import Layerwise, LayerwiseRunner, Thresholds
 from fp16bisect.evaluation.oracle import Evaluation
-from fp16bisect.model.profile import Profile, profile, tensor_rows
+from fp16bisect.diagnose.scan import tensor_rows
+from fp16bisect.model.profile import Profile, profile
 
 
 def metrics(m) -> dict | None:

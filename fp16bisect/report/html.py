@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fp16bisect import __version__
 from fp16bisect.artifacts.overrides import write_atomic
-from fp16bisect.model.profile import FP16_MAX, FP16_MIN_NORMAL
+from fp16bisect.model.statistics import FP16_MAX, FP16_MIN_NORMAL
 
 FP16_MIN_SUBNORMAL = 2.0**-24  # 5.96e-08; nonzero |x| below half of it rounds to 0 in FP16
 

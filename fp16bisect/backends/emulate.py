@@ -56,7 +56,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fp16bisect.model.fp16 import constant_as_stored
 from fp16bisect.backends.base import Backend
-from fp16bisect.model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, TRANSPARENT_OPS, Graph, _subgraphs
+from fp16bisect.model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, TRANSPARENT_OPS, Graph
+from fp16bisect.model.subgraphs import subgraphs
 from fp16bisect.model.runtime import run, session
 from fp16bisect.timing import timed
 
@@ -117,7 +118,7 @@ class Emulation:
                     else:
                         selected[tensor] = self._site((i, i), tensor, tensor)
                 proto.input[pos] = selected[tensor]
-            if _subgraphs(proto):
+            if subgraphs(proto):
                 self._round_inside(proto, i)
             outs = []
             for pos, tensor in enumerate(node.outputs):
@@ -296,7 +297,7 @@ def _round_subgraphs(proto: onnx.NodeProto, types: dict[str, int], site, fresh, 
     default-domain node with a float output rounds its float outputs, and its float inputs that no rounding
     node has produced. ``site(tensor, nodes, out=None)`` appends a rounding of ``tensor`` to ``nodes`` and
     returns its name; ``fresh(what)`` makes a model-unique name."""
-    for sub in _subgraphs(proto):
+    for sub in subgraphs(proto):
         done = set(rounded)
         originals = list(sub.node)
         del sub.node[:]
@@ -315,7 +316,7 @@ def _round_subgraphs(proto: onnx.NodeProto, types: dict[str, int], site, fresh, 
                 if t not in selected:
                     selected[t] = site(t, sub.node)
                 node.input[pos] = selected[t]
-            if _subgraphs(node):
+            if subgraphs(node):
                 _round_subgraphs(node, types, site, fresh, done)
             outs = []
             for pos, t in enumerate(node.output):
@@ -470,7 +471,7 @@ def plan_model(graph: Graph, plan) -> onnx.ModelProto:
             continue
         for pos, tensor in graph.rounded_inputs(node):
             proto.input[pos] = cast_pair(tensor, g.node)
-        if _subgraphs(proto):
+        if subgraphs(proto):
             _round_subgraphs(proto, types, cast_pair, fresh)
         fold = graph.batchnorm_fold(node)
         if fold is not None:  # the file's Mul and Add in FP16 instead of the node

@@ -65,7 +65,8 @@ def main() -> None:
 
     import numpy as np
 
-    from fp16bisect.backends.emulate import EmulateBackend, Emulation
+    from fp16bisect.backends.emulate import EmulateBackend
+    from fp16bisect.backends.emulate.rewrite import Emulation
     from fp16bisect.model.graph import Graph
     from fp16bisect.model.runtime import session
 

@@ -97,9 +97,12 @@ def sample_models() -> list[str]:
 def oracle_speed(plans: int) -> list[str]:
     import numpy as np
 
-    from fp16bisect.backends.emulate import EmulateBackend, run_plan_model
+    from fp16bisect.backends.emulate import EmulateBackend
     from fp16bisect.model.graph import Graph
     from fp16bisect.model.runtime import session
+
+    sys.path.insert(0, str(ROOT / "tests"))  # the fresh-session-per-plan baseline lives with the tests checked against it
+    from emulated_plans import run_plan_model
 
     model = ROOT / "sample_models" / "transformer_block.onnx"
     graph = Graph.load(model)

@@ -209,7 +209,8 @@ def test_internal_error_is_one_line_exit_4_and_the_traceback_goes_to_a_file_it_n
     assert "internal error: ZeroDivisionError: a bug" in line and "Traceback" not in err
     where = re.search(r"the traceback is in (\S+): please report it", line).group(1)
     assert where.startswith(str(tmp_path)) and "fp16bisect-traceback-" in where
-    written = open(where).read()
+    with open(where) as f:
+        written = f.read()
     assert "Traceback (most recent call last)" in written and "ZeroDivisionError: a bug" in written
     assert "in broken" in written  # the frame that raised
 

@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 from conftest import F, make_model
+from emulated_plans import run_plan_model
 from onnx import TensorProto, helper
 
-from fp16bisect.backends.emulate import EmulateBackend, run_plan_model
+from fp16bisect.backends.emulate import EmulateBackend
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.graph import notes
 

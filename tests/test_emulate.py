@@ -3,11 +3,13 @@
 import numpy as np
 import pytest
 from conftest import F, make_model
+from emulated_plans import run_plan_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from fp16bisect.backends.emulate import EmulateBackend, run_plan_model, self_test
+from fp16bisect.backends.emulate import EmulateBackend
+from fp16bisect.backends.emulate.selftest import self_test
 from fp16bisect.model.graph import Graph
 
 BIG = np.array([70000.0, 1e-8, 2049.0, 1.0], dtype=np.float32)
@@ -25,7 +27,7 @@ def chain():
 
 
 def test_self_test_passes_on_this_machine(monkeypatch):
-    import fp16bisect.backends.emulate as emulate
+    import fp16bisect.backends.emulate.selftest as emulate
 
     # it runs once per process: by now an earlier backend has run it, and a second call would return at once
     monkeypatch.setattr(emulate, "_SELF_TEST_DONE", False)
@@ -103,7 +105,7 @@ def test_unknown_node_in_plan_is_an_error():
 
 def test_self_test_refuses_a_runtime_that_folds_cast_pairs(monkeypatch):
     """If ONNX Runtime ever removed the rounding, the backend must refuse to start, not emulate nothing."""
-    import fp16bisect.backends.emulate as emulate
+    import fp16bisect.backends.emulate.selftest as emulate
 
     class Folding:
         def __init__(self, model, what):

@@ -165,7 +165,8 @@ def test_compare_names_the_node_where_the_error_is_born(name, tmp_path, capsys, 
     out = tmp_path / "layers.csv"
     code, stdout, _ = run(capsys, "compare", *sample(name), "--csv", out, "-q")
     assert code == 0
-    rows = list(csv.DictReader(out.open()))
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
     first = next((r["node"] for r in rows if r["passed"] == "False"), None)
     assert first == FIRST_FAILING[name]
     if first:
@@ -179,7 +180,8 @@ def test_compare_with_the_overrides_has_no_non_finite_tensor(tmp_path, capsys, s
     code, _, _ = run(capsys, "compare", *sample("transformer_block"), "--overrides", searched["transformer_block"],
                      "--csv", out, "-q")
     assert code == 0
-    rows = list(csv.DictReader(out.open()))
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
     assert all(r["nonfinite"] == "0" for r in rows)
     assert {r["node"] for r in rows if r["fp32"] == "True"} == {"ln1_square", "ln1_var"}
 

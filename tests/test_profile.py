@@ -12,9 +12,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
+from fp16bisect.model import instrument as I
 from fp16bisect.model import profile as P
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.samples import Sample
+from fp16bisect.model.statistics import TensorStats
 
 F32 = np.float32
 TINY = float(np.finfo(F32).tiny)  # 2^-126
@@ -47,7 +49,7 @@ def edge_model() -> Graph:
 def reference(graph: Graph, samples) -> dict:
     names = [t for n in graph.nodes for t in n.outputs if graph.is_float(t)]
     names = list(dict.fromkeys([*graph.float_output_names(), *names]))
-    stats = {t: P.TensorStats(t) for t in names}
+    stats = {t: TensorStats(t) for t in names}
     P._fetch(graph.runnable_copy(), names, samples, stats, 256)
     return stats
 
@@ -62,7 +64,7 @@ def test_in_run_statistics_equal_whole_tensor_statistics(grouped, rows):
     graph = edge_model()
     samples = [Sample("s", {"x": np.array(r, F32)}) for r in rows]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(P, "GROUP_TENSOR", P.GROUP_TENSOR if grouped else 0)
+        patch.setattr(I, "GROUP_TENSOR", I.GROUP_TENSOR if grouped else 0)
         got = P.profile(graph, samples)
     want = reference(graph, samples)
     for name, stats in want.items():
@@ -99,7 +101,7 @@ def test_row_statistics_need_no_whole_tensor_when_values_are_finite(monkeypatch,
     want = reference(graph, samples)
     fetched = []
     monkeypatch.setattr(P, "_fetch", lambda model, names, *args: fetched.extend(names))
-    monkeypatch.setattr(P, "GROUP_TENSOR", P.GROUP_TENSOR if grouped else 0)
+    monkeypatch.setattr(I, "GROUP_TENSOR", I.GROUP_TENSOR if grouped else 0)
     got = P.profile(graph, samples)
     assert fetched == []  # every statistic came from the instrumented run
     assert set(P._same_values(graph, list(want))) == {"moved", "flat_x"}
@@ -118,9 +120,9 @@ def test_statistics_outputs_hold_one_number_per_row(monkeypatch, opset, grouped)
     graph = rows_model(opset)
     x = np.full((3, 5, 7), 2.0**-20, F32)
     x[:, :, 0] = 3.0
-    monkeypatch.setattr(P, "GROUP_TENSOR", P.GROUP_TENSOR if grouped else 0)
+    monkeypatch.setattr(I, "GROUP_TENSOR", I.GROUP_TENSOR if grouped else 0)
     names = ["pos", "halved", "y", "total"]
-    model, units = P._with_statistics(graph, names, P._sizes(graph, {"x": x}))
+    model, units = I.with_statistics(graph, names, I.tensor_sizes(graph, {"x": x}))
     outputs = [o.name for o in model.graph.output]
     values = dict(zip(outputs, session(model).run(outputs, {"x": x})))
     assert {t for tensors, _ in units for t in tensors} == set(names)
@@ -131,7 +133,7 @@ def test_statistics_outputs_hold_one_number_per_row(monkeypatch, opset, grouped)
         rows = int(shapes[:, 0].sum())
         assert all(v.shape == (rows,) for v in got[:-1])
         for t, (row_max, row_sum, row_min, row_subnormal, row_flushed, _finite, shape) in zip(tensors,
-                                                                                              P._split(*got)):
+                                                                                              I.split_units(*got)):
             want = {"pos": (15, 7), "halved": (15, 7), "y": (15, 7), "total": (1, 1)}[t]
             assert tuple(shape) == want
             if t != "total":
@@ -148,7 +150,7 @@ def test_finite_values_past_fp16_are_counted_in_the_run(monkeypatch, grouped):
     samples = [Sample("s", {"x": x})]
     want = reference(graph, samples)
     fetched = []
-    monkeypatch.setattr(P, "GROUP_TENSOR", P.GROUP_TENSOR if grouped else 0)
+    monkeypatch.setattr(I, "GROUP_TENSOR", I.GROUP_TENSOR if grouped else 0)
     monkeypatch.setattr(P, "_fetch", lambda model, names, *args: fetched.extend(names))
     got = P.profile(graph, samples)
     assert fetched == []
@@ -167,7 +169,7 @@ def test_rows_too_long_for_exact_counts_are_fetched_whole(monkeypatch):
     fetched = []
     fetch = P._fetch
     monkeypatch.setattr(P, "_fetch", lambda model, names, *args: (fetched.extend(names), fetch(model, names, *args)))
-    monkeypatch.setattr(P, "EXACT_COUNT", 6)  # rows of 7
+    monkeypatch.setattr(I, "EXACT_COUNT", 6)  # rows of 7
     got = P.profile(graph, samples)
     assert set(fetched) == {"pos", "halved", "y"}  # the scalar "total" has rows of 1
     for name, stats in want.items():
@@ -185,11 +187,11 @@ def test_a_model_below_opset_11_falls_back_to_fetching(monkeypatch):
     graph = edge_model()
     for version in (8, 10):  # no ThresholdedRelu (10) or Flatten with a negative axis (11)
         graph.model.opset_import[0].version = version
-        assert P._with_statistics(graph, ["y"]) is None
+        assert I.with_statistics(graph, ["y"]) is None
     samples = [Sample("s", {"x": np.array([1.0, -2.0, 0.0, 1e-6], F32)})]
     graph.model.opset_import[0].version = 17
     want = reference(graph, samples)
-    monkeypatch.setattr(P, "_with_statistics", lambda *args: None)
+    monkeypatch.setattr(P, "with_statistics", lambda *args: None)
     got = P.profile(graph, samples)
     assert all(got.tensors[n] == s for n, s in want.items())
 

@@ -45,7 +45,8 @@ from onnx import TensorProto, helper, numpy_helper
 from fp16bisect.errors import UsageError, shown
 from fp16bisect.model import weights
 from fp16bisect.model.fp16 import Conversion, constant_to_fp16
-from fp16bisect.model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, Graph, Node, _outer_reads, _subgraphs
+from fp16bisect.model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, Graph, Node
+from fp16bisect.model.subgraphs import outer_reads, subgraphs
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
 CONTROL_FLOW = {"If", "Loop", "Scan"}
@@ -359,7 +360,7 @@ class _Converter:
     @staticmethod
     def _drop_unread(out: onnx.GraphProto, names: set) -> None:
         """Statistics of folded BatchNormalizations that nothing else reads: no dead weights in the file."""
-        read = {t for n in out.node for t in (*n.input, *_outer_reads(n))} | {v.name for v in out.output}
+        read = {t for n in out.node for t in (*n.input, *outer_reads(n))} | {v.name for v in out.output}
         dead = names - read
         if not dead:
             return
@@ -423,7 +424,7 @@ def _rename(node: onnx.NodeProto, old: str, new: str) -> None:
 
 def _rename_reads(node: onnx.NodeProto, old: str, new: str) -> None:
     """Point a control-flow node's subgraphs at another outer tensor."""
-    for sub in _subgraphs(node):
+    for sub in subgraphs(node):
         for n in sub.node:
             for i, t in enumerate(n.input):
                 if t == old:

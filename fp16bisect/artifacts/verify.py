@@ -22,7 +22,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from fp16bisect.model import weights
-from fp16bisect.model.graph import Graph, _subgraphs
+from fp16bisect.model.graph import Graph
+from fp16bisect.model.subgraphs import subgraphs
 from fp16bisect.model.runtime import first_line, run, session
 from fp16bisect.tolerance import OutputMetrics, Tolerance, compare, worst_per_output
 
@@ -95,7 +96,7 @@ def _widen_attributes(node: onnx.NodeProto) -> None:
             a.i = FLOAT
         if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == HALF:
             a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float32), a.t.name))
-    for sub in _subgraphs(node):
+    for sub in subgraphs(node):
         cast_to_half = {n.output[0] for n in sub.node
                         if n.op_type == "Cast" and any(a.name == "to" and a.i == HALF for a in n.attribute)}
         _widen(sub, cast_to_half)

@@ -270,7 +270,7 @@ class CommandBackend(Backend):
 
     def _read_sample(self, path: Path, key: str) -> dict[str, np.ndarray]:
         try:
-            with np.load(path, allow_pickle=False) as npz:
+            with open(path, "rb") as f, np.load(f, allow_pickle=False) as npz:  # numpy leaks its file on a bad zip
                 arrays = {name: npz[name] for name in npz.files}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise CouldNotEvaluate(kind="outputs", message=f"the command exited 0 on plan {key} but {path.name} in {{outputs}} is not a readable "

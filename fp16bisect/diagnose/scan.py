@@ -1,10 +1,15 @@
-"""``scan``: where a model is at risk in FP16 (the FP32 profile's risky tensors and suspicion order), no search."""
+"""``scan``: where a model is at risk in FP16 (the FP32 profile's risky tensors and suspicion order), no search.
+
+Its rows of tensors (``tensor_rows``) are also what the HTML report shows."""
 
 from __future__ import annotations
 
 from fp16bisect.model.graph import Graph
-from fp16bisect.model.profile import profile, scan_json
+from fp16bisect.model.profile import Profile, profile
 from fp16bisect.model.samples import load_samples
+from fp16bisect.model.statistics import FP16_MAX, FP16_MIN_NORMAL, TIERS
+
+SCAN_SCHEMA = "fp16bisect.scan/1"
 
 
 def scan_model(model: str, inputs: list[str], listener) -> tuple[Graph, dict]:
@@ -15,3 +20,50 @@ def scan_model(model: str, inputs: list[str], listener) -> tuple[Graph, dict]:
     with listener.timed(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s)"):
         prof = profile(graph, samples)
     return graph, scan_json(graph, prof)
+
+
+def tensor_rows(graph: Graph, prof: Profile, min_tier: int = 0) -> list[dict]:
+    """Every recorded tensor at ``min_tier`` or above, riskiest first: what ``scan`` and the report show."""
+    readers: dict[str, list[str]] = {}
+    writer: dict[str, str] = {}
+    for node in graph.nodes:
+        for t in node.inputs:
+            readers.setdefault(t, []).append(node.id)
+        for t in node.outputs:
+            writer[t] = node.id
+    rows = []
+    for s in prof.tensors.values():
+        if s.tier < min_tier:
+            continue
+        rows.append({
+            "name": s.name,
+            "kind": "weight" if s.initializer else "activation",
+            "tier": s.tier,
+            "risk": TIERS[s.tier],
+            "max_abs": s.max_abs,
+            "min_nonzero_abs": s.min_nonzero if s.min_nonzero != float("inf") else 0.0,
+            "overflow": s.overflow,
+            "flushed": s.flushed,
+            "subnormal": s.subnormal,
+            "reason": s.describe(),
+            "written_by": writer.get(s.name, ""),
+            "read_by": readers.get(s.name, []),
+            "_severity": s.severity,
+        })
+    rows.sort(key=lambda r: (-r["tier"], -r["_severity"], r["name"]))
+    for r in rows:
+        del r["_severity"]
+    return rows
+
+
+def scan_json(graph: Graph, prof: Profile) -> dict:
+    """``scan``'s JSON: risky tensors (weights and activations) and the suspicion order of candidates."""
+    return {
+        "schema": SCAN_SCHEMA,
+        "model": {"path": str(graph.path), "sha256": graph.sha256},
+        "limits": {"fp16_max": FP16_MAX, "fp16_min_normal": FP16_MIN_NORMAL, "fp16_min_subnormal": 2.0**-24},
+        "tensors": tensor_rows(graph, prof, min_tier=1),
+        "nodes": [{"name": r.node, "op_type": r.op_type, "tier": r.tier, "risk": TIERS[r.tier], "reason": r.reason}
+                  for r in prof.risks],
+        "suspects": prof.suspects,
+    }

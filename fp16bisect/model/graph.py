@@ -12,7 +12,6 @@ float32 output.
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import threading
 from collections import Counter
@@ -24,7 +23,9 @@ import onnx
 from onnx import TensorProto
 
 from fp16bisect.errors import UsageError
-from fp16bisect.model import fp16, weights, wire
+from fp16bisect.model import fp16, weights
+from fp16bisect.model.loading import DEFAULT_DOMAINS, load_model
+from fp16bisect.model.subgraphs import nested_nodes, outer_reads, subgraphs
 
 FLOAT = TensorProto.FLOAT
 
@@ -45,7 +46,6 @@ TRANSPARENT_OPS = frozenset(
 # folds them into one scale and shift in FP32 (a variance of 1e8, seen in PP-OCRv4, is no overflow there).
 PARAMETER_INPUTS = {"Resize": {1, 2}, "Upsample": {1}, "BatchNormalization": {1, 2, 3, 4}}
 
-DEFAULT_DOMAINS = ("", "ai.onnx")
 LARGE = 1 << 22  # elements of an activation that make a model's activations large
 
 
@@ -106,14 +106,14 @@ class Graph:
             else:
                 node_id = f"#{i}"
             raw.append(
-                Node(i, node_id, n.name, n.op_type, n.domain, tuple(n.input), tuple(n.output), _outer_reads(n))
+                Node(i, node_id, n.name, n.op_type, n.domain, tuple(n.input), tuple(n.output), outer_reads(n))
             )
         self.nodes = _toposort(raw, {v.name for v in graph.input} | self.initializers)
         self.by_id = {n.id: n for n in self.nodes}
         self.skipped: dict[str, str] = {}
         self.candidates = [n for n in self.nodes if self._is_candidate(n)]
         self.nested = {  # control-flow node id -> nodes inside its subgraphs
-            node.id: count for node in self.nodes if (count := _nested_nodes(graph.node[node.index]))
+            node.id: count for node in self.nodes if (count := nested_nodes(graph.node[node.index]))
         }
 
     def runnable_copy(self) -> onnx.ModelProto:
@@ -242,89 +242,6 @@ class Graph:
         return True
 
 
-def load_model(path: str | Path) -> tuple[onnx.ModelProto, Path, str]:
-    path = Path(path)
-    if path.is_dir():
-        raise UsageError(f"{str(path)!r} is a directory: pass the path of an .onnx file")
-    if not path.is_file():
-        raise UsageError(f"model file {str(path)!r} not found: pass the path of an .onnx file")
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:  # in pieces: the page cache holds the file, not this process
-        for block in iter(lambda: f.read(1 << 24), b""):
-            digest.update(block)
-    digest = digest.hexdigest()
-    model = None
-    found = wire.skeleton(str(path.resolve()), weights.EXTERNAL_MIN)  # weights referred to where they are
-    if found is not None:
-        try:
-            model = onnx.load_model_from_string(found)
-        except Exception:  # noqa: BLE001 (protobuf's own reading says what is wrong, below)
-            model = None
-    if model is None:
-        try:
-            model = onnx.load_model(str(path), load_external_data=False)
-        except Exception as exc:  # protobuf raises DecodeError and friends
-            raise UsageError(
-                f"{str(path)!r} is not an ONNX model ({type(exc).__name__}: truncated or corrupt, or another kind "
-                "of file): pass an .onnx file, copied again if it was cut short"
-            ) from None
-    if not model.graph.node and not model.graph.output:
-        raise UsageError(f"{str(path)!r} is not an ONNX model (no graph found): pass an .onnx file")
-    _check_header(model, str(path))
-    _check_text(model.graph, str(path))
-    weights.externalize(model, path.parent, None)  # references absolute, and checked
-    return model, path, digest
-
-
-def _check_header(model: onnx.ModelProto, path: str) -> None:
-    """What every ONNX reader needs before the graph: an IR version and an opset for the default domain."""
-    if model.ir_version < 1:
-        raise UsageError(
-            f"{path!r} has no valid ONNX IR version ({model.ir_version}): export it again, or set "
-            "model.ir_version (e.g. 8) and save it"
-        )
-    opsets = [o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS]
-    if not opsets:
-        cut = " (the file may be truncated)" if not model.opset_import else ""
-        raise UsageError(
-            f"{path!r} imports no opset for the default ONNX domain{cut}: export it again with an opset "
-            "(e.g. opset_version=17)"
-        )
-    newest = onnx.defs.onnx_opset_version()
-    if not 1 <= opsets[0] <= newest:
-        raise UsageError(
-            f"{path!r} uses ONNX opset {opsets[0]}, but the installed onnx knows opsets 1 to {newest}: "
-            f"export it with an opset from 11 to {newest}"
-        )
-
-
-def _check_text(graph: onnx.GraphProto, path: str) -> None:
-    """Names must be text: ONNX's strings are not checked as UTF-8 when read, and protobuf hands back bytes for
-    one that is not (a corrupt file), which nothing downstream can print, compare or write to JSON."""
-    def bad(value) -> bool:
-        return isinstance(value, bytes)
-
-    def refuse(what: str, value) -> None:
-        raise UsageError(
-            f"{path!r} is corrupt: {what} is not valid UTF-8 ({value[:40]!r}): export or copy the model again"
-        )
-
-    for kind, values in (("graph input", graph.input), ("graph output", graph.output),
-                         ("value_info", graph.value_info), ("initializer", graph.initializer)):
-        for v in values:
-            if bad(v.name):
-                refuse(f"the name of a {kind}", v.name)
-    for i, node in enumerate(graph.node):
-        for what, value in (("name", node.name), ("op_type", node.op_type), ("domain", node.domain)):
-            if bad(value):
-                refuse(f"the {what} of node #{i}", value)
-        for t in (*node.input, *node.output):
-            if bad(t):
-                refuse(f"a tensor name of node #{i} ({node.name!r})", t)
-        for sub in _subgraphs(node):
-            _check_text(sub, path)
-
-
 def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
     t = value.type.tensor_type
     dims = []
@@ -377,7 +294,7 @@ def _tensor_types(model: onnx.ModelProto) -> tuple[dict, dict, dict, dict]:
                 inner.setdefault(t.name, t.data_type)
             shapes.setdefault(t.name, tuple(t.dims))
         for n in g.node:
-            for sub in _subgraphs(n):
+            for sub in subgraphs(n):
                 visit(sub, False)
 
     visit(inferred.graph, True)
@@ -438,31 +355,6 @@ def _toposort(nodes: list[Node], available: set[str]) -> list[Node]:
         names = ", ".join(by_index[i].id for i in stuck)
         raise UsageError(f"the graph has a cycle (through {names}): export an acyclic ONNX graph")
     return order
-
-
-def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    """The bodies of a control-flow node (If branches, Loop and Scan bodies)."""
-    found = []
-    for attr in node.attribute:
-        found += [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-    return found
-
-
-def _nested_nodes(node: onnx.NodeProto) -> int:
-    return sum(1 + _nested_nodes(n) for sub in _subgraphs(node) for n in sub.node)
-
-
-def _outer_reads(node: onnx.NodeProto) -> tuple:
-    """Tensors a node's subgraphs read from the enclosing graph."""
-    reads: list[str] = []
-    for sub in _subgraphs(node):
-        local = {v.name for v in sub.input} | {t.name for t in sub.initializer}
-        local |= {t for n in sub.node for t in n.output}
-        for n in sub.node:
-            reads += [t for t in n.input if t and t not in local]
-            reads += [t for t in _outer_reads(n) if t not in local]
-        reads += [v.name for v in sub.output if v.name not in local]
-    return tuple(dict.fromkeys(reads))
 
 
 def notes(graph: "Graph") -> list[str]:

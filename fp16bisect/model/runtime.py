@@ -80,15 +80,19 @@ def nothing_to_fold(model: onnx.ModelProto) -> bool:
 
 class external_copy:  # noqa: N801  (used like a function returning the files)
     """The model as a self-contained file in a temporary folder (``weights.save``: its weights in
-    ``<filename>.data`` beside it over 2 GB), kept until dropped; for readers that take a path."""
+    ``<filename>.data`` beside it over 2 GB), for readers that take a path. The folder is removed when the
+    copy is dropped (its owner keeps it as long as a reader needs the file) or when the process exits."""
 
     def __init__(self, model: onnx.ModelProto, filename: str = "model.onnx"):
+        import shutil
         import tempfile
+        import weakref
         from pathlib import Path
 
-        self._dir = tempfile.TemporaryDirectory(prefix="fp16bisect-")
-        self.model = Path(self._dir.name) / filename
-        self.data = Path(self._dir.name) / f"{filename}.data"  # there when the model is over 2 GB
+        folder = tempfile.mkdtemp(prefix="fp16bisect-")
+        weakref.finalize(self, shutil.rmtree, folder, ignore_errors=True)  # no ResourceWarning: dropping is the design
+        self.model = Path(folder) / filename
+        self.data = Path(folder) / f"{filename}.data"  # there when the model is over 2 GB
         save(model, self.model)
 
 

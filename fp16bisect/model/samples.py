@@ -12,7 +12,8 @@ import numpy as np
 import onnx
 
 from fp16bisect.errors import UsageError
-from fp16bisect.model.graph import Graph, TensorSpec, _subgraphs
+from fp16bisect.model.graph import Graph, TensorSpec
+from fp16bisect.model.subgraphs import subgraphs
 from fp16bisect.model.runtime import run, session
 
 
@@ -138,7 +139,7 @@ def _tests_for_nan(graph: onnx.GraphProto) -> bool:
     for node in graph.node:
         if node.op_type == "IsNaN":
             return True
-        if any(_tests_for_nan(g) for g in _subgraphs(node)):
+        if any(_tests_for_nan(g) for g in subgraphs(node)):
             return True
     return False
 

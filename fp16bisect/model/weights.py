@@ -141,8 +141,6 @@ class Store:
         return tensor
 
     def close(self) -> None:
-        for appender in self._files.values():
-            appender.close()
         self._cleanup()
         if self in _alive:
             _alive.remove(self)
@@ -166,25 +164,30 @@ def _remove(directory: str) -> None:
 
 
 class _Appender:
-    """Tensors appended to a binary file, each at an offset aligned to ``ALIGN`` bytes."""
+    """Tensors appended to a binary file, each at an offset aligned to ``ALIGN`` bytes: to ``file``, open and
+    owned by the caller, or else to ``path``, opened for each tensor and closed after it (a store keeps no file
+    open between writes, so none is left open when it is dropped or the process ends)."""
 
     def __init__(self, path: Path | str, file=None):
         self.path = str(path)
-        self._file = file or open(path, "ab")  # noqa: SIM115 (kept open while tensors are appended)
+        self._file = file
         self._size = 0
 
     def append(self, data) -> tuple[str, int]:
+        if self._file is not None:
+            return self._write(self._file, data)
+        with open(self.path, "ab") as f:
+            return self._write(f, data)
+
+    def _write(self, f, data) -> tuple[str, int]:
         pad = -self._size % ALIGN
         if pad:
-            self._file.write(b"\0" * pad)
+            f.write(b"\0" * pad)
         offset = self._size + pad
-        self._file.write(data)
-        self._file.flush()
+        f.write(data)
+        f.flush()
         self._size = offset + len(data)
         return self.path, offset
-
-    def close(self) -> None:
-        self._file.close()
 
 
 def _inline_bytes(tensor: TensorProto) -> bytes:

@@ -14,7 +14,7 @@ import sys
 from fp16bisect.diagnose.layerwise import Layerwise, LayerwiseRunner
 from fp16bisect.diagnose.report_runs import ReportRuns
 from fp16bisect.model.graph import Graph
-from fp16bisect.model.profile import tensor_rows
+from fp16bisect.diagnose.scan import tensor_rows
 
 
 def metrics(m) -> dict | None:

@@ -58,7 +58,6 @@ LAYER_INFORMATION = "https://docs.nvidia.com/deeplearning/tensorrt/latest/infere
 LAYER_INFORMATION_11 = (
     "https://docs.nvidia.com/deeplearning/tensorrt/11.3.0/api/migration/tensorrt-10x-to-11x-IEngineInspector.html"
 )
-STRONG_TYPING_SINCE = (9, 0)  # NetworkDefinitionCreationFlag.STRONGLY_TYPED and the parser's support
 STRONG_BATCHNORM = (10, 7)  # the parser reads mixed-precision BatchNormalization in strongly typed mode
 
 # LayerType members: the ones pin() treats as transparent (they move data and never compute),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from fp16bisect.model.profile import FP16_MAX, FP16_MIN_NORMAL
+from fp16bisect.model.statistics import FP16_MAX, FP16_MIN_NORMAL
 from fp16bisect.report.formatting import finite, num, plural, short
 from fp16bisect.report.plots import PLOT_MAGNITUDES
 from fp16bisect.report.plots.figure import (decade_ticks, inline_svg, legend_above, log_floor, new_figure,

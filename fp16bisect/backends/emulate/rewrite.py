@@ -1,4 +1,4 @@
-"""FP16 emulated on ONNX Runtime CPU.
+"""The emulation's graph rewrite: rounding sites, Cast round trips a mask input selects, one model for all plans.
 
 Semantics (ARCHITECTURE.md): with ``r(x) = float32(float16(x))``, a candidate in
 FP16 computes ``r`` of its float outputs from ``r`` of its float inputs
@@ -41,8 +41,8 @@ ever held beside the weight itself. An FP16 BatchNormalization reads
 the statistics its opset stores in FP16 (before opset 15) the same way, or, where
 the writer folds them, computes the file's ``Mul(x, scale)`` and ``Add(., shift)``
 in FP16 (``Graph.batchnorm_fold``). ONNX Runtime keeps explicit
-Cast pairs in an FP32 graph; the start-up self-test proves, for both forms, that
-70000 becomes inf on this machine.
+Cast pairs in an FP32 graph; the start-up self-test (``selftest.py``) proves, for both
+forms, that 70000 becomes inf on this machine.
 
 Not emulated: FP16 accumulation inside GEMMs, convolutions and reductions,
 and TensorRT's fused kernels.
@@ -55,10 +55,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from fp16bisect.model.fp16 import constant_as_stored
-from fp16bisect.backends.base import Backend
-from fp16bisect.model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, TRANSPARENT_OPS, Graph, _subgraphs
-from fp16bisect.model.runtime import run, session
-from fp16bisect.timing import timed
+from fp16bisect.model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, TRANSPARENT_OPS, Graph
+from fp16bisect.model.subgraphs import subgraphs
 
 MASK = "fp16bisect_fp32_mask"
 _PREFIX = "fp16bisect/"
@@ -78,7 +76,7 @@ class Emulation:
         model = graph.runnable_copy()
         self.model = model
         g = model.graph
-        self.types, self.shapes = _types_and_shapes(graph)
+        self.types, self.shapes = types_and_shapes(graph)
         self._names = 0
         self._rounded: dict[str, str] = {}  # tensor -> name of r(tensor) (shared by its Where sites)
         self._halves: dict[str, str] = {}  # weight -> its FP16 initializer (the writer's copy)
@@ -117,7 +115,7 @@ class Emulation:
                     else:
                         selected[tensor] = self._site((i, i), tensor, tensor)
                 proto.input[pos] = selected[tensor]
-            if _subgraphs(proto):
+            if subgraphs(proto):
                 self._round_inside(proto, i)
             outs = []
             for pos, tensor in enumerate(node.outputs):
@@ -233,7 +231,7 @@ class Emulation:
         def site(tensor: str, nodes, out: str | None = None) -> str:
             return self._site(None, tensor, tensor, out=out, cond=cond, nodes=nodes)
 
-        _round_subgraphs(proto, self.types, site, self._name)
+        round_subgraphs(proto, self.types, site, self._name)
 
     def _split_mask(self, g: onnx.GraphProto) -> None:
         """A two-level tree of Splits turns the mask into one single-element condition per site: the mask into
@@ -267,11 +265,6 @@ class Emulation:
         return fp32[self.owner_a] & fp32[self.owner_b]
 
 
-def emulation_model(graph: Graph) -> onnx.ModelProto:
-    """The model with a rounding site at every float input and output of every candidate."""
-    return Emulation(graph).model
-
-
 def _exact_in_fp16(value: np.ndarray) -> bool:
     """True when FP16 holds every value of a float32 constant exactly (its conversion changes nothing)."""
     value = np.asarray(value, dtype=np.float32)
@@ -291,12 +284,12 @@ def _float_info(name: str) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
 
 
-def _round_subgraphs(proto: onnx.NodeProto, types: dict[str, int], site, fresh, rounded=frozenset()) -> None:
+def round_subgraphs(proto: onnx.NodeProto, types: dict[str, int], site, fresh, rounded=frozenset()) -> None:
     """Rewrite the subgraphs of control-flow node ``proto`` in place, recursively: every non-transparent
     default-domain node with a float output rounds its float outputs, and its float inputs that no rounding
     node has produced. ``site(tensor, nodes, out=None)`` appends a rounding of ``tensor`` to ``nodes`` and
     returns its name; ``fresh(what)`` makes a model-unique name."""
-    for sub in _subgraphs(proto):
+    for sub in subgraphs(proto):
         done = set(rounded)
         originals = list(sub.node)
         del sub.node[:]
@@ -315,8 +308,8 @@ def _round_subgraphs(proto: onnx.NodeProto, types: dict[str, int], site, fresh, 
                 if t not in selected:
                     selected[t] = site(t, sub.node)
                 node.input[pos] = selected[t]
-            if _subgraphs(node):
-                _round_subgraphs(node, types, site, fresh, done)
+            if subgraphs(node):
+                round_subgraphs(node, types, site, fresh, done)
             outs = []
             for pos, t in enumerate(node.output):
                 if t and is_float[pos]:
@@ -329,168 +322,9 @@ def _round_subgraphs(proto: onnx.NodeProto, types: dict[str, int], site, fresh, 
                 done.add(t)
 
 
-def _types_and_shapes(graph: Graph) -> tuple[dict[str, int], dict[str, tuple]]:
+def types_and_shapes(graph: Graph) -> tuple[dict[str, int], dict[str, tuple]]:
     """Element types (subgraphs included: the caller adds its own) and shapes of tensors, as the graph found them."""
     types = dict(graph.dtypes)
     for name, kind in graph.inner_types.items():
         types.setdefault(name, kind)
     return types, graph.shapes
-
-
-class EmulateBackend(Backend):
-    """Runs plans on one ONNX Runtime session; a plan is a set of candidate ids kept in FP32."""
-
-    name = "emulate"
-
-    def __init__(self, graph: Graph, extra_outputs=(), progress=None):
-        """``extra_outputs``: inner tensors to return too (the layer-wise comparison reads every candidate's).
-        The emulation and its session are set up at the first run (after the FP32 profile has freed its own
-        session: never two of them at once), said through ``progress`` with its seconds."""
-        self_test()
-        self.graph = graph
-        self.index = {n.id: i for i, n in enumerate(graph.candidates)}
-        self.output_names = [o.name for o in graph.outputs]
-        self._extra = [t for t in dict.fromkeys(extra_outputs) if t not in self.output_names]
-        self.output_names += self._extra
-        self.progress = progress
-        self._emulation: Emulation | None = None
-        self._session = None
-
-    @property
-    def emulation(self) -> Emulation:
-        if self._emulation is None:
-            self._set_up()
-        return self._emulation
-
-    @property
-    def session(self):
-        if self._session is None:
-            self._set_up()
-        return self._session
-
-    def _set_up(self) -> None:
-        say = self.progress or (lambda text: None)
-        with timed(say, f"setting up the FP16 emulation of {len(self.index)} candidate(s)"):
-            emulation = Emulation(self.graph, self._extra)
-            emulation.model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in self._extra)
-            # no constant folding: it would store a rounded copy of every weight beside the weight itself
-            self._session = session(emulation.model, "the FP16 emulation of the model", fold_constants=False,
-                                    arena=not self.graph.large_activations)
-            self._emulation = emulation
-
-    @staticmethod
-    def versions() -> dict:
-        import onnxruntime as ort
-
-        return {"onnxruntime": ort.__version__, "onnx": onnx.__version__}
-
-    def mask(self, plan) -> np.ndarray:
-        """One bool per candidate, True when the plan keeps it in FP32."""
-        mask = np.zeros(len(self.index), dtype=bool)
-        for node_id in plan:
-            mask[self.index[node_id]] = True
-        return mask
-
-    deterministic = True  # one session, the same arithmetic every time: a repeat gives the same result
-
-    def run(self, plan, inputs: dict[str, np.ndarray], repeat: int = 0) -> dict[str, np.ndarray]:
-        feed = dict(inputs)
-        feed[MASK] = self.emulation.mask(self.mask(plan))
-        values = run(self.session, self.output_names, feed, "the FP16 emulation of the model")
-        return dict(zip(self.output_names, values))
-
-
-_SELF_TEST_DONE = False
-
-
-def self_test() -> None:
-    """Prove on this machine that rounding sites of both forms survive ONNX Runtime's optimisations."""
-    global _SELF_TEST_DONE
-    if _SELF_TEST_DONE:
-        return
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
-    model = helper.make_model(  # two candidates: input, fused edge and output sites
-        helper.make_graph([helper.make_node("Relu", ["x"], ["a"], name="relu"),
-                           helper.make_node("Relu", ["a"], ["y"], name="relu2")], "self_test", [x], [y]),
-        opset_imports=[helper.make_opsetid("", 13)],
-    )
-    model.ir_version = 7
-    graph = Graph(model)
-    probe = np.array([70000.0, 1e-8, 2049.0, 65519.0], dtype=np.float32)
-    expected = np.array([np.inf, 0.0, 2048.0, 65504.0], dtype=np.float32)
-    for form, where_max in (("Where", WHERE_MAX_ELEMENTS), ("If", 0)):
-        emulation = Emulation(graph, where_max=where_max)
-        sess = session(emulation.model, "the self-test model")
-        results = [sess.run(None, {"x": probe, MASK: emulation.mask(np.array(plan))})[0]
-                   for plan in ([False, False], [True, False], [False, True], [True, True])]
-        if not (all(np.array_equal(r, expected) for r in results[:3]) and np.array_equal(results[3], probe)):
-            raise RuntimeError(
-                f"FP16 emulation self-test failed ({form} sites): ONNX Runtime turned {probe.tolist()} into "
-                f"{results[0].tolist()} in FP16 (expected {expected.tolist()}) and {results[3].tolist()} in FP32; "
-                "this onnxruntime folds Cast pairs, so the emulate backend cannot be trusted: install another "
-                "onnxruntime version"
-            )
-    _SELF_TEST_DONE = True
-
-
-def plan_model(graph: Graph, plan) -> onnx.ModelProto:
-    """One plan baked into the graph (no mask input): the fresh-session-per-plan way.
-
-    Kept as the baseline the benchmark compares the one-session design with,
-    and as an independent construction the tests check it against.
-    """
-    model = graph.runnable_copy()
-    g = model.graph
-    types = _types_and_shapes(graph)[0] if graph.nested else {}
-    originals = list(g.node)
-    del g.node[:]
-    fp16 = {n.id for n in graph.candidates} - set(plan)
-    counter = iter(range(1 << 62))
-
-    def fresh(what: str) -> str:
-        return f"{_PREFIX}p{next(counter)}/{what}"
-
-    def cast_pair(tensor: str, nodes, out: str | None = None) -> str:
-        value = graph.constant_value(tensor) if out is None else None
-        if value is not None:  # a constant: what the file stores (the writer's rule)
-            name = fresh("c")
-            g.initializer.append(numpy_helper.from_array(constant_as_stored(value), name))
-            return name
-        half, back = fresh("h"), out or fresh("r")
-        nodes.append(helper.make_node("Cast", [tensor], [half], to=TensorProto.FLOAT16))
-        nodes.append(helper.make_node("Cast", [half], [back], to=TensorProto.FLOAT))
-        return back
-
-    for node in graph.nodes:
-        proto = onnx.NodeProto()
-        proto.CopyFrom(originals[node.index])
-        if node.id not in fp16:
-            g.node.append(proto)
-            continue
-        for pos, tensor in graph.rounded_inputs(node):
-            proto.input[pos] = cast_pair(tensor, g.node)
-        if _subgraphs(proto):
-            _round_subgraphs(proto, types, cast_pair, fresh)
-        fold = graph.batchnorm_fold(node)
-        if fold is not None:  # the file's Mul and Add in FP16 instead of the node
-            scale, shift = fresh("scale"), fresh("shift")
-            g.initializer.extend([numpy_helper.from_array(fold.scale.astype(np.float32), scale),
-                                  numpy_helper.from_array(fold.shift.astype(np.float32), shift)])
-            scaled = fresh("scaled")
-            g.node.append(helper.make_node("Mul", [proto.input[0], scale], [scaled]))
-            proto = helper.make_node("Add", [cast_pair(scaled, g.node), shift], [node.outputs[0]])
-        tails = []
-        for pos, tensor in enumerate(node.outputs):
-            if graph.is_float(tensor):
-                proto.output[pos] = fresh("o")
-                cast_pair(proto.output[pos], tails, out=tensor)
-        g.node.append(proto)
-        g.node.extend(tails)
-    return model
-
-
-def run_plan_model(graph: Graph, plan, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Build a session for one plan and run it (slow on purpose: see ``plan_model``)."""
-    names = [o.name for o in graph.outputs]
-    return dict(zip(names, session(plan_model(graph, plan)).run(names, inputs)))

@@ -1,0 +1,77 @@
+"""The emulate backend: FP16 emulated on ONNX Runtime CPU, one session of the emulation (``rewrite.py``) running
+every plan, a plan given to it as a mask input."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from fp16bisect.backends.base import Backend
+from fp16bisect.backends.emulate.rewrite import MASK, Emulation
+from fp16bisect.backends.emulate.selftest import self_test
+from fp16bisect.model.graph import Graph
+from fp16bisect.model.runtime import run, session
+from fp16bisect.timing import timed
+
+
+class EmulateBackend(Backend):
+    """Runs plans on one ONNX Runtime session; a plan is a set of candidate ids kept in FP32."""
+
+    name = "emulate"
+
+    def __init__(self, graph: Graph, extra_outputs=(), progress=None):
+        """``extra_outputs``: inner tensors to return too (the layer-wise comparison reads every candidate's).
+        The emulation and its session are set up at the first run (after the FP32 profile has freed its own
+        session: never two of them at once), said through ``progress`` with its seconds."""
+        self_test()
+        self.graph = graph
+        self.index = {n.id: i for i, n in enumerate(graph.candidates)}
+        self.output_names = [o.name for o in graph.outputs]
+        self._extra = [t for t in dict.fromkeys(extra_outputs) if t not in self.output_names]
+        self.output_names += self._extra
+        self.progress = progress
+        self._emulation: Emulation | None = None
+        self._session = None
+
+    @property
+    def emulation(self) -> Emulation:
+        if self._emulation is None:
+            self._set_up()
+        return self._emulation
+
+    @property
+    def session(self):
+        if self._session is None:
+            self._set_up()
+        return self._session
+
+    def _set_up(self) -> None:
+        say = self.progress or (lambda text: None)
+        with timed(say, f"setting up the FP16 emulation of {len(self.index)} candidate(s)"):
+            emulation = Emulation(self.graph, self._extra)
+            emulation.model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in self._extra)
+            # no constant folding: it would store a rounded copy of every weight beside the weight itself
+            self._session = session(emulation.model, "the FP16 emulation of the model", fold_constants=False,
+                                    arena=not self.graph.large_activations)
+            self._emulation = emulation
+
+    @staticmethod
+    def versions() -> dict:
+        import onnxruntime as ort
+
+        return {"onnxruntime": ort.__version__, "onnx": onnx.__version__}
+
+    def mask(self, plan) -> np.ndarray:
+        """One bool per candidate, True when the plan keeps it in FP32."""
+        mask = np.zeros(len(self.index), dtype=bool)
+        for node_id in plan:
+            mask[self.index[node_id]] = True
+        return mask
+
+    deterministic = True  # one session, the same arithmetic every time: a repeat gives the same result
+
+    def run(self, plan, inputs: dict[str, np.ndarray], repeat: int = 0) -> dict[str, np.ndarray]:
+        feed = dict(inputs)
+        feed[MASK] = self.emulation.mask(self.mask(plan))
+        values = run(self.session, self.output_names, feed, "the FP16 emulation of the model")
+        return dict(zip(self.output_names, values))

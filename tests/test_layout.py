@@ -63,3 +63,31 @@ def test_the_public_tensorrt_entry_still_imports():
     from fp16bisect.tensorrt import apply_overrides
 
     assert callable(apply_overrides)
+
+
+MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_PARAMETERS = 450, 80, 8
+PUBLIC_API = {"fp16bisect/api.py"}  # the Python API may take more keyword arguments (one per CLI flag)
+
+
+def functions(path: Path):
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            params = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs if p.arg not in ("self", "cls")]
+            yield node, len(params), node.end_lineno - node.lineno + 1
+
+
+def test_no_module_is_long():
+    long = {str(p.relative_to(ROOT)): n for p in sorted(PACKAGE.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
+def test_no_function_is_long_or_takes_many_parameters():
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = str(path.relative_to(ROOT))
+        for node, params, lines in functions(path):
+            if lines > MAX_FUNCTION_LINES or (params > MAX_PARAMETERS and where not in PUBLIC_API):
+                bad.append(f"{where}:{node.lineno} {node.name}: {lines} lines, {params} parameters")
+    assert not bad, "\n".join(bad)

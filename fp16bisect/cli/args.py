@@ -13,6 +13,7 @@ import math
 
 from fp16bisect.backends import Options
 from fp16bisect.errors import UsageError
+from fp16bisect.run.options import BACKENDS
 from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
 
 
@@ -101,7 +102,7 @@ class BackendArgs:
     @staticmethod
     def add_to(parser: argparse.ArgumentParser) -> None:
         g = parser.add_argument_group("backend")
-        g.add_argument("--backend", default="auto", choices=("auto", "emulate", "tensorrt", "command"),
+        g.add_argument("--backend", default="auto", choices=BACKENDS,
                        help="emulate: FP16 emulated on ONNX Runtime CPU; tensorrt: real engine builds of each plan's "
                             "mixed-precision ONNX, strongly typed (needs an NVIDIA GPU); "
                             "command: your own command judges each plan (--check); "

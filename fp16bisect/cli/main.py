@@ -15,6 +15,7 @@ from fp16bisect.cli.args import BackendArgs, OutputArgs, ParallelArgs, Samples, 
 from fp16bisect.cli.commands import COMMANDS, INTERRUPTED
 from fp16bisect.errors import Error, UsageError
 from fp16bisect.model import weights
+from fp16bisect.strategy.prior_choice import CHOICES
 
 INTERNAL_ERROR = Error.exit_code  # a bug of ours: one line, the traceback in a file it names
 
@@ -49,7 +50,7 @@ def _search(sub) -> None:
                    default=None)  # removed in 0.x: exit 2 with a hint, for one release
     s.add_argument("--repeats", type=int, default=1, metavar="N",
                    help="evaluate each plan N times (on TensorRT: N builds); all must pass (default 1)")
-    s.add_argument("--prior", choices=("auto", "emulate", "none"), default="auto",
+    s.add_argument("--prior", choices=CHOICES, default="auto",
                    help="emulate: search on the emulator (CPU) first, then certify its set on --backend (k+2 "
                         "evaluations there when they agree) or continue from it; none: search on --backend "
                         "alone; auto (default): emulate whenever --backend is not emulate and the model runs on "

@@ -9,10 +9,16 @@ evaluation and the prior.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from fp16bisect.backends.base import CommandOptions, Options
+from typing import Literal, get_args
+
+from fp16bisect.backends.base import BackendName, CommandOptions, Options
 from fp16bisect.parallel import Parallel
 from fp16bisect.run.paths import plans_dir, timing_cache_path
+from fp16bisect.strategy.prior_choice import PriorChoice
 from fp16bisect.tolerance import Tolerance
+
+
+BACKENDS: tuple[str, ...] = ("auto", *get_args(BackendName))  # what --backend takes
 
 
 @dataclass(frozen=True)
@@ -27,7 +33,7 @@ class SearchOptions:
     A check uses the tolerance, the backend, its options and ``parallel`` only."""
 
     tolerance: Tolerance = field(default_factory=Tolerance)
-    backend: str = "auto"  # auto | emulate | tensorrt | command
+    backend: BackendName | Literal["auto"] = "auto"
     backend_options: Options = field(default_factory=Options)
     noise_ok: bool = False
     output: str | None = None
@@ -35,7 +41,7 @@ class SearchOptions:
     restart: bool = False
     retry_crashed: bool = False
     parallel: Parallel | None = None
-    prior: str = "auto"
+    prior: PriorChoice = "auto"
 
     def beside_output(self) -> SearchOptions:
         """With the timing cache and the plans directory beside ``output`` where the backend options left them at

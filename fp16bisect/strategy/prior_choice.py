@@ -7,12 +7,15 @@ the judge alone. What the prior is and does: ``prior.py``.
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 from fp16bisect.errors import UsageError
 
-CHOICES = ("auto", "emulate", "none")
+PriorChoice = Literal["auto", "emulate", "none"]
+CHOICES: tuple[PriorChoice, ...] = get_args(PriorChoice)
 
 
-def wanted(choice: str, backend_name: str) -> bool:
+def wanted(choice: PriorChoice, backend_name: str) -> bool:
     """``--prior``: auto (the default) means emulate whenever the judging backend is not the emulator itself."""
     if choice not in CHOICES:
         raise UsageError(f"unknown --prior {choice!r}: use one of {', '.join(CHOICES)}")
@@ -26,7 +29,7 @@ def wanted(choice: str, backend_name: str) -> bool:
     return True
 
 
-def emulator(graph, choice: str, listener):
+def emulator(graph, choice: PriorChoice, listener):
     """The emulate backend for the prior, or None when the model does not run on ONNX Runtime CPU and the
     prior was not asked for explicitly (then the search runs without it, and says so)."""
     from fp16bisect.backends.emulate import EmulateBackend

@@ -1,3 +1,35 @@
-"""fp16bisect: find the smallest set of ONNX nodes that must stay in FP32 for an FP16 build to be right."""
+"""fp16bisect: find the smallest set of ONNX nodes that must stay in FP32 for an FP16 build to be right.
+
+The Python API (``fp16bisect/api/``) is loaded on first use, so ``import fp16bisect`` stays light::
+
+    import fp16bisect
+
+    result = fp16bisect.search("model.onnx", "sample.npz")
+    result.write("overrides.json")
+"""
+
+from fp16bisect.errors import CheckFailed, Error, ToleranceUnreachable, UsageError
 
 __version__ = "0.1.0"
+
+# name -> the module of fp16bisect.api that defines it (PEP 562: imported when first asked for)
+_LAZY = {name: "fp16bisect.api.functions" for name in ("search", "check", "scan", "apply")}
+_LAZY.update({name: "fp16bisect.api.results" for name in ("SearchResult", "CheckResult", "ScanResult",
+                                                         "ApplyResult", "Node")})
+
+__all__ = ["ApplyResult", "CheckFailed", "CheckResult", "Error", "Node", "ScanResult", "SearchResult",
+           "ToleranceUnreachable", "UsageError", "__version__", "apply", "check", "scan", "search"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # asked once
+        return value
+    raise AttributeError(f"module 'fp16bisect' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -32,7 +32,10 @@ def update_digest(digest, arrays: dict[str, np.ndarray]) -> None:
         digest.update(array.tobytes())
 
 
-def load_samples(graph: Graph, input_paths: list[str], reference_paths: list[str] | None = None) -> list[Sample]:
+def load_samples(graph: Graph, input_paths: list, reference_paths: list | None = None) -> list[Sample]:
+    """One ``Sample`` per entry of ``input_paths``: an ``.npz`` path, or a mapping of input name -> array (a sample
+    in memory, named ``sample <i>`` in messages); ``reference_paths`` likewise, one per sample. Every entry is
+    validated against the model's inputs and outputs (names, dtypes, ranks, fixed dimensions, NaN)."""
     if not input_paths:
         raise UsageError("no inputs given: pass --inputs FILE.npz with one array per model input")
     reference_paths = reference_paths or []
@@ -43,14 +46,21 @@ def load_samples(graph: Graph, input_paths: list[str], reference_paths: list[str
         )
     samples = []
     for i, path in enumerate(input_paths):
-        arrays = _read_npz(path)
-        _check_inputs(graph, arrays, path)
+        source, arrays = _read(path, f"sample {i}")
+        _check_inputs(graph, arrays, source)
         ref = None
         if reference_paths:
-            ref = _read_npz(reference_paths[i])
-            _check_reference(graph, ref, reference_paths[i])
-        samples.append(Sample(str(path), arrays, ref))
+            where, ref = _read(reference_paths[i], f"reference {i}")
+            _check_reference(graph, ref, where)
+        samples.append(Sample(source, arrays, ref))
     return samples
+
+
+def _read(entry, label: str) -> tuple[str, dict[str, np.ndarray]]:
+    """(its name in messages, its arrays): an npz file read, or a mapping given in memory taken as it is."""
+    if isinstance(entry, Mapping):
+        return label, {str(k): np.asarray(v) for k, v in entry.items()}
+    return str(entry), _read_npz(entry)
 
 
 def _read_npz(path: str) -> dict[str, np.ndarray]:

@@ -37,13 +37,7 @@ class ConsoleListener(Listener):
     def step(self, step: Step, progress: dict) -> None:
         if self.quiet:
             return
-        verdict = ("pass" if step.passed else "FAIL") + (" (from the journal)" if progress.get("replayed") else "")
-        on = f" on {progress['backend']}" if progress.get("backend") else ""
-        line = (
-            f"evaluation {step.index}{on}: {len(step.plan)} node(s) in FP32 -> {verdict} "
-            f"[{step.phase}; {progress['searching']} candidate(s) in play, {progress['found']} found, "
-            f"roughly {progress['estimate_left']} more evaluation(s) (estimate)]"
-        )
+        line = step_line(step, progress)
         if self.live:
             if self.status is None:
                 self.status = self.console.status(Text(line))
@@ -60,6 +54,17 @@ class ConsoleListener(Listener):
         if self.status is not None:
             self.status.stop()
             self.status = None
+
+
+def step_line(step: Step, progress: dict) -> str:
+    """One evaluation of a search as one line of text (a terminal's status line, a log line, an API callback)."""
+    verdict = ("pass" if step.passed else "FAIL") + (" (from the journal)" if progress.get("replayed") else "")
+    on = f" on {progress['backend']}" if progress.get("backend") else ""
+    return (
+        f"evaluation {step.index}{on}: {len(step.plan)} node(s) in FP32 -> {verdict} "
+        f"[{step.phase}; {progress['searching']} candidate(s) in play, {progress['found']} found, "
+        f"roughly {progress['estimate_left']} more evaluation(s) (estimate)]"
+    )
 
 
 def _conversions(data, where: str = "every plan's file stores") -> list[str]:

@@ -1,0 +1,324 @@
+"""The Python API's functions: ``search``, ``check``, ``scan`` and ``apply``, what the command line runs.
+
+Each takes a model (a path or an ``onnx.ModelProto``) and samples (an ``.npz`` path, a directory of them, a dict
+of arrays, or a list or iterable of those), returns a typed result (``results.py``) and raises
+``fp16bisect.Error`` subclasses (``UsageError`` for bad input), never ``SystemExit``. ``run_search`` and
+``run_check`` take the options already typed (``SearchOptions``): the command line calls those.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Union
+
+from fp16bisect.api import inputs
+from fp16bisect.api.results import ApplyResult, CheckResult, Node, ScanResult, SearchResult
+from fp16bisect.errors import UsageError
+from fp16bisect.model import weights
+from fp16bisect.run.options import SearchOptions
+from fp16bisect.run.outcome import Listener
+from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
+
+Model = Union[str, Path, "onnx.ModelProto"]  # noqa: F821 (onnx is imported only when a ModelProto is given)
+Samples = Union[str, Path, Mapping, Iterable]
+Progress = Union[Callable[[str], None], Listener, None]
+
+__all__ = ["apply", "check", "run_check", "run_search", "scan", "search"]
+
+
+def search(model: Model, samples: Samples, *, reference: Samples | None = None, atol: float = DEFAULT_ATOL,
+           rtol: float = DEFAULT_RTOL, min_cosine: float | None = None, max_mismatch: float = 0.0,
+           backend: str = "emulate", check: str | None = None, keep_plans: bool = False, typing: str = "strong",
+           opt_level: int | None = None, timing_cache: str | None = None, noise_ok: bool = False,
+           output: str | Path | None = None, jobs: int = 1, devices: str | list | None = None,
+           ray: str | None = None, repeats: int = 1, prior: str = "auto", restart: bool = False,
+           retry_crashed: bool = False, progress: Progress = None) -> SearchResult:
+    """Find the smallest set of nodes to keep in FP32 so that the model, the rest in FP16, meets the tolerance.
+
+    Args:
+        model: The FP32 ONNX model: a path, or an ``onnx.ModelProto`` (saved to a temporary file for the search,
+            removed after; the override JSON then names it ``model.onnx``).
+        samples: The inputs: an ``.npz`` path (one array per model input), a directory (every ``*.npz`` in it,
+            sorted by name), a dict ``{input name: array}`` (one sample), or a list or iterable of those.
+        reference: Expected outputs, one per sample, in the same forms (default: an FP32 ONNX Runtime run).
+        atol: Absolute tolerance per output element: ``|a - b| <= atol + rtol * |b|``.
+        rtol: Relative tolerance.
+        min_cosine: Also require this cosine similarity per output.
+        max_mismatch: Fraction of elements allowed outside ``atol + rtol * |b|``.
+        backend: ``"emulate"`` (FP16 emulated on ONNX Runtime CPU), ``"tensorrt"``, ``"command"`` or ``"auto"``.
+        check: With ``backend="command"``: the shell command that judges a plan (see ``fp16bisect search --help``).
+        keep_plans: With ``backend="command"``: keep each plan's files.
+        typing: TensorRT: ``"strong"`` or ``"weak"`` (10.x only).
+        opt_level: TensorRT builder optimisation level, 0 to 5.
+        timing_cache: TensorRT timing cache file (default: beside ``output``).
+        noise_ok: Search even if two builds of the all-FP16 engine differ beyond the tolerance.
+        output: Write the override JSON there, and journal the evaluations beside it, so the same search run
+            again resumes (as ``fp16bisect search -o``). None: nothing written.
+        jobs: Plans evaluated at once.
+        devices: GPU ids, one worker each (``"0,1"`` or ``[0, 1]``).
+        ray: Evaluate as Ray tasks on the cluster at this address (``""``: a local Ray instance).
+        repeats: Evaluations per plan; all must pass.
+        prior: ``"auto"``, ``"emulate"`` or ``"none"``: search on the emulator first, then certify on ``backend``.
+        restart: Discard the journal of an earlier run of this search instead of resuming it.
+        retry_crashed: When resuming, evaluate again the plans an earlier run died evaluating.
+        progress: A function receiving one line of text per event (e.g. ``print``), or a ``Listener``.
+
+    Returns:
+        The nodes to keep in FP32 and how the search knows (``SearchResult``).
+
+    Raises:
+        UsageError: Bad input (a missing file, a sample that does not fit the model, a bad keyword value).
+        ToleranceUnreachable: Even the all-FP32 plan misses the tolerance.
+
+    Example:
+        >>> import fp16bisect
+        >>> result = fp16bisect.search("sample_models/transformer_block.onnx",
+        ...                            "sample_models/transformer_block.npz")
+        >>> sorted(n.name for n in result.fp32_nodes)
+        ['ln1_square', 'ln1_var']
+    """
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+        raise UsageError(f"repeats={repeats!r}: give a number of evaluations per plan, 1 or more")
+    options = SearchOptions(
+        inputs.tolerance(atol, rtol, min_cosine, max_mismatch), backend,
+        inputs.backend_options(backend, check, keep_plans=keep_plans, typing=typing, opt_level=opt_level,
+                               timing_cache=timing_cache),
+        noise_ok=noise_ok, output=None if output is None else str(output), repeats=repeats, restart=restart,
+        retry_crashed=retry_crashed, parallel=inputs.parallel(jobs, devices, ray), prior=prior)
+    with _own_work_directories():
+        return run_search(model, samples, options, reference=reference, progress=progress)
+
+
+def run_search(model: Model, samples: Samples, options: SearchOptions, *, reference: Samples | None = None,
+               progress: Progress = None) -> SearchResult:
+    """``search`` with its options typed (``SearchOptions``), as the command line builds them.
+
+    With ``options.output``, the override JSON is written there once the search ends.
+    """
+    from fp16bisect.artifacts.files import check_writable, write_json
+    from fp16bisect.run import pipeline
+
+    if options.output:
+        check_writable(options.output)  # before the search, not after an hour of it
+    entries = inputs.sample_entries(samples)
+    references = _references(reference, entries)
+    with inputs.model_file(model) as path:
+        outcome = pipeline.search_model(path, entries, references, options, inputs.listener(progress))
+        if not inputs.is_path(model):
+            _name_in_memory_model(outcome)
+    if options.output:
+        write_json(options.output, outcome.data)
+    return _search_result(outcome)
+
+
+def _references(reference, entries: list) -> list | None:
+    if reference is None:
+        return None
+    found = inputs.sample_entries(reference, "reference")
+    if len(found) != len(entries):
+        raise UsageError(f"{len(entries)} sample(s) but {len(found)} reference(s): pass one reference per sample, "
+                         "in the same order")
+    return found
+
+
+def _name_in_memory_model(outcome) -> None:
+    """The override JSON of a model given in memory names it ``model.onnx``, not the temporary file."""
+    from fp16bisect.artifacts.exports import exports_json
+
+    graph = outcome.graph
+    graph.path = Path(inputs.IN_MEMORY_MODEL)
+    outcome.data["model"]["path"] = inputs.IN_MEMORY_MODEL
+    outcome.data["exports"] = exports_json(graph, [graph.by_id[i] for i in outcome.result.fp32], outcome.output)
+
+
+def _search_result(outcome) -> SearchResult:
+    graph, result = outcome.graph, outcome.result
+    fp16 = outcome.fp16
+    return SearchResult(
+        fp32_nodes=[Node(n.id, n.op_type, tuple(n.outputs)) for n in (graph.by_id[i] for i in result.fp32)],
+        minimal=result.minimal, evaluations=result.evaluations, passed=outcome.final.passed, status=result.status,
+        backend=outcome.backend, tolerance=outcome.tolerance, with_overrides=outcome.final.worst(),
+        all_fp16=fp16.worst() if fp16 is not None else {}, seconds=outcome.seconds, output=outcome.output,
+        outcome=outcome, _data=outcome.data)
+
+
+def check(model: Model, samples: Samples, overrides=None, *, reference: Samples | None = None,
+          atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, min_cosine: float | None = None,
+          max_mismatch: float = 0.0, backend: str = "emulate", check: str | None = None, keep_plans: bool = False,
+          typing: str = "strong", opt_level: int | None = None, timing_cache: str | None = None, jobs: int = 1,
+          devices: str | list | None = None, ray: str | None = None, progress: Progress = None) -> CheckResult:
+    """Does the model meet the tolerance in FP16, with the override nodes (if any) kept in FP32? A CI gate.
+
+    A failing check is a result (``passed`` False), not an exception.
+
+    Args:
+        model: The FP32 ONNX model: a path or an ``onnx.ModelProto``.
+        samples: The inputs, in the forms ``search`` takes.
+        overrides: The nodes to keep in FP32: an override JSON path, a ``SearchResult``, or the JSON as a dict
+            (None: all-FP16). A file made for another version of the model is checked with the nodes that still
+            exist.
+        reference: Expected outputs, one per sample (default: an FP32 ONNX Runtime run).
+        atol: Absolute tolerance; ``rtol``, ``min_cosine``, ``max_mismatch`` as in ``search``.
+        rtol: Relative tolerance.
+        min_cosine: Also require this cosine similarity per output.
+        max_mismatch: Fraction of elements allowed outside the tolerance.
+        backend: ``"emulate"``, ``"tensorrt"``, ``"command"`` or ``"auto"``.
+        check: With ``backend="command"``: the shell command that judges the plan.
+        keep_plans: With ``backend="command"``: keep the plan's files.
+        typing: TensorRT: ``"strong"`` or ``"weak"``.
+        opt_level: TensorRT builder optimisation level, 0 to 5.
+        timing_cache: TensorRT timing cache file.
+        jobs: Plans evaluated at once (2 evaluates the all-FP32 plan alongside).
+        devices: GPU ids, one worker each.
+        ray: Evaluate as Ray tasks on the cluster at this address.
+        progress: A function receiving one line of text per event, or a ``Listener``.
+
+    Returns:
+        The verdict and the metrics per output (``CheckResult``).
+
+    Raises:
+        UsageError: Bad input, or an override file made for another model.
+
+    Example:
+        >>> import fp16bisect
+        >>> model, data = "sample_models/transformer_block.onnx", "sample_models/transformer_block.npz"
+        >>> fp16bisect.check(model, data).passed
+        False
+        >>> fp16bisect.check(model, data, overrides=fp16bisect.search(model, data)).passed
+        True
+    """
+    plans = "fp16bisect.plans" if backend == "command" else None
+    options = SearchOptions(
+        inputs.tolerance(atol, rtol, min_cosine, max_mismatch), backend,
+        inputs.backend_options(backend, check, keep_plans=keep_plans, typing=typing, opt_level=opt_level,
+                               timing_cache=timing_cache, plans_dir=plans),
+        parallel=inputs.parallel(jobs, devices, ray))
+    with _own_work_directories():
+        return run_check(model, samples, options, overrides=overrides, reference=reference, progress=progress)
+
+
+def run_check(model: Model, samples: Samples, options: SearchOptions, *, overrides=None,
+              reference: Samples | None = None, progress: Progress = None, hint: str | None = None) -> CheckResult:
+    """``check`` with its options typed (``SearchOptions``: the tolerance, backend, its options and parallel).
+
+    ``hint``: the search command the verdict line suggests when the check fails.
+    """
+    from fp16bisect.diagnose.preflight import check_model, verdict
+
+    entries = inputs.sample_entries(samples)
+    references = _references(reference, entries)
+    with inputs.model_file(model) as path, inputs.overrides_file(overrides) as file:
+        outcome = check_model(path, entries, references, file, options, inputs.listener(progress))
+    use = outcome.overrides
+    return CheckResult(
+        passed=outcome.passed, outputs=outcome.evaluation.worst(), metrics=list(outcome.evaluation.metrics),
+        fp32_passes=None if outcome.fp32 is None else outcome.fp32.passed,
+        nodes=list(use.nodes) if use else [], missing=list(use.missing) if use else [], backend=outcome.backend,
+        tolerance=outcome.tolerance, verdict=verdict(outcome, hint or "fp16bisect.search(model, samples)"),
+        outcome=outcome)
+
+
+def scan(model: Model, samples: Samples, *, progress: Progress = None) -> ScanResult:
+    """Rank the tensors and weights FP16 would overflow or flush, from one FP32 run (seconds; no search).
+
+    Args:
+        model: The FP32 ONNX model: a path or an ``onnx.ModelProto``.
+        samples: The inputs, in the forms ``search`` takes.
+        progress: A function receiving one line of text per event, or a ``Listener``.
+
+    Returns:
+        The risky tensors and the candidates in the order the search would suspect them (``ScanResult``).
+
+    Raises:
+        UsageError: Bad input.
+
+    Example:
+        >>> import fp16bisect
+        >>> found = fp16bisect.scan("sample_models/transformer_block.onnx", "sample_models/transformer_block.npz")
+        >>> [n["name"] for n in found.nodes[:2]]
+        ['ln1_square', 'ln1_var']
+    """
+    from fp16bisect.diagnose.scan import scan_model
+
+    entries = inputs.sample_entries(samples)
+    with _own_work_directories(), inputs.model_file(model) as path:
+        graph, data = scan_model(path, entries, inputs.listener(progress))
+    return ScanResult(rows=data["tensors"], nodes=data["nodes"], suspects=data["suspects"], _data=data, graph=graph)
+
+
+def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = False, samples: Samples | None = None,
+          reference: Samples | None = None, atol: float | None = None, rtol: float | None = None,
+          min_cosine: float | None = None, max_mismatch: float | None = None, fp16_io: bool = False,
+          force: bool = False, keep_fp32: Iterable[str] = (), progress: Progress = None,
+          shown: Callable | None = None) -> ApplyResult:
+    """Write the mixed-precision ONNX model the overrides describe (for strongly typed TensorRT builds).
+
+    The file is checked with ``onnx.checker`` (full check) before it is returned.
+
+    Args:
+        model: The FP32 ONNX model the overrides were searched on: a path or an ``onnx.ModelProto``.
+        overrides: An override JSON path, a ``SearchResult``, or the JSON as a dict.
+        output: Where to write the mixed model (``.onnx``).
+        verify: ``True`` (or ``"storage"``): run the written model on ``samples`` against the references;
+            ``"strict"``: also run ``onnx.reference`` in FP16 arithmetic (a pessimistic bound).
+        samples: The inputs for ``verify``, in the forms ``search`` takes.
+        reference: Expected outputs, one per sample (default: an FP32 ONNX Runtime run).
+        atol: Tolerance of the verification; each of ``atol``, ``rtol``, ``min_cosine``, ``max_mismatch`` left
+            None is the one recorded in the override file.
+        rtol: Relative tolerance.
+        min_cosine: Cosine similarity required per output.
+        max_mismatch: Fraction of elements allowed outside the tolerance.
+        fp16_io: Make the float graph inputs and outputs FP16 (default FP32).
+        force: Apply even if the override file was made for another version of the model.
+        keep_fp32: More node ids to keep in FP32.
+        progress: A function receiving one line of text per event, or a ``Listener``.
+        shown: Called with the written model's description (``Mixed``) once it is written.
+
+    Returns:
+        The path written and, with ``verify``, the verification (``ApplyResult``).
+
+    Raises:
+        UsageError: Bad input, or an override file made for another model (without ``force``).
+
+    Example:
+        >>> import fp16bisect, onnx
+        >>> model, data = "sample_models/transformer_block.onnx", "sample_models/transformer_block.npz"
+        >>> found = fp16bisect.search(model, data)
+        >>> applied = fp16bisect.apply(model, found, "/tmp/transformer_block.mixed.onnx", verify=True,
+        ...                            samples=data)
+        >>> applied.passed
+        True
+    """
+    from fp16bisect.artifacts.apply import ApplyOptions, apply_to_file
+    from fp16bisect.artifacts.files import check_writable
+    from fp16bisect.tolerance import Tolerance
+
+    if overrides is None:
+        raise UsageError("apply needs overrides: pass an override JSON path or a search result")
+    if verify not in (False, True, "storage", "strict"):
+        raise UsageError(f"verify={verify!r}: use True (or 'storage'), 'strict' or False")
+    if verify and samples is None:
+        raise UsageError("verify needs samples: pass samples= (the ones given to search)")
+    if str(output).endswith(".json"):
+        raise UsageError(f"output {str(output)!r} would hold an ONNX model: give a path ending in .onnx")
+    check_writable(output)
+    given = atol is not None and rtol is not None  # then the file's tolerance is not needed
+    entries = inputs.sample_entries(samples) if verify else None
+    options = ApplyOptions(
+        fp16_io=fp16_io, force=force, keep_fp32=tuple(keep_fp32), inputs=entries,
+        references=_references(reference, entries) if verify else None, strict_mode=verify == "strict",
+        tolerance=lambda recorded: inputs.tolerance(atol, rtol, min_cosine, max_mismatch,
+                                                    fallback=Tolerance() if given else recorded()))
+    with _own_work_directories(), inputs.model_file(model) as path, inputs.overrides_file(overrides) as file:
+        mixed, verification = apply_to_file(file, path, str(output), inputs.listener(progress), options, shown=shown)
+    return ApplyResult(path=Path(output), fp32_nodes=list(mixed.pinned), verification=verification, mixed=mixed)
+
+
+class _own_work_directories:
+    """The work directories of the models a call loads are removed when it returns."""
+
+    def __enter__(self):
+        self.count = weights.alive()
+
+    def __exit__(self, *exc):
+        weights.close_since(self.count)

@@ -284,8 +284,7 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
         >>> import fp16bisect, onnx
         >>> model, data = "sample_models/transformer_block.onnx", "sample_models/transformer_block.npz"
         >>> found = fp16bisect.search(model, data)
-        >>> applied = fp16bisect.apply(model, found, "/tmp/transformer_block.mixed.onnx", verify=True,
-        ...                            samples=data)
+        >>> applied = fp16bisect.apply(model, found, "transformer_block.mixed.onnx", verify=True, samples=data)
         >>> applied.passed
         True
     """

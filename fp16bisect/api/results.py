@@ -48,10 +48,14 @@ class SearchResult:
         output: Where the override JSON was written (``output=`` of ``search``), or None.
 
     Example:
-        >>> result = fp16bisect.search("model.onnx", "sample.npz")  # doctest: +SKIP
-        >>> [n.name for n in result.fp32_nodes]  # doctest: +SKIP
-        ['ln1_square', 'ln1_var']
-        >>> result.write("overrides.json")  # doctest: +SKIP
+        >>> import fp16bisect
+        >>> result = fp16bisect.search("sample_models/transformer_block.onnx", "sample_models/transformer_block.npz")
+        >>> [(n.name, n.op_type) for n in result.fp32_nodes]
+        [('ln1_square', 'Mul'), ('ln1_var', 'ReduceMean')]
+        >>> result.minimal, result.evaluations
+        (True, 4)
+        >>> str(result.write("overrides.json"))
+        'overrides.json'
     """
 
     fp32_nodes: list[Node]
@@ -130,9 +134,13 @@ class CheckResult:
         verdict: One line: what the check found and what to do.
 
     Example:
-        >>> result = fp16bisect.check("model.onnx", "sample.npz", overrides="overrides.json")  # doctest: +SKIP
-        >>> result.passed  # doctest: +SKIP
-        True
+        >>> import fp16bisect
+        >>> model, data = "sample_models/transformer_block.onnx", "sample_models/transformer_block.npz"
+        >>> result = fp16bisect.check(model, data)
+        >>> result.passed, result.outputs["y"].passed
+        (False, False)
+        >>> print(result.verdict)
+        FAIL in all-FP16: max abs error 7.72 exceeds atol 0.01 + rtol 0.01*|ref| (233x the allowance) on output 'y' ...
     """
 
     passed: bool
@@ -168,9 +176,10 @@ class ScanResult:
         suspects: How many of ``nodes`` the search would try first.
 
     Example:
-        >>> scan = fp16bisect.scan("model.onnx", "sample.npz")  # doctest: +SKIP
-        >>> scan.rows[0]["name"]  # doctest: +SKIP
-        'ln1_sq'
+        >>> import fp16bisect
+        >>> scan = fp16bisect.scan("sample_models/transformer_block.onnx", "sample_models/transformer_block.npz")
+        >>> scan.rows[0]["name"], scan.rows[0]["risk"], scan.rows[0]["written_by"]
+        ('ln1_sq', 'overflow', 'ln1_square')
     """
 
     rows: list[dict]
@@ -197,9 +206,11 @@ class ApplyResult:
             references (``None`` without); ``check`` is the written model's part, ``passed`` its verdict.
 
     Example:
-        >>> applied = fp16bisect.apply("model.onnx", "overrides.json", "model.mixed.onnx")  # doctest: +SKIP
-        >>> applied.path  # doctest: +SKIP
-        PosixPath('model.mixed.onnx')
+        >>> import fp16bisect
+        >>> model, data = "sample_models/transformer_block.onnx", "sample_models/transformer_block.npz"
+        >>> applied = fp16bisect.apply(model, fp16bisect.search(model, data), "mixed.onnx")
+        >>> str(applied.path), applied.fp32_nodes, applied.verification
+        ('mixed.onnx', ['ln1_square', 'ln1_var'], None)
     """
 
     path: Path

@@ -15,9 +15,8 @@ DONE, CHECK_FAILED, UNREACHABLE, INTERRUPTED = 0, CheckFailed.exit_code, Toleran
 
 
 def cmd_search(args) -> int:
-    from fp16bisect.artifacts.files import write_json
+    from fp16bisect.api import run_search
     from fp16bisect.backends.command import CommandAborted
-    from fp16bisect.run import pipeline
     from fp16bisect.run.options import SearchOptions
     from fp16bisect.run.paths import journal_path
     from fp16bisect.report.console import ConsoleListener, print_summary
@@ -34,7 +33,7 @@ def cmd_search(args) -> int:
         options = SearchOptions(tolerance, args.backend, BackendArgs.parse(args), noise_ok=args.noise_ok,
                                 output=args.output, repeats=args.repeats, restart=args.restart,
                                 retry_crashed=args.retry_crashed, parallel=parallel, prior=args.prior)
-        outcome = pipeline.search_model(args.model, args.inputs, args.reference, options, listener)
+        result = run_search(args.model, args.inputs, options, reference=args.reference, progress=listener)
     except CommandAborted as exc:
         raise CommandAborted(f"{exc}; finished evaluations are kept in {journal_path(args.output)}: fix "
                              "the command and rerun the same fp16bisect command to continue") from None
@@ -45,13 +44,12 @@ def cmd_search(args) -> int:
         return INTERRUPTED
     finally:
         listener.close()
-    write_json(args.output, outcome.data)
-    print_summary(outcome, args.output)
+    print_summary(result.outcome, args.output)  # run_search wrote the override JSON to args.output
     if args.report:
         from fp16bisect.diagnose.report_runs import search_runs
         from fp16bisect.report.data import search_report
 
-        write_report(args.report, search_report(outcome, search_runs(outcome)))
+        write_report(args.report, search_report(result.outcome, search_runs(result.outcome)))
     return DONE
 
 
@@ -72,8 +70,8 @@ def search_hint(args) -> str:
 
 
 def cmd_check(args) -> int:
+    from fp16bisect.api import run_check
     from fp16bisect.artifacts.files import write_json
-    from fp16bisect.diagnose.preflight import check_model, verdict
     from fp16bisect.run.options import SearchOptions
     from fp16bisect.run.paths import plans_dir
     from fp16bisect.report.console import ConsoleListener, print_check
@@ -86,21 +84,21 @@ def cmd_check(args) -> int:
     plans = plans_dir(args.json) if args.json else "fp16bisect.plans"
     options = SearchOptions(tolerance, args.backend, BackendArgs.parse(args, plans), parallel=parallel)
     try:
-        outcome = check_model(args.model, args.inputs, args.reference, args.overrides, options, listener)
+        result = run_check(args.model, args.inputs, options, overrides=args.overrides, reference=args.reference,
+                           progress=listener, hint=search_hint(args))
     finally:
         listener.close()
-    line = verdict(outcome, search_hint(args))
-    print_check(outcome, line)
+    print_check(result.outcome, result.verdict)
     if args.json:
-        write_json(args.json, {**outcome.data(), "verdict": line})
+        write_json(args.json, result.to_dict())
     if args.report:
         from fp16bisect.diagnose.report_runs import check_runs
         from fp16bisect.report.data import check_report
 
-        write_report(args.report, check_report(outcome, line, check_runs(outcome)))
-    if outcome.fp32 is not None and not outcome.fp32.passed:
+        write_report(args.report, check_report(result.outcome, result.verdict, check_runs(result.outcome)))
+    if not result.reachable:
         return UNREACHABLE
-    return DONE if outcome.passed else CHECK_FAILED
+    return DONE if result.passed else CHECK_FAILED
 
 
 def cmd_batch(args) -> int:
@@ -121,15 +119,15 @@ def cmd_batch(args) -> int:
 
 
 def cmd_scan(args) -> int:
+    from fp16bisect.api import scan
     from fp16bisect.artifacts.files import write_json
-    from fp16bisect.diagnose.scan import scan_model
     from fp16bisect.report.console import ConsoleListener, print_scan
 
     OutputArgs.check(args)
-    graph, data = scan_model(args.model, args.inputs, ConsoleListener(quiet=args.quiet))
-    print_scan(graph, data, args.top)
+    result = scan(args.model, args.inputs, progress=ConsoleListener(quiet=args.quiet))
+    print_scan(result.graph, result.to_dict(), args.top)
     if args.json:
-        write_json(args.json, data)
+        write_json(args.json, result.to_dict())
     return DONE
 
 
@@ -157,26 +155,22 @@ def cmd_compare(args) -> int:
 
 
 def cmd_apply(args) -> int:
-    from fp16bisect.artifacts.apply import ApplyOptions, apply_to_file
+    from fp16bisect.api import apply
     from fp16bisect.report.console import ConsoleListener, print_mixed, print_verification
-    from fp16bisect.tolerance import Tolerance
 
     if args.verify and not args.inputs:
         raise UsageError("--verify needs samples: pass --inputs X.npz (the npz given to 'fp16bisect search')")
     if str(args.output).endswith(".json"):
         raise UsageError(f"-o {args.output!r} would hold an ONNX model: give a path ending in .onnx")
     OutputArgs.check(args)
-    given = args.atol is not None and args.rtol is not None  # then the file's tolerance is not needed
-    options = ApplyOptions(
-        fp16_io=args.fp16_io, force=args.force, keep_fp32=tuple(args.keep_fp32),
-        inputs=args.inputs if args.verify else None, references=args.reference, strict_mode=args.verify == "strict",
-        tolerance=lambda recorded: ToleranceArgs.parse(args, Tolerance() if given else recorded()))
-    mixed, verification = apply_to_file(args.overrides, args.model, args.output, ConsoleListener(quiet=args.quiet),
-                                        options, shown=lambda m: print_mixed(m, args.output))
-    if verification is None:
+    result = apply(args.model, args.overrides, args.output, verify=args.verify or False, samples=args.inputs,
+                   reference=args.reference, atol=args.atol, rtol=args.rtol, min_cosine=args.min_cosine,
+                   max_mismatch=args.max_mismatch, fp16_io=args.fp16_io, force=args.force, keep_fp32=args.keep_fp32,
+                   progress=ConsoleListener(quiet=args.quiet), shown=lambda m: print_mixed(m, args.output))
+    if result.verification is None:
         return DONE
-    print_verification(verification)
-    return DONE if verification.passed else CHECK_FAILED
+    print_verification(result.verification)
+    return DONE if result.passed else CHECK_FAILED
 
 
 COMMANDS = {"search": cmd_search, "check": cmd_check, "scan": cmd_scan, "compare": cmd_compare, "apply": cmd_apply,

@@ -156,7 +156,7 @@ def cmd_compare(args) -> int:
 
 def cmd_apply(args) -> int:
     from fp16bisect.api import apply
-    from fp16bisect.report.console import ConsoleListener, print_mixed, print_verification
+    from fp16bisect.report.console import ConsoleListener, print_mixed
 
     if args.verify and not args.inputs:
         raise UsageError("--verify needs samples: pass --inputs X.npz (the npz given to 'fp16bisect search')")
@@ -167,11 +167,53 @@ def cmd_apply(args) -> int:
                    reference=args.reference, atol=args.atol, rtol=args.rtol, min_cosine=args.min_cosine,
                    max_mismatch=args.max_mismatch, fp16_io=args.fp16_io, force=args.force, keep_fp32=args.keep_fp32,
                    progress=ConsoleListener(quiet=args.quiet), shown=lambda m: print_mixed(m, args.output))
+    return _verified(result)
+
+
+def _verified(result) -> int:
+    """``apply`` and ``migrate``: the written model's verification, when asked for, and its exit code."""
+    from fp16bisect.report.console import print_verification
+
     if result.verification is None:
         return DONE
     print_verification(result.verification)
     return DONE if result.passed else CHECK_FAILED
 
 
+def cmd_migrate(args) -> int:
+    from pathlib import Path
+
+    from fp16bisect.api import apply
+    from fp16bisect.artifacts import migrate
+    from fp16bisect.artifacts.files import write_json
+    from fp16bisect.model.graph import Graph
+    from fp16bisect.report.console import ConsoleListener, print_migration, print_mixed
+
+    if args.verify and not args.inputs:
+        raise UsageError("--verify needs samples: pass --inputs X.npz")
+    if not str(args.output).endswith(".onnx"):
+        raise UsageError(f"-o {args.output!r} would hold an ONNX model: give a path ending in .onnx")
+    OutputArgs.check(args)
+    if args.trtexec_args is not None:
+        pins = migrate.pins_from_trtexec(args.trtexec_args)
+    else:
+        try:
+            text = Path(args.layer_precisions).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read --layer-precisions {args.layer_precisions!r} ({exc}): pass a text "
+                             "file of LAYER:PRECISION entries") from None
+        pins = migrate.pins_from_list(text, args.layer_precisions)
+    graph = Graph.load(args.model)
+    mapping = migrate.map_layers(graph, pins.fp32)
+    overrides = args.overrides_out or str(Path(args.output).with_suffix(".overrides.json"))
+    write_json(overrides, migrate.migration(graph, pins, mapping, ToleranceArgs.parse(args).to_json(), overrides))
+    if not args.quiet:
+        print_migration(pins, mapping, overrides)
+    result = apply(args.model, overrides, args.output, verify=args.verify or False, samples=args.inputs,
+                   reference=args.reference, fp16_io=args.fp16_io, progress=ConsoleListener(quiet=args.quiet),
+                   shown=lambda m: print_mixed(m, args.output))
+    return _verified(result)
+
+
 COMMANDS = {"search": cmd_search, "check": cmd_check, "scan": cmd_scan, "compare": cmd_compare, "apply": cmd_apply,
-            "batch": cmd_batch}
+            "batch": cmd_batch, "migrate": cmd_migrate}

@@ -117,11 +117,29 @@ def _apply(sub) -> None:
              ToleranceArgs(default_from="the override file's"))
 
 
+def _migrate(sub) -> None:
+    g = sub.add_parser("migrate", help="turn TensorRT 10 FP32 layer pins (trtexec --layerPrecisions) into the "
+                                       "strongly typed mixed-precision ONNX TensorRT 11 builds")
+    g.add_argument("model", help="the FP32 ONNX model the pins were made for")
+    pins = g.add_mutually_exclusive_group(required=True)
+    pins.add_argument("--trtexec-args", metavar="'ARGS'",
+                      help="the TensorRT 10 trtexec arguments, e.g. '--fp16 --layerPrecisions=a:fp32,b:fp32'")
+    pins.add_argument("--layer-precisions", metavar="FILE",
+                      help="LAYER:PRECISION entries, one a line or blank-separated (Polygraphy's --layer-precisions)")
+    g.add_argument("--overrides-out", metavar="O.json", default=None,
+                   help="where the override JSON goes (default: beside -o, MIXED.overrides.json)")
+    g.add_argument("--fp16-io", action="store_true", help="make float graph inputs and outputs FP16 (default FP32)")
+    g.add_argument("--verify", nargs="?", const="storage", choices=("storage", "strict"), default=None,
+                   help="run the written model on --inputs against the references, as 'apply --verify' does")
+    _compose(g, OutputArgs(output=dict(required=True, metavar="MIXED.onnx", help="where to write the mixed model")),
+             Samples("samples for --verify", model=False, required=False), ToleranceArgs())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fp16bisect", description="Find the ONNX nodes an FP16 build must keep in FP32.")
     parser.add_argument("--version", action="version", version=f"fp16bisect {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for add in (_search, _check, _batch, _scan, _compare, _apply):
+    for add in (_search, _check, _batch, _scan, _compare, _apply, _migrate):
         add(sub)
     return parser
 

@@ -359,3 +359,23 @@ def _alternatives(alt: dict | None) -> str:
 
 def _ordinal(n: int) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def print_migration(pins, mapping, overrides_path: str, console: Console | None = None) -> None:
+    """What ``migrate`` read and mapped: each FP32 layer's node, and what it could not map."""
+    console = console or _console()
+    console.print(f"read {len(pins.fp32)} FP32 layer pin(s) from {escape(pins.source[:200])}: "
+                  f"{len(mapping.nodes)} node(s) kept in FP32; wrote {escape(overrides_path)}",
+                  highlight=False, soft_wrap=True)
+    if not pins.low_precision:
+        console.print("[yellow]note:[/yellow] those arguments build nothing in FP16 (no --fp16): the mixed model "
+                      "computes every other node in FP16", highlight=False, soft_wrap=True)
+    for layer in mapping.unmapped:
+        console.print(f"[yellow]not mapped:[/yellow] layer {escape(layer)!r}: no node of the model has that name "
+                      "(renamed, or a layer TensorRT added)", highlight=False, soft_wrap=True)
+    for layer, node in mapping.not_candidates.items():
+        console.print(f"[yellow]not kept:[/yellow] layer {escape(layer)!r} is node {escape(node)!r}, which moves "
+                      "data and takes its producer's precision", highlight=False, soft_wrap=True)
+    for layer, precision in pins.other:
+        console.print(f"[yellow]not migrated:[/yellow] {escape(layer)}:{escape(precision)}: only FP32 pins are "
+                      "kept; every other node computes in FP16", highlight=False, soft_wrap=True)

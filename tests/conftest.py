@@ -87,6 +87,15 @@ def run(capsys, *argv):
     return code, out, err
 
 
+def journal_of(output, prior: bool = False) -> Path:
+    """The one search journal (``prior``: the prior's) beside the override JSON ``output`` (its name carries the
+    search's key: ``o.journal-<key>.jsonl``)."""
+    output = Path(output)
+    found = sorted(output.parent.glob(f"{output.stem}.{'prior.' if prior else ''}journal-*.jsonl"))
+    assert len(found) == 1, f"expected one journal beside {output}, found {[p.name for p in found]}"
+    return found[0]
+
+
 def one_line_error(err: str) -> str:
     """The one ``fp16bisect: error:`` line of ``err`` (and no traceback)."""
     lines = [line for line in err.splitlines() if line.startswith("fp16bisect: error:")]

@@ -14,13 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import SAMPLES
+from conftest import SAMPLES, journal_of
 from parallel_tasks import die_always, die_once, setup_fails, square, visible
 from fp16bisect.cli import main as cli
 from fp16bisect.parallel import Parallel
 from fp16bisect.parallel.processes import Died, LocalPool
 from fp16bisect.run.options import SearchOptions
-from fp16bisect.run.paths import journal_path
 from fp16bisect.run.pipeline import search_model
 from fp16bisect.algorithm.search import search
 from fp16bisect.tolerance import Tolerance
@@ -47,7 +46,7 @@ def test_four_workers_find_the_same_minimal_set_as_one(known, tmp_path):
         assert parallel.result.minimal and parallel.result.passed
         assert parallel.result.rounds <= serial.result.rounds
         # every evaluation was journaled as it completed: a rerun replays them all
-        lines = [line for line in Path(journal_path(str(out))).read_text().splitlines()[1:]
+        lines = [line for line in journal_of(out).read_text().splitlines()[1:]
                  if line.startswith('{"plan"')]  # the done lines (each has a started line before it)
         assert len(lines) == parallel.result.evaluations == parallel.data["search"]["evaluations_run"]
 
@@ -66,7 +65,7 @@ def test_the_command_line_with_two_jobs_finds_the_serial_set(known, tmp_path, ca
 def test_an_interrupted_parallel_search_resumes_from_its_journal(known, tmp_path):
     out = str(tmp_path / "o.json")
     first = _search("two_branches", known, Parallel(jobs=2), out)
-    journal = Path(journal_path(out))
+    journal = journal_of(out)
     lines = journal.read_text().splitlines(keepends=True)
     sixth = [i for i, line in enumerate(lines) if line.startswith('{"plan"')][5]
     journal.write_text("".join(lines[:sixth]) + lines[sixth][: len(lines[sixth]) // 2])  # killed mid-write

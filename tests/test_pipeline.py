@@ -5,7 +5,7 @@ oracle the search used, which would only repeat the search's own verdicts."""
 import json
 
 import pytest
-from conftest import SAMPLES, fresh_oracle
+from conftest import SAMPLES, fresh_oracle, journal_of
 from doubles import Fake
 
 from fp16bisect.run.options import SearchOptions
@@ -112,8 +112,8 @@ def test_the_override_file_keeps_contradictions_and_failures_short(known, monkey
     for entry, failed in zip(search["build_failures"], failures):
         assert entry["fp32"] == (sorted(failed.plan) if len(failed.plan) <= 3 else
                                  {"ids": len(failed.plan), "listed_in": "the journal"})
-    assert search["journal"] == str(tmp_path / "o.journal.jsonl")
-    journaled = (tmp_path / "o.journal.jsonl").read_text()
+    assert search["journal"] == str(journal_of(out))
+    journaled = journal_of(out).read_text()
     assert all(f'"plan": {json.dumps(sorted(e.plan))}' in journaled for e in failures)  # in full there
 
 

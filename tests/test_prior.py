@@ -9,7 +9,7 @@ import random
 from types import SimpleNamespace
 
 import pytest
-from conftest import SAMPLES, run
+from conftest import SAMPLES, journal_of, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -339,8 +339,8 @@ def test_an_interrupted_engine_search_resumes_without_running_the_prior_again(en
     out = tmp_path / "o.json"
     engine.stop_at = 2  # the first engine evaluation finishes, the second is interrupted
     assert run(capsys, *LN, "-o", out, "-q")[0] == 130
-    assert (tmp_path / "o.prior.journal.jsonl").exists()
-    lines = (tmp_path / "o.journal.jsonl").read_text().splitlines()
+    assert journal_of(out, prior=True).exists()
+    lines = journal_of(out).read_text().splitlines()
     # the first evaluation started and done; the second started, then abandoned (Ctrl-C: no crash)
     assert [next(iter(json.loads(line))) for line in lines[1:]] == ["prior", "started", "plan", "started", "abandoned"]
 

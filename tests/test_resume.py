@@ -6,11 +6,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from collections import Counter
 from types import SimpleNamespace
 
 import pytest
-from conftest import LN, LN_IN, one_line_error, run
+from conftest import LN, LN_IN, journal_of, one_line_error, run
 
 from doubles import Fake
 
@@ -46,7 +47,7 @@ def test_ctrl_c_then_rerun_continues_without_repeating_an_evaluation(counting, t
     counting.stop_at = 6
     code, _, err = run(capsys, *TWO, "-o", out, "-q")
     assert code == 130 and "rerun the same command to continue" in err and not out.exists()
-    journal = tmp_path / "o.journal.jsonl"
+    journal = journal_of(out)
     assert len(finished(journal)) == 5  # five finished evaluations
     assert list(lines_of(journal)[-1]) == ["abandoned"]  # the sixth, unwound from: not a crash
     counting.stop_at = None
@@ -79,7 +80,7 @@ def die_in_evaluation(out, call: int, how: str) -> list:
     died = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert died.returncode in (139, -signal.SIGKILL), died.stderr
     assert not out.exists()
-    journal = out.with_suffix(".journal.jsonl")
+    journal = journal_of(out)
     assert len(finished(journal)) == call - 1  # one sample: one run per evaluation
     last = lines_of(journal)[-1]
     assert list(last) == ["started"]  # marked before it ran, never finished nor abandoned
@@ -101,7 +102,7 @@ def test_kill_9_mid_search_then_rerun_continues(tmp_path):
 def test_a_torn_last_line_is_ignored_and_repaired(counting, tmp_path, capsys):
     out = tmp_path / "o.json"
     assert run(capsys, *TWO, "-o", out, "-q")[0] == 0
-    journal = tmp_path / "o.journal.jsonl"
+    journal = journal_of(out)
     lines = journal.read_text().splitlines()
     fourth = [i for i, line in enumerate(lines) if line.startswith('{"plan"')][3]
     # a kill while the fourth evaluation's line was being written: it had ended, so it is rerun, not a crash
@@ -113,21 +114,42 @@ def test_a_torn_last_line_is_ignored_and_repaired(counting, tmp_path, capsys):
     assert all(json.loads(line) for line in journal.read_text().splitlines())
 
 
-def test_a_journal_of_another_search_is_refused_until_restart(counting, tmp_path, capsys):
+def test_another_search_at_the_same_output_journals_beside_the_first(counting, tmp_path, capsys):
+    """A looser tolerance or another model at the same -o: its own journal (no refusal, no --restart needed);
+    the first search, rerun, still resumes its own; --restart still discards."""
     out = tmp_path / "o.json"
     assert run(capsys, *TWO, "-o", out, "-q")[0] == 0
-    code, _, err = run(capsys, *TWO, "-o", out, "--atol", "0.5", "-q")
-    assert code == 2
-    assert "belongs to another search (its tolerance differ)" in one_line_error(err) and "--restart" in err
-    code, _, err = run(capsys, "search", LN, "--inputs", LN_IN, "-o", out, "-q")
-    assert code == 2 and "its model_sha256, samples differ" in one_line_error(err)
+    first = journal_of(out)
+    code, _, err = run(capsys, *TWO, "-o", out, "--atol", "0.5")
+    assert code == 0 and "resuming" not in err, err
+    looser = json.loads(out.read_text())["search"]
+    assert looser["evaluations_run"] == looser["evaluations"] and looser["journal"] != str(first)
+    assert sorted(p.name for p in tmp_path.glob("o.journal-*.jsonl")) == sorted({first.name, Path(looser["journal"]).name})
+    assert run(capsys, "search", LN, "--inputs", LN_IN, "-o", out, "-q")[0] == 0  # another model: a third journal
+    assert len(list(tmp_path.glob("o.journal-*.jsonl"))) == 3
+    code, _, err = run(capsys, *TWO, "-o", out)  # the first search again: resumed from its own journal
+    assert code == 0 and "resuming" in err and searched(out)[1]["evaluations_run"] == 0
+    assert searched(out)[1]["journal"] == str(first)
     assert run(capsys, *TWO, "-o", out, "--atol", "0.5", "--restart", "-q")[0] == 0
     assert searched(out)[1]["evaluations_run"] == searched(out)[1]["evaluations"]
 
 
+def test_a_journal_written_before_journals_were_keyed_is_resumed(counting, tmp_path, capsys):
+    out = tmp_path / "o.json"
+    assert run(capsys, *TWO, "-o", out, "-q")[0] == 0
+    legacy = tmp_path / "o.journal.jsonl"
+    journal_of(out).rename(legacy)
+    code, _, err = run(capsys, *TWO, "-o", out)
+    assert code == 0 and "resuming" in err and searched(out)[1]["evaluations_run"] == 0
+    assert searched(out)[1]["journal"] == str(legacy) and not list(tmp_path.glob("o.journal-*.jsonl"))
+    assert run(capsys, *TWO, "-o", out, "--atol", "0.5", "-q")[0] == 0  # another search: not that one
+    assert searched(out)[1]["journal"] == str(journal_of(out))
+
+
 def test_not_a_journal_is_refused(tmp_path, capsys):
     out = tmp_path / "o.json"
-    (tmp_path / "o.journal.jsonl").write_bytes(b"\xff\xfe not json")
+    assert run(capsys, *TWO, "-o", out, "-q")[0] == 0
+    journal_of(out).write_bytes(b"\xff\xfe not json")
     code, _, err = run(capsys, *TWO, "-o", out, "-q")
     assert code == 2 and "is not an fp16bisect journal" in one_line_error(err)
 
@@ -168,7 +190,7 @@ def test_output_files_are_whole_or_absent(counting, tmp_path, capsys):
     out = tmp_path / "o.json"
     counting.stop_at = 3
     assert run(capsys, *TWO, "-o", out, "-q")[0] == 130
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.journal.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [journal_of(out).name]
     counting.stop_at = None
     assert run(capsys, *TWO, "-o", out, "-q")[0] == 0
     json.loads(out.read_text())
@@ -188,7 +210,7 @@ def test_a_plan_the_process_died_in_is_not_rerun_and_is_reported_as_died(countin
     assert found == ["a_mean_sq", "a_square", "b_exp", "b_prob", "b_sum"]
     assert search["build_failures"] == [{"fp32": crashed, "error": CRASHED}] and search["unevaluable"] == 1
     assert "fp16bisect search --retry-crashed" in CRASHED  # the message says how to evaluate it again
-    journal = tmp_path / "o.journal.jsonl"
+    journal = journal_of(out)
     died, = [e for e in finished(journal) if e["plan"] == crashed]
     assert died["reason"] == {"kind": "died", "message": CRASHED} and died["passed"] is False and died["crashed"]
     counting.runs.clear()  # resumed again: recorded once, replayed, still never run
@@ -217,7 +239,7 @@ def test_an_evaluation_unwound_from_is_no_crash_the_resume_runs_it(counting, tmp
     out = tmp_path / "o.json"
     counting.stop_at, counting.stop = 4, stop
     assert run(capsys, *TWO, "-o", out, "-q")[0] != 0
-    journal = tmp_path / "o.journal.jsonl"
+    journal = journal_of(out)
     *_, started, abandoned = lines_of(journal)
     assert list(started) == ["started"] and abandoned == {"abandoned": started["started"]}
     counting.stop_at = None

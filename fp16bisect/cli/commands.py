@@ -18,7 +18,7 @@ def cmd_search(args) -> int:
     from fp16bisect.api import run_search
     from fp16bisect.backends.command import CommandAborted
     from fp16bisect.run.options import SearchOptions
-    from fp16bisect.run.paths import journal_path
+    from fp16bisect.run.paths import latest_journal
     from fp16bisect.report.console import ConsoleListener, print_summary
 
     tolerance = ToleranceArgs.parse(args)
@@ -35,11 +35,11 @@ def cmd_search(args) -> int:
                                 retry_crashed=args.retry_crashed, parallel=parallel, prior=args.prior)
         result = run_search(args.model, args.inputs, options, reference=args.reference, progress=listener)
     except CommandAborted as exc:
-        raise CommandAborted(f"{exc}; finished evaluations are kept in {journal_path(args.output)}: fix "
+        raise CommandAborted(f"{exc}; finished evaluations are kept in {latest_journal(args.output)}: fix "
                              "the command and rerun the same fp16bisect command to continue") from None
     except KeyboardInterrupt:
         listener.close()
-        print(f"fp16bisect: interrupted; finished evaluations are kept in {journal_path(args.output)}: "
+        print(f"fp16bisect: interrupted; finished evaluations are kept in {latest_journal(args.output)}: "
               "rerun the same command to continue", file=sys.stderr)
         return INTERRUPTED
     finally:

@@ -5,7 +5,9 @@ can run for an hour. Rerunning the same command after Ctrl-C, a kill -9 or a
 crash replays the journal instead of repeating finished evaluations. The first
 line says what search it belongs to (model hash, backend, tolerance, samples,
 repeats); a journal of another search is refused, never mixed in. A line cut
-short by a kill is ignored. Plain text, ``git bisect log`` style: inspectable
+short by a kill is ignored. Its file name carries a short digest of that first
+line (``journal_key``), so another search beside the same ``-o`` (a looser
+tolerance, another model) starts its own journal instead of meeting this one. Plain text, ``git bisect log`` style: inspectable
 with ``head`` and ``jq``.
 
 Besides evaluations (lines with a ``plan``), a journal may hold the build noise
@@ -55,6 +57,13 @@ def samples_digest(samples) -> str:
     return digest.hexdigest()
 
 
+def journal_key(header: dict) -> str:
+    """A short digest of what a search is (its journal header, whatever keys it holds): the same search, the same
+    key; another model, samples, tolerance, backend (its verdict-changing options) or repeats, another key."""
+    what = {k: v for k, v in header.items() if k != "schema"}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
+
+
 def _key(plan, entry: dict) -> tuple:
     """What a started, abandoned or finished line is about: the plan, and which recheck of it (0: none)."""
     return frozenset(plan), int(entry.get("recheck") or 0)
@@ -94,6 +103,17 @@ class Journal:
             self._start()
         else:
             self._load()
+
+    @staticmethod
+    def belongs(path: str | Path, header: dict) -> bool:
+        """Whether the journal at ``path`` exists and was written by the search ``header`` describes."""
+        try:
+            with open(path, "rb") as f:
+                first = json.loads(f.readline())
+        except (OSError, ValueError, UnicodeDecodeError):
+            return False
+        return isinstance(first, dict) and first.get("schema") == SCHEMA and all(
+            first.get(k) == header.get(k) for k in KEYS)
 
     def discard_if_unused(self) -> None:
         """Remove a journal this run started and never wrote an evaluation to (a refusal writes nothing)."""

@@ -9,7 +9,6 @@ from fp16bisect import __version__
 from fp16bisect.algorithm.search import SearchResult
 from fp16bisect.artifacts.override_json import graph_sections, overrides_file
 from fp16bisect.evaluation.oracle import EXIT_CODE, Oracle
-from fp16bisect.run.paths import journal_path
 from fp16bisect.strategy.prior import Prior
 
 # The override file stays small whatever the search met (pipelines read it, CI stores it): lists of plans are
@@ -75,7 +74,7 @@ def unverified(o) -> list[dict]:
 
 def search_json(o) -> dict:
     """The ``search`` section: what the search did and found, its evaluations, and what went wrong."""
-    result, oracle, output = o.result, o.oracle, o.output
+    result, oracle = o.result, o.oracle
     return {
         "status": result.status,
         "candidates": len(o.graph.candidates),
@@ -99,7 +98,7 @@ def search_json(o) -> dict:
                                     for e in oracle.build_failures]),
         **capped("ignored_pins", ignored_pins(oracle)),
         # every evaluation in full (plans, verdicts, errors, metrics): the journal, when -o was given
-        "journal": journal_path(output) if output else None,
+        "journal": str(oracle.journal.path) if oracle.journal is not None else None,
     }
 
 

@@ -1,20 +1,37 @@
 """The files a search writes beside its override JSON (``-o``): their names, in one place.
 
-    overrides.json -> overrides.journal.jsonl        every evaluation of the search (resume replays it)
-                      overrides.prior.journal.jsonl  every evaluation of the prior's search on the emulator
+    overrides.json -> overrides.journal-<key>.jsonl        every evaluation of the search (resume replays it)
+                      overrides.prior.journal-<key>.jsonl  every evaluation of the prior's search on the emulator
                       overrides.plans/               the command backend's per-plan directories
                       overrides.timing.cache         TensorRT's timing cache, shared by the builds of a search
+
+``<key>`` is a short digest of what the search is (``evaluation.journal.journal_key``): another search at the
+same ``-o`` journals beside the old one, the same search resumes its own. ``overrides.journal.jsonl`` (no key)
+is where searches journaled before keys existed; a search resumes it when it is its own.
 """
 
 from __future__ import annotations
 
+import glob
 from pathlib import Path
 
 
-def journal_path(output: str, prior: bool = False) -> str:
-    """Beside the override JSON: overrides.json -> overrides.journal.jsonl, or with ``prior`` (the emulator's
-    search that a search on another backend starts from) overrides.prior.journal.jsonl."""
-    return str(Path(output).with_suffix(".prior.journal.jsonl" if prior else ".journal.jsonl"))
+def journal_path(output: str, key: str = "", prior: bool = False) -> str:
+    """Beside the override JSON: overrides.json -> overrides.journal-<key>.jsonl, or with ``prior`` (the
+    emulator's search that a search on another backend starts from) overrides.prior.journal-<key>.jsonl; without
+    ``key`` the name journals had before they were keyed."""
+    key = f"-{key}" if key else ""
+    return str(Path(output).with_suffix(f".prior.journal{key}.jsonl" if prior else f".journal{key}.jsonl"))
+
+
+def latest_journal(output: str) -> str:
+    """The search journal beside ``output`` written last (the one a search just interrupted wrote), else the
+    pattern their names follow."""
+    out = Path(output)
+    found = [p for p in out.parent.glob(f"{glob.escape(out.stem)}.journal*.jsonl") if p.is_file()]
+    if not found:
+        return journal_path(output, "*")
+    return str(max(found, key=lambda p: p.stat().st_mtime_ns))
 
 
 def plans_dir(output: str) -> str:

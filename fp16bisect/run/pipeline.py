@@ -20,7 +20,7 @@ from fp16bisect.run.paths import journal_path
 from fp16bisect.backends import Options, make_backend
 from fp16bisect.strategy.build_noise import build_noise
 from fp16bisect.errors import ToleranceUnreachable, UsageError
-from fp16bisect.evaluation.journal import Journal, samples_digest
+from fp16bisect.evaluation.journal import Journal, journal_key, samples_digest
 from fp16bisect.model.graph import Graph, notes
 from fp16bisect.model.profile import profile
 from fp16bisect.model.samples import sample_shapes, add_fp32_references, load_samples
@@ -98,9 +98,13 @@ def _journal(graph, chosen, given: str, options: SearchOptions, listener: Listen
     evaluations."""
     if not options.output:
         return None
-    path = journal_path(options.output)
     # another judge (the command backend: another command) is another search: its verdicts are not replayed
     header = journal_header(graph, chosen.journal_name, options.tolerance, given, options.repeats)
+    # keyed by what the search is: another search at this -o journals beside it; one journaled before journals
+    # were keyed resumes from its old file
+    path = journal_path(options.output, journal_key(header))
+    if not Path(path).exists() and Journal.belongs(journal_path(options.output), header):
+        path = journal_path(options.output)
     journal = Journal(path, header, restart=options.restart, retry_crashed=options.retry_crashed)
     if journal.entries:
         listener.stage(f"resuming: {len(journal.entries)} evaluation(s) replayed from {path}")
@@ -161,8 +165,9 @@ def _prior(graph, oracle, prof, listener, options: SearchOptions) -> Prior | Non
     if backend is None:
         return None
     output = options.output
-    found = priors.run(graph, backend, oracle, prof, listener, path=journal_path(output, prior=True) if output else None,
-                       restart=options.restart, retry_crashed=options.retry_crashed)
+    path = (lambda header: journal_path(output, journal_key(header), prior=True)) if output else None
+    found = priors.run(graph, backend, oracle, prof, listener, path=path, restart=options.restart,
+                       retry_crashed=options.retry_crashed)
     if found is not None and journal is not None:
         journal.record_prior(found.to_json())
     return found

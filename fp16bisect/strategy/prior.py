@@ -2,7 +2,7 @@
 
 On a non-emulate backend the whole search first runs on the emulate backend
 (ONNX Runtime CPU, milliseconds a plan, its own journal beside ``-o``:
-``*.prior.journal.jsonl``), ending as every search does with each single
+``*.prior.journal-<key>.jsonl``), ending as every search does with each single
 removal of its set evaluated directly (FP16 rounding is not always monotone;
 on the emulator that check is free). Its set S and its evidence (S first,
 then every other candidate ranked by the output error it causes alone in
@@ -22,6 +22,7 @@ without the emulator.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fp16bisect.algorithm.search import Hooks, search
@@ -58,11 +59,11 @@ class Prior:
                    str(data.get("journal", "")), replayed=True)
 
 
-def run(graph, backend, judge: Oracle, prof, listener, *, path: str | None = None, restart: bool = False,
-        retry_crashed: bool = False) -> Prior | None:
+def run(graph, backend, judge: Oracle, prof, listener, *, path: Callable[[dict], str] | None = None,
+        restart: bool = False, retry_crashed: bool = False) -> Prior | None:
     """The search on the emulator (``backend``), as a prior for the search ``judge`` evaluates for: the same
-    samples, tolerance and outputs; journaled at ``path`` (if any) under the judge's journal header, with
-    this backend. None when even all-FP32 misses the tolerance there (the expensive backend may still
+    samples, tolerance and outputs; journaled (when ``path`` is given) under the judge's journal header, with
+    this backend, at ``path(header)``. None when even all-FP32 misses the tolerance there (the expensive backend may still
     reach it: it searches alone then)."""
     start = time.perf_counter()
     samples, tolerance, outputs = judge.samples, judge.tolerance, judge.outputs
@@ -87,21 +88,23 @@ def run(graph, backend, judge: Oracle, prof, listener, *, path: str | None = Non
     fp16 = oracle.memo.get(frozenset())
     evaluations = len(oracle.history)  # distinct plans on the emulator
     prior = Prior(tuple(found), ranking.prior_order(found, prof, measured), result.status, evaluations, seconds,
-                  result.minimal, fp16.to_json() if fp16 else {}, path or "", oracle=oracle)
+                  result.minimal, fp16.to_json() if fp16 else {}, str(journal.path) if journal else "",
+                  oracle=oracle)
     listener.stage(f"prior: the emulator keeps {len(found)} node(s) in FP32 after {evaluations} "
                    f"evaluation(s) in {seconds:.1f} s")
     return prior
 
 
-def _journal(judge: Oracle, backend, listener, path: str | None, restart: bool, retry_crashed: bool):
-    """The prior's own journal at ``path`` (None: not journaled), replayed when it holds evaluations; its header
-    is the judge's (the same model, samples and tolerance), with the emulator and one run per plan."""
+def _journal(judge: Oracle, backend, listener, path: Callable[[dict], str] | None, restart: bool,
+             retry_crashed: bool):
+    """The prior's own journal at ``path(header)`` (None: not journaled), replayed when it holds evaluations; its
+    header is the judge's (the same model, samples and tolerance), with the emulator and one run per plan."""
     if not path:
         return None
     header = dict(judge.journal.header) if judge.journal is not None else {}
     header.pop("schema", None)
-    journal = Journal(path, {**header, "backend": backend.name, "repeats": 1}, restart=restart,
-                      retry_crashed=retry_crashed)
+    header = {**header, "backend": backend.name, "repeats": 1}
+    journal = Journal(path(header), header, restart=restart, retry_crashed=retry_crashed)
     if journal.entries:
-        listener.stage(f"prior: {len(journal.entries)} emulator evaluation(s) replayed from {path}")
+        listener.stage(f"prior: {len(journal.entries)} emulator evaluation(s) replayed from {journal.path}")
     return journal

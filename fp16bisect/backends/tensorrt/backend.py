@@ -189,6 +189,12 @@ class TensorRTBackend(Backend):
     def strongly_typed(self) -> bool:
         return self.typing == "strong"
 
+    @property
+    def journal_name(self) -> str:
+        """The journal's backend: the typing and the optimisation level change the engines, so the verdicts."""
+        level = f", opt level {self.opt_level}" if self.opt_level is not None else ""
+        return f"tensorrt ({self.typing} typing{level})"
+
     # -- public
 
     def versions(self) -> dict:

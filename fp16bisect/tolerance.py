@@ -42,8 +42,10 @@ class Tolerance:
 class OutputMetrics:
     output: str
     sample: int
-    max_abs: float  # max |a - b| over finite pairs
-    max_rel: float  # max |a - b| / |b| over finite pairs with b != 0
+    # with NaN/inf where the reference is finite (nonfinite > 0): max_abs and max_rel are inf (an inf there) or NaN
+    # (NaN only), cosine NaN; else over the pairs:
+    max_abs: float  # max |a - b|
+    max_rel: float  # max |a - b| / |b| where b != 0
     cosine: float
     mismatch: float  # fraction of elements outside atol + rtol*|b| (non-finite ones included)
     nonfinite: int  # NaN or inf where the reference is finite
@@ -86,7 +88,11 @@ def compare(actual: np.ndarray, reference: np.ndarray, tol: Tolerance, output: s
         rel = np.where(both & (b != 0), diff / np.abs(b), 0.0)
         excess = np.where(both, diff / allowed, 0.0)
     max_abs = float(diff.max()) if a.size else 0.0
+    max_rel = float(rel.max()) if a.size else 0.0
     cosine = _cosine(np.where(both, a, 0.0), np.where(both, b, 0.0))
+    if nonfinite:  # the error there is unbounded: never 0 and cosine 1 from the finite pairs alone
+        max_abs = max_rel = float(np.inf if np.any(finite_ref & np.isinf(a)) else np.nan)
+        cosine = float("nan")
     passed = nonfinite == 0 and mismatch <= tol.max_mismatch
     if tol.min_cosine is not None and cosine < tol.min_cosine:
         passed = False
@@ -94,7 +100,7 @@ def compare(actual: np.ndarray, reference: np.ndarray, tol: Tolerance, output: s
         output=output,
         sample=sample,
         max_abs=max_abs,
-        max_rel=float(rel.max()) if a.size else 0.0,
+        max_rel=max_rel,
         cosine=cosine,
         mismatch=mismatch,
         nonfinite=nonfinite,

@@ -89,11 +89,20 @@ def _conversions(data, where: str = "every plan's file stores") -> list[str]:
     return lines
 
 
+def _num(x: float, spec: str = ".3g") -> str:
+    """A metric: non-finite ones (an output with inf/NaN) as inf, -inf or nan, never a number they are not."""
+    if x != x:
+        return "nan"
+    if x in (float("inf"), float("-inf")):
+        return "inf" if x > 0 else "-inf"
+    return format(x, spec)
+
+
 def _error_cell(m) -> str:
     if m is None:
         return "-"
     if m.nonfinite:
-        return f"[red]{m.nonfinite} inf/NaN[/red]"
+        return f"[red]{_num(m.max_abs)} ({m.nonfinite} inf/NaN)[/red]"
     text = f"{m.max_abs:.3g} abs, {m.max_rel:.3g} rel"
     return text if m.passed else f"[red]{text}[/red]"
 
@@ -219,8 +228,7 @@ def print_verification(v, console: Console | None = None) -> None:
             table.add_row(label, "-", "-", "-", "-", "-", f"[yellow]{check.error}[/yellow]")
             continue
         for name, m in check.worst().items():
-            table.add_row(label, name, f"{m.max_abs:.3g}", f"{m.max_rel:.3g}", f"{m.cosine:.6f}", str(m.nonfinite),
-                          "yes" if m.passed else "[red]no[/red]")
+            table.add_row(label, name, *_metric_cells(m))
     console.print(table)
     if v.passed:
         console.print("verified: the written model meets the tolerance on every sample"
@@ -238,7 +246,8 @@ def print_verification(v, console: Console | None = None) -> None:
 
 
 def _metric_cells(m) -> list[str]:
-    return [f"{m.max_abs:.3g}", f"{m.max_rel:.3g}", f"{m.cosine:.6f}", str(m.nonfinite),
+    bad = "[red]{}[/red]".format if m.nonfinite else str
+    return [bad(_num(m.max_abs)), bad(_num(m.max_rel)), bad(_num(m.cosine, ".6f")), bad(str(m.nonfinite)),
             "yes" if m.passed else "[red]no[/red]"]
 
 
@@ -300,8 +309,7 @@ def print_compare(result, csv_path: str | None, console: Console | None = None) 
             table.add_column(column)
         for n in failing[:30]:
             m = n.metrics
-            table.add_row(n.node, n.op_type, m.output, f"{m.max_abs:.3g}", f"{m.max_rel:.3g}", f"{m.cosine:.6f}",
-                          str(m.nonfinite), "yes" if n.pinned else "")
+            table.add_row(n.node, n.op_type, m.output, *_metric_cells(m)[:4], "yes" if n.pinned else "")
         console.print(table)
     if first:
         console.print(f"first failing node: [bold]{first.node}[/bold] ({first.op_type}): where the error is born; "

@@ -1,4 +1,4 @@
-"""Stages that take time, said when they start and, with their seconds, when they end."""
+"""Stages that take time, said once, with their seconds, when they end."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from contextlib import contextmanager
 
 @contextmanager
 def timed(say, text: str):
-    """``say(text)`` now, ``say("text: N s")`` when the block ends (not when it raises: the error says why)."""
-    say(text)
+    """``say("text (N s)")`` when the block ends (not when it raises: the error says why)."""
     start = time.perf_counter()
     yield
-    say(f"{text}: {time.perf_counter() - start:.1f} s")
+    say(f"{text} ({time.perf_counter() - start:.1f} s)")

@@ -96,4 +96,4 @@ class Memo:
     def _step(self, step: Step) -> None:
         self.trace.append(step)
         if self._on_step is not None:
-            self._on_step(step, self.progress.report(len(self.trace), self.results))
+            self._on_step(step, self.progress.report(len(self.trace), self.results, step.plan))

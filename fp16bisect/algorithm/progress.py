@@ -39,22 +39,61 @@ def quickxplain_left(size: int, decided: int, found: int) -> float:
     return k * (math.log2(max(left / k, 1.0)) + 2) + found + k
 
 
+def quickxplain_most(size: int) -> int:
+    """At most this many QuickXplain evaluations on a pool of ``size``, whatever k: 2k*log2(n/k) + 2k peaks near
+    k = n/1.36, below 3.1n."""
+    return math.ceil(3.1 * size) if size > 0 else 0
+
+
 @dataclass
 class Progress:
-    """Where the search is (set by the search as it goes) and what that means for the time left."""
+    """Where the search is (set by the search as it goes) and what that means for the time left: an estimate of
+    the evaluations still to come, never below 0 nor above ``bound_left`` (the most a judge that is monotone can
+    still take: a judge that is not may take more)."""
 
     phase: Phase = "precondition"
     searching: int = 0  # candidates the current phase works on
     decided: int = 0  # of those, settled in or out (QuickXplain)
     found: int = 0  # members found so far
     pending: list = field(default_factory=list)  # the removals the final reduction still has to evaluate
+    candidates: int = 0  # all of them (0: not said)
+    members: frozenset = frozenset()  # the set QuickXplain has so far (its base and the members found)
+    settles: int = 0  # QuickXplain's question: the candidates a pass settles (none of them is needed)
 
-    def report(self, evaluations: int, results: dict) -> dict:
-        if self.pending:
-            left = float(sum(1 for plan in self.pending if plan not in results))
-        elif self.searching:
-            left = quickxplain_left(self.searching, self.decided, self.found)
-        else:
-            left = 0.0
+    def report(self, evaluations: int, results: dict, plan: frozenset | None = None) -> dict:
+        """``plan``: the one just evaluated (when it passes, the ``settles`` candidates it asked about are
+        settled)."""
+        bound = self.bound_left(results)
+        estimate = min(max(int(math.ceil(self.estimate_left(results, plan))), 0), bound)
         return {"evaluations": evaluations, "phase": self.phase, "searching": self.searching,
-                "found": self.found, "estimate_left": int(math.ceil(left))}
+                "found": self.found, "estimate_left": estimate, "bound_left": bound}
+
+    def estimate_left(self, results: dict, plan: frozenset | None = None) -> float:
+        if self.pending:
+            return float(sum(1 for plan in self.pending if plan not in results))
+        undecided = self.searching - self.decided - (self.settles if results.get(plan) else 0)
+        if self.phase == "reduce" and undecided <= 1:  # the last leaf costs at most one; then the removals
+            return 2 * max(0, undecided) + self._removals_left(results)
+        if self.searching:
+            return quickxplain_left(self.searching, self.decided, self.found)
+        if self.phase == "precondition" and self.candidates and not self.found:  # nothing known yet: one site
+            return math.log2(self.candidates) + 1 + quickxplain_left(self.candidates, 0, 0)
+        return 0.0
+
+    def bound_left(self, results: dict) -> int:
+        if self.pending:
+            return sum(1 for plan in self.pending if plan not in results)
+        if self.phase == "minimality":
+            return 0
+        undecided = max(0, self.searching - self.decided)
+        if self.phase == "reduce":  # QuickXplain on what is undecided, the set verified, each removal
+            return quickxplain_most(undecided) + 1 + self.found + undecided
+        n = self.candidates or self.searching
+        grow = math.ceil(math.log2(n)) + 2 if n else 0
+        return grow + quickxplain_most(n) + 1 + n + 1  # doubling prefixes, QuickXplain, verify, removals
+
+    def _removals_left(self, results: dict) -> int:
+        """The members whose removal no failed plan has answered yet (it is the final reduction's question)."""
+        members = self.members
+        failed = [p for p, passed in results.items() if passed is False and len(p) >= len(members) - 1]
+        return sum(1 for m in members if not any(m not in p and members - {m} <= p for p in failed))

@@ -151,6 +151,7 @@ def search(
 
     memo = Memo(test, hooks.on_step, test_many, width)
     memo.everything = frozenset(ids)
+    memo.progress.candidates = len(ids)
     answer = lookahead.run(algorithm, memo)
     if answer.status == "found" and not answer.why_not_minimal and hooks.recheck is not None:
         again = memo.again(answer.fp32, hooks.recheck)
@@ -251,7 +252,7 @@ def _extend(ask, start: frozenset, rest: list) -> frozenset | None:
 
 def _explain(ask, base: frozenset, pool: list, fails: int) -> frozenset:
     """base | a subset of ``pool`` with which it passes (base | pool passes; base | pool[:fails] fails)."""
-    ask.note(phase="reduce", searching=len(pool), decided=0, found=0)
+    ask.note(phase="reduce", searching=len(pool), decided=0, found=0, members=base)
     return base | frozenset(_quickxplain(ask, base, False, pool, fails))
 
 
@@ -259,11 +260,12 @@ def _quickxplain(ask, background: frozenset, changed: bool, cands: list, split: 
     """Smallest subset D of ``cands`` such that background | D passes (background | cands passes),
     preferring the earlier ``cands`` (Junker 2004, QUICKXPLAIN). ``split``: where to divide ``cands`` (default:
     in halves); the caller's known failing prefix, so that the first question is already answered."""
+    ask.note(settles=len(cands) if changed else 0)
     if changed and ask(background, "reduce"):
         _settled(ask, len(cands), 0)
         return []
     if len(cands) == 1:
-        _settled(ask, 1, 1)
+        _settled(ask, 1, 1, cands[0])
         return list(cands)
     half = split if 0 < split < len(cands) else len(cands) // 2
     first, second = cands[:half], cands[half:]
@@ -272,9 +274,10 @@ def _quickxplain(ask, background: frozenset, changed: bool, cands: list, split: 
     return found_first + found_second
 
 
-def _settled(ask, decided: int, found: int) -> None:
+def _settled(ask, decided: int, found: int, member=None) -> None:
     progress = ask.memo.progress
-    ask.note(decided=progress.decided + decided, found=progress.found + found)
+    members = progress.members | {member} if found else progress.members
+    ask.note(decided=progress.decided + decided, found=progress.found + found, members=members)
 
 
 def _first_passing(ask, start: frozenset, alternatives, rank: dict) -> frozenset | None:

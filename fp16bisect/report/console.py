@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+import time
+from contextlib import contextmanager
 
 from rich import box
 from rich.console import Console
@@ -34,6 +36,24 @@ class ConsoleListener(Listener):
         else:
             print(f"fp16bisect: {text}", file=sys.stderr, flush=True)
 
+    @contextmanager
+    def timed(self, text: str):
+        """A stage said once, with its seconds, when it ends (on a terminal a spinner shows it meanwhile); not
+        said when it raises (the error says why)."""
+        if self.quiet:
+            yield
+            return
+        spinner = self.console.status(Text(text)) if self.live and self.status is None else None
+        if spinner is not None:
+            spinner.start()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if spinner is not None:
+                spinner.stop()
+        self.stage(f"{text} ({time.perf_counter() - start:.1f} s)")
+
     def step(self, step: Step, progress: dict) -> None:
         if self.quiet:
             return
@@ -63,7 +83,8 @@ def step_line(step: Step, progress: dict) -> str:
     return (
         f"evaluation {step.index}{on}: {len(step.plan)} node(s) in FP32 -> {verdict} "
         f"[{step.phase}; {progress['searching']} candidate(s) in play, {progress['found']} found, "
-        f"roughly {progress['estimate_left']} more evaluation(s) (estimate)]"
+        f"roughly {progress['estimate_left']} more evaluation(s)"
+        + (f" (estimate; at most {progress['bound_left']})]" if "bound_left" in progress else " (estimate)]")
     )
 
 

@@ -19,7 +19,7 @@ class Listener:
     def stage(self, text: str) -> None: ...
 
     def timed(self, text: str):
-        """A stage that takes time: said when it starts, and its seconds when it ends."""
+        """A stage that takes time: said once, with its seconds, when it ends."""
         return timed(self.stage, text)
 
     def step(self, step: Step, progress: dict) -> None: ...

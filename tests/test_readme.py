@@ -165,9 +165,13 @@ def substitute(synopsis: list[str]) -> list[str]:
 
 
 def workdir(path: Path) -> Path:
+    """A directory with the repository's scripts and, file by file, its sample models: what a command writes
+    beside them (a batch's override files, beside its manifest) stays here."""
     path.mkdir(parents=True, exist_ok=True)
-    for name in ("sample_models", "scripts"):
-        (path / name).symlink_to(ROOT / name, target_is_directory=True)
+    (path / "scripts").symlink_to(ROOT / "scripts", target_is_directory=True)
+    (path / "sample_models").mkdir()
+    for file in (ROOT / "sample_models").iterdir():
+        (path / "sample_models" / file.name).symlink_to(file)
     return path
 
 

@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 import onnx
+import pytest
 from conftest import SAMPLES, F, make_model, run
 from onnx import helper
 
@@ -69,3 +70,70 @@ def test_the_bound_left_holds_on_monotone_judges():
             for i, estimate, bound in rows:
                 assert 0 <= estimate <= bound and bound >= result.evaluations - i, (n, k, seed, i)
             assert rows[0][1] > 0 or result.evaluations == 1
+
+
+def test_batch_writes_each_search_s_overrides_beside_the_manifest_lists_the_kept_nodes_and_takes_q(tmp_path, capsys,
+                                                                                                   known):
+    manifest = tmp_path / "zoo.toml"
+    manifest.write_text(f"""
+[defaults]
+backend = "emulate"
+model = "{SAMPLES / 'two_branches.onnx'}"
+inputs = "{SAMPLES / 'two_branches.npz'}"
+action = "search"
+
+[[entry]]
+name = "branches"
+
+[[entry]]
+atol = 0.5
+
+[[entry]]
+atol = 0.6
+""")
+    code, out, err = run(capsys, "batch", manifest)
+    assert code == 0 and "(entry 1): FOUND" in err
+    culprits = sorted(known["two_branches"]["culprits"])
+    for name in ("branches", "two_branches-2", "two_branches-3"):
+        written = json.loads((tmp_path / f"{name}.overrides.json").read_text())
+        assert sorted(n["name"] for n in written["fp32_nodes"]) == culprits or name != "branches"
+        assert f"overrides written to {tmp_path / name}.overrides.json" in out
+    row = next(line for line in out.splitlines() if line.startswith("branches"))
+    assert all(c in row for c in culprits)
+    code, out, err = run(capsys, "batch", manifest, "-q")
+    assert code == 0 and err == "" and "3 of 3 entries passed" in out
+
+
+def test_every_subcommand_s_help_has_a_description_an_example_and_the_model_first(capsys):
+    for command, first in [("search", "MODEL --inputs"), ("check", "MODEL --inputs"), ("scan", "MODEL --inputs"),
+                           ("compare", "MODEL --inputs"), ("apply", "MODEL OVERRIDES"), ("batch", "MANIFEST")]:
+        with pytest.raises(SystemExit) as exited:
+            run(capsys, command, "--help")
+        out = capsys.readouterr().out
+        assert exited.value.code == 0
+        lines = out.splitlines()
+        assert lines[0].startswith((f"usage: fp16bisect {command} {first}", f"Usage: fp16bisect {command} {first}"))
+        assert lines[1] == "" and len(lines[2]) > 20  # a description under the usage line
+        assert re.search(r"^examples?:\n  \$ (fp16bisect|trtexec) ", out, re.M)
+        groups = [line for line in lines[3:] if line and not line.startswith(" ") and line.endswith(":")]
+        assert groups[0] in ("inputs:", "model and overrides:", "manifest:") and groups[-2] == "help:", groups
+        assert "\x1b[" not in out  # not a terminal: plain text
+
+
+def test_apply_takes_the_model_first_and_the_old_order_still_works(tmp_path, capsys):
+    model, x = SAMPLES / "two_branches.onnx", SAMPLES / "two_branches.npz"
+    assert run(capsys, "search", model, "--inputs", x, "-o", tmp_path / "o.json", "-q")[0] == 0
+    for i, order in enumerate([(model, tmp_path / "o.json"), (tmp_path / "o.json", model)]):
+        code, out, err = run(capsys, "apply", *order, "-o", tmp_path / f"m{i}.onnx", "--verify", "--inputs", x, "-q")
+        assert code == 0 and "verified" in out, err
+    assert (tmp_path / "m0.onnx").read_bytes() == (tmp_path / "m1.onnx").read_bytes()
+
+
+def test_compare_honours_atol_and_rtol_on_the_console(capsys):
+    block = [str(SAMPLES / "transformer_block.onnx"), "--inputs", str(SAMPLES / "transformer_block.npz"), "-q"]
+    verdicts = []
+    for atol in ("0.01", "100"):
+        code, out, _ = run(capsys, "compare", *block, "--atol", atol)
+        assert code == 0 and f"atol {atol}" in out
+        verdicts.append(next(line for line in out.splitlines() if line.startswith("│ y ")).split("│")[-2].strip())
+    assert verdicts == ["no", "yes"]

@@ -59,7 +59,7 @@ class Samples:
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         g = parser.add_argument_group(self.title)
         if self.model:
-            g.add_argument("model", help="the ONNX model (FP32)")
+            g.add_argument("model", metavar="MODEL", help="the ONNX model (FP32)")
         g.add_argument("--inputs", action="append", required=self.required, metavar="X.npz",
                        help="one sample: an .npz with one array per model input; repeat for several samples")
         if self.references:
@@ -203,3 +203,23 @@ class OutputArgs:
         for path in (getattr(args, k, None) for k in ("output", "json", "csv", "report")):
             if path:
                 check_writable(path)
+
+
+def _looks_like_json(path: str) -> bool:
+    """An override file, by its name or its first byte (an ONNX model is protobuf: never starts with '{')."""
+    if str(path).lower().endswith(".json"):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(64).lstrip()[:1] == b"{"
+    except OSError:
+        return False
+
+
+def model_then_overrides(first: str, second: str) -> tuple[str, str]:
+    """``apply MODEL OVERRIDES``, the order of every other subcommand (the model first); the order of earlier
+    releases, ``apply OVERRIDES MODEL``, still works: when only the first names an override JSON, they swap."""
+    if _looks_like_json(first) and not _looks_like_json(second):
+        return second, first
+    return first, second
+

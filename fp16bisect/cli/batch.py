@@ -12,6 +12,8 @@ An optional ``defaults`` table applies to every entry; each entry
     backend     "emulate", "tensorrt" or "auto"                  (default "auto")
     overrides   check: keep this override file's nodes in FP32
     output      search: where to write the override JSON (its journal goes beside it)
+                (default: beside the manifest, <name>.overrides.json; <name>-<number>.overrides.json
+                when names repeat)
     name        a label for the table                            (default: the model's file name)
 
 Relative paths are relative to the manifest. A manifest that cannot be read
@@ -25,7 +27,9 @@ check or search serially, so results are those of the single commands.
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections import Counter
 from pathlib import Path
 
 from fp16bisect.errors import UsageError
@@ -68,8 +72,27 @@ def read_manifest(path: str) -> list[dict]:
                          "(JSON), each with model, inputs and action")
     if not isinstance(defaults, dict):
         raise UsageError(f"manifest {path!r}: 'defaults' must be a table of entry keys")
-    return [_entry({**defaults, **e} if isinstance(e, dict) else e, i + 1, p.parent, path)
+    read = [_entry({**defaults, **e} if isinstance(e, dict) else e, i + 1, p.parent, path)
             for i, e in enumerate(entries)]
+    return _default_outputs(read, p.parent)
+
+
+def _default_outputs(entries: list[dict], base: Path) -> list[dict]:
+    """A search entry without ``output`` writes its override JSON beside the manifest, named after the entry
+    (``<name>.overrides.json``, the model's stem when the entry has no name; ``<name>-<number>...`` when several
+    entries would share a file)."""
+    def stem(entry: dict) -> str:
+        name = entry["name"] if entry.get("named") else Path(entry["model"]).stem
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or f"entry-{entry['number']}"
+
+    searches = [e for e in entries if e["action"] == "search" and not e.get("output")]
+    counts = Counter(stem(e) for e in searches)
+    for e in searches:
+        name = stem(e) if counts[stem(e)] == 1 else f"{stem(e)}-{e['number']}"
+        e["output"] = str(base / f"{name}.overrides.json")
+    for e in entries:
+        e.pop("named", None)
+    return entries
 
 
 def _entry(raw, number: int, base: Path, manifest: str) -> dict:
@@ -103,6 +126,7 @@ def _entry(raw, number: int, base: Path, manifest: str) -> dict:
                 raise UsageError(f"{where}: '{key}' must be a path")
             entry[key] = str(base / entry[key])
     entry.setdefault("backend", "auto")
+    entry["named"] = "name" in entry
     entry.setdefault("name", Path(entry["model"]).name)
     entry["number"] = number
     return entry
@@ -112,7 +136,7 @@ def _result(entry: dict, *, verdict: str, seconds: float | None, error: str) -> 
     """An entry's result (the batch JSON's keys, in their order), before it has passed anything."""
     return {"number": entry["number"], "name": entry["name"], "model": entry["model"], "action": entry["action"],
             "passed": False, "verdict": verdict, "fp32_nodes": None, "set_size": None, "evaluations": None,
-            "seconds": seconds, "error": error, "result": None}
+            "seconds": seconds, "error": error, "result": None, "output": entry.get("output")}
 
 
 def run_entry(_state, entry: dict) -> dict:
@@ -180,8 +204,9 @@ def _search(entry: dict, tolerance, result: dict) -> None:
                   error="" if ok else r.minimality)
 
 
-def run_batch(entries: list[dict], jobs: int = 2, ray: str | None = None) -> list[dict]:
-    """Every entry's result, in manifest order; entries run ``jobs`` at once (worker processes) or on Ray."""
+def run_batch(entries: list[dict], jobs: int = 2, ray: str | None = None, on_result=None) -> list[dict]:
+    """Every entry's result, in manifest order; entries run ``jobs`` at once (worker processes) or on Ray.
+    ``on_result``: called with each result as it comes (in completion order)."""
     from fp16bisect.parallel.processes import Died, LocalPool
 
     if ray is not None:
@@ -196,6 +221,8 @@ def run_batch(entries: list[dict], jobs: int = 2, ray: str | None = None) -> lis
             if isinstance(got, Died):
                 got = _result(entries[index], verdict="ERROR", seconds=None, error=f"the entry was lost: {got.reason}")
             results[index] = got
+            if on_result is not None:
+                on_result(got)
     finally:
         pool.close()
     return results

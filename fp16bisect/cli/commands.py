@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from fp16bisect.cli.args import BackendArgs, OutputArgs, ParallelArgs, ToleranceArgs
+from fp16bisect.cli.args import BackendArgs, OutputArgs, ParallelArgs, ToleranceArgs, model_then_overrides
 from fp16bisect.errors import CheckFailed, ToleranceUnreachable, UsageError
 
 DONE, CHECK_FAILED, UNREACHABLE, INTERRUPTED = 0, CheckFailed.exit_code, ToleranceUnreachable.exit_code, 130
@@ -111,7 +111,10 @@ def cmd_batch(args) -> int:
         from fp16bisect.parallel.ray import load_ray
 
         load_ray()
-    results = run_batch(entries, jobs=args.jobs, ray=args.ray)
+    said = (lambda r: None) if args.quiet else lambda r: print(  # noqa: E731
+        f"fp16bisect: {r['name']} (entry {r['number']}): {r['verdict']} in {r['seconds'] or 0:.1f} s",
+        file=sys.stderr, flush=True)
+    results = run_batch(entries, jobs=args.jobs, ray=args.ray, on_result=said)
     print_batch(results)
     if args.json:
         write_results(args.json, args.manifest, results)
@@ -132,7 +135,7 @@ def cmd_scan(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from fp16bisect.diagnose.layerwise import compare_model, write_csv
+    from fp16bisect.diagnose.layerwise import compare_model, outputs_against, write_csv
     from fp16bisect.report.console import ConsoleListener, print_compare
 
     tolerance = ToleranceArgs.parse(args)
@@ -143,7 +146,7 @@ def cmd_compare(args) -> int:
                                        listener)
     finally:
         listener.close()
-    print_compare(result, args.csv)
+    print_compare(result, args.csv, outputs_against(runner, result.plan, tolerance), tolerance)
     if args.csv:
         write_csv(args.csv, result)
     if args.report:
@@ -158,6 +161,7 @@ def cmd_apply(args) -> int:
     from fp16bisect.api import apply
     from fp16bisect.report.console import ConsoleListener, print_mixed
 
+    args.model, args.overrides = model_then_overrides(args.model, args.overrides)  # the old order works too
     if args.verify and not args.inputs:
         raise UsageError("--verify needs samples: pass --inputs X.npz (the npz given to 'fp16bisect search')")
     if str(args.output).endswith(".json"):

@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
+
+from rich_argparse import RawDescriptionRichHelpFormatter
 
 from fp16bisect import __version__
 from fp16bisect.cli.args import BackendArgs, OutputArgs, ParallelArgs, Samples, ToleranceArgs, jobs, nonnegative
@@ -33,15 +36,46 @@ class _Removed(argparse.Action):
                          "answer directly, so the flag did nothing; drop it")
 
 
+class _Formatter(RawDescriptionRichHelpFormatter):
+    """--help through rich (as the tables are): colours on a terminal, plain text in a pipe or a log; the
+    description and the example keep their line breaks; group titles as written."""
+
+    group_name_formatter = str
+
+
 def _compose(parser: argparse.ArgumentParser, *groups) -> argparse.ArgumentParser:
     for group in groups:
         group.add_to(parser)
     return parser
 
 
+def _command(sub, name: str, summary: str, usage: str, description: str, *examples: str) -> argparse.ArgumentParser:
+    """A subcommand: its one-line summary (in 'fp16bisect --help'), usage with the model first, what it does, and
+    examples (its -h comes last, see ``_help_last``)."""
+    shown = "\n".join(f"  $ {e}" for e in examples)
+    return sub.add_parser(name, help=summary, usage=f"%(prog)s {usage}", description=textwrap.fill(description, 78),
+                          epilog=f"example{'s' if len(examples) > 1 else ''}:\n{shown}", add_help=False,
+                          formatter_class=_Formatter)
+
+
+def _help_last(name: str, parser: argparse.ArgumentParser) -> None:
+    """The groups in the order they were composed (the model and --inputs first), then the command's own flags,
+    then -h/--help."""
+    parser.add_argument_group("help").add_argument("-h", "--help", action="help", help="show this help and exit")
+    own = parser._optionals  # argparse's default group: the flags the command adds itself
+    own.title = f"{name} options"
+    groups = [g for g in parser._action_groups if g not in (parser._positionals, own)]
+    parser._action_groups[:] = [*groups[:-1], own, groups[-1]]
+
+
 def _search(sub) -> None:
-    s = _compose(sub.add_parser("search", help="search the smallest set of nodes to keep in FP32, write the "
-                                                "override JSON"),
+    s = _compose(_command(sub, "search", "search the smallest set of nodes to keep in FP32, write the override JSON",
+                          "MODEL --inputs X.npz [--inputs ...] [-o overrides.json] [options]",
+                          "Finds the smallest set of ONNX nodes that must stay in FP32 for the model's outputs to meet "
+                          "the tolerance in FP16 on these samples, and writes it as an override JSON (-o); a rerun of "
+                          "the same command resumes from its journal beside -o.",
+                          "fp16bisect search model.onnx --inputs x.npz -o overrides.json",
+                          "fp16bisect search model.onnx --inputs a.npz --inputs b.npz --atol 0.05 --report search.html"),
                  Samples(), ToleranceArgs(), BackendArgs(), ParallelArgs(),
                  OutputArgs(output=dict(default="overrides.json", metavar="FILE",
                                         help="where to write the override JSON (default overrides.json)"),
@@ -64,33 +98,53 @@ def _search(sub) -> None:
 
 
 def _check(sub) -> None:
-    c = _compose(sub.add_parser("check", help="pre-flight: does the model meet the tolerance in FP16 (with "
-                                              "overrides)? exit 0 yes, 1 no"),
+    c = _compose(_command(sub, "check", "pre-flight: does the model meet the tolerance in FP16 (with overrides)? "
+                                        "exit 0 yes, 1 no",
+                          "MODEL --inputs X.npz [--overrides O.json] [options]",
+                          "Runs the model in FP16 (keeping the nodes of --overrides in FP32) on the samples and "
+                          "compares every output with FP32: exit 0 when all meet the tolerance, 1 when one does not "
+                          "(a CI gate), 3 when even FP32 misses it.",
+                          "fp16bisect check model.onnx --inputs x.npz --overrides overrides.json --json check.json"),
                  Samples(), ToleranceArgs(), BackendArgs(), OutputArgs(json="the result", report=True),
                  ParallelArgs())
     c.add_argument("--overrides", metavar="O.json", help="keep the nodes of this override file in FP32")
 
 
 def _batch(sub) -> None:
-    b = _compose(sub.add_parser("batch", help="check or search many models listed in a manifest (TOML or JSON), "
-                                              "in parallel; exit 0 when every entry passes, 1 when any fails"),
-                 OutputArgs(json="every entry's result", quiet=False))
-    b.add_argument("manifest", help="the manifest: entries with model, inputs, references, tolerance, action")
+    b = _command(sub, "batch", "check or search many models listed in a manifest (TOML or JSON), in parallel; exit "
+                               "0 when every entry passes, 1 when any fails",
+                 "MANIFEST [-j N] [--json FILE] [options]",
+                 "Runs each entry of the manifest (model, inputs, references, tolerance, action check or search) and "
+                 "prints one row per entry; a search entry writes its override JSON to its 'output', else "
+                 "beside the manifest as <name>.overrides.json.",
+                 "fp16bisect batch models.toml -j 4 --json batch.json")
+    b.add_argument_group("manifest").add_argument(
+        "manifest", metavar="MANIFEST", help="the manifest: entries with model, inputs, references, tolerance, action")
+    _compose(b, OutputArgs(json="every entry's result"))
     b.add_argument("--jobs", "-j", type=jobs, default=2, metavar="N", help="entries run at once (default 2)")
     b.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="run the entries as Ray tasks (on the cluster at ADDRESS, or a local Ray instance)")
 
 
 def _scan(sub) -> None:
-    n = _compose(sub.add_parser("scan", help="FP32 run only: rank the tensors and weights FP16 would overflow or "
-                                             "flush (seconds; no search)"),
+    n = _compose(_command(sub, "scan", "FP32 run only: rank the tensors and weights FP16 would overflow or flush "
+                                       "(seconds; no search)",
+                          "MODEL --inputs X.npz [--top N] [options]",
+                          "Runs the model once in FP32 and ranks the tensors and weights by how close they come to "
+                          "FP16's limits (|x| > 65504 overflows, |x| < 6e-08 flushes to 0), the suspects the search "
+                          "tries first.",
+                          "fp16bisect scan model.onnx --inputs x.npz --top 10"),
                  Samples(references=False), OutputArgs(json="the ranking"))
     n.add_argument("--top", type=int, default=20, metavar="N", help="rows to print per table (default 20)")
 
 
 def _compare(sub) -> None:
-    m = _compose(sub.add_parser("compare", help="layer-wise: each node's output in FP16 against FP32, in "
-                                                "topological order; names the first failing node"),
+    m = _compose(_command(sub, "compare", "layer-wise: each node's output in FP16 against FP32, in topological "
+                                          "order; names the first failing node",
+                          "MODEL --inputs X.npz [--overrides O.json] [options]",
+                          "Compares every node's output in FP16 with FP32 and names the first node that fails "
+                          "(where the error is born); --atol/--rtol also judge the model's outputs.",
+                          "fp16bisect compare model.onnx --inputs x.npz --csv nodes.csv"),
                  Samples(), ToleranceArgs(), OutputArgs(csv="every node's row", report=True))
     m.add_argument("--overrides", metavar="O.json", help="keep the nodes of this override file in FP32")
     t = m.add_argument_group("layer-wise failure rule (a node fails on inf/NaN where FP32 is finite, or on a "
@@ -101,10 +155,21 @@ def _compare(sub) -> None:
 
 
 def _apply(sub) -> None:
-    a = sub.add_parser("apply", help="write the mixed-precision ONNX an override file describes "
-                                     "(for strongly typed builds: TensorRT 11, TensorRT-RTX)")
-    a.add_argument("overrides", help="the override JSON written by 'fp16bisect search'")
-    a.add_argument("model", help="the FP32 ONNX model the overrides were searched on")
+    a = _command(sub, "apply", "write the mixed-precision ONNX an override file describes (for strongly typed "
+                               "builds: TensorRT 11, TensorRT-RTX)",
+                 "MODEL OVERRIDES -o MIXED.onnx [--verify --inputs X.npz] [options]",
+                 "Writes the model with the override file's nodes in FP32 and every other candidate in FP16 (Casts at "
+                 "the boundaries), the file a strongly typed TensorRT build takes; --verify runs it on the samples. "
+                 "The model comes first, as in every command (OVERRIDES MODEL, the order of earlier releases, works "
+                 "too).",
+                 "fp16bisect apply model.onnx overrides.json -o model.mixed.onnx --verify --inputs x.npz",
+                 "trtexec --onnx=model.mixed.onnx --stronglyTyped")
+    g = a.add_argument_group("model and overrides")
+    g.add_argument("model", metavar="MODEL", help="the FP32 ONNX model the overrides were searched on")
+    g.add_argument("overrides", metavar="OVERRIDES", help="the override JSON written by 'fp16bisect search'")
+    _compose(a, OutputArgs(output=dict(required=True, metavar="MIXED.onnx", help="where to write the mixed model")),
+             Samples("samples for --verify", model=False, required=False),
+             ToleranceArgs(default_from="the override file's"))
     a.add_argument("--fp16-io", action="store_true", help="make float graph inputs and outputs FP16 (default FP32)")
     a.add_argument("--force", action="store_true", help="apply even if the override file was made for another model")
     a.add_argument("--keep-fp32", action="append", default=[], metavar="NODE",
@@ -112,9 +177,6 @@ def _apply(sub) -> None:
     a.add_argument("--verify", nargs="?", const="storage", choices=("storage", "strict"), default=None,
                    help="run the written model on --inputs (FP16 storage, FP32 compute) against the references; "
                         "'strict' also runs onnx.reference in FP16 arithmetic (a pessimistic bound)")
-    _compose(a, OutputArgs(output=dict(required=True, metavar="MIXED.onnx", help="where to write the mixed model")),
-             Samples("samples for --verify", model=False, required=False),
-             ToleranceArgs(default_from="the override file's"))
 
 
 def _migrate(sub) -> None:
@@ -136,11 +198,17 @@ def _migrate(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="fp16bisect", description="Find the ONNX nodes an FP16 build must keep in FP32.")
+    parser = _Parser(prog="fp16bisect", formatter_class=_Formatter,
+                     description="Find the ONNX nodes an FP16 build must keep in FP32.",
+                     epilog="example:\n  $ fp16bisect search model.onnx --inputs x.npz -o overrides.json\n"
+                            "  $ fp16bisect apply model.onnx overrides.json -o model.mixed.onnx --verify --inputs x.npz"
+                            "\n\n'fp16bisect COMMAND --help' describes each command.")
     parser.add_argument("--version", action="version", version=f"fp16bisect {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for add in (_search, _check, _batch, _scan, _compare, _apply, _migrate):
         add(sub)
+    for name, command in sub.choices.items():
+        _help_last(name, command)
     return parser
 
 

@@ -167,3 +167,11 @@ def compare_model(model: str, inputs: list[str], references, overrides: str | No
     runner = LayerwiseRunner(graph, samples)
     return runner, runner.run(plan, thresholds)
 
+
+def outputs_against(runner: LayerwiseRunner, plan: frozenset, tolerance: Tolerance):
+    """The model's outputs with ``plan`` in FP32 against ``tolerance`` (``compare --atol/--rtol``), emulated in
+    the comparison's own session: an ``Evaluation``."""
+    from fp16bisect.evaluation.oracle import Oracle
+
+    return Oracle(runner.backend, runner.samples, tolerance, runner.graph.float_output_names()).evaluate(plan)
+

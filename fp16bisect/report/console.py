@@ -316,8 +316,9 @@ def print_scan(graph, data: dict, top: int, console: Console | None = None) -> N
         console.print(f"  {r['name']}  [dim]{r['op_type']}; {r['reason']}[/dim]", highlight=False, soft_wrap=True)
 
 
-def print_compare(result, csv_path: str | None, console: Console | None = None) -> None:
-    """``compare``: the first failing node, then every failing node in topological order."""
+def print_compare(result, csv_path: str | None, outputs=None, tolerance=None, console: Console | None = None) -> None:
+    """``compare``: the first failing node, then every failing node in topological order; then the model's outputs
+    against the tolerance (``outputs``, an ``Evaluation``: --atol/--rtol judge them)."""
     console = console or _console()
     first = result.first_failing
     with_what = f"{len(result.plan)} node(s) in FP32" if result.plan else "all-FP16"
@@ -337,6 +338,13 @@ def print_compare(result, csv_path: str | None, console: Console | None = None) 
                       "later nodes mostly inherit it", highlight=False, soft_wrap=True)
     else:
         console.print("no node fails the thresholds", highlight=False)
+    if outputs is not None:
+        table = Table(title=f"model outputs ({with_what}; {tolerance})")
+        for column in ("output", "sample", "max abs", "max rel", "cosine", "inf/NaN", "pass"):
+            table.add_column(column)
+        for name, m in outputs.worst().items():
+            table.add_row(name, str(m.sample), *_metric_cells(m))
+        console.print(table)
     if csv_path:
         console.print(f"every node's row written to {csv_path}", highlight=False)
 
@@ -346,8 +354,9 @@ BATCH_VERDICTS = {"PASS": "green", "FOUND": "green"}  # any other verdict failed
 
 
 def print_batch(results: list[dict], console: Console | None = None) -> None:
-    """``batch``: one row per entry (model, action, verdict, set size, evaluations, seconds), then each failed
-    entry's message and the count. A rich table on a terminal; plain columns two spaces apart otherwise."""
+    """``batch``: one row per entry (model, action, verdict, set size, evaluations, seconds, the nodes kept in
+    FP32), then where each search wrote its override JSON, each failed entry's message and the count. A rich
+    table on a terminal; plain columns two spaces apart otherwise."""
     if console is None:
         console = Console()
         if not console.is_terminal:  # a log or a pipe: plain text, never wrapped
@@ -355,12 +364,17 @@ def print_batch(results: list[dict], console: Console | None = None) -> None:
     plain = not console.is_terminal
     table = Table(box=PLAIN_RULE if plain else box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   collapse_padding=True)
-    for i, column in enumerate(("model", "action", "verdict", "set size", "evaluations", "seconds")):
-        table.add_column(column, justify="left" if i < 3 else "right", no_wrap=plain)
+    for i, column in enumerate(("model", "action", "verdict", "set size", "evaluations", "seconds", "kept in FP32")):
+        table.add_column(column, justify="right" if 3 <= i < 6 else "left", no_wrap=plain)
     for r in results:
         table.add_row(Text(r["name"]), r["action"], Text(r["verdict"], style=BATCH_VERDICTS.get(r["verdict"], "red")),
-                      _cell(r["set_size"]), _cell(r["evaluations"]), _cell(r["seconds"]))
+                      _cell(r["set_size"]), _cell(r["evaluations"]), _cell(r["seconds"]),
+                      Text(", ".join(r["fp32_nodes"]) if r["fp32_nodes"] else "-"))
     console.print(table)
+    for r in results:
+        if r["action"] == "search" and r.get("output") and r["result"] is not None:
+            console.print(f"{r['name']}: overrides written to {r['output']}", markup=False, highlight=False,
+                          soft_wrap=True)
     for r in results:
         if r["error"]:
             console.print(f"{r['name']} (entry {r['number']}): {r['error']}", markup=False, highlight=False,

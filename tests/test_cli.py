@@ -55,7 +55,7 @@ def test_json_has_the_documented_keys_and_exports(tmp_path, capsys, known):
     assert ac["args"][ac["args"].index("--data_max") + 1] == "inf"
     assert ac["args"][ac["args"].index("--init_max") + 1] == "inf"
     st = data["exports"]["strongly_typed"]
-    assert st["command"] == f"fp16bisect apply {out} {LN} -o {str(LN)[:-5]}.mixed.onnx"
+    assert st["command"] == f"fp16bisect apply {LN} {out} -o {str(LN)[:-5]}.mixed.onnx"  # the model first
     assert st["trtexec"].endswith("--stronglyTyped")
 
 

@@ -137,15 +137,14 @@ def test_empty_lists_and_no_plan():
     data["tensors"] = data["tensors"][-3:]
     data["first_failing"] = {"fp16": None, "with_overrides": None}
     page = html_report.render(data)
-    trace = figure(page, "plot-trace")
-    assert "<svg" not in trace and "No search ran" in trace
+    assert "plot-trace" not in page and "Search trace" not in page  # no search ran: no empty section
     assert '<p id="overrides" class="empty">none' in page
     assert "with overrides" not in figure(page, "plot-node-error")  # one series only
     assert "not run" in page.split('<table id="outputs">')[1]
 
     data.update(nodes=[], tensors=[], outputs=[], notes=[])
     page = html_report.render(data)
-    for fig_id in ("plot-node-error", "plot-magnitudes", "plot-trace"):
+    for fig_id in ("plot-node-error", "plot-magnitudes"):
         assert "<svg" not in figure(page, fig_id)
     assert 'id="outputs"' in page and 'id="overrides"' in page
 

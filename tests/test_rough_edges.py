@@ -3,9 +3,11 @@ test_resume.py), non-finite metrics, what to do next, batch, progress, --help, t
 
 from __future__ import annotations
 
+import html
 import json
 import random
 import re
+import shlex
 
 import numpy as np
 import onnx
@@ -137,3 +139,41 @@ def test_compare_honours_atol_and_rtol_on_the_console(capsys):
         assert code == 0 and f"atol {atol}" in out
         verdicts.append(next(line for line in out.splitlines() if line.startswith("│ y ")).split("│")[-2].strip())
     assert verdicts == ["no", "yes"]
+
+
+def test_a_search_says_what_to_do_next_on_the_console_and_in_the_report_not_with_q(tmp_path, capsys):
+    out, report = tmp_path / "o.json", tmp_path / "r.html"
+    code, stdout, _ = run(capsys, "search", *TWO, "-o", out, "--report", report)
+    assert code == 0
+    model, x = TWO[0], TWO[2]
+    mixed = f"{model[:-5]}.mixed.onnx"
+    data = json.loads(out.read_text())
+    apply = f"fp16bisect apply {model} {out} -o {mixed} --verify --inputs {x}"
+    strong, weak = f"trtexec --onnx={mixed} --stronglyTyped", data["exports"]["trtexec"]["command"]
+    lines = [line.strip() for line in stdout.split("Next:")[1].splitlines()]
+    assert apply in lines and strong in lines and weak in lines
+    page = report.read_text()
+    assert '<h2 id="next">Next</h2>' in page and html.escape(apply) in page and html.escape(weak) in page
+    assert "Next:" not in run(capsys, "search", *TWO, "-o", out, "-q")[1]
+    # the command as printed works (its -o moved out of the repository)
+    code, stdout, err = run(capsys, *shlex.split(apply)[1:5], tmp_path / "m.onnx", *shlex.split(apply)[6:], "-q")
+    assert code == 0 and "verified" in stdout, err
+
+
+def test_the_report_legend_stays_whole_and_check_reports_have_no_empty_search_trace(tmp_path, capsys):
+    from fp16bisect.report.plots.figure import legend_above, new_figure
+
+    fig = new_figure(12, 4.0, {"left": 0.9, "right": 0.15, "top": 0.45, "bottom": 1.0})
+    ax = fig.subplots()
+    labels = ["fails above 0.125", *(f"{series}: {what}" for series in ("all FP16", "with overrides")
+                                     for what in ("within tolerance", "fails", "inf/NaN values")),
+              "kept in FP32 (pinned)"]  # the per-node plot's, which ran past the figure ("kept in FP32 (pi")
+    for label in labels:
+        ax.plot([0, 1], [0, 1], label=label)
+    added = legend_above(ax, ncol=len(labels))  # in one row it ran 2.7 inches past the right edge
+    box, whole = ax.get_legend().get_window_extent(fig.canvas.get_renderer()), fig.bbox
+    assert whole.x0 <= box.x0 and box.x1 <= whole.x1 and box.y1 <= whole.y1, (box, whole)
+    assert added >= 0 and ax.get_legend()._ncols < len(labels)  # in more than one row
+    code, _, _ = run(capsys, "check", *TWO, "--report", tmp_path / "c.html", "-q")
+    page = (tmp_path / "c.html").read_text()
+    assert code == 1 and "<h2>Outputs</h2>" in page and "Search trace" not in page and 'id="next"' not in page

@@ -110,7 +110,7 @@ def strongly_typed_export(graph: Graph, overrides_path: str | None) -> dict:
     return {
         "tensorrt": "10.x with --stronglyTyped (recommended; mixed-precision BatchNormalization needs 10.7+), "
                     "11.x and TensorRT-RTX (always strongly typed)",
-        "command": shlex.join(["fp16bisect", "apply", overrides_path or "overrides.json", model, "-o", mixed]),
+        "command": shlex.join(["fp16bisect", "apply", model, overrides_path or "overrides.json", "-o", mixed]),
         "trtexec": shlex.join(["trtexec", f"--onnx={mixed}", "--stronglyTyped"]),
     }
 

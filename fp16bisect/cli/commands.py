@@ -19,7 +19,8 @@ def cmd_search(args) -> int:
     from fp16bisect.backends.command import CommandAborted
     from fp16bisect.run.options import SearchOptions
     from fp16bisect.run.paths import latest_journal
-    from fp16bisect.report.console import ConsoleListener, print_summary
+    from fp16bisect.report.console import ConsoleListener, print_next, print_summary
+    from fp16bisect.report.next_steps import next_steps
 
     tolerance = ToleranceArgs.parse(args)
     parallel = ParallelArgs.parse(args)
@@ -45,11 +46,14 @@ def cmd_search(args) -> int:
     finally:
         listener.close()
     print_summary(result.outcome, args.output)  # run_search wrote the override JSON to args.output
+    steps = next_steps(result.outcome.data, args.output, args.inputs, args.reference)
+    if not args.quiet:
+        print_next(steps)
     if args.report:
         from fp16bisect.diagnose.report_runs import search_runs
         from fp16bisect.report.data import search_report
 
-        write_report(args.report, search_report(result.outcome, search_runs(result.outcome)))
+        write_report(args.report, search_report(result.outcome, search_runs(result.outcome), steps))
     return DONE
 
 

@@ -207,6 +207,15 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
     )
 
 
+def print_next(steps: list[tuple], console: Console | None = None) -> None:
+    """After a search: what to do with its answer, each step's command as it is to be typed."""
+    console = console or _console()
+    console.print("Next:", style="bold", highlight=False)
+    for what, command in steps:
+        console.print(f"  # {what}", style="dim", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"  {command}", markup=False, highlight=False, soft_wrap=True)
+
+
 def _console() -> Console:
     console = Console()
     return console if console.is_terminal else Console(width=160)

@@ -111,12 +111,14 @@ def search_summary(outcome) -> str:
             f"{r.evaluations} evaluation(s) in {outcome.seconds:.1f} s on the {outcome.backend} backend")
 
 
-def search_report(outcome, runs: ReportRuns) -> dict:
-    """``runs``: ``diagnose.report_runs.search_runs(outcome)``."""
+def search_report(outcome, runs: ReportRuns, next_steps: list[tuple] = ()) -> dict:
+    """``runs``: ``diagnose.report_runs.search_runs(outcome)``; ``next_steps``: (what, command) pairs
+    (``report/next_steps.py``), shown last."""
     graph = outcome.graph
     head = heading(f"fp16bisect search: {graph.path.name}", graph, outcome.backend, outcome.tolerance,
                    search_summary(outcome), outcome.data["notes"])
-    return pack(head, graph, runs, outcome.data["fp32_nodes"], outcome.result.trace)
+    return {**pack(head, graph, runs, outcome.data["fp32_nodes"], outcome.result.trace),
+            "next": [list(step) for step in next_steps]}
 
 
 def check_report(outcome, line: str, runs: ReportRuns) -> dict:

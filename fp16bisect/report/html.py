@@ -22,6 +22,7 @@ from fp16bisect.report.plots import PLOT_MAGNITUDES, PLOT_NODE_ERROR, PLOT_TRACE
 # ids of the page's sections: part of the contract (tests and links look for them), with the plots' PLOT_* ids
 OUTPUTS_TABLE = "outputs"
 OVERRIDES_TABLE = "overrides"
+NEXT_STEPS = "next"
 
 _STYLE = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #222; margin: 0 auto;
@@ -46,6 +47,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .empty { color: #666; font-style: italic; }
 details { margin: 8px 0; }
 summary { cursor: pointer; color: #333; }
+pre { margin: 2px 0 10px; white-space: pre-wrap; overflow-wrap: anywhere; }
 footer { margin-top: 40px; color: #888; font-size: 0.85em; }
 """
 
@@ -72,6 +74,7 @@ def render(data: dict) -> str:
         _magnitudes_section(data),
         _trace_section(data),
         _overrides_section(data),
+        _next_section(data),
         f"<footer>Written by fp16bisect {esc(__version__)}. Self-contained: no scripts, no network.</footer>",
         "</body>",
         "</html>",
@@ -217,15 +220,23 @@ def _magnitudes_section(data: dict) -> str:
 
 
 def _trace_section(data: dict) -> str:
+    """The search's trace; no section at all where no search ran (check, compare)."""
     steps = data.get("trace") or []
-    out = ["<section>", "<h2>Search trace</h2>"]
     if not steps:
-        out.append(_figure(PLOT_TRACE, None, "Only searches have a trace.",
-                           "No search ran: this report compares fixed plans, so there is no trace."))
-    else:
-        svg, caption = trace.plot(steps)
-        out.append(_figure(PLOT_TRACE, svg, caption))
-    out.append("</section>")
+        return ""
+    svg, caption = trace.plot(steps)
+    return "\n".join(["<section>", "<h2>Search trace</h2>", _figure(PLOT_TRACE, svg, caption), "</section>"])
+
+
+def _next_section(data: dict) -> str:
+    """After a search: the commands that apply, verify and build its answer (``report/next_steps.py``)."""
+    steps = data.get("next") or []
+    if not steps:
+        return ""
+    out = ["<section>", f'<h2 id="{NEXT_STEPS}">Next</h2>', "<dl>"]
+    for what, command in steps:
+        out.append(f"<dt>{esc(what)}</dt><dd><pre><code>{esc(command)}</code></pre></dd>")
+    out += ["</dl>", "</section>"]
     return "\n".join(out)
 
 

@@ -43,7 +43,7 @@ from fp16bisect.backends.tensorrt.load import load
 
 STRONGLY_TYPED = (
     "cannot set layer precisions: {why}, where precision comes from the ONNX graph; write a "
-    "mixed-precision model with 'fp16bisect apply OVERRIDES.json MODEL.onnx -o MIXED.onnx' and build that instead"
+    "mixed-precision model with 'fp16bisect apply MODEL.onnx OVERRIDES.json -o MIXED.onnx' and build that instead"
 )
 _META_PREFIX = "[ONNX Layer: "
 LOCAL_FUNCTION = " | Local Function: "

@@ -76,11 +76,29 @@ def place_labels(ax, renderer, points, offsets, fontsize=8, color="#222") -> int
     return count
 
 
-def legend_above(ax, handles=None, labels=None, ncol: int = 4) -> None:
+def legend_above(ax, handles=None, labels=None, ncol: int = 4) -> float:
+    """The legend above the axes, whole: in up to ``ncol`` columns, fewer (more rows) when a row would run past
+    the figure's right edge, and the figure taller at the top when the rows would run past its top edge (the
+    axes keep their size). Returns the inches added at the top."""
     if handles is None:
         handles, labels = ax.get_legend_handles_labels()
-    ax.legend(handles, labels, fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.01), ncol=ncol, frameon=False,
-              borderaxespad=0, handletextpad=0.4, columnspacing=1.6)
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    for columns in range(max(1, ncol), 0, -1):
+        legend = ax.legend(handles, labels, fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.01), ncol=columns,
+                           frameon=False, borderaxespad=0, handletextpad=0.4, columnspacing=1.6)
+        box = legend.get_window_extent(renderer)
+        if box.x1 <= fig.bbox.x1 - 2:
+            break
+    over = (box.y1 - fig.bbox.y1 + 4) / fig.dpi  # inches past the top, and a little room
+    if over <= 0:
+        return 0.0
+    width, height = fig.get_size_inches()
+    where = ax.get_position()
+    top, bottom = (1 - where.y1) * height + over, where.y0 * height
+    fig.set_size_inches(width, height + over)
+    fig.subplots_adjust(top=1 - top / (height + over), bottom=bottom / (height + over))
+    return over
 
 
 def decade_ticks(ax, low: float, high: float, extra: list[tuple[float, str]] = ()) -> None:

@@ -85,7 +85,7 @@ class _NodeErrorPlot:
         self._draw_marks(ax)
         for key, label, color, marker in self.series:
             self._draw_series(ax, key, label, color, marker)
-        self._draw_legend(ax)
+        margins["top"] += self._draw_legend(ax)
         self._draw_axes(ax)
         renderer = text_renderer(fig)
         self._fit_node_ids(fig, ax, renderer, margins)
@@ -136,14 +136,15 @@ class _NodeErrorPlot:
         self.counts[key] = (len(p.bad_x), p.zeros)
         self.drawn += list(zip(p.xs, p.ys)) + [(x, self.ceiling) for x in p.bad_x]
 
-    def _draw_legend(self, ax) -> None:
+    def _draw_legend(self, ax) -> float:
+        """The legend (``legend_above``); the inches it added at the top."""
         handles, labels = ax.get_legend_handles_labels()
         if self.pinned:
             from matplotlib.patches import Patch
 
             handles.append(Patch(color=_COLOR_PINNED, alpha=0.4, lw=0))
             labels.append("kept in FP32 (pinned)")
-        legend_above(ax, handles, labels, ncol=len(labels))
+        return legend_above(ax, handles, labels, ncol=len(labels))
 
     def _draw_axes(self, ax) -> None:
         n, nodes = self.n, self.nodes
@@ -168,7 +169,7 @@ class _NodeErrorPlot:
     def _fit_node_ids(fig, ax, renderer, margins: dict) -> None:
         """Grow the figure's bottom margin to fit the rotated node ids and the axis label, the axes unchanged."""
         tick_height = max((t.get_window_extent(renderer).height for t in ax.get_xticklabels()), default=0) / fig.dpi
-        axes_height = 4.0 - margins["top"] - margins["bottom"]
+        axes_height = fig.get_figheight() - margins["top"] - margins["bottom"]
         margins["bottom"] = tick_height + 0.5  # room for the rotated ids and the axis label
         fig.set_size_inches(12, axes_height + margins["top"] + margins["bottom"])
         fig.subplots_adjust(bottom=margins["bottom"] / fig.get_figheight(),

@@ -101,7 +101,8 @@ def test_write_names_its_own_path_in_the_apply_command(tmp_path):
     result = fp16bisect.search(LN, LN_IN, output=tmp_path / "first.json")
     result.write(tmp_path / "second.json")
     written = json.loads((tmp_path / "second.json").read_text())
-    assert written["exports"]["strongly_typed"]["command"].startswith(f"fp16bisect apply {tmp_path / 'second.json'} ")
+    command = written["exports"]["strongly_typed"]["command"]  # apply MODEL OVERRIDES: the model first
+    assert command.startswith("fp16bisect apply ") and f" {tmp_path / 'second.json'} -o " in command
     assert result.to_dict() == json.loads((tmp_path / "first.json").read_text())
 
 

@@ -15,7 +15,7 @@ import pytest
 from conftest import SAMPLES, F, make_model, run
 from onnx import helper
 
-from fp16bisect.algorithm.search import search
+from fp16bisect.algorithm.search import Hooks, search
 
 
 def overflowing(tmp_path):
@@ -68,7 +68,8 @@ def test_the_bound_left_holds_on_monotone_judges():
             rng.shuffle(ids)
             rows = []
             result = search(ids, lambda plan, c=culprits: c <= plan, order=ids, suspects=suspects,
-                            on_step=lambda step, p: rows.append((step.index, p["estimate_left"], p["bound_left"])))
+                            hooks=Hooks(on_step=lambda step, p: rows.append((step.index, p["estimate_left"],
+                                                                             p["bound_left"]))))
             for i, estimate, bound in rows:
                 assert 0 <= estimate <= bound and bound >= result.evaluations - i, (n, k, seed, i)
             assert rows[0][1] > 0 or result.evaluations == 1

@@ -109,7 +109,8 @@ atol = 0.6
 
 def test_every_subcommand_s_help_has_a_description_an_example_and_the_model_first(capsys):
     for command, first in [("search", "MODEL --inputs"), ("check", "MODEL --inputs"), ("scan", "MODEL --inputs"),
-                           ("compare", "MODEL --inputs"), ("apply", "MODEL OVERRIDES"), ("batch", "MANIFEST")]:
+                           ("compare", "MODEL --inputs"), ("apply", "MODEL OVERRIDES"), ("batch", "MANIFEST"),
+                           ("migrate", "MODEL (")]:
         with pytest.raises(SystemExit) as exited:
             run(capsys, command, "--help")
         out = capsys.readouterr().out
@@ -119,7 +120,7 @@ def test_every_subcommand_s_help_has_a_description_an_example_and_the_model_firs
         assert lines[1] == "" and len(lines[2]) > 20  # a description under the usage line
         assert re.search(r"^examples?:\n  \$ (fp16bisect|trtexec) ", out, re.M)
         groups = [line for line in lines[3:] if line and not line.startswith(" ") and line.endswith(":")]
-        assert groups[0] in ("inputs:", "model and overrides:", "manifest:") and groups[-2] == "help:", groups
+        assert groups[0] in ("inputs:", "model and overrides:", "manifest:", "model:") and groups[-2] == "help:", groups
         assert "\x1b[" not in out  # not a terminal: plain text
 
 

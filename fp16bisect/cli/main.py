@@ -180,9 +180,16 @@ def _apply(sub) -> None:
 
 
 def _migrate(sub) -> None:
-    g = sub.add_parser("migrate", help="turn TensorRT 10 FP32 layer pins (trtexec --layerPrecisions) into the "
-                                       "strongly typed mixed-precision ONNX TensorRT 11 builds")
-    g.add_argument("model", help="the FP32 ONNX model the pins were made for")
+    g = _command(sub, "migrate", "turn TensorRT 10 FP32 layer pins (trtexec --layerPrecisions) into the strongly "
+                                 "typed mixed-precision ONNX TensorRT 11 builds",
+                 "MODEL (--trtexec-args 'ARGS' | --layer-precisions FILE) -o MIXED.onnx [options]",
+                 "Maps the FP32 layer pins of a TensorRT 10 build (trtexec's --layerPrecisions, or Polygraphy's "
+                 "--layer-precisions list) back to the model's nodes, writes them as an override JSON and writes the "
+                 "mixed-precision model a strongly typed build (TensorRT 11, RTX) takes.",
+                 "fp16bisect migrate model.onnx --trtexec-args '--fp16 --layerPrecisions=a:fp32,b:fp32' "
+                 "-o model.mixed.onnx")
+    g.add_argument_group("model").add_argument("model", metavar="MODEL",
+                                               help="the FP32 ONNX model the pins were made for")
     pins = g.add_mutually_exclusive_group(required=True)
     pins.add_argument("--trtexec-args", metavar="'ARGS'",
                       help="the TensorRT 10 trtexec arguments, e.g. '--fp16 --layerPrecisions=a:fp32,b:fp32'")

@@ -16,8 +16,8 @@ from fp16bisect.model.graph import Graph, Node, notes
 
 # Every top-level key, in the file's order (overrides.schema.json's "properties"). A plan's file (command backend)
 # has the required ones only; a search's result adds the prior and what the graph holds beyond the search.
-SECTIONS = ("schema", "model", "backend", "tolerance", "fp32_nodes", "search", "prior", "metrics", "skipped_nodes",
-            "notes", "conversions", "exports")
+SECTIONS = ("schema", "model", "backend", "tolerance", "fp32_nodes", "search", "prior", "metrics", "shapes",
+            "skipped_nodes", "notes", "conversions", "exports")
 
 
 def node_entry(node: Node, fp32_profile: str = "") -> dict:

@@ -49,22 +49,71 @@ def jobs(text: str) -> int:
 
 
 class Samples:
-    """The FP32 model (``model=False``: the subcommand names it itself) and its samples (``--inputs``, with
-    ``references`` their ``--reference`` outputs)."""
+    """The FP32 model (``model=False``: the subcommand names it itself) and its samples (``--inputs`` and
+    ``--data-loader-script``, with ``references`` their ``--reference`` outputs; ``profile``: the deployment's
+    input shapes, ``--min-shapes/--opt-shapes/--max-shapes``). ``args.inputs`` lists every source, a data-loader
+    script as ``FILE.py:FUNC`` (``model/sources.py`` reads them)."""
 
     def __init__(self, title: str = "inputs", *, model: bool = True, required: bool = True,
-                 references: bool = True):
+                 references: bool = True, profile: bool = False):
         self.title, self.model, self.required, self.references = title, model, required, references
+        self.profile = profile
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         g = parser.add_argument_group(self.title)
         if self.model:
             g.add_argument("model", metavar="MODEL", help="the ONNX model (FP32)")
-        g.add_argument("--inputs", action="append", required=self.required, metavar="X.npz",
-                       help="one sample: an .npz with one array per model input; repeat for several samples")
+        # not required by argparse: --data-loader-script also gives inputs (no sample at all is said when loading)
+        g.add_argument("--inputs", action="append", metavar="X.npz|DIR|'GLOB'|X.json",
+                       help="samples: an .npz with one array per model input, a directory (every *.npz in it, by "
+                            "name), a quoted glob ('data/*.npz'), or Polygraphy JSON (polygraphy run "
+                            "--save-inputs; needs Polygraphy); repeat for more"
+                            + ("" if self.required else " (optional)"))
+        g.add_argument("--data-loader-script", action="append", dest="inputs", type=loader_script,
+                       metavar="FILE.py[:FUNC]",
+                       help="samples from a Python script, as polygraphy run takes it: FUNC (default load_data) "
+                            "yields one dict of input name -> array per sample")
         if self.references:
-            g.add_argument("--reference", action="append", metavar="R.npz",
-                           help="expected outputs for the matching --inputs (default: an FP32 ONNX Runtime run)")
+            g.add_argument("--reference", action="append", metavar="R.npz|DIR|'GLOB'|R.json",
+                           help="expected outputs (default: an FP32 ONNX Runtime run): as --inputs, matched to the "
+                                "inputs by position for lists of files, by file name for a directory or glob; "
+                                "Polygraphy JSON from polygraphy run --save-outputs (FILE.json:RUNNER picks a "
+                                "runner)")
+        if self.profile:
+            g.add_argument("--max-shapes", type=shapes_flag("--max-shapes"), default=None, metavar="NAME:AxB,...",
+                           help="the deployment's largest input shapes, as trtexec takes them "
+                                "(name:1x3x224x224,other:1x8): the tensorrt backend builds this optimisation profile "
+                                "instead of the samples' span, and the result warns when no sample reaches a maximum")
+            for flag, which in (("--min-shapes", "smallest"), ("--opt-shapes", "most frequent")):
+                g.add_argument(flag, type=shapes_flag(flag), default=None, metavar="NAME:AxB,...",
+                               help=f"the deployment's {which} input shapes (trtexec's syntax, see --max-shapes)")
+
+    @staticmethod
+    def profile_of(args) -> dict | None:
+        """The deployment profile the shape flags give (None: none), per input (min, opt, max)."""
+        from fp16bisect.model import shapes
+
+        return shapes.combine(*(getattr(args, k, None) for k in ("min_shapes", "opt_shapes", "max_shapes")))
+
+
+def loader_script(text: str) -> str:
+    path = text.rpartition(":")[0] if ":" in text and text.rpartition(":")[2].isidentifier() else text
+    if not path.endswith(".py"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not FILE.py or FILE.py:FUNC")
+    return text if path != text else f"{text}:load_data"
+
+
+def shapes_flag(flag: str):
+    def parse(text: str) -> dict:
+        from fp16bisect.model import shapes
+
+        try:
+            return shapes.parse(text, flag)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = flag.lstrip("-")
+    return parse
 
 
 class ToleranceArgs:
@@ -143,7 +192,8 @@ class BackendArgs:
             raise UsageError("--keep-plans keeps the plan files of --backend command: add --backend command "
                              "--check 'CMD', or drop --keep-plans")
         return Options.of(opt_level=args.opt_level, timing_cache=args.timing_cache, command=args.check_command,
-                          keep_plans=args.keep_plans, typing=args.typing, plans_dir=plans_dir)
+                          keep_plans=args.keep_plans, typing=args.typing, plans_dir=plans_dir,
+                          input_shapes=Samples.profile_of(args))
 
 
 class ParallelArgs:

@@ -76,7 +76,7 @@ def _search(sub) -> None:
                           "the same command resumes from its journal beside -o.",
                           "fp16bisect search model.onnx --inputs x.npz -o overrides.json",
                           "fp16bisect search model.onnx --inputs a.npz --inputs b.npz --atol 0.05 --report search.html"),
-                 Samples(), ToleranceArgs(), BackendArgs(), ParallelArgs(),
+                 Samples(profile=True), ToleranceArgs(), BackendArgs(), ParallelArgs(),
                  OutputArgs(output=dict(default="overrides.json", metavar="FILE",
                                         help="where to write the override JSON (default overrides.json)"),
                             report=True))
@@ -105,7 +105,7 @@ def _check(sub) -> None:
                           "compares every output with FP32: exit 0 when all meet the tolerance, 1 when one does not "
                           "(a CI gate), 3 when even FP32 misses it.",
                           "fp16bisect check model.onnx --inputs x.npz --overrides overrides.json --json check.json"),
-                 Samples(), ToleranceArgs(), BackendArgs(), OutputArgs(json="the result", report=True),
+                 Samples(profile=True), ToleranceArgs(), BackendArgs(), OutputArgs(json="the result", report=True),
                  ParallelArgs())
     c.add_argument("--overrides", metavar="O.json", help="keep the nodes of this override file in FP32")
 

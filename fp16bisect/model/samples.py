@@ -1,27 +1,83 @@
-"""Read and validate ``.npz`` inputs and references; compute FP32 references."""
+"""Samples: each knows where its inputs and references are and reads them when used; they are validated
+against the model when loaded, and FP32 references computed where none were given.
+
+Where samples come from (files, directories, globs, Polygraphy JSON, data-loader scripts, and how references
+pair with inputs): ``model/sources.py``. Arrays a sample reads from an ``.npz`` are read each time they are used
+(``model/npz.py`` keeps the last file read), so that a search over many samples holds about one of them in
+memory; samples that come from no ``.npz`` of their own (Polygraphy JSON, a data-loader script) and computed FP32
+references are written to the model's work directory (one ``.npz`` per sample) and read back the same way. A
+sample pickles as its paths (parallel workers read the files); ``held()`` is a copy holding its arrays (Ray
+workers on other machines).
+"""
 
 from __future__ import annotations
 
-import math
-import zipfile
-from dataclasses import dataclass
-from typing import Iterable, Mapping
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 import onnx
 
 from fp16bisect.errors import UsageError
+from fp16bisect.model import npz, polygraphy_data, sources
 from fp16bisect.model.graph import Graph, TensorSpec
 from fp16bisect.model.subgraphs import subgraphs
 from fp16bisect.model.runtime import run, session
 
 
-@dataclass
 class Sample:
-    source: str  # the npz it came from
-    inputs: dict[str, np.ndarray]
-    reference: dict[str, np.ndarray] | None = None
+    """One sample: ``source`` (what to call it in messages), its ``inputs`` and its ``reference`` outputs (None:
+    not computed yet). Given as arrays, they are held; given as files (``inputs_file``, ``reference_file``), they
+    are read when used. A reference assigned to a sample with a ``spill`` path is written there, not held."""
+
+    def __init__(self, source: str, inputs: dict[str, np.ndarray] | None = None,
+                 reference: dict[str, np.ndarray] | None = None, *, inputs_file: str | None = None,
+                 reference_file: str | None = None, spill: str | None = None, shapes: dict | None = None):
+        if inputs is None and inputs_file is None:
+            raise ValueError("a sample needs its inputs or the file that holds them")
+        self.source = source
+        self._inputs, self.inputs_file = inputs, inputs_file
+        self._reference, self.reference_file = reference, reference_file
+        self.spill = spill
+        self._shapes = shapes
+
+    @property
+    def inputs(self) -> dict[str, np.ndarray]:
+        return self._inputs if self._inputs is not None else npz.read(self.inputs_file, "inputs")
+
+    @property
+    def reference(self) -> dict[str, np.ndarray] | None:
+        if self._reference is not None:
+            return self._reference
+        return npz.read(self.reference_file, "reference") if self.reference_file else None
+
+    @reference.setter
+    def reference(self, value: dict[str, np.ndarray] | None) -> None:
+        self._reference, self.reference_file = None, None
+        if value is not None and self.spill:
+            npz.write(self.spill, value)
+            self.reference_file = self.spill
+        else:
+            self._reference = value
+
+    @property
+    def has_reference(self) -> bool:
+        return self._reference is not None or bool(self.reference_file)
+
+    @property
+    def shapes(self) -> dict[str, tuple]:
+        """Input name -> shape, known without reading the inputs again."""
+        if self._shapes is None:
+            self._shapes = {k: tuple(np.shape(v)) for k, v in self.inputs.items()}
+        return self._shapes
+
+    def held(self) -> "Sample":
+        """A copy holding its arrays (for a worker that cannot read this machine's files)."""
+        return Sample(self.source, dict(self.inputs), self.reference, shapes=self.shapes)
+
+    def __repr__(self) -> str:
+        return f"Sample({self.source!r})"
 
 
 def update_digest(digest, arrays: dict[str, np.ndarray]) -> None:
@@ -33,90 +89,99 @@ def update_digest(digest, arrays: dict[str, np.ndarray]) -> None:
 
 
 def load_samples(graph: Graph, input_paths: list, reference_paths: list | None = None) -> list[Sample]:
-    """One ``Sample`` per entry of ``input_paths``: an ``.npz`` path, or a mapping of input name -> array (a sample
-    in memory, named ``sample <i>`` in messages); ``reference_paths`` likewise, one per sample. Every entry is
-    validated against the model's inputs and outputs (names, dtypes, ranks, fixed dimensions, NaN)."""
+    """The samples ``input_paths`` give (files, directories, globs, Polygraphy JSON, data-loader scripts, or a
+    mapping of input name -> array: a sample in memory, named ``sample <i>`` in messages), with the references
+    ``reference_paths`` give (likewise), each validated against the model's inputs and outputs (names, dtypes,
+    ranks, fixed dimensions, NaN) as it is read."""
     if not input_paths:
-        raise UsageError("no inputs given: pass --inputs FILE.npz with one array per model input")
-    reference_paths = reference_paths or []
-    if reference_paths and len(reference_paths) != len(input_paths):
-        raise UsageError(
-            f"{len(input_paths)} --inputs file(s) but {len(reference_paths)} --reference file(s): "
-            "pass one reference per inputs file, in the same order"
-        )
-    samples = []
-    for i, path in enumerate(input_paths):
-        source, arrays = _read(path, f"sample {i}")
-        _check_inputs(graph, arrays, source)
-        ref = None
-        if reference_paths:
-            where, ref = _read(reference_paths[i], f"reference {i}")
-            _check_reference(graph, ref, where)
-        samples.append(Sample(source, arrays, ref))
+        raise UsageError("no inputs given: pass --inputs FILE.npz with one array per model input (or a directory, "
+                         "a quoted glob, Polygraphy JSON, or --data-loader-script FILE.py)")
+    groups = sources.pair(input_paths, reference_paths or [])
+    folder = _work_folder(graph)
+    samples: list[Sample] = []
+    for given, refs in groups:
+        made = [_sample(graph, name, arrays, folder, len(samples) + i)
+                for i, (name, arrays) in enumerate(_read_all(given, _read_inputs))]
+        if refs:
+            _attach(graph, made, refs, folder, len(samples))
+        samples += made
+    if not samples:
+        raise UsageError(f"{', '.join(map(str, input_paths))} gave no sample: give at least one")
     return samples
 
 
-def _read(entry, label: str) -> tuple[str, dict[str, np.ndarray]]:
-    """(its name in messages, its arrays): an npz file read, or a mapping given in memory taken as it is."""
-    if isinstance(entry, Mapping):
-        return label, {str(k): np.asarray(v) for k, v in entry.items()}
-    return str(entry), _read_npz(entry)
+def _work_folder(graph: Graph) -> Path | None:
+    """Where samples that are not in an .npz of their own, and computed references, are written: a folder in
+    the model's work directory (None for a model built in memory: they are held)."""
+    store = graph.store
+    return None if store is None else Path(tempfile.mkdtemp(prefix="samples-", dir=store.directory))
 
 
-def _read_npz(path: str) -> dict[str, np.ndarray]:
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"file {path!r} not found: pass an .npz made with numpy.savez(path, name=array, ...)")
-    try:
-        with p.open("rb") as f:
-            head = f.read(6)
-        if head == b"\x93NUMPY":
-            raise ValueError("it holds a single .npy array, not an .npz archive of named arrays")
-        if not head:
-            raise ValueError("the file is empty")
-        if not head.startswith(b"PK"):
-            raise ValueError("not a zip archive of .npy arrays")
-        _check_members(p)
-        data = np.load(p, allow_pickle=False)
-        with data:
-            return {k: np.asarray(data[k]) for k in data.files}
-    except (ValueError, OSError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, KeyError, NotImplementedError,
-            RuntimeError, MemoryError) as exc:
-        raise UsageError(
-            f"{path!r} is not a readable .npz ({_one_line(exc)}): write it with numpy.savez(path, name=array, ...)"
-        ) from None
+def _read_all(given: list, read) -> Iterator[tuple[str, dict | None]]:
+    """(what to call it, arrays or None for an .npz read later) for each sample the sources give, in order."""
+    for source in given:
+        yield from read(source)
 
 
-def _check_members(path: Path) -> None:
-    """Read each array's header first: refuse object arrays and arrays that declare more data than the archive
-    holds (a truncated or corrupt file), before numpy allocates them."""
-    fmt = np.lib.format
-    with zipfile.ZipFile(path) as archive:
-        for info in archive.infolist():
-            if not info.filename.endswith(".npy"):
-                continue
-            name = info.filename[:-4]
-            with archive.open(info) as f:
-                version = fmt.read_magic(f)
-                if version == (1, 0):
-                    shape, _, dtype = fmt.read_array_header_1_0(f)
-                elif version == (2, 0):
-                    shape, _, dtype = fmt.read_array_header_2_0(f)
-                else:  # newer header versions: numpy checks them itself
-                    continue
-                if dtype.hasobject:
-                    raise ValueError(f"array {name!r} holds Python objects; save numeric arrays")
-                declared = math.prod(shape) * dtype.itemsize
-                if declared > info.file_size - f.tell():
-                    raise ValueError(
-                        f"array {name!r} declares shape {tuple(shape)} ({declared} bytes) but holds "
-                        f"{max(info.file_size - f.tell(), 0)}: the file is truncated or corrupt"
-                    )
+def _read_inputs(source: sources.Source):
+    if source.kind == "npz":
+        yield source.path, None
+    elif source.kind == "memory":
+        yield source.path, {str(k): np.asarray(v) for k, v in source.arrays.items()}
+    elif source.kind == "script":
+        for k, arrays in enumerate(polygraphy_data.script_samples(source.path, source.function)):
+            yield f"{source}[{k}]", arrays
+    else:
+        for k, arrays in enumerate(polygraphy_data.json_inputs(source.path)):
+            yield f"{source.path}[{k}]", arrays
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return (text[:300] + "...") if len(text) > 300 else (text or type(exc).__name__)
+def _read_references(source: sources.Source):
+    if source.kind == "npz":
+        yield source.path, None
+    elif source.kind == "memory":
+        yield source.path, {str(k): np.asarray(v) for k, v in source.arrays.items()}
+    else:
+        for k, arrays in enumerate(polygraphy_data.json_outputs(source.path, source.function)):
+            yield f"{source}[{k}]", arrays
+
+
+def _sample(graph: Graph, name: str, arrays: dict | None, folder: Path | None, index: int) -> Sample:
+    """A checked sample: an .npz read lazily, or arrays written to ``folder`` (held without one)."""
+    spill = str(folder / f"{index}.fp32.npz") if folder is not None else None
+    if arrays is None:
+        arrays = npz.read(name)
+        _check_inputs(graph, arrays, name)
+        return Sample(name, inputs_file=name, spill=spill, shapes={k: v.shape for k, v in arrays.items()})
+    _check_inputs(graph, arrays, name)
+    shapes = {k: v.shape for k, v in arrays.items()}
+    if folder is None:
+        return Sample(name, arrays, spill=spill, shapes=shapes)
+    npz.write(folder / f"{index}.inputs.npz", arrays)
+    return Sample(name, inputs_file=str(folder / f"{index}.inputs.npz"), spill=spill, shapes=shapes)
+
+
+def _attach(graph: Graph, made: list[Sample], refs: list, folder: Path | None, start: int) -> None:
+    """Give the samples ``made`` the references ``refs`` hold, sample by sample."""
+    count = 0
+    for count, (name, arrays) in enumerate(_read_all(refs, _read_references), 1):
+        if count > len(made):
+            continue
+        sample = made[count - 1]
+        if arrays is None:
+            _check_reference(graph, npz.read(name), name)
+            sample.reference_file = name
+            continue
+        _check_reference(graph, arrays, name)
+        if folder is None:
+            sample.reference = arrays
+        else:
+            sample.reference_file = str(folder / f"{start + count - 1}.reference.npz")
+            npz.write(sample.reference_file, arrays)
+    if count != len(made):
+        said = ", ".join(map(str, refs))
+        raise UsageError(f"--reference {said} gives {count} sample(s) but the inputs give {len(made)}: pass one "
+                         "reference per sample, in the same order")
 
 
 def _check_inputs(graph: Graph, arrays: dict[str, np.ndarray], path: str) -> None:
@@ -197,31 +262,37 @@ def _shape_text(shape: tuple) -> str:
 def add_fp32_references(graph: Graph, samples: list[Sample], computed: list[Sample] = ()) -> None:
     """Reference outputs from an FP32 ONNX Runtime run of the original model, where none were given; those and
     the ``computed`` ones (the FP32 profile's run gives them) are checked."""
-    todo = [s for s in samples if s.reference is None]
+    todo = [s for s in samples if not s.has_reference]
     if todo:
         sess = session(graph.runnable_copy())
         names = [o.name for o in graph.outputs]
         for s in todo:
-            s.reference = dict(zip(names, run(sess, names, s.inputs, f"the model in FP32 on {s.source!r}")))
+            outputs = dict(zip(names, run(sess, names, s.inputs, f"the model in FP32 on {s.source!r}")))
+            _check_computed(s, outputs)  # before it is written to the work directory
+            s.reference = outputs
     done = {id(s) for s in todo}
-    for s in [*todo, *(c for c in computed if id(c) not in done)]:
-        for name, value in s.reference.items():
-            if np.issubdtype(value.dtype, np.floating) and np.isnan(value).any():
-                bad = _nonfinite_inputs(s)
-                cause = (f" (input {bad[0]!r} holds NaN or inf values, which the model does not mask)"
-                         if bad else "")
-                raise UsageError(
-                    f"the FP32 reference for output {name!r} contains NaN on {s.source!r}{cause}: "
-                    "check the inputs, or pass --reference"
-                )
+    for s in (c for c in computed if id(c) not in done):
+        _check_computed(s, s.reference)
 
 
-def sample_shapes(samples: Iterable[Mapping[str, np.ndarray]]) -> dict[str, tuple]:
-    """input -> (min, opt, max) over the samples' shapes (opt: the first sample's)."""
+def _check_computed(sample: Sample, reference: dict[str, np.ndarray]) -> None:
+    for name, value in reference.items():
+        if np.issubdtype(value.dtype, np.floating) and np.isnan(value).any():
+            bad = _nonfinite_inputs(sample)
+            cause = f" (input {bad[0]!r} holds NaN or inf values, which the model does not mask)" if bad else ""
+            raise UsageError(
+                f"the FP32 reference for output {name!r} contains NaN on {sample.source!r}{cause}: "
+                "check the inputs, or pass --reference"
+            )
+
+
+def sample_shapes(samples: Iterable[Sample | Mapping[str, np.ndarray]]) -> dict[str, tuple]:
+    """input -> (min, opt, max) over the samples' shapes (opt: the first sample's); samples or their inputs."""
     seen: dict[str, list] = {}
-    for inputs in samples:
-        for name, array in inputs.items():
-            seen.setdefault(name, []).append(tuple(np.shape(array)))
+    for sample in samples:
+        shapes = sample.shapes if isinstance(sample, Sample) else {k: np.shape(v) for k, v in sample.items()}
+        for name, shape in shapes.items():
+            seen.setdefault(name, []).append(tuple(shape))
     return {
         name: (tuple(map(min, zip(*found))), found[0], tuple(map(max, zip(*found))))
         for name, found in seen.items()

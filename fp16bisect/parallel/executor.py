@@ -143,6 +143,8 @@ def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, o
     else:  # processes here: the loaded model, which refers to the weight files already written (no copy)
         model = graph.model.SerializeToString()
     here_dir = str(graph.store.directory) if parallel.ray is None and graph.store is not None else ""
+    if parallel.ray is not None:  # other machines cannot read this one's sample files: the arrays go
+        samples = [s.held() if hasattr(s, "held") else s for s in samples]
     job = Job(backend, model, str(graph.path or ""), graph.sha256, remote, samples, tolerance, outputs, here_dir)
     if parallel.ray is not None:
         from fp16bisect.parallel.ray import RayPool

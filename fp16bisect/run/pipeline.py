@@ -22,6 +22,7 @@ from fp16bisect.strategy.build_noise import build_noise
 from fp16bisect.errors import ToleranceUnreachable, UsageError
 from fp16bisect.evaluation.journal import Journal, journal_key, samples_digest
 from fp16bisect.model.graph import Graph, notes
+from fp16bisect.model import shapes
 from fp16bisect.model.profile import profile
 from fp16bisect.model.samples import sample_shapes, add_fp32_references, load_samples
 from fp16bisect.evaluation.oracle import EXIT_CODE, OUTPUTS, Oracle
@@ -63,7 +64,11 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, options
     for note in notes(graph):
         listener.stage(f"note: {note}")
     tolerance = options.tolerance
-    backend_options = _shared(options.backend_options, samples, tolerance, listener)
+    backend_options = options.backend_options
+    if backend_options.input_shapes is not None:  # the deployment's profile (--min/--max-shapes): checked here
+        backend_options = replace(backend_options, input_shapes=shapes.deployment_profile(
+            graph, backend_options.input_shapes, samples))
+    backend_options = _shared(backend_options, samples, tolerance, listener)
     chosen = make_backend(options.backend, graph, backend_options)
     try:  # a journal of another search, workers that do not start: the backend is freed before the error
         journal = _journal(graph, chosen, given, options, listener)
@@ -85,7 +90,7 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, options
 def _shared(options: Options, samples, tolerance: Tolerance, listener: Listener) -> Options:
     """``options`` with what every backend may use, where the caller did not set it."""
     shared = {
-        "input_shapes": sample_shapes([s.inputs for s in samples]),
+        "input_shapes": sample_shapes(samples),
         "notify": listener.stage,  # tensorrt: ignored FP32 pins, the typing fallback, said once
         "progress": listener.stage,  # the command backend says which command runs on which plan
         "tolerance": tolerance.to_json(),  # ... and writes it into each plan's override file
@@ -150,7 +155,8 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
         result = _search(graph, chosen, oracle, listener, prof, found)
         info = _backend_info(chosen, oracle, noise)
         outcome = Outcome(graph, options.tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start,
-                          prior=found, output=options.output, backend_info=info)
+                          prior=found, output=options.output, backend_info=info,
+                          shapes=shapes.coverage(graph, oracle.samples, options.backend_options.input_shapes))
         outcome.data = overrides_json(outcome)
         return outcome
 

@@ -1,0 +1,125 @@
+"""``.npz`` files of named arrays: read (checked before numpy allocates), written, and the last one read kept.
+
+A sample's arrays are read from their file each time they are used (``model/samples.py``), so that a search over
+many samples holds about one sample in memory. ``read`` keeps the last file read per ``slot`` (inputs,
+reference): code that asks for the same sample's arrays several times in a row reads the file once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from fp16bisect.errors import UsageError
+
+_LAST: dict[str, tuple] = {}  # slot -> (path, mtime_ns, size, arrays): the last file read for that slot
+_LOCK = threading.Lock()
+
+
+def read(path: str | Path, slot: str = "") -> dict[str, np.ndarray]:
+    """The arrays of the ``.npz`` at ``path``; a file that is not one is a ``UsageError`` that says how to write
+    one. With ``slot``, the last file read for that slot is kept and returned again while it is unchanged."""
+    if not slot:
+        return _read(path)
+    try:
+        st = os.stat(path)
+        key = (str(path), st.st_mtime_ns, st.st_size)
+    except OSError:
+        return _read(path)  # says it is missing
+    with _LOCK:
+        last = _LAST.get(slot)
+        if last is not None and last[:3] == key:
+            return dict(last[3])
+        _LAST.pop(slot, None)  # freed before the next file is read: one file per slot in memory
+    arrays = _read(path)
+    with _LOCK:
+        _LAST[slot] = (*key, arrays)
+    return dict(arrays)
+
+
+def forget() -> None:
+    """Drop the kept files (a command ends; a test measures memory)."""
+    with _LOCK:
+        _LAST.clear()
+
+
+def write(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
+    """Write ``arrays`` to ``path`` (its folder made), through a temporary name: a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("wb") as f:
+        np.savez(f, **arrays)
+    os.replace(partial, path)
+
+
+def shapes(path: str | Path) -> dict[str, tuple]:
+    """Each array's shape, from its header alone (nothing is read)."""
+    return {name: shape for name, shape, _dtype in _headers(Path(path))}
+
+
+def _read(path: str | Path) -> dict[str, np.ndarray]:
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"file {str(path)!r} not found: pass an .npz made with numpy.savez(path, name=array, ...)")
+    try:
+        with p.open("rb") as f:
+            head = f.read(6)
+        if head == b"\x93NUMPY":
+            raise ValueError("it holds a single .npy array, not an .npz archive of named arrays")
+        if not head:
+            raise ValueError("the file is empty")
+        if not head.startswith(b"PK"):
+            raise ValueError("not a zip archive of .npy arrays")
+        _check_members(p)
+        data = np.load(p, allow_pickle=False)
+        with data:
+            return {k: np.asarray(data[k]) for k in data.files}
+    except (ValueError, OSError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, KeyError, NotImplementedError,
+            RuntimeError, MemoryError) as exc:
+        raise UsageError(
+            f"{str(path)!r} is not a readable .npz ({one_line(exc)}): write it with numpy.savez(path, name=array, ...)"
+        ) from None
+
+
+def _check_members(path: Path) -> None:
+    """Read each array's header first: refuse object arrays and arrays that declare more data than the archive
+    holds (a truncated or corrupt file), before numpy allocates them."""
+    for name, shape, dtype, left in _headers(path, sizes=True):
+        if dtype.hasobject:
+            raise ValueError(f"array {name!r} holds Python objects; save numeric arrays")
+        declared = math.prod(shape) * dtype.itemsize
+        if declared > left:
+            raise ValueError(
+                f"array {name!r} declares shape {tuple(shape)} ({declared} bytes) but holds "
+                f"{max(left, 0)}: the file is truncated or corrupt"
+            )
+
+
+def _headers(path: Path, sizes: bool = False):
+    """(name, shape, dtype) of each array in the archive (with ``sizes``, also the bytes after its header)."""
+    fmt = np.lib.format
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            if not info.filename.endswith(".npy"):
+                continue
+            name = info.filename[:-4]
+            with archive.open(info) as f:
+                version = fmt.read_magic(f)
+                if version == (1, 0):
+                    shape, _, dtype = fmt.read_array_header_1_0(f)
+                elif version == (2, 0):
+                    shape, _, dtype = fmt.read_array_header_2_0(f)
+                else:  # newer header versions: numpy checks them itself
+                    continue
+                yield (name, tuple(shape), dtype, info.file_size - f.tell()) if sizes else (name, tuple(shape), dtype)
+
+
+def one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return (text[:300] + "...") if len(text) > 300 else (text or type(exc).__name__)

@@ -338,15 +338,15 @@ def test_shape_flags_are_validated(dynamic, tmp_path, capsys, flags, said):
 
 @pytest.mark.usefixtures("trt", "engines_run_as_built")
 def test_the_tensorrt_profile_is_the_deployment_one(dynamic, tmp_path, capsys):
-    trt = sys.modules["tensorrt"]  # the test double (test_tensorrt's fixture)
+    fake = sys.modules["tensorrt"]  # the test double (test_tensorrt's fixture)
     out = tmp_path / "o.json"
     code = main(["search", str(dynamic), "--inputs", str(tmp_path / "seq"), "--backend", "tensorrt", "-o", str(out),
                  "-q", "--min-shapes", "x:1x4x64", "--opt-shapes", "x:1x16x64", "--max-shapes", "x:1x64x64"])
     assert code == 0, capsys.readouterr().err
-    assert trt._builds and all(b["profile"] == {"x": [[1, 4, 64], [1, 16, 64], [1, 64, 64]]} for b in trt._builds)
+    assert fake._builds and all(b["profile"] == {"x": [[1, 4, 64], [1, 16, 64], [1, 64, 64]]} for b in fake._builds)
     assert culprits(json.loads(out.read_text())) == RMS_CULPRITS
-    trt._builds.clear()
+    fake._builds.clear()
     code = main(["search", str(dynamic), "--inputs", str(tmp_path / "seq"), "--backend", "tensorrt", "-o",
                  str(tmp_path / "span.json"), "-q"])  # without the flags: the samples' span
     assert code == 0
-    assert all(b["profile"] == {"x": [[1, 8, 64], [1, 8, 64], [1, 16, 64]]} for b in trt._builds)
+    assert all(b["profile"] == {"x": [[1, 8, 64], [1, 8, 64], [1, 16, 64]]} for b in fake._builds)

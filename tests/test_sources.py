@@ -350,3 +350,20 @@ def test_the_tensorrt_profile_is_the_deployment_one(dynamic, tmp_path, capsys):
                  str(tmp_path / "span.json"), "-q"])  # without the flags: the samples' span
     assert code == 0
     assert all(b["profile"] == {"x": [[1, 8, 64], [1, 8, 64], [1, 16, 64]]} for b in fake._builds)
+
+
+def test_every_command_takes_a_directory_of_samples(tmp_path, capsys):
+    samples_in(tmp_path / "data")
+    data = str(tmp_path / "data")
+    overrides = write_overrides(tmp_path)
+    assert main(["scan", str(MODEL), "--inputs", data, "--json", str(tmp_path / "scan.json"), "-q"]) == 0
+    assert main(["compare", str(MODEL), "--inputs", f"{data}/*.npz", "--overrides", str(overrides), "-q"]) == 0
+    assert main(["check", str(MODEL), "--inputs", data, "--overrides", str(overrides), "-q"]) == 0
+    assert main(["apply", str(overrides), str(MODEL), "-o", str(tmp_path / "mixed.onnx"), "--verify",
+                 "--inputs", data, "-q"]) == 0
+    manifest = tmp_path / "zoo.toml"
+    manifest.write_text(f'[[entry]]\nmodel = "{MODEL}"\ninputs = "data/*.npz"\naction = "search"\n'
+                        'backend = "emulate"\noutput = "found.json"\n')
+    assert main(["batch", str(manifest), "--jobs", "1"]) == 0  # relative to the manifest, expanded there
+    assert culprits(json.loads((tmp_path / "found.json").read_text())) == CULPRITS
+    capsys.readouterr()

@@ -5,8 +5,9 @@ An optional ``defaults`` table applies to every entry; each entry
 (``[[entry]]`` in TOML, ``"entries": [...]`` in JSON) names:
 
     model       the ONNX model                                   (required)
-    inputs      one .npz or a list of them                       (required)
-    references  matching reference .npz files                    (default: FP32 ONNX Runtime)
+    inputs      samples: a path or a list of them, each as --inputs takes it: an .npz, a
+                directory, a glob, Polygraphy JSON, a data-loader script FILE.py[:FUNC]  (required)
+    references  their references, as --reference takes them     (default: FP32 ONNX Runtime)
     action      "check" or "search"                              (default "check")
     atol, rtol, min_cosine, max_mismatch                         (default: fp16bisect's)
     backend     "emulate", "tensorrt" or "auto"                  (default "auto")
@@ -109,7 +110,7 @@ def _entry(raw, number: int, base: Path, manifest: str) -> dict:
         value = entry.get(key, [])
         value = [value] if isinstance(value, str) else value
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise UsageError(f"{where}: '{key}' must be a path or a list of paths to .npz files")
+            raise UsageError(f"{where}: '{key}' must be a path or a list of paths (.npz files, directories, globs)")
         entry[key] = [str(base / v) for v in value]
     if not entry["inputs"]:
         raise UsageError(f"{where} has no 'inputs': give one .npz (or a list) with one array per model input")

@@ -17,7 +17,7 @@ from fp16bisect import __version__
 from fp16bisect.cli.args import BackendArgs, OutputArgs, ParallelArgs, Samples, ToleranceArgs, jobs, nonnegative
 from fp16bisect.cli.commands import COMMANDS, INTERRUPTED
 from fp16bisect.errors import Error, UsageError
-from fp16bisect.model import weights
+from fp16bisect.model import npz, weights
 from fp16bisect.strategy.prior_choice import CHOICES
 
 INTERNAL_ERROR = Error.exit_code  # a bug of ours: one line, the traceback in a file it names
@@ -261,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         return INTERNAL_ERROR
     finally:
         weights.close_since(stores)  # the work directories of the models this command loaded
+        npz.forget()  # the last sample files read: their arrays are not used any more
 
 
 if __name__ == "__main__":

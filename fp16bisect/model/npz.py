@@ -58,11 +58,6 @@ def write(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
     os.replace(partial, path)
 
 
-def shapes(path: str | Path) -> dict[str, tuple]:
-    """Each array's shape, from its header alone (nothing is read)."""
-    return {name: shape for name, shape, _dtype in _headers(Path(path))}
-
-
 def _read(path: str | Path) -> dict[str, np.ndarray]:
     p = Path(path)
     if not p.is_file():
@@ -90,7 +85,7 @@ def _read(path: str | Path) -> dict[str, np.ndarray]:
 def _check_members(path: Path) -> None:
     """Read each array's header first: refuse object arrays and arrays that declare more data than the archive
     holds (a truncated or corrupt file), before numpy allocates them."""
-    for name, shape, dtype, left in _headers(path, sizes=True):
+    for name, shape, dtype, left in _headers(path):
         if dtype.hasobject:
             raise ValueError(f"array {name!r} holds Python objects; save numeric arrays")
         declared = math.prod(shape) * dtype.itemsize
@@ -101,8 +96,8 @@ def _check_members(path: Path) -> None:
             )
 
 
-def _headers(path: Path, sizes: bool = False):
-    """(name, shape, dtype) of each array in the archive (with ``sizes``, also the bytes after its header)."""
+def _headers(path: Path):
+    """(name, shape, dtype, bytes after its header) of each array in the archive."""
     fmt = np.lib.format
     with zipfile.ZipFile(path) as archive:
         for info in archive.infolist():
@@ -117,7 +112,7 @@ def _headers(path: Path, sizes: bool = False):
                     shape, _, dtype = fmt.read_array_header_2_0(f)
                 else:  # newer header versions: numpy checks them itself
                     continue
-                yield (name, tuple(shape), dtype, info.file_size - f.tell()) if sizes else (name, tuple(shape), dtype)
+                yield name, tuple(shape), dtype, info.file_size - f.tell()
 
 
 def one_line(exc: BaseException) -> str:

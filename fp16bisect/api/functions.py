@@ -86,7 +86,10 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         noise_ok=noise_ok, output=None if output is None else str(output), repeats=repeats, restart=restart,
         retry_crashed=retry_crashed, parallel=inputs.parallel(jobs, devices, ray), prior=prior)
     with _own_work_directories():
-        return run_search(model, samples, options, reference=reference, progress=progress)
+        result = run_search(model, samples, options, reference=reference, progress=progress)
+        for sample in result.outcome.oracle.samples:  # the result outlives the work directory: its samples too
+            sample.keep()
+        return result
 
 
 def run_search(model: Model, samples: Samples, options: SearchOptions, *, reference: Samples | None = None,
@@ -114,11 +117,7 @@ def run_search(model: Model, samples: Samples, options: SearchOptions, *, refere
 def _references(reference, entries: list) -> list | None:
     if reference is None:
         return None
-    found = inputs.sample_entries(reference, "reference")
-    if len(found) != len(entries):
-        raise UsageError(f"{len(entries)} sample(s) but {len(found)} reference(s): pass one reference per sample, "
-                         "in the same order")
-    return found
+    return inputs.sample_entries(reference, "reference")  # matched to the samples by load_samples
 
 
 def _name_in_memory_model(outcome) -> None:
@@ -194,7 +193,10 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
                                timing_cache=timing_cache, plans_dir=plans),
         parallel=inputs.parallel(jobs, devices, ray))
     with _own_work_directories():
-        return run_check(model, samples, options, overrides=overrides, reference=reference, progress=progress)
+        result = run_check(model, samples, options, overrides=overrides, reference=reference, progress=progress)
+        for sample in result.outcome.samples:  # the result outlives the work directory: its samples too
+            sample.keep()
+        return result
 
 
 def run_check(model: Model, samples: Samples, options: SearchOptions, *, overrides=None,

@@ -44,8 +44,9 @@ def model_file(model) -> Iterator[str]:
 
 
 def sample_entries(samples, what: str = "samples") -> list:
-    """``samples`` as ``load_samples`` takes them: .npz paths and dicts of arrays, one per sample. A directory
-    gives every ``*.npz`` in it, sorted by name; a dict is one sample; a list or any iterable, one per item."""
+    """``samples`` as ``load_samples`` takes them: paths (an .npz, a directory: every ``*.npz`` in it, sorted by
+    name; a glob; Polygraphy JSON; a data-loader script) and dicts of arrays (one sample each); a list or any
+    iterable, one per item."""
     if samples is None:
         raise UsageError(f"no {what} given: pass an .npz path, a directory of them, a dict of arrays or a list")
     if isinstance(samples, Mapping) or is_path(samples):
@@ -63,23 +64,13 @@ def sample_entries(samples, what: str = "samples") -> list:
         if isinstance(entry, Mapping):
             entries.append(entry)
         elif is_path(entry):
-            entries.extend(_npz_files(Path(entry), what))
+            entries.append(str(entry))  # a file, directory or glob: load_samples reads it (model/sources.py)
         else:
             raise UsageError(f"{what}[{i}] is a {type(entry).__name__}: give each sample as an .npz path or a dict "
                              "{input name: array}")
     if not entries:
         raise UsageError(f"no {what} given: the list is empty; pass at least one sample")
     return entries
-
-
-def _npz_files(path: Path, what: str) -> list[str]:
-    if not path.is_dir():
-        return [str(path)]
-    found = sorted(p for p in path.glob("*.npz") if p.is_file())
-    if not found:
-        raise UsageError(f"{what} directory {str(path)!r} holds no .npz file: save one per sample there with "
-                         "numpy.savez(path, name=array, ...)")
-    return [str(p) for p in found]
 
 
 @contextmanager

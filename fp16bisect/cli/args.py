@@ -61,6 +61,7 @@ class Samples:
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         g = parser.add_argument_group(self.title)
+        parser.set_defaults(samples_required=self.required)
         if self.model:
             g.add_argument("model", metavar="MODEL", help="the ONNX model (FP32)")
         # not required by argparse: --data-loader-script also gives inputs (no sample at all is said when loading)
@@ -87,6 +88,13 @@ class Samples:
             for flag, which in (("--min-shapes", "smallest"), ("--opt-shapes", "most frequent")):
                 g.add_argument(flag, type=shapes_flag(flag), default=None, metavar="NAME:AxB,...",
                                help=f"the deployment's {which} input shapes (trtexec's syntax, see --max-shapes)")
+
+    @staticmethod
+    def check(args) -> None:
+        """Samples were given where the command needs them (argparse cannot say: two flags give them)."""
+        if getattr(args, "samples_required", False) and not args.inputs:
+            raise UsageError(f"the following arguments are required: --inputs (or --data-loader-script) (see "
+                             f"'fp16bisect {args.command} --help')")
 
     @staticmethod
     def profile_of(args) -> dict | None:

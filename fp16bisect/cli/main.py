@@ -240,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command is None:
             raise UsageError("no command given: try 'fp16bisect search MODEL --inputs X.npz'")
+        Samples.check(args)
         return COMMANDS[args.command](args)
     except Error as exc:  # each says what is wrong in one line, and carries its exit code
         if debug:

@@ -72,6 +72,16 @@ class Sample:
             self._shapes = {k: tuple(np.shape(v)) for k, v in self.inputs.items()}
         return self._shapes
 
+    def keep(self) -> None:
+        """Hold in memory the arrays written to the work directory (a Python API call removes that directory when
+        it returns; its result's samples stay usable); those in the user's own files are still read from them."""
+        mine = lambda path: bool(path and self.spill and Path(path).parent == Path(self.spill).parent)  # noqa: E731
+        if mine(self.inputs_file):
+            self._inputs, self.inputs_file = dict(self.inputs), None
+        if mine(self.reference_file):
+            self._reference, self.reference_file = self.reference, None
+        self.spill = None
+
     def held(self) -> "Sample":
         """A copy holding its arrays (for a worker that cannot read this machine's files)."""
         return Sample(self.source, dict(self.inputs), self.reference, shapes=self.shapes)

@@ -129,5 +129,5 @@ def overrides_json(o) -> dict:
         backend={"name": o.backend, **o.backend_info,
                  "versions": {"fp16bisect": __version__, **o.backend_info.get("versions", {})}},
         tolerance=o.tolerance.to_json(), search=search_json(o), metrics=metrics_json(o), output=o.output,
-        more={"prior": prior_json(o), **({"shapes": o.shapes} if o.shapes else {}),
+        more={"prior": prior_json(o), "shapes": o.shapes,
               **graph_sections(graph, result.fp32)})

@@ -113,6 +113,19 @@ def coverage(graph: Graph, samples, profile: dict | None = None) -> dict[str, li
     return found
 
 
+def said(shapes: dict[str, list[dict]]) -> tuple[list[str], list[str]]:
+    """What a result says of its shapes: the line of the dynamic dimensions the samples covered (none without
+    any), and the ``untested`` warnings."""
+    covered = []
+    for name, dims in shapes.items():
+        for d in dims:
+            low, high = d["covered"]
+            deployed = f"; profile {d['profile'][0]}..{d['profile'][2]}" if "profile" in d else ""
+            called = f" ({d['name']})" if "name" in d else ""
+            covered.append(f"{name}[{d['dim']}]{called}: {low}..{high}{deployed}")
+    return ([f"verified on input shapes: {', '.join(covered)}"] if covered else []), untested(shapes)
+
+
 def untested(shapes: dict[str, list[dict]]) -> list[str]:
     """One line per dynamic dimension whose profile maximum no sample reached."""
     lines = []

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fp16bisect.model.fp16 import RULE
+from fp16bisect.model.shapes import said as shapes_said
 from fp16bisect.evaluation.oracle import EXIT_CODE
 from fp16bisect.run.outcome import Listener, Outcome
 from fp16bisect.algorithm.search import Step
@@ -128,22 +129,6 @@ def _error_cell(m) -> str:
     return text if m.passed else f"[red]{text}[/red]"
 
 
-def _shapes(covered: dict) -> list[str]:
-    """The dynamic input dimensions the samples covered (the answer holds there), and a warning for each
-    deployment maximum (--max-shapes) no sample reached."""
-    from fp16bisect.model.shapes import untested
-
-    said = []
-    for name, dims in covered.items():
-        for d in dims:
-            low, high = d["covered"]
-            deployed = f"; profile {d['profile'][0]}..{d['profile'][2]}" if "profile" in d else ""
-            called = f" ({escape(d['name'])})" if "name" in d else ""
-            said.append(f"{escape(name)}[{d['dim']}]{called}: {low}..{high}{deployed}")
-    lines = [f"verified on input shapes: {', '.join(said)}"] if said else []
-    return lines + [f"[yellow]warning:[/yellow] {escape(line)}" for line in untested(covered)]
-
-
 def print_summary(outcome: Outcome, output_path: str | None, console: Console | None = None) -> None:
     if console is None:
         console = Console()
@@ -188,7 +173,8 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
                 highlight=False,
                 soft_wrap=True,
             )
-    for line in _shapes(outcome.data.get("shapes") or {}):
+    covered, untested = shapes_said(outcome.data.get("shapes") or {})
+    for line in [escape(t) for t in covered] + [f"[yellow]warning:[/yellow] {escape(t)}" for t in untested]:
         console.print(line, highlight=False, soft_wrap=True)
     failures = outcome.oracle.build_failures
     if failures:

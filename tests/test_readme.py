@@ -1,14 +1,14 @@
 """The documentation's examples, run as tests: README.md and every Markdown page under docs/.
 
 A code block is tested when an HTML comment just before it (invisible on the page) says how, ``<!-- test: KIND
-ARGUMENTS -->``; every block of README.md is marked, and a page added under docs/ needs no change here. KIND:
+ARGUMENTS -->``; every block of README.md and docs/ is marked, and a page added there needs no change here. KIND:
 
 - ``run`` [``; skip TEXT: WHY``...]: each command runs through ``bash`` in a fresh directory linking sample_models/
   and scripts/, PLACEHOLDERS replaced (an unknown one fails, naming it); a synopsis with ``[...]`` runs twice, with
   its required words and with every optional group (the first alternative, CHOICES for ``a|b``, less LEFT_OUT).
   It must exit as documented and give what ``check_outcome`` looks for. ``...`` goes on from the command before.
   Commands holding a TEXT are not run, nor is ``pip`` (``test_the_extras_named_exist``). ``flags WHY``: none runs.
-- ``output`` [COMMAND]: COMMAND (or the block's first line, ``$ COMMAND``) exits 0 and prints the block, seconds aside.
+- ``output`` [COMMAND]: COMMAND (or the first line, ``$ COMMAND``) beside overrides.json exits 0 printing the block.
 - ``python`` [``tensorrt``]: the block runs; with ``tensorrt``, on the test double tests/fake_tensorrt.py, printing
   and raising what its comments quote. ``ci``: the commands are what .ci/run runs. ``file PATH``: the block is (in
   paragraphs) PATH. ``layout``: the modules and folders the tree names exist. ``none WHY``: shown, not run.
@@ -286,14 +286,14 @@ def comparable(lines) -> list[str]:
             for k, row in enumerate(rows)]
 
 
-def run_output(example: Example, where: Path, _) -> None:
+def run_output(example: Example, where: Path, searched: Path) -> None:
     lines = example.text.splitlines()
     command, shown = (example.args, lines) if example.args else (lines[0].removeprefix("$ "), lines[1:])
     check_flags(words(command))
-    done = shell(workdir(where), command)
+    shutil.copy(searched, workdir(where) / "overrides.json")  # what apply and check --overrides read
+    done = shell(where, command)
     assert done.returncode == 0, done.stderr
-    assert comparable(done.stdout.splitlines()) == comparable(shown), f"printed:\n{done.stdout}\nnot as shown:\n" + \
-        "\n".join(shown)
+    assert comparable(done.stdout.splitlines()) == comparable(shown), f"printed:\n{done.stdout}\nnot:\n{example.text}"
 
 
 def run_python(example: Example, where: Path, searched: Path) -> None:
@@ -372,9 +372,9 @@ def test_a_documented_example(example, tmp_path, searched):
     KINDS[example.kind](example, tmp_path, searched)
 
 
-def test_every_block_of_the_readme_is_marked_and_every_marker_known():
-    unmarked = [f"line {e.line}: {e.text.splitlines()[0][:60]!r}" for e in examples(README) if not e.kind]
-    assert not unmarked, f"README blocks with no <!-- test: ... --> before them: {unmarked}"
+def test_every_block_of_the_docs_is_marked_and_every_marker_known():
+    unmarked = [f"{e.id}: {e.text.splitlines()[0][:60]!r}" for path in DOCS for e in examples(path) if not e.kind]
+    assert not unmarked, f"blocks with no <!-- test: ... --> before them: {unmarked}"
     assert {e.kind for e in EXAMPLES} <= set(KINDS) and len(EXAMPLES) >= 20, {e.kind for e in EXAMPLES}
 
 

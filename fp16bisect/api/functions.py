@@ -70,7 +70,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         UsageError: Bad input (a missing file, a sample that does not fit the model, a bad keyword value).
         ToleranceUnreachable: Even the all-FP32 plan misses the tolerance.
 
-    Example:
+    Examples:
         >>> import fp16bisect
         >>> result = fp16bisect.search("sample_models/transformer_block.onnx",
         ...                            "sample_models/transformer_block.npz")
@@ -178,7 +178,7 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
     Raises:
         UsageError: Bad input, or an override file made for another model.
 
-    Example:
+    Examples:
         >>> import fp16bisect
         >>> model, data = "sample_models/transformer_block.onnx", "sample_models/transformer_block.npz"
         >>> fp16bisect.check(model, data).passed
@@ -234,7 +234,7 @@ def scan(model: Model, samples: Samples, *, progress: Progress = None) -> ScanRe
     Raises:
         UsageError: Bad input.
 
-    Example:
+    Examples:
         >>> import fp16bisect
         >>> found = fp16bisect.scan("sample_models/transformer_block.onnx", "sample_models/transformer_block.npz")
         >>> [n["name"] for n in found.nodes[:2]]
@@ -282,7 +282,7 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
     Raises:
         UsageError: Bad input, or an override file made for another model (without ``force``).
 
-    Example:
+    Examples:
         >>> import fp16bisect, onnx
         >>> model, data = "sample_models/transformer_block.onnx", "sample_models/transformer_block.npz"
         >>> found = fp16bisect.search(model, data)

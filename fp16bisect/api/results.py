@@ -47,7 +47,7 @@ class SearchResult:
         seconds: Wall time of the search.
         output: Where the override JSON was written (``output=`` of ``search``), or None.
 
-    Example:
+    Examples:
         >>> import fp16bisect
         >>> result = fp16bisect.search("sample_models/transformer_block.onnx", "sample_models/transformer_block.npz")
         >>> [(n.name, n.op_type) for n in result.fp32_nodes]
@@ -133,7 +133,7 @@ class CheckResult:
         tolerance: The tolerance checked.
         verdict: One line: what the check found and what to do.
 
-    Example:
+    Examples:
         >>> import fp16bisect
         >>> model, data = "sample_models/transformer_block.onnx", "sample_models/transformer_block.npz"
         >>> result = fp16bisect.check(model, data)
@@ -175,7 +175,7 @@ class ScanResult:
             ``reason``.
         suspects: How many of ``nodes`` the search would try first.
 
-    Example:
+    Examples:
         >>> import fp16bisect
         >>> scan = fp16bisect.scan("sample_models/transformer_block.onnx", "sample_models/transformer_block.npz")
         >>> scan.rows[0]["name"], scan.rows[0]["risk"], scan.rows[0]["written_by"]
@@ -205,7 +205,7 @@ class ApplyResult:
         verification: With ``verify``: the written model and the all-FP16 one run on the samples against the
             references (``None`` without); ``check`` is the written model's part, ``passed`` its verdict.
 
-    Example:
+    Examples:
         >>> import fp16bisect
         >>> model, data = "sample_models/transformer_block.onnx", "sample_models/transformer_block.npz"
         >>> applied = fp16bisect.apply(model, fp16bisect.search(model, data), "mixed.onnx")

@@ -38,6 +38,8 @@ class Outcome:
     prior: Prior | None = None  # the emulator's search the search on an expensive backend started from
     output: str | None = None  # where the override JSON goes (named in its exports)
     backend_info: dict = field(default_factory=dict)  # versions, and what the backend says of itself (JSON "backend")
+    forced: list = field(default_factory=list)  # model.headroom.Forced: the nodes --headroom kept in FP32
+    headroom: float | None = None  # the --headroom factor (None: not given)
 
     @property
     def fp16(self) -> Evaluation | None:

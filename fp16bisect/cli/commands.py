@@ -33,7 +33,8 @@ def cmd_search(args) -> int:
             raise UsageError(f"--repeats {args.repeats}: give a number of evaluations per plan, 1 or more")
         options = SearchOptions(tolerance, args.backend, BackendArgs.parse(args), noise_ok=args.noise_ok,
                                 output=args.output, repeats=args.repeats, restart=args.restart,
-                                retry_crashed=args.retry_crashed, parallel=parallel, prior=args.prior)
+                                retry_crashed=args.retry_crashed, parallel=parallel, prior=args.prior,
+                                headroom=args.headroom)
         result = run_search(args.model, args.inputs, options, reference=args.reference, progress=listener)
     except CommandAborted as exc:
         raise CommandAborted(f"{exc}; finished evaluations are kept in {latest_journal(args.output)}: fix "

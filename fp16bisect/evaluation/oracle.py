@@ -335,17 +335,13 @@ def evaluate_plan(backend, samples, tolerance: Tolerance, outputs: list[str], pl
                 bare.append(judged)
                 verdicts.append(judged.passed)
                 ran.update(dict.fromkeys(indices))
-                if not judged.passed and order.stop_early:
-                    break
                 continue
             run_metrics = _compare(backend, samples, tolerance, outputs, judged, indices, order.stop_early, ran)
         except CouldNotEvaluate as exc:
             return Evaluation(plan, False, tuple(metrics), time.perf_counter() - start, reason=Reason.of(exc),
                               samples=tuple(ran))
         verdicts.append(all(m.passed for m in run_metrics))
-        metrics += run_metrics
-        if not verdicts[-1] and order.stop_early:
-            break
+        metrics += run_metrics  # every repeat runs (repeats that disagree are reported flaky), each stopping early
     return Evaluation(plan, all(verdicts), tuple(metrics), time.perf_counter() - start,
                       flaky=len(set(verdicts)) > 1, verdict_from=EXIT_CODE if bare else OUTPUTS,
                       detail="; ".join(dict.fromkeys(v.detail for v in bare if v.detail)), samples=tuple(ran))

@@ -15,6 +15,7 @@ from rich.text import Text
 from fp16bisect.model.fp16 import RULE
 from fp16bisect.evaluation.oracle import EXIT_CODE
 from fp16bisect.run.outcome import Listener, Outcome
+from fp16bisect.report.headroom import headroom_lines
 from fp16bisect.algorithm.search import Step
 
 
@@ -172,6 +173,8 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
                 highlight=False,
                 soft_wrap=True,
             )
+    for line in headroom_lines(outcome.data.get("headroom")):
+        console.print(line, highlight=False, soft_wrap=True)
     failures = outcome.oracle.build_failures
     if failures:
         what = "evaluated" if outcome.backend == "command" else "built"

@@ -34,11 +34,22 @@ def prepare_samples(graph, oracle: Oracle, prof: Profile, factor: float | None, 
     return forced
 
 
+def searched(prof: Profile, forced: list[Forced]) -> Profile:
+    """The profile the search orders its candidates by: without the forced nodes (not searched)."""
+    if not forced:
+        return prof
+    ids = {f.node for f in forced}
+    return replace(prof, risks=[r for r in prof.risks if r.node not in ids])
+
+
 def with_forced(result: SearchResult, forced: list[Forced]) -> SearchResult:
     """The answer with the forced nodes first (the search minimised the rest)."""
     if not forced:
         return result
     ids = [f.node for f in forced]
+    if result.status == "fp16_passes":  # the forced nodes alone pass: they are the answer
+        return replace(result, status="found", fp32=tuple(ids), minimal=True,
+                       minimality=f"the {len(ids)} node(s) forced by --headroom alone pass; nothing else was needed")
     how = f"{result.minimality}; {len(ids)} node(s) forced by --headroom, not searched"
     return replace(result, fp32=tuple(ids) + tuple(n for n in result.fp32 if n not in set(ids)), minimality=how)
 

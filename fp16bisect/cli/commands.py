@@ -87,7 +87,8 @@ def cmd_check(args) -> int:
     listener = ConsoleListener(quiet=args.quiet)
     # the command backend's plan files: beside --json, else ./fp16bisect.plans/ (removed unless --keep-plans)
     plans = plans_dir(args.json) if args.json else "fp16bisect.plans"
-    options = SearchOptions(tolerance, args.backend, BackendArgs.parse(args, plans), parallel=parallel)
+    options = SearchOptions(tolerance, args.backend, BackendArgs.parse(args, plans), parallel=parallel,
+                            headroom=args.headroom)
     try:
         result = run_check(args.model, args.inputs, options, overrides=args.overrides, reference=args.reference,
                            progress=listener, hint=search_hint(args))

@@ -15,6 +15,7 @@ from rich.text import Text
 from fp16bisect.model.fp16 import RULE
 from fp16bisect.evaluation.oracle import EXIT_CODE
 from fp16bisect.run.outcome import Listener, Outcome
+from fp16bisect.report.dataset import dataset_lines, table_metrics
 from fp16bisect.report.headroom import headroom_lines
 from fp16bisect.algorithm.search import Step
 
@@ -293,9 +294,11 @@ def print_check(outcome, line: str, console: Console | None = None) -> None:
         table = Table()
         for column in ("output", "sample", "max abs", "max rel", "cosine", "inf/NaN", "pass"):
             table.add_column(column)
-        for m in outcome.evaluation.metrics:
+        for m in table_metrics(outcome):
             table.add_row(m.output, str(m.sample), *_metric_cells(m))
         console.print(table)
+    for text in dataset_lines(outcome):
+        console.print(text, highlight=False, soft_wrap=True)
     use = outcome.overrides
     if use and use.missing:
         console.print(f"[yellow]note:[/yellow] {len(use.missing)} override node(s) are not in this model and were "

@@ -16,7 +16,7 @@ from fp16bisect.model.fp16 import RULE
 from fp16bisect.evaluation.oracle import EXIT_CODE
 from fp16bisect.run.outcome import Listener, Outcome
 from fp16bisect.report.dataset import dataset_lines, table_metrics
-from fp16bisect.report.headroom import headroom_lines
+from fp16bisect.report.headroom import headroom_lines, scan_headroom_lines
 from fp16bisect.algorithm.search import Step
 
 
@@ -324,6 +324,8 @@ def print_scan(graph, data: dict, top: int, console: Console | None = None) -> N
             table.add_row(row["name"], row["kind"], risk, f"{row['max_abs']:.4g}", f"{row['min_nonzero_abs']:.3g}",
                           row["reason"], row["written_by"] or "-")
         console.print(table)
+    for line in scan_headroom_lines(data.get("headroom", []), top):
+        console.print(line, highlight=False, soft_wrap=True)
     suspects = [r for r in data["nodes"] if r["tier"] >= 2]
     console.print(f"{data['suspects']} suspect node(s) (the search tries them first, in this order)"
                   + (":" if suspects else "."), highlight=False)

@@ -39,3 +39,12 @@ def _tensor_line(t: dict) -> str:
         if t.get("headroom") is not None and t["headroom"] < TIGHT else ("", "")
     return (f"{style[0]}{escape(t['tensor'])}{style[1]} ({escape(t['node'])}): peak {t['peak']:.4g} = "
             f"{100 * t['peak_fraction']:.1f}% of 65504 ({room}){where}")
+
+
+def scan_headroom_lines(rows: list[dict], top: int) -> list[str]:
+    """``scan``: the tensors computed by candidates, least headroom first."""
+    if not rows:
+        return []
+    lines = [f"headroom (FP32 peak over the samples against 65504; {len(rows)} tensor(s), least first):"]
+    lines += ["  " + _tensor_line(t) for t in rows[:top]]
+    return lines

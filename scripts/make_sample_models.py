@@ -351,20 +351,21 @@ def accumulation():
 LOUDNESS_FRAME, LOUDNESS_FEATURES = 64, 16
 
 
-def loudness_frame(index: int) -> np.ndarray:
+def loudness_frame(index: int, frame: int = LOUDNESS_FRAME, loud=None) -> np.ndarray:
     """Frame ``index`` of the 48 in ``loudness/``: a sine of amplitude 33-35.5 (quiet: the gained power peaks at
     27-31% of 65504) or, for the loud frames of ``KNOWN["loudness"]["loud"]``, of 68-80 (the power overflows)."""
     rng = np.random.RandomState(100 + index)
-    loud = index in KNOWN["loudness"]["loud"]
+    loud = index in KNOWN["loudness"]["loud"] if loud is None else loud
     amplitude = rng.uniform(68.0, 80.0) if loud else rng.uniform(33.0, 35.5)
-    t = np.arange(LOUDNESS_FRAME)
-    wave = np.sin(2 * np.pi * (t * rng.uniform(2.0, 6.0) / LOUDNESS_FRAME) + np.pi / 2)  # its peak at t = 0
-    return (amplitude * wave + 0.05 * rng.randn(LOUDNESS_FRAME)).reshape(1, LOUDNESS_FRAME).astype(np.float32)
+    t = np.arange(frame)
+    wave = np.sin(2 * np.pi * (t * rng.uniform(2.0, 6.0) / frame) + np.pi / 2)  # its peak at t = 0
+    return (amplitude * wave + 0.05 * rng.randn(frame)).reshape(1, frame).astype(np.float32)
 
 
-def loudness():
-    """An audio front end: gain, RMS normalisation, a small projection; its power overflows on loud frames."""
-    D, C = LOUDNESS_FRAME, LOUDNESS_FEATURES
+def loudness(frame: int = LOUDNESS_FRAME):
+    """An audio front end: gain, RMS normalisation, a small projection; its power overflows on loud frames.
+    ``frame``: samples per frame (64 in sample_models/; scripts/bench_coverage.py makes larger ones)."""
+    D, C = frame, LOUDNESS_FEATURES
     rng = np.random.RandomState(11)
     b = _Builder("loudness")
     g = b.op("Mul", ["x", b.const("gain.value", np.float32(4.0))], "gained", name="gain")

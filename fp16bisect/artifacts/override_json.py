@@ -39,13 +39,14 @@ def graph_sections(graph: Graph, fp32) -> dict:
 
 
 def overrides_file(graph: Graph, fp32: Mapping[str, str], *, backend: dict, tolerance: dict, search: dict,
-                   metrics: dict, output: str | None = None, more: Mapping | None = None, forced=()) -> dict:
+                   metrics: dict, output: str | None = None, more: Mapping | None = None) -> dict:
     """The whole file. ``fp32``: each node kept in FP32 (its id) with what the FP32 profile saw there ('' for
     nothing), in the file's order; ``backend``, ``tolerance``, ``search``, ``metrics``: those sections as they
     are written; ``output``: where the file goes (named in the strongly typed export's command); ``more``: the
     sections a search's result adds (``prior``, ``samples``, ``headroom``, and ``graph_sections``), each put in its
-    place; ``forced``: the ids ``--headroom`` kept in FP32 (marked ``forced`` in ``fp32_nodes``)."""
+    place. The nodes ``headroom.forced`` names (kept in FP32 by ``--headroom``) are marked ``forced``."""
     nodes = [graph.by_id[i] for i in fp32]
+    forced = {f["node"] for f in ((more or {}).get("headroom") or {}).get("forced", [])}
     sections = {
         "schema": SCHEMA,
         "model": {"path": str(graph.path), "sha256": graph.sha256},

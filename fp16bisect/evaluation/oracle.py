@@ -247,8 +247,8 @@ class Oracle:
             if self.executor is not None:
                 evaluation, = self.executor.evaluate([plan], recheck * self.repeats, self.repeats, self._order())
             else:
-                evaluation = evaluate_plan(self.backend, self.samples, self.tolerance, self.outputs, plan,
-                                           recheck * self.repeats, self.repeats, order=self._order())
+                evaluation = evaluate_plan(self.backend, self._order().over(self.samples), self.tolerance,
+                                           self.outputs, plan, recheck * self.repeats, self.repeats)
         except BaseException:  # Ctrl-C or an error, unwinding: not a crash, a resumed search runs it again
             self._abandon([plan], recheck)
             raise
@@ -311,16 +311,30 @@ class SampleOrder:
     indices: tuple = ()  # () : every sample, in the given order
     stop_early: bool = True
 
+    def over(self, samples) -> Ordered:
+        """The samples, to be run in this order (what ``evaluate_plan`` takes)."""
+        return Ordered(samples, self)
+
+
+@dataclass(frozen=True)
+class Ordered:
+    """Samples with the order to run them in (``SampleOrder.over``)."""
+
+    samples: list
+    order: SampleOrder
+
 
 def evaluate_plan(backend, samples, tolerance: Tolerance, outputs: list[str], plan: frozenset, first_repeat: int = 0,
-                  repeats: int = 1, placeholders: dict | None = None, order: SampleOrder | None = None) -> Evaluation:
+                  repeats: int = 1, placeholders: dict | None = None) -> Evaluation:
     """Run a plan on the samples, ``repeats`` times (repeat indices from ``first_repeat``), against the
-    tolerance, in ``order`` (default: every sample in turn, stopping at the first that fails). A build failure
+    tolerance, in their order when ``samples`` is ``SampleOrder.over(samples)`` (default: every sample in turn,
+    stopping at the first that fails). A build failure
     is a failing evaluation with the backend's message. Runs wherever the backend lives: in this process, in a
     thread or in a worker of fp16bisect.parallel. ``placeholders``: for a backend that judges whole plans (the
     command backend), more values for its command, e.g. ``{"device": "1"}``."""
     start = time.perf_counter()
-    order = order or SampleOrder()
+    order = samples.order if isinstance(samples, Ordered) else SampleOrder()
+    samples = samples.samples if isinstance(samples, Ordered) else samples
     indices = list(order.indices) or list(range(len(samples)))
     if backend.whole_plans:
         indices = list(range(len(samples)))

@@ -92,8 +92,9 @@ def evaluate_task(state: WorkerState, arg):
 
     plan, first_repeat, repeats, *order = arg  # order: which samples, in what order (evaluation.oracle)
     job = state.job
-    return evaluate_plan(state.backend, job.samples, job.tolerance, job.outputs, frozenset(plan), first_repeat,
-                         repeats, placeholders={"device": state.device}, order=order[0] if order else None)
+    samples = order[0].over(job.samples) if order and order[0] is not None else job.samples
+    return evaluate_plan(state.backend, samples, job.tolerance, job.outputs, frozenset(plan), first_repeat,
+                         repeats, placeholders={"device": state.device})
 
 
 class PlanExecutor:

@@ -128,7 +128,7 @@ def overrides_json(o) -> dict:
     reasons = {r.node: r.reason for r in o.profile.risks}
     reasons.update({f.node: f.reason(sources) for f in o.forced})
     return overrides_file(
-        graph, {i: reasons.get(i, "") for i in result.fp32}, forced={f.node for f in o.forced},
+        graph, {i: reasons.get(i, "") for i in result.fp32},
         backend={"name": o.backend, **o.backend_info,
                  "versions": {"fp16bisect": __version__, **o.backend_info.get("versions", {})}},
         tolerance=o.tolerance.to_json(), search=search_json(o), metrics=metrics_json(o), output=o.output,

@@ -13,6 +13,7 @@ tensors computed in FP16. ``--headroom F`` fails the check (exit 1) when one of 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -90,7 +91,7 @@ class CheckOutcome:
             "samples": [m.to_json() for m in self.evaluation.metrics],
             "samples_passed": sum(e["passed"] for e in self.per_sample()),
             "samples_total": len(self.samples),
-            "worst_samples": [{k: v for k, v in e.items() if k != "excess"} for e in self.per_sample()[:WORST]],
+            "worst_samples": [_worst_json(e) for e in self.per_sample()[:WORST]],
             "headroom": self.headroom,
             "lacking_headroom": [h.tensor for h in self.lacking],
             "fp32_passes": None if self.fp32 is None else self.fp32.passed,
@@ -164,6 +165,12 @@ def _headroom(graph: Graph, samples, plan, factor: float | None, listener) -> tu
     found = fp16_tensors(graph, prof, plan)
     section = headroom_json(found, [s.source for s in samples], factor, [])
     return section, tight(found, factor) if factor else []
+
+
+def _worst_json(entry: dict) -> dict:
+    """A sample of ``per_sample`` as JSON: errors that are not finite written as strings, as in the metrics."""
+    errors = {k: v if math.isfinite(v) else str(v) for k, v in entry["max_abs"].items()}
+    return {"index": entry["index"], "source": entry["source"], "passed": entry["passed"], "max_abs": errors}
 
 
 def _source(samples, index: int) -> str:

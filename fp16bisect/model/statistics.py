@@ -49,9 +49,10 @@ class TensorStats:
     def merge(self, other: TensorStats, sample: int) -> None:
         """Add one sample's measures of this tensor (``other``, measured on that sample alone), noting which
         sample reached the peak and the smallest non-zero magnitude."""
-        if other.max_abs > self.max_abs:
-            self.peak_sample = sample
-        if other.min_nonzero < self.min_nonzero:
+        if other.max_abs > self.max_abs or other.max_abs == self.max_abs and 0 <= sample < self.peak_sample:
+            self.peak_sample = sample  # ties go to the first sample, in whatever order the samples are merged
+        if other.min_nonzero < self.min_nonzero or (other.min_nonzero == self.min_nonzero
+                                                    and 0 <= sample < self.min_sample):
             self.min_sample = sample
         self.size += other.size
         self.max_abs = max(self.max_abs, other.max_abs)

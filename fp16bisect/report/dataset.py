@@ -29,7 +29,7 @@ def dataset_lines(outcome) -> list[str]:
         failing = [e for e in ranked if not e["passed"]][:5]
         if len(ranked) > 1:
             for e in failing or ranked[:1]:
-                errors = ", ".join(f"{escape(k)} {v:.3g}" for k, v in e["max_abs"].items())
+                errors = ", ".join(f"{escape(k)} {v:.3g}" for k, v in e["max_abs"].items())  # inf prints as inf
                 label = "[red]fails[/red]" if not e["passed"] else "worst"
                 lines.append(f"  {label}: sample {e['index']} ({escape(e['source'])}): max abs error {errors}")
     lines += headroom_lines(outcome.headroom, command="check")

@@ -48,6 +48,9 @@ KNOWN = {
         "rtol": 1e-2,
     },
     "fp16_safe": {"culprits": [], "atol": 1e-2, "rtol": 1e-2},
+    # overflows only on its 4 loud frames (of 48, in loudness/): loudness.npz is one of them
+    "loudness": {"culprits": ["power", "energy"], "atol": 1e-2, "rtol": 1e-2, "loud": [13, 22, 35, 44],
+                 "frames": 48, "headroom": 4.0},
     # Any 7 of the 10 branches form a 1-minimal set (all 120 have size 7);
     # "culprits" is the one the search returns with its topological tie order.
     "accumulation": {
@@ -345,6 +348,50 @@ def accumulation():
     return b.build({"x": [16]}, {"y": [16]}), {"x": x}
 
 
+LOUDNESS_FRAME, LOUDNESS_FEATURES = 64, 16
+
+
+def loudness_frame(index: int, frame: int = LOUDNESS_FRAME, loud=None) -> np.ndarray:
+    """Frame ``index`` of the 48 in ``loudness/``: a sine of amplitude 33-35.5 (quiet: the gained power peaks at
+    27-31% of 65504) or, for the loud frames of ``KNOWN["loudness"]["loud"]``, of 68-80 (the power overflows)."""
+    rng = np.random.RandomState(100 + index)
+    loud = index in KNOWN["loudness"]["loud"] if loud is None else loud
+    amplitude = rng.uniform(68.0, 80.0) if loud else rng.uniform(33.0, 35.5)
+    t = np.arange(frame)
+    wave = np.sin(2 * np.pi * (t * rng.uniform(2.0, 6.0) / frame) + np.pi / 2)  # its peak at t = 0
+    return (amplitude * wave + 0.05 * rng.randn(frame)).reshape(1, frame).astype(np.float32)
+
+
+def loudness(frame: int = LOUDNESS_FRAME):
+    """An audio front end: gain, RMS normalisation, a small projection; its power overflows on loud frames.
+    ``frame``: samples per frame (64 in sample_models/; scripts/bench_coverage.py makes larger ones)."""
+    D, C = frame, LOUDNESS_FEATURES
+    rng = np.random.RandomState(11)
+    b = _Builder("loudness")
+    g = b.op("Mul", ["x", b.const("gain.value", np.float32(4.0))], "gained", name="gain")
+    p = b.op("Mul", [g, g], "power_out", name="power")
+    e = b.op("ReduceMean", [p], "energy_out", name="energy", axes=[-1], keepdims=1)
+    e = b.op("Add", [e, b.const("eps", np.float32(1e-3))], "energy_eps", name="add_eps")
+    r = b.op("Sqrt", [e], "rms_out", name="rms")
+    y = b.op("Div", [g, r], "normalised", name="norm")
+    h = b.op("MatMul", [y, b.const("mix.weight", rng.randn(D, C) / np.sqrt(D))], "mix_out", name="mix")
+    h = b.op("Add", [h, b.const("mix.bias", 0.1 * rng.randn(C))], "mix_biased", name="mix_bias")
+    b.op("Tanh", [h], "features", name="act")
+    return b.build({"x": [1, D]}, {"features": [1, C]}), {"x": loudness_frame(KNOWN["loudness"]["loud"][0])}
+
+
+def write_frames(out: Path) -> list[Path]:
+    """``loudness/frame_NN.npz``: the 48 frames of the loudness model (4 loud)."""
+    folder = out / "loudness"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(KNOWN["loudness"]["frames"]):
+        path = folder / f"frame_{i:02d}.npz"
+        _save_npz(path, {"x": loudness_frame(i)})
+        paths.append(path)
+    return paths
+
+
 BUILDERS = {
     "transformer_block": transformer_block,
     "cnn_batchnorm": cnn_batchnorm,
@@ -353,6 +400,7 @@ BUILDERS = {
     "two_branches": two_branches,
     "fp16_safe": fp16_safe,
     "accumulation": accumulation,
+    "loudness": loudness,
 }
 
 
@@ -371,6 +419,8 @@ def write_all(out: Path, names=None) -> list[Path]:
             if size >= MAX_BYTES:
                 raise SystemExit(f"{path} is {size} bytes, over the {MAX_BYTES} byte budget")
         written += [onnx_path, npz_path]
+        if name == "loudness":
+            written += write_frames(out)
     return written
 
 

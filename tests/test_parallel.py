@@ -105,7 +105,7 @@ def test_a_worker_that_dies_twice_is_a_failed_build_in_the_search():
         width = 4
 
         def run(self, args):
-            for i, (plan, _, _) in enumerate(args):
+            for i, (plan, *_) in enumerate(args):
                 yield i, Died("its worker process died (killed by SIGKILL) on each of 2 attempts") \
                     if plan == frozenset({"a", "b"}) else Evaluation(frozenset(plan), {"c"} <= plan, (), 0.0)
 

@@ -50,7 +50,8 @@ def reference(graph: Graph, samples) -> dict:
     names = [t for n in graph.nodes for t in n.outputs if graph.is_float(t)]
     names = list(dict.fromkeys([*graph.float_output_names(), *names]))
     stats = {t: TensorStats(t) for t in names}
-    P._fetch(graph.runnable_copy(), names, samples, stats, 256)
+    P._fetch(graph.runnable_copy(), names, list(enumerate(samples)),
+             lambda fresh, i: stats[fresh.name].merge(fresh, i), 256)
     return stats
 
 

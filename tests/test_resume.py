@@ -276,7 +276,7 @@ class Interrupted:
         self.path = path
         self.handed_over_with = None
 
-    def evaluate(self, plans, first_repeat=0, repeats=1):
+    def evaluate(self, plans, first_repeat=0, repeats=1, order=None):
         self.handed_over_with = lines_of(self.path)  # what the journal held when the plans were submitted
         yield evaluate_plan(x_judge().backend(), [SimpleNamespace(inputs={})], None, [], plans[0], first_repeat, repeats)
         raise KeyboardInterrupt

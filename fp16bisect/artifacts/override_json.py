@@ -17,12 +17,14 @@ from fp16bisect.model.graph import Graph, Node, notes
 # Every top-level key, in the file's order (overrides.schema.json's "properties"). A plan's file (command backend)
 # has the required ones only; a search's result adds the prior and what the graph holds beyond the search.
 SECTIONS = ("schema", "model", "backend", "tolerance", "fp32_nodes", "search", "prior", "metrics", "shapes",
-            "skipped_nodes", "notes", "conversions", "exports")
+            "samples", "headroom", "skipped_nodes", "notes", "conversions", "exports")
 
 
-def node_entry(node: Node, fp32_profile: str = "") -> dict:
-    """fp32_profile: what the FP32 run saw at this node (why it was suspected, not proof it is needed)."""
-    return {"name": node.id, "op_type": node.op_type, "outputs": list(node.outputs), "fp32_profile": fp32_profile}
+def node_entry(node: Node, fp32_profile: str = "", forced: bool = False) -> dict:
+    """fp32_profile: what the FP32 run saw at this node (why it was suspected, not proof it is needed); forced:
+    kept in FP32 by ``--headroom``, not searched (the key is written only then)."""
+    entry = {"name": node.id, "op_type": node.op_type, "outputs": list(node.outputs), "fp32_profile": fp32_profile}
+    return {**entry, "forced": True} if forced else entry
 
 
 def graph_sections(graph: Graph, fp32) -> dict:
@@ -41,14 +43,16 @@ def overrides_file(graph: Graph, fp32: Mapping[str, str], *, backend: dict, tole
     """The whole file. ``fp32``: each node kept in FP32 (its id) with what the FP32 profile saw there ('' for
     nothing), in the file's order; ``backend``, ``tolerance``, ``search``, ``metrics``: those sections as they
     are written; ``output``: where the file goes (named in the strongly typed export's command); ``more``: the
-    sections a search's result adds (``prior``, and ``graph_sections``), each put in its place."""
+    sections a search's result adds (``prior``, ``samples``, ``headroom``, and ``graph_sections``), each put in its
+    place. The nodes ``headroom.forced`` names (kept in FP32 by ``--headroom``) are marked ``forced``."""
     nodes = [graph.by_id[i] for i in fp32]
+    forced = {f["node"] for f in ((more or {}).get("headroom") or {}).get("forced", [])}
     sections = {
         "schema": SCHEMA,
         "model": {"path": str(graph.path), "sha256": graph.sha256},
         "backend": backend,
         "tolerance": tolerance,
-        "fp32_nodes": [node_entry(n, fp32[n.id]) for n in nodes],
+        "fp32_nodes": [node_entry(n, fp32[n.id], n.id in forced) for n in nodes],
         "search": search,
         "metrics": metrics,
         "exports": exports_json(graph, nodes, output),

@@ -281,3 +281,22 @@ def model_then_overrides(first: str, second: str) -> tuple[str, str]:
         return second, first
     return first, second
 
+
+def headroom_factor(text: str) -> float:
+    value = number(text)
+    if not (value > 1 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number above 1 (e.g. 2: a peak above "
+                                         "65504/2 counts as an overflow)")
+    return value
+
+
+class HeadroomArgs:
+    """``--headroom F`` (search, check): a tensor whose FP32 peak on any sample exceeds 65504/F counts as an
+    overflow (fp16bisect.model.headroom)."""
+
+    def __init__(self, help_text: str):
+        self.help = help_text
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        g = parser.add_argument_group("headroom (FP16 keeps |x| <= 65504)")
+        g.add_argument("--headroom", type=headroom_factor, default=None, metavar="F", help=self.help)

@@ -33,7 +33,8 @@ def cmd_search(args) -> int:
             raise UsageError(f"--repeats {args.repeats}: give a number of evaluations per plan, 1 or more")
         options = SearchOptions(tolerance, args.backend, BackendArgs.parse(args), noise_ok=args.noise_ok,
                                 output=args.output, repeats=args.repeats, restart=args.restart,
-                                retry_crashed=args.retry_crashed, parallel=parallel, prior=args.prior)
+                                retry_crashed=args.retry_crashed, parallel=parallel, prior=args.prior,
+                                headroom=args.headroom)
         result = run_search(args.model, args.inputs, options, reference=args.reference, progress=listener)
     except CommandAborted as exc:
         raise CommandAborted(f"{exc}; finished evaluations are kept in {latest_journal(args.output)}: fix "
@@ -86,7 +87,8 @@ def cmd_check(args) -> int:
     listener = ConsoleListener(quiet=args.quiet)
     # the command backend's plan files: beside --json, else ./fp16bisect.plans/ (removed unless --keep-plans)
     plans = plans_dir(args.json) if args.json else "fp16bisect.plans"
-    options = SearchOptions(tolerance, args.backend, BackendArgs.parse(args, plans), parallel=parallel)
+    options = SearchOptions(tolerance, args.backend, BackendArgs.parse(args, plans), parallel=parallel,
+                            headroom=args.headroom)
     try:
         result = run_check(args.model, args.inputs, options, overrides=args.overrides, reference=args.reference,
                            progress=listener, hint=search_hint(args))

@@ -14,7 +14,8 @@ import textwrap
 from rich_argparse import RawDescriptionRichHelpFormatter
 
 from fp16bisect import __version__
-from fp16bisect.cli.args import BackendArgs, OutputArgs, ParallelArgs, Samples, ToleranceArgs, jobs, nonnegative
+from fp16bisect.cli.args import (BackendArgs, HeadroomArgs, OutputArgs, ParallelArgs, Samples, ToleranceArgs, jobs,
+                                  nonnegative)
 from fp16bisect.cli.commands import COMMANDS, INTERRUPTED
 from fp16bisect.errors import Error, UsageError
 from fp16bisect.model import npz, weights
@@ -77,6 +78,8 @@ def _search(sub) -> None:
                           "fp16bisect search model.onnx --inputs x.npz -o overrides.json",
                           "fp16bisect search model.onnx --inputs a.npz --inputs b.npz --atol 0.05 --report search.html"),
                  Samples(profile=True), ToleranceArgs(), BackendArgs(), ParallelArgs(),
+                 HeadroomArgs("a tensor whose FP32 peak on any sample exceeds 65504/F counts as an overflow: its "
+                              "writer and readers stay in FP32 in every plan (default: off)"),
                  OutputArgs(output=dict(default="overrides.json", metavar="FILE",
                                         help="where to write the override JSON (default overrides.json)"),
                             report=True))
@@ -106,7 +109,8 @@ def _check(sub) -> None:
                           "(a CI gate), 3 when even FP32 misses it.",
                           "fp16bisect check model.onnx --inputs x.npz --overrides overrides.json --json check.json"),
                  Samples(profile=True), ToleranceArgs(), BackendArgs(), OutputArgs(json="the result", report=True),
-                 ParallelArgs())
+                 ParallelArgs(), HeadroomArgs("fail (exit 1) when a tensor computed in FP16 has an FP32 peak above "
+                                              "65504/F on any sample, naming it"))
     c.add_argument("--overrides", metavar="O.json", help="keep the nodes of this override file in FP32")
 
 

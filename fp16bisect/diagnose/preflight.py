@@ -5,16 +5,23 @@ not refused: the check runs with the nodes it names that still exist, and says
 so. That is the case of a model retrained on more data: the old overrides may
 still suffice, or the check fails and tells the user to search again. A file
 none of whose nodes is in the model was made for another model: refused (exit 2).
+
+On a data set the check runs every sample (no early stop: it reports how many pass and names the worst, with
+each output's max abs error and the sample's source) and measures the FP32 profile for the headroom of the
+tensors computed in FP16. ``--headroom F`` fails the check (exit 1) when one of them peaks above 65504/F.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
 from fp16bisect import __version__
 from fp16bisect.errors import UsageError, shown
 from fp16bisect.model.graph import Graph
+from fp16bisect.model.headroom import Headroom, fp16_tensors, headroom_json, tight
+from fp16bisect.model.profile import profile
 from fp16bisect.evaluation.oracle import Evaluation
 from fp16bisect.artifacts.overrides import read
 from fp16bisect.run.outcome import Listener
@@ -23,6 +30,7 @@ from fp16bisect.run.pipeline import prepare
 from fp16bisect.tolerance import Tolerance
 
 SCHEMA = "fp16bisect.check/1"
+WORST = 5  # the worst samples a check names
 
 
 @dataclass
@@ -46,10 +54,23 @@ class CheckOutcome:
     seconds: float
     samples: list = field(default_factory=list)
     backend_details: dict = field(default_factory=dict)  # the command backend: its command
+    headroom: dict | None = None  # the headroom section of the FP16 tensors (None: the profile did not run)
+    lacking: list = field(default_factory=list)  # Headroom: FP16 tensors peaking above 65504/--headroom
 
     @property
     def passed(self) -> bool:
-        return self.evaluation.passed
+        return self.evaluation.passed and not self.lacking
+
+    def per_sample(self) -> list[dict]:
+        """Each sample that ran: whether it passed and, per output, its max abs error; the worst first."""
+        found: dict[int, dict] = {}
+        for m in self.evaluation.metrics:
+            entry = found.setdefault(m.sample, {"index": m.sample, "source": _source(self.samples, m.sample),
+                                                "passed": True, "excess": 0.0, "max_abs": {}})
+            entry["passed"] &= m.passed
+            entry["excess"] = max(entry["excess"], float("inf") if m.nonfinite else m.excess)
+            entry["max_abs"][m.output] = max(entry["max_abs"].get(m.output, 0.0), m.max_abs)
+        return sorted(found.values(), key=lambda e: (e["passed"], -e["excess"], e["index"]))
 
     def data(self) -> dict:
         return {
@@ -68,6 +89,11 @@ class CheckOutcome:
             "error": self.evaluation.error,
             "outputs": {k: m.to_json() for k, m in self.evaluation.worst().items()},
             "samples": [m.to_json() for m in self.evaluation.metrics],
+            "samples_passed": sum(e["passed"] for e in self.per_sample()),
+            "samples_total": len(self.samples),
+            "worst_samples": [_worst_json(e) for e in self.per_sample()[:WORST]],
+            "headroom": self.headroom,
+            "lacking_headroom": [h.tensor for h in self.lacking],
             "fp32_passes": None if self.fp32 is None else self.fp32.passed,
             "seconds": round(self.seconds, 3),
         }
@@ -100,7 +126,8 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
     evaluated together, one round instead of two."""
     listener = listener or Listener()
     given = options or SearchOptions()
-    options = SearchOptions(given.tolerance, given.backend, given.backend_options, parallel=given.parallel)
+    options = SearchOptions(given.tolerance, given.backend, given.backend_options, parallel=given.parallel,
+                            headroom=given.headroom)
     tolerance = options.tolerance
     start = time.perf_counter()
     graph, chosen, oracle = prepare(model, inputs, references, options, listener)
@@ -110,6 +137,8 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
             listener.stage(f"note: {overrides} was made for another version of this model "
                            f"(sha256 {use.made_for[:12]}..., this one {graph.sha256[:12]}...): checking it anyway")
         plan = frozenset(use.nodes) if use else frozenset()
+        oracle.stop_early = False  # a check reports every sample
+        section, lacking = _headroom(graph, oracle.samples, plan, options.headroom, listener)
         listener.stage(f"checking on the {chosen.name} backend: {len(plan)} node(s) in FP32, the rest in FP16")
         everything = frozenset(n.id for n in graph.candidates)
         if oracle.width > 1:
@@ -120,7 +149,32 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
             fp32 = oracle.evaluate(everything)
         return CheckOutcome(graph, tolerance, chosen.name, chosen.versions(), evaluation, use, fp32,
                             time.perf_counter() - start, oracle.samples,
-                            chosen.describe())
+                            chosen.describe(), section, lacking)
+
+
+def _headroom(graph: Graph, samples, plan, factor: float | None, listener) -> tuple[dict | None, list[Headroom]]:
+    """The headroom of the tensors the plan computes in FP16 (one FP32 run per sample), and those that lack
+    ``factor``; (None, []) when the model does not run on ONNX Runtime CPU (then --headroom cannot be checked)."""
+    try:
+        with listener.timed(f"measuring the FP32 headroom on {len(samples)} sample(s)"):
+            prof = profile(graph, samples)
+    except UsageError:
+        if factor:
+            raise
+        return None, []
+    found = fp16_tensors(graph, prof, plan)
+    section = headroom_json(found, [s.source for s in samples], factor, [])
+    return section, tight(found, factor) if factor else []
+
+
+def _worst_json(entry: dict) -> dict:
+    """A sample of ``per_sample`` as JSON: errors that are not finite written as strings, as in the metrics."""
+    errors = {k: v if math.isfinite(v) else str(v) for k, v in entry["max_abs"].items()}
+    return {"index": entry["index"], "source": entry["source"], "passed": entry["passed"], "max_abs": errors}
+
+
+def _source(samples, index: int) -> str:
+    return str(samples[index].source) if 0 <= index < len(samples) else f"sample {index}"
 
 
 def verdict(o: CheckOutcome, command_hint: str) -> str:
@@ -137,6 +191,13 @@ def verdict(o: CheckOutcome, command_hint: str) -> str:
         if o.fp32 is not None and not o.fp32.passed:
             return text + f"; it judges all-FP32 failing too ({o.fp32.detail}): check the command"
         return text if o.passed else text + f"; find the nodes to keep in FP32 with '{command_hint}'"
+    if o.evaluation.passed and o.lacking:
+        names = ", ".join(h.describe([s.source for s in o.samples]) for h in o.lacking[:3])
+        more = f" and {len(o.lacking) - 3} more" if len(o.lacking) > 3 else ""
+        factor = o.headroom["flag"] if o.headroom else 0
+        return (f"FAIL{with_what}: every sample meets the tolerance, but {len(o.lacking)} tensor(s) computed in FP16 "
+                f"lack {factor:g}x headroom: {names}{more}; keep their nodes in FP32 with "
+                f"'{command_hint} --headroom {factor:g}'")
     if o.passed:
         text = f"PASS: every output of every sample meets the tolerance{with_what}"
         if use and not use.same_model:

@@ -5,6 +5,7 @@ Its rows of tensors (``tensor_rows``) are also what the HTML report shows."""
 from __future__ import annotations
 
 from fp16bisect.model.graph import Graph
+from fp16bisect.model.headroom import LIMIT, fp16_tensors
 from fp16bisect.model.profile import Profile, profile
 from fp16bisect.model.samples import load_samples
 from fp16bisect.model.statistics import FP16_MAX, FP16_MIN_NORMAL, TIERS
@@ -19,7 +20,16 @@ def scan_model(model: str, inputs: list[str], listener) -> tuple[Graph, dict]:
     samples = load_samples(graph, inputs)
     with listener.timed(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s)"):
         prof = profile(graph, samples)
-    return graph, scan_json(graph, prof)
+    data = scan_json(graph, prof)
+    data["headroom"] = headroom_rows(graph, prof, [s.source for s in samples])
+    return graph, data
+
+
+def headroom_rows(graph: Graph, prof: Profile, sources) -> list[dict]:
+    """The activations written by candidates, least headroom first (FP32 peak over every sample against
+    65504, with the sample that reached it), up to ``model.headroom.LIMIT``: what ``scan`` ranks by headroom."""
+    found = fp16_tensors(graph, prof, ())
+    return [h.to_json(sources) for h in found[:LIMIT]]
 
 
 def tensor_rows(graph: Graph, prof: Profile, min_tier: int = 0) -> list[dict]:

@@ -10,6 +10,14 @@ passes only if every run passes. ``evaluate(plan, recheck=k)`` runs a plan
 afresh (the final set's re-evaluation): on a backend whose builds vary, a plan
 that passed once can fail the next time, and the search must know.
 
+Samples go most stressing first and a failing verdict stops at the first failing sample: ``Oracle.prefer``
+takes the FP32 profile's order (``model/statistics.stress_order``), and a sample that fails a plan goes first
+for the next (the most recent first). Only a passing plan runs every sample, so a plan still passes only if
+every sample passes, and the verdicts, hence the answer, do not depend on the order: a resumed search (whose
+replayed evaluations put their failing samples first again) gives the same answer. Such an evaluation carries
+the metrics of the samples it ran (``Evaluation.samples``, in the order run). ``stop_early=False`` (``check``)
+runs every sample of every plan. A backend that judges whole plans runs every sample, in the given order.
+
 With an ``executor`` (fp16bisect.parallel: worker processes or Ray tasks), ``evaluate_many`` runs the plans not
 yet known concurrently; each evaluation is memoised and journaled as it completes, in completion order, so an
 interrupted parallel search resumes like a serial one.
@@ -96,6 +104,12 @@ class Evaluation:
     flaky: bool = False  # repeats disagreed: some passed, some failed
     verdict_from: str = OUTPUTS  # OUTPUTS: the metrics under the tolerance; EXIT_CODE: the backend's bare verdict
     detail: str = ""  # with EXIT_CODE: what the verdict rests on (the exit code, the command's last stderr line)
+    samples: tuple = ()  # the sample indices run, in order (a failing plan stops at its first failing sample)
+
+    @property
+    def failed_on(self) -> int | None:
+        """The first sample that failed the plan (None: none failed, or the verdict is an exit code)."""
+        return next((m.sample for m in self.metrics if not m.passed), None)
 
     @property
     def error(self) -> str:
@@ -119,6 +133,8 @@ class Evaluation:
             entry["verdict_from"] = self.verdict_from
         if self.detail:
             entry["detail"] = self.detail
+        if self.samples:
+            entry["samples"] = list(self.samples)
         return entry
 
     @classmethod
@@ -127,7 +143,8 @@ class Evaluation:
         reason = entry.get("reason") or entry.get("error") or None
         return cls(frozenset(entry["plan"]), bool(entry["passed"]), metrics, float(entry.get("seconds", 0.0)),
                    Reason.from_json(reason) if reason else None, bool(entry.get("flaky", False)),
-                   str(entry.get("verdict_from", OUTPUTS)), str(entry.get("detail", "")))
+                   str(entry.get("verdict_from", OUTPUTS)), str(entry.get("detail", "")),
+                   tuple(int(i) for i in entry.get("samples", ())))
 
 
 def _number(value):
@@ -149,6 +166,10 @@ class Oracle:
         self.history: list[Evaluation] = []
         self.replayed: set[frozenset] = set()
         self.runs = 0  # evaluations run by this invocation (not replayed)
+        self.stop_early = True  # a failing plan stops at its first failing sample (module docstring)
+        self.stress: list[int] = list(range(len(samples)))  # most stressing first (``prefer``)
+        self.failing: list[int] = []  # samples that failed a plan, the most recent first
+        self.forced: frozenset = frozenset()  # nodes in FP32 in every plan (--headroom): added to each plan asked
         for entry in journal.entries if journal else ():
             evaluation = Evaluation.from_json(entry)
             if entry.get("recheck"):
@@ -157,6 +178,25 @@ class Oracle:
                 self.memo[evaluation.plan] = evaluation
                 self.history.append(evaluation)
                 self.replayed.add(evaluation.plan)
+                self._note_failure(evaluation)
+
+    def prefer(self, order) -> None:
+        """The samples' order, most stressing first (the FP32 profile's); samples that failed a plan still go
+        first."""
+        order = [int(i) for i in order]
+        self.stress = [*order, *(i for i in range(len(self.samples)) if i not in set(order))]
+
+    @property
+    def order(self) -> list[int]:
+        """The order the next plan tries the samples in: those that failed a plan (the most recent first), then
+        the rest most stressing first."""
+        failing = set(self.failing)
+        return [*self.failing, *(i for i in self.stress if i not in failing)]
+
+    def _note_failure(self, evaluation: Evaluation) -> None:
+        sample = evaluation.failed_on
+        if sample is not None and 0 <= sample < len(self.samples):
+            self.failing = [sample, *(i for i in self.failing if i != sample)]
 
     def __call__(self, plan) -> bool | None:
         """The plan's verdict: True pass, False fail, None could not evaluate."""
@@ -180,14 +220,14 @@ class Oracle:
 
     def evaluate_many(self, plans) -> list[Evaluation]:
         """Evaluations of independent plans; those not yet known run together on the executor."""
-        plans = [frozenset(p) for p in plans]
+        plans = [frozenset(p) | self.forced for p in plans]
         todo = list(dict.fromkeys(p for p in plans if p not in self.memo))
         if self.executor is None or len(todo) <= 1:
             return [self.evaluate(p) for p in plans]
         for plan in todo:  # each marked started before it is submitted (fp16bisect.evaluation.journal)
             self._start(plan, 0)
         try:
-            for evaluation in self.executor.evaluate(todo, 0, self.repeats):
+            for evaluation in self.executor.evaluate(todo, 0, self.repeats, self._order()):
                 self._keep(evaluation, 0)
         except BaseException:  # Ctrl-C or an error, unwinding: those still running are not crashes
             self._abandon(todo, 0)
@@ -196,7 +236,7 @@ class Oracle:
 
     def evaluate(self, plan, recheck: int = 0) -> Evaluation:
         """``recheck`` k > 0: a fresh evaluation of a plan already judged (its own builds), kept apart."""
-        plan = frozenset(plan)
+        plan = frozenset(plan) | self.forced
         if recheck:
             if (plan, recheck) in self.rechecks:
                 return self.rechecks[(plan, recheck)]
@@ -205,14 +245,17 @@ class Oracle:
         self._start(plan, recheck)
         try:
             if self.executor is not None:
-                evaluation, = self.executor.evaluate([plan], recheck * self.repeats, self.repeats)
+                evaluation, = self.executor.evaluate([plan], recheck * self.repeats, self.repeats, self._order())
             else:
-                evaluation = evaluate_plan(self.backend, self.samples, self.tolerance, self.outputs, plan,
-                                           recheck * self.repeats, self.repeats)
+                evaluation = evaluate_plan(self.backend, self._order().over(self.samples), self.tolerance,
+                                           self.outputs, plan, recheck * self.repeats, self.repeats)
         except BaseException:  # Ctrl-C or an error, unwinding: not a crash, a resumed search runs it again
             self._abandon([plan], recheck)
             raise
         return self._keep(evaluation, recheck)
+
+    def _order(self) -> SampleOrder:
+        return SampleOrder(tuple(self.order), self.stop_early)
 
     def _start(self, plan: frozenset, recheck: int) -> None:
         """Journal the plan as started before it runs: if the process dies in it, a resume does not rerun it."""
@@ -227,6 +270,7 @@ class Oracle:
         """Memoise and journal an evaluation that has just completed."""
         plan = evaluation.plan
         self.runs += 1
+        self._note_failure(evaluation)
         if recheck:
             self.rechecks[(plan, recheck)] = evaluation
         else:
@@ -260,48 +304,84 @@ class Oracle:
         return [e for e in [*self.history, *self.rechecks.values()] if e.flaky]
 
 
+@dataclass(frozen=True)
+class SampleOrder:
+    """Which samples an evaluation runs, in what order, and whether a failing sample ends it."""
+
+    indices: tuple = ()  # () : every sample, in the given order
+    stop_early: bool = True
+
+    def over(self, samples) -> Ordered:
+        """The samples, to be run in this order (what ``evaluate_plan`` takes)."""
+        return Ordered(samples, self)
+
+
+@dataclass(frozen=True)
+class Ordered:
+    """Samples with the order to run them in (``SampleOrder.over``)."""
+
+    samples: list
+    order: SampleOrder
+
+
 def evaluate_plan(backend, samples, tolerance: Tolerance, outputs: list[str], plan: frozenset, first_repeat: int = 0,
                   repeats: int = 1, placeholders: dict | None = None) -> Evaluation:
-    """Run a plan on every sample, ``repeats`` times (repeat indices from ``first_repeat``), against the
-    tolerance. A build failure is a failing evaluation with the backend's message. Runs wherever the backend
-    lives: in this process, in a thread or in a worker of fp16bisect.parallel. ``placeholders``: for a backend
-    that judges whole plans (the command backend), more values for its command, e.g. ``{"device": "1"}``."""
+    """Run a plan on the samples, ``repeats`` times (repeat indices from ``first_repeat``), against the
+    tolerance, in their order when ``samples`` is ``SampleOrder.over(samples)`` (default: every sample in turn,
+    stopping at the first that fails). A build failure
+    is a failing evaluation with the backend's message. Runs wherever the backend lives: in this process, in a
+    thread or in a worker of fp16bisect.parallel. ``placeholders``: for a backend that judges whole plans (the
+    command backend), more values for its command, e.g. ``{"device": "1"}``."""
     start = time.perf_counter()
+    order = samples.order if isinstance(samples, Ordered) else SampleOrder()
+    samples = samples.samples if isinstance(samples, Ordered) else samples
+    indices = list(order.indices) or list(range(len(samples)))
+    if backend.whole_plans:
+        indices = list(range(len(samples)))
     metrics = []
     verdicts = []
     bare = []  # the repeats' bare verdicts (exit codes)
+    ran: dict[int, None] = {}
     for repeat in range(first_repeat, first_repeat + repeats):
         try:
             judged = _judge(backend, samples, plan, repeat, placeholders)
             if isinstance(judged, Verdict):
                 bare.append(judged)
                 verdicts.append(judged.passed)
+                ran.update(dict.fromkeys(indices))
                 continue
-            run_metrics = _compare(backend, samples, tolerance, outputs, judged)
+            run_metrics = _compare(backend, samples, tolerance, outputs, judged, indices, order.stop_early, ran)
         except CouldNotEvaluate as exc:
-            return Evaluation(plan, False, tuple(metrics), time.perf_counter() - start, reason=Reason.of(exc))
+            return Evaluation(plan, False, tuple(metrics), time.perf_counter() - start, reason=Reason.of(exc),
+                              samples=tuple(ran))
         verdicts.append(all(m.passed for m in run_metrics))
-        metrics += run_metrics
+        metrics += run_metrics  # every repeat runs (repeats that disagree are reported flaky), each stopping early
     return Evaluation(plan, all(verdicts), tuple(metrics), time.perf_counter() - start,
                       flaky=len(set(verdicts)) > 1, verdict_from=EXIT_CODE if bare else OUTPUTS,
-                      detail="; ".join(dict.fromkeys(v.detail for v in bare if v.detail)))
+                      detail="; ".join(dict.fromkeys(v.detail for v in bare if v.detail)), samples=tuple(ran))
 
 
 def _judge(backend, samples, plan: frozenset, repeat: int, placeholders: dict | None):
-    """Outputs per sample (lazily, for backends that run one sample at a time), or a ``Verdict``."""
+    """Outputs per sample (a function of the sample's index, run when called, for backends that run one sample
+    at a time), or a ``Verdict``."""
     if backend.whole_plans:
         judged = backend.run_plan(plan, [s.inputs for s in samples], repeat=repeat,
                                   placeholders={"device": "0", **(placeholders or {})})
         if not isinstance(judged, Verdict) and len(judged) != len(samples):
             raise CouldNotEvaluate(f"the {backend.name} backend returned outputs for {len(judged)} sample(s), "
                               f"not {len(samples)}", kind="outputs")
-        return judged
-    return (backend.run(plan, s.inputs, repeat=repeat) for s in samples)
+        return judged if isinstance(judged, Verdict) else judged.__getitem__
+    return lambda i: backend.run(plan, samples[i].inputs, repeat=repeat)
 
 
-def _compare(backend, samples, tolerance: Tolerance, outputs: list[str], outputs_per_sample) -> list[OutputMetrics]:
+def _compare(backend, samples, tolerance: Tolerance, outputs: list[str], outputs_of, indices: list[int],
+             stop_early: bool, ran: dict) -> list[OutputMetrics]:
+    """The metrics of the samples ``indices``, in that order (``ran`` notes each), until one fails when
+    ``stop_early``."""
     found = []
-    for i, (sample, got) in enumerate(zip(samples, outputs_per_sample)):
+    for i in indices:
+        sample, got = samples[i], outputs_of(i)
+        ran[i] = None
         for name in outputs:
             try:
                 found.append(compare(got[name], sample.reference[name], tolerance, name, i))
@@ -311,4 +391,6 @@ def _compare(backend, samples, tolerance: Tolerance, outputs: list[str], outputs
                                       f"the reference: {exc}", kind="outputs") from None
                 raise UsageError(f"{exc} on {sample.source!r}: pass a reference made for these inputs") \
                     from None
+        if stop_early and not all(m.passed for m in found):
+            break
     return found

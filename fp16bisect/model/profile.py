@@ -35,7 +35,7 @@ from fp16bisect.model import weights
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.instrument import add_rows, split_units, tensor_sizes, with_statistics
 from fp16bisect.model.runtime import nothing_to_fold, run, session
-from fp16bisect.model.statistics import TensorStats
+from fp16bisect.model.statistics import TensorStats, stress_order
 
 VALUE_PRESERVING = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"}
 
@@ -54,6 +54,7 @@ class NodeRisk:
 class Profile:
     tensors: dict[str, TensorStats]
     risks: list[NodeRisk] = field(default_factory=list)  # candidates, most suspicious first
+    sample_order: list[int] = field(default_factory=list)  # sample indices, most stressing first
 
     @property
     def order(self) -> list[str]:
@@ -76,36 +77,62 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
             s.add(weights.array(init))  # a view of the weight's file
     constants = _constant_values(graph, names)  # the same every run: measured here, once per sample
     for value in constants.values():
-        for _ in samples:
-            stats[value.name].add(value.array)
+        measured = TensorStats(value.name)
+        measured.add(value.array)
+        for index in range(len(samples)):
+            stats[value.name].merge(measured, index)
     same = _same_values(graph, [t for t in names if t not in constants and t not in graph.initializers])
     computed = [t for t in names if t not in constants and t not in same]
+    per = _PerSample(computed, len(samples))
     built = with_statistics(graph, computed, tensor_sizes(graph, samples[0].inputs) if samples else {})
     fold = not nothing_to_fold(graph.model)  # the statistics nodes read activations: never foldable
     sess = None if built is None else _session(built[0], "the model with statistics nodes", fold,
                                                arena=not graph.large_activations)
-    whole = None if sess is None else _in_run(sess, *built, samples, stats)
+    whole = None if sess is None else _in_run(sess, *built, samples, stats, per)
     del sess  # its memory (ONNX Runtime keeps the run's buffers until the session goes) before any other run's
     if whole is None:
         for t in computed:
             stats[t] = TensorStats(t)
-        _fetch(graph.runnable_copy(), computed, samples, stats, chunk)
-    for sample, tensors in whole or []:  # from the same instrumented model: the same fusions, the same values
-        _fetch(built[0], tensors, [sample], stats, chunk)
+        per = _PerSample(computed, len(samples))
+        _fetch(graph.runnable_copy(), computed, list(enumerate(samples)), per.into(stats), chunk)
+    for index, sample, tensors in whole or []:  # from the same instrumented model: the same fusions, values
+        _fetch(built[0], tensors, [(index, sample)], per.into(stats), chunk)
     for t, source in same.items():
         stats[t] = replace(stats[source], name=t, initializer=False)
-    return Profile(stats, rank(graph, stats))
+    return Profile(stats, rank(graph, stats), stress_order(per.peaks, per.smallest))
 
 
-def _in_run(sess, instrumented: onnx.ModelProto, units: list, samples, stats: dict[str, TensorStats]):
+class _PerSample:
+    """Each sample's peak and smallest non-zero |x| of every computed tensor (a few floats per tensor and
+    sample): what orders the samples most stressing first (``statistics.stress_order``)."""
+
+    def __init__(self, names: list[str], count: int):
+        self.index = {t: j for j, t in enumerate(names)}
+        self.peaks = np.zeros((count, len(names)), dtype=np.float32)
+        self.smallest = np.full((count, len(names)), np.inf, dtype=np.float32)
+
+    def add(self, stats: dict[str, TensorStats], fresh: TensorStats, sample: int) -> None:
+        """Merge one sample's measures of a tensor into its statistics, and note them."""
+        stats[fresh.name].merge(fresh, sample)
+        j = self.index.get(fresh.name)
+        if j is not None:
+            self.peaks[sample, j] = max(float(self.peaks[sample, j]), fresh.max_abs)
+            self.smallest[sample, j] = min(float(self.smallest[sample, j]), fresh.min_nonzero)
+
+    def into(self, stats: dict[str, TensorStats]):
+        return lambda fresh, sample: self.add(stats, fresh, sample)
+
+
+def _in_run(sess, instrumented: onnx.ModelProto, units: list, samples, stats: dict[str, TensorStats],
+            per: _PerSample):
     """Add every sample's statistics from the instrumented model's runs, but for the tensors with NaN/inf or rows
-    too long to count, to be measured whole: returns them, [(sample, tensors)], so that
+    too long to count, to be measured whole: returns them, [(index, sample, tensors)], so that
     they are fetched once the session is gone. None if ONNX Runtime fails to run the model (the caller then starts
     over by fetching every tensor, which reports the model's own error if it has one)."""
     outputs = [o.name for o in instrumented.graph.output]  # the model's own, then the statistics
     statistics = {o for _, outs in units for o in outs}
     whole = []
-    for sample in samples:
+    for index, sample in enumerate(samples):
         try:
             values = dict(zip(outputs, run(sess, outputs, sample.inputs, "the model with statistics nodes")))
         except UsageError:
@@ -117,11 +144,14 @@ def _in_run(sess, instrumented: onnx.ModelProto, units: list, samples, stats: di
         for members, outs in units:
             got = [values.pop(o) for o in outs]
             for t, row_stats in zip(members, split_units(*got)):
-                if not add_rows(stats[t], *row_stats):
+                fresh = TensorStats(t)
+                if add_rows(fresh, *row_stats):
+                    per.add(stats, fresh, index)
+                else:
                     tensors.append(t)
         del values
         if tensors:
-            whole.append((sample, tensors))
+            whole.append((index, sample, tensors))
     return whole
 
 
@@ -168,19 +198,22 @@ def _session(model: onnx.ModelProto, what: str, fold_constants: bool = True, are
         return None
 
 
-def _fetch(model: onnx.ModelProto, names: list[str], samples, stats: dict[str, TensorStats], chunk: int) -> None:
-    """Fetch the tensors themselves, ``chunk`` per run, and measure each whole (``TensorStats.add``)."""
+def _fetch(model: onnx.ModelProto, names: list[str], samples, add, chunk: int) -> None:
+    """Fetch the tensors themselves, ``chunk`` per run, and measure each whole (``TensorStats.add``) on each of
+    ``samples`` ([(index, sample)]); ``add(fresh, index)`` takes one sample's measures of one tensor."""
     model = _copy(model)
     declared = {o.name for o in model.graph.output}
     model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in names if t not in declared)
     sess = session(model, "the model with every float tensor as an output", producer_order=True)
-    for sample in samples:
+    for index, sample in samples:
         for start in range(0, len(names), chunk):
             part = names[start : start + chunk]
             values = run(sess, part, sample.inputs, "the model in FP32")
             for t, v in zip(part, values):
+                fresh = TensorStats(t)
                 if isinstance(v, np.ndarray) and v.dtype == np.float32:
-                    stats[t].add(v)
+                    fresh.add(v)
+                add(fresh, index)
             del values
 
 

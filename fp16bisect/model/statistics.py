@@ -11,7 +11,10 @@ initializer); each gets a risk tier:
 
 ``TensorStats.add`` measures a whole tensor; ``add_counts`` takes the same
 measures from the counts the instrumented model computes in its run
-(``model/instrument.py``).
+(``model/instrument.py``); ``merge`` adds one sample's measures, noting the
+sample that reached the peak (and the smallest non-zero magnitude): the
+headroom the override JSON reports. ``stress_order`` sorts samples most
+stressing first from their per-sample peaks: the order the oracle tries them in.
 """
 
 from __future__ import annotations
@@ -40,6 +43,33 @@ class TensorStats:
     subnormal: int = 0  # nonzero elements below the FP16 normal range
     size: int = 0
     initializer: bool = False
+    peak_sample: int = -1  # the sample whose run reached max_abs (-1: none, or a weight)
+    min_sample: int = -1  # the sample whose run reached min_nonzero
+
+    def merge(self, other: TensorStats, sample: int) -> None:
+        """Add one sample's measures of this tensor (``other``, measured on that sample alone), noting which
+        sample reached the peak and the smallest non-zero magnitude."""
+        if other.max_abs > self.max_abs or other.max_abs == self.max_abs and 0 <= sample < self.peak_sample:
+            self.peak_sample = sample  # ties go to the first sample, in whatever order the samples are merged
+        if other.min_nonzero < self.min_nonzero or (other.min_nonzero == self.min_nonzero
+                                                    and 0 <= sample < self.min_sample):
+            self.min_sample = sample
+        self.size += other.size
+        self.max_abs = max(self.max_abs, other.max_abs)
+        self.min_nonzero = min(self.min_nonzero, other.min_nonzero)
+        self.subnormal += other.subnormal
+        self.flushed += other.flushed
+        self.overflow += other.overflow
+
+    @property
+    def peak_fraction(self) -> float:
+        """max |x| as a fraction of FP16's largest finite value (65504): above 1 overflows."""
+        return self.max_abs / FP16_MAX
+
+    @property
+    def headroom(self) -> float:
+        """How many times max |x| could grow before reaching 65504 (inf for a tensor of zeros)."""
+        return FP16_MAX / self.max_abs if self.max_abs > 0 else float("inf")
 
     def add(self, values: np.ndarray) -> None:
         flat = np.asarray(values).reshape(-1)
@@ -123,3 +153,24 @@ class TensorStats:
         if self.subnormal:
             return f"{self.subnormal} element(s) subnormal in FP16 (min |x| {self.min_nonzero:.3g})"
         return f"max |x| {self.max_abs:.4g}"
+
+
+def stress_order(peaks: np.ndarray, smallest: np.ndarray, tight: int = 8) -> list[int]:
+    """Sample indices, most stressing first. ``peaks[s, t]``/``smallest[s, t]``: sample s's max |x| and smallest
+    non-zero |x| of tensor t. The risky tensors are the ``tight`` ones closest to 65504 over all samples (and
+    those closest to FP16's normal range, for underflow); a sample stresses more when it drives them closer to
+    those limits: first by its highest fraction of 65504, then by its lowest minimum against 6.1e-5, then by how
+    close it comes to each risky tensor's overall peak on average. Ties keep the given order."""
+    count = peaks.shape[0] if peaks.ndim == 2 else 0
+    if count <= 1 or peaks.shape[1] == 0:
+        return list(range(count))
+    overall = peaks.max(axis=0)
+    risky = np.argsort(-overall, kind="stable")[:tight]
+    over = peaks[:, risky].max(axis=1) / FP16_MAX
+    low = np.where(np.isfinite(smallest) & (smallest > 0), smallest, np.inf)
+    lowest = low.min(axis=0)
+    tiny = np.argsort(lowest, kind="stable")[:tight]
+    under = np.where(np.isfinite(low[:, tiny]), FP16_MIN_NORMAL / low[:, tiny], 0.0).max(axis=1)
+    closeness = (peaks[:, risky] / np.where(overall[risky] > 0, overall[risky], 1.0)).mean(axis=1)
+    keys = [(-(1.0 if over[s] >= 0.5 else 0.0), -over[s], -min(under[s], 1.0), -closeness[s], s) for s in range(count)]
+    return [k[-1] for k in sorted(keys)]

@@ -90,9 +90,10 @@ def evaluate_task(state: WorkerState, arg):
     """In a worker: one plan's evaluation (every sample, every repeat)."""
     from fp16bisect.evaluation.oracle import evaluate_plan
 
-    plan, first_repeat, repeats = arg
+    plan, first_repeat, repeats, *order = arg  # order: which samples, in what order (evaluation.oracle)
     job = state.job
-    return evaluate_plan(state.backend, job.samples, job.tolerance, job.outputs, frozenset(plan), first_repeat,
+    samples = order[0].over(job.samples) if order and order[0] is not None else job.samples
+    return evaluate_plan(state.backend, samples, job.tolerance, job.outputs, frozenset(plan), first_repeat,
                          repeats, placeholders={"device": state.device})
 
 
@@ -105,10 +106,10 @@ class PlanExecutor:
         self.width = pool.width
         self.where = where  # for messages: "4 worker processes", "Ray (8 CPUs)"
 
-    def evaluate(self, plans, first_repeat: int = 0, repeats: int = 1):
+    def evaluate(self, plans, first_repeat: int = 0, repeats: int = 1, order=None):
         started = time.perf_counter()
         plans = list(plans)
-        for index, result in self.pool.run([(p, first_repeat, repeats) for p in plans]):
+        for index, result in self.pool.run([(p, first_repeat, repeats, order) for p in plans]):
             if isinstance(result, Died):
                 result = _died(plans[index], result.reason, time.perf_counter() - started)
             yield result

@@ -16,6 +16,8 @@ from fp16bisect.model.fp16 import RULE
 from fp16bisect.model.shapes import said as shapes_said
 from fp16bisect.evaluation.oracle import EXIT_CODE
 from fp16bisect.run.outcome import Listener, Outcome
+from fp16bisect.report.dataset import dataset_lines, table_metrics
+from fp16bisect.report.headroom import headroom_lines, scan_headroom_lines
 from fp16bisect.algorithm.search import Step
 
 
@@ -129,6 +131,15 @@ def _error_cell(m) -> str:
     return text if m.passed else f"[red]{text}[/red]"
 
 
+def _print_coverage(data: dict, console: Console) -> None:
+    """Where the answer was verified: the input shapes the samples covered, and the headroom left in FP16."""
+    covered, untested = shapes_said(data.get("shapes") or {})
+    for line in [escape(t) for t in covered] + [f"[yellow]warning:[/yellow] {escape(t)}" for t in untested]:
+        console.print(line, highlight=False, soft_wrap=True)
+    for line in headroom_lines(data.get("headroom")):
+        console.print(line, highlight=False, soft_wrap=True)
+
+
 def print_summary(outcome: Outcome, output_path: str | None, console: Console | None = None) -> None:
     if console is None:
         console = Console()
@@ -173,9 +184,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
                 highlight=False,
                 soft_wrap=True,
             )
-    covered, untested = shapes_said(outcome.data.get("shapes") or {})
-    for line in [escape(t) for t in covered] + [f"[yellow]warning:[/yellow] {escape(t)}" for t in untested]:
-        console.print(line, highlight=False, soft_wrap=True)
+    _print_coverage(outcome.data, console)
     failures = outcome.oracle.build_failures
     if failures:
         what = "evaluated" if outcome.backend == "command" else "built"
@@ -294,9 +303,11 @@ def print_check(outcome, line: str, console: Console | None = None) -> None:
         table = Table()
         for column in ("output", "sample", "max abs", "max rel", "cosine", "inf/NaN", "pass"):
             table.add_column(column)
-        for m in outcome.evaluation.metrics:
+        for m in table_metrics(outcome):
             table.add_row(m.output, str(m.sample), *_metric_cells(m))
         console.print(table)
+    for text in dataset_lines(outcome):
+        console.print(text, highlight=False, soft_wrap=True)
     use = outcome.overrides
     if use and use.missing:
         console.print(f"[yellow]note:[/yellow] {len(use.missing)} override node(s) are not in this model and were "
@@ -322,6 +333,8 @@ def print_scan(graph, data: dict, top: int, console: Console | None = None) -> N
             table.add_row(row["name"], row["kind"], risk, f"{row['max_abs']:.4g}", f"{row['min_nonzero_abs']:.3g}",
                           row["reason"], row["written_by"] or "-")
         console.print(table)
+    for line in scan_headroom_lines(data.get("headroom", []), top):
+        console.print(line, highlight=False, soft_wrap=True)
     suspects = [r for r in data["nodes"] if r["tier"] >= 2]
     console.print(f"{data['suspects']} suspect node(s) (the search tries them first, in this order)"
                   + (":" if suspects else "."), highlight=False)

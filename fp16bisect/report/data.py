@@ -118,14 +118,16 @@ def search_report(outcome, runs: ReportRuns, next_steps: list[tuple] = ()) -> di
     head = heading(f"fp16bisect search: {graph.path.name}", graph, outcome.backend, outcome.tolerance,
                    search_summary(outcome), outcome.data["notes"])
     return {**pack(head, graph, runs, outcome.data["fp32_nodes"], outcome.result.trace),
-            "next": [list(step) for step in next_steps]}
+            "next": [list(step) for step in next_steps],
+            "headroom": outcome.data.get("headroom", {}).get("tensors", [])}
 
 
 def check_report(outcome, line: str, runs: ReportRuns) -> dict:
     """``line``: the check's verdict; ``runs``: ``diagnose.report_runs.check_runs(outcome)``."""
     graph = outcome.graph
     head = heading(f"fp16bisect check: {graph.path.name}", graph, outcome.backend, outcome.tolerance, line)
-    return pack(head, graph, runs, _override_rows(graph, runs.plan))
+    return {**pack(head, graph, runs, _override_rows(graph, runs.plan)),
+            **({"headroom": outcome.headroom["tensors"]} if outcome.headroom else {})}
 
 
 def compare_report(runner: LayerwiseRunner, result: Layerwise, tolerance, runs: ReportRuns) -> dict:

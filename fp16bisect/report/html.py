@@ -3,8 +3,8 @@
 ``render(data)`` turns the plain data that ``report/data.py`` gathers (from ``search``,
 ``check`` or ``compare``) into a page a person opens in a browser, offline: a
 header (model, backend, tolerance, command, summary), the per-output table, and
-three plots as inline SVG (per-node error along topological order, the FP32
-magnitude of every tensor against the FP16 limits, the search trace; drawn by
+four plots as inline SVG (per-node error along topological order, the FP32
+magnitude of every tensor against the FP16 limits, the FP16 tensors' headroom, the search trace; drawn by
 ``report/plots/``), each with its table where it has one, then the override
 list. No scripts, no external styles, fonts or images. ``write`` saves it
 atomically.
@@ -17,7 +17,9 @@ from pathlib import Path
 from fp16bisect import __version__
 from fp16bisect.artifacts.files import write_atomic
 from fp16bisect.report.formatting import esc, num, plural
-from fp16bisect.report.plots import PLOT_MAGNITUDES, PLOT_NODE_ERROR, PLOT_TRACE, magnitudes, node_error, trace
+from fp16bisect.report.plots import (PLOT_HEADROOM, PLOT_MAGNITUDES, PLOT_NODE_ERROR, PLOT_TRACE, magnitudes,
+                                    node_error, trace)
+from fp16bisect.report.plots import headroom as headroom_plot
 
 # ids of the page's sections: part of the contract (tests and links look for them), with the plots' PLOT_* ids
 OUTPUTS_TABLE = "outputs"
@@ -72,6 +74,7 @@ def render(data: dict) -> str:
         _outputs_section(data),
         _node_error_section(data),
         _magnitudes_section(data),
+        _headroom_section(data),
         _trace_section(data),
         _overrides_section(data),
         _next_section(data),
@@ -215,6 +218,23 @@ def _magnitudes_section(data: dict) -> str:
             out.append("<details><summary>Tensors outside the comfortable FP16 range (" + plural(len(risky), "tensor")
                        + ")</summary>\n<table><tr><th>tensor</th><th>kind</th><th>tier</th><th>max |x|</th>"
                        "<th>min nonzero |x|</th><th>why</th></tr>\n" + rows + "</table>\n</details>")
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _headroom_section(data: dict) -> str:
+    """The FP16 tensors' peaks against 65504 (search and check; absent elsewhere)."""
+    tensors = data.get("headroom")
+    if tensors is None:
+        return ""
+    out = ["<section>", "<h2>Headroom of the tensors computed in FP16</h2>"]
+    if not tensors:
+        out.append(_figure(PLOT_HEADROOM, None, "No tensor is computed in FP16.", "no FP16 tensors"))
+    else:
+        svg, caption = headroom_plot.plot(tensors)
+        out.append(_figure(PLOT_HEADROOM, svg, caption))
+        out.append("<details><summary>Peaks (" + plural(len(tensors), "tensor") + ")</summary>\n"
+                   + headroom_plot.table(tensors) + "\n</details>")
     out.append("</section>")
     return "\n".join(out)
 

@@ -42,6 +42,7 @@ class SearchOptions:
     retry_crashed: bool = False
     parallel: Parallel | None = None
     prior: PriorChoice = "auto"
+    headroom: float | None = None  # --headroom F: a peak above 65504/F counts as an overflow (run/coverage.py)
 
     def beside_output(self) -> SearchOptions:
         """With the timing cache and the plans directory beside ``output`` where the backend options left them at

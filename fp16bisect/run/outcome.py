@@ -39,6 +39,8 @@ class Outcome:
     output: str | None = None  # where the override JSON goes (named in its exports)
     backend_info: dict = field(default_factory=dict)  # versions, and what the backend says of itself (JSON "backend")
     shapes: dict = field(default_factory=dict)  # dynamic input dimensions: the range the samples covered (JSON "shapes")
+    forced: list = field(default_factory=list)  # model.headroom.Forced: the nodes --headroom kept in FP32
+    headroom: float | None = None  # the --headroom factor (None: not given)
 
     @property
     def fp16(self) -> Evaluation | None:

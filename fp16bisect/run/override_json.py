@@ -9,6 +9,7 @@ from fp16bisect import __version__
 from fp16bisect.algorithm.search import SearchResult
 from fp16bisect.artifacts.override_json import graph_sections, overrides_file
 from fp16bisect.evaluation.oracle import EXIT_CODE, Oracle
+from fp16bisect.run.coverage import answer_headroom, samples_json
 from fp16bisect.strategy.prior import Prior
 
 # The override file stays small whatever the search met (pipelines read it, CI stores it): lists of plans are
@@ -123,11 +124,14 @@ def metrics_json(o) -> dict:
 def overrides_json(o) -> dict:
     """The whole file for ``o`` (an ``outcome.Outcome``)."""
     graph, result = o.graph, o.result
+    sources = [s.source for s in o.oracle.samples]
     reasons = {r.node: r.reason for r in o.profile.risks}
+    reasons.update({f.node: f.reason(sources) for f in o.forced})
     return overrides_file(
         graph, {i: reasons.get(i, "") for i in result.fp32},
         backend={"name": o.backend, **o.backend_info,
                  "versions": {"fp16bisect": __version__, **o.backend_info.get("versions", {})}},
         tolerance=o.tolerance.to_json(), search=search_json(o), metrics=metrics_json(o), output=o.output,
-        more={"prior": prior_json(o), "shapes": o.shapes,
-              **graph_sections(graph, result.fp32)})
+        more={"prior": prior_json(o), "shapes": o.shapes, **graph_sections(graph, result.fp32),
+              "samples": samples_json(o.oracle, o.profile.sample_order),
+              "headroom": answer_headroom(graph, o.profile, result.fp32, sources, o.headroom, o.forced)})

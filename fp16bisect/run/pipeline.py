@@ -15,6 +15,7 @@ from fp16bisect.strategy import prior as priors
 from fp16bisect.strategy import prior_choice, ranking
 from fp16bisect.strategy.agreement import agreement
 from fp16bisect.strategy.alternatives import Alternatives
+from fp16bisect.run.coverage import prepare_samples, searched, with_forced
 from fp16bisect.run.override_json import overrides_json
 from fp16bisect.run.paths import journal_path
 from fp16bisect.backends import Options, make_backend
@@ -146,16 +147,19 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
             if oracle.journal is not None:
                 oracle.journal.discard_if_unused()
             raise
+        forced = prepare_samples(graph, oracle, prof, options.headroom, listener)
+        order = searched(prof, forced)  # the candidates the search orders: the forced nodes are not searched
         found = None
         if prior_choice.wanted(options.prior, chosen.name):
-            found = _prior(graph, oracle, prof, listener, options)
+            found = _prior(graph, oracle, order, listener, options)
         # with a prior, the noise is measured on its set, the first plan the search evaluates (its build is kept)
         noise = build_noise(chosen, oracle.samples, options.tolerance, options.noise_ok, listener, oracle.journal,
                             plan=frozenset(found.fp32) if found is not None else frozenset())
-        result = _search(graph, chosen, oracle, listener, prof, found)
+        result = with_forced(_search(graph, chosen, oracle, listener, order, found), forced)
         info = _backend_info(chosen, oracle, noise)
         outcome = Outcome(graph, options.tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start,
-                          prior=found, output=options.output, backend_info=info,
+                          prior=found, output=options.output, backend_info=info, forced=forced,
+                          headroom=options.headroom,
                           shapes=shapes.coverage(graph, oracle.samples, options.backend_options.input_shapes))
         outcome.data = overrides_json(outcome)
         return outcome
@@ -188,7 +192,7 @@ def _search(graph, chosen, oracle, listener, prof, prior):
         test_many=oracle.test_many if oracle.width > 1 else None,
         width=oracle.width,
     )
-    ids = [n.id for n in graph.candidates]
+    ids = [n.id for n in graph.candidates if n.id not in oracle.forced]
     if prior is not None:
         listener.stage(f"on the {chosen.name} backend: evaluating the emulator's {len(prior.fp32)} node(s), then "
                        "certifying each (or continuing from them if they fail)")

@@ -69,7 +69,9 @@ def run(graph, backend, judge: Oracle, prof, listener, *, path: Callable[[dict],
     samples, tolerance, outputs = judge.samples, judge.tolerance, judge.outputs
     journal = _journal(judge, backend, listener, path, restart, retry_crashed)
     oracle = Oracle(backend, samples, tolerance, outputs, journal=journal)
-    ids = [n.id for n in graph.candidates]
+    oracle.prefer(judge.stress)  # the same samples, most stressing first; the same nodes forced (--headroom)
+    oracle.forced = judge.forced
+    ids = [n.id for n in graph.candidates if n.id not in judge.forced]
     listener.stage(f"prior: measuring the output error each of {len(ids)} candidate(s) causes alone in FP16 "
                    "(emulate backend)")
     measured = ranking.effects(backend, samples, tolerance, outputs, ids)

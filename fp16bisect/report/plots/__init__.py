@@ -1,8 +1,9 @@
-"""The report's three plots as inline SVG, one module each with a ``plot`` returning ``(svg, caption)``:
+"""The report's plots as inline SVG, one module each with a ``plot`` returning ``(svg, caption)``:
 node_error (per-node error along the graph), magnitudes (FP32 magnitudes against the FP16 limits), trace
-(the search's evaluations); figure holds what they share (canvas, SVG export, ticks, label placement)."""
+(the search's evaluations), headroom (FP16 tensors' peaks against 65504); figure holds what they share (canvas, SVG export, ticks, label placement)."""
 
 # the figures' ids on the page (part of the contract: tests and links look for them), also the salt of their SVG ids
 PLOT_NODE_ERROR = "plot-node-error"
 PLOT_MAGNITUDES = "plot-magnitudes"
 PLOT_TRACE = "plot-trace"
+PLOT_HEADROOM = "plot-headroom"

@@ -1,0 +1,125 @@
+"""Headroom: how close each tensor computed in FP16 comes to FP16's limits on the samples, and ``--headroom F``.
+
+A tensor's headroom is 65504 over its FP32 peak |x| over every sample (the FP32 profile's): how many times its
+values could still grow before FP16 overflows. Its smallest non-zero |x| is set against FP16's smallest normal
+(6.1e-5). Each comes with the sample that reached it. The tensors computed in FP16 under a plan are the float
+outputs of the candidates the plan leaves in FP16 (a transparent node's output holds its producer's values).
+
+``--headroom F``: a tensor whose FP32 peak on any sample exceeds 65504/F counts as an overflow: the candidate
+that writes it and the candidates that read it are forced to FP32 in every plan (``forced_nodes``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fp16bisect.model.graph import Graph
+from fp16bisect.model.profile import Profile
+from fp16bisect.model.statistics import FP16_MAX, FP16_MIN_NORMAL, TensorStats
+
+TIGHT = 2.0  # an FP16 tensor of the answer with less headroom than this is named, with --headroom suggested
+LISTED = 16.0  # the JSON lists every FP16 tensor with less headroom than this (at least SHOWN, at most LIMIT)
+SHOWN, LIMIT = 3, 100
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """One tensor computed in FP16: its peak against 65504 and its smallest non-zero |x| against 6.1e-5."""
+
+    tensor: str
+    node: str  # the candidate that writes it
+    stats: TensorStats
+
+    @property
+    def factor(self) -> float:
+        return self.stats.headroom
+
+    def to_json(self, sources) -> dict:
+        s = self.stats
+        small = s.min_nonzero if math.isfinite(s.min_nonzero) else None
+        return {"tensor": self.tensor, "node": self.node, "peak": s.max_abs, "peak_fraction": round(s.peak_fraction, 6),
+                "headroom": round(self.factor, 4) if math.isfinite(self.factor) else None,
+                "peak_sample": _source(sources, s.peak_sample),
+                "min_nonzero": small, "min_vs_normal": None if small is None else round(small / FP16_MIN_NORMAL, 6),
+                "min_sample": _source(sources, s.min_sample) if small is not None else None}
+
+    def describe(self, sources=()) -> str:
+        where = _source(sources, self.stats.peak_sample)
+        on = f" on {where['source']}" if where else ""
+        return (f"{self.tensor!r} (written by {self.node}): peak |x| {self.stats.max_abs:.4g}, "
+                f"{100 * self.stats.peak_fraction:.1f}% of 65504 ({self.factor:.2g}x headroom){on}")
+
+
+def _source(sources, index: int) -> dict | None:
+    if index < 0:
+        return None
+    return {"index": index, "source": str(sources[index]) if index < len(sources) else f"sample {index}"}
+
+
+def fp16_tensors(graph: Graph, prof: Profile, fp32) -> list[Headroom]:
+    """The tensors computed in FP16 when ``fp32`` stays in FP32, tightest (least headroom) first."""
+    keep = set(fp32)
+    found = []
+    for node in graph.candidates:
+        if node.id in keep:
+            continue
+        for t in graph.float_outputs(node):
+            s = prof.tensors.get(t)
+            if s is not None and not s.sentinel:
+                found.append(Headroom(t, node.id, s))
+    return sorted(found, key=lambda h: (-h.stats.max_abs, h.tensor))
+
+
+def tight(found: list[Headroom], factor: float = TIGHT) -> list[Headroom]:
+    """Those with less than ``factor`` headroom (peak above 65504/factor)."""
+    return [h for h in found if h.stats.max_abs > FP16_MAX / factor]
+
+
+def headroom_json(found: list[Headroom], sources, factor: float | None, forced: list[Forced]) -> dict:
+    """The override JSON's ``headroom``: bounded on any model (every tensor below LISTED x, at least SHOWN)."""
+    listed = [h for i, h in enumerate(found) if i < SHOWN or h.factor < LISTED][:LIMIT]
+    return {"limit": FP16_MAX, "min_normal": FP16_MIN_NORMAL, "flag": factor, "fp16_tensors": len(found),
+            "listed_below": LISTED, "tensors": [h.to_json(sources) for h in listed],
+            "forced": [f.to_json(sources) for f in forced]}
+
+
+@dataclass(frozen=True)
+class Forced:
+    """A node ``--headroom F`` keeps in FP32: it writes or reads ``tensor``, whose peak exceeds 65504/F."""
+
+    node: str
+    tensor: str
+    role: str  # writes | reads
+    stats: TensorStats
+    factor: float
+
+    def reason(self, sources=()) -> str:
+        where = _source(sources, self.stats.peak_sample)
+        on = f" on {where['source']}" if where else ""
+        return (f"forced by --headroom {self.factor:g}: {self.role} tensor {self.tensor!r}, peak |x| "
+                f"{self.stats.max_abs:.4g} > 65504/{self.factor:g} ({100 * self.stats.peak_fraction:.1f}% of 65504)"
+                f"{on}")
+
+    def to_json(self, sources) -> dict:
+        return {"node": self.node, "tensor": self.tensor, "role": self.role, "peak": self.stats.max_abs,
+                "peak_fraction": round(self.stats.peak_fraction, 6), "peak_sample": _source(sources,
+                                                                                           self.stats.peak_sample)}
+
+
+def forced_nodes(graph: Graph, prof: Profile, factor: float | None) -> list[Forced]:
+    """The candidates ``--headroom factor`` forces to FP32, each once (with the tightest tensor that forced it),
+    in topological order. None or no factor: none."""
+    if not factor:
+        return []
+    limit = FP16_MAX / factor
+    over = {t for t, s in prof.tensors.items() if not s.initializer and not s.sentinel and s.max_abs > limit}
+    found: dict[str, Forced] = {}
+    for node in graph.candidates:
+        touched = [(t, "writes") for t in graph.float_outputs(node)] + [(t, "reads") for _, t in
+                                                                         graph.rounded_inputs(node)]
+        hits = [(t, role) for t, role in touched if t in over]
+        if hits:
+            t, role = max(hits, key=lambda h: prof.tensors[h[0]].max_abs)
+            found[node.id] = Forced(node.id, t, role, prof.tensors[t], factor)
+    return list(found.values())

@@ -1,0 +1,50 @@
+"""Headroom in the console: the tightest FP16 tensors after a result, the forced nodes, and the --headroom hint."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+
+from fp16bisect.model.headroom import TIGHT
+
+SHOWN = 3
+
+
+def headroom_lines(section: dict | None, command: str = "search") -> list[str]:
+    """Lines (rich markup) for the override JSON's (or a check's) ``headroom`` section: the three tightest FP16
+    tensors, each with its peak, the share of 65504 and the sample that reached it; a warning naming those with
+    less than 2x headroom and the flag that would keep them in FP32."""
+    if not section:
+        return []
+    tensors = section.get("tensors", [])
+    lines = []
+    if tensors:
+        lines.append(f"headroom of the {section.get('fp16_tensors', len(tensors))} tensor(s) computed in FP16 "
+                     f"(FP32 peak over the samples against 65504), tightest first:")
+    for t in tensors[:SHOWN]:
+        lines.append("  " + _tensor_line(t))
+    flag = section.get("flag")
+    tight = [t for t in tensors if t.get("headroom") is not None and t["headroom"] < (flag or TIGHT)]
+    if tight and flag is None and command == "search":
+        names = ", ".join(escape(repr(t["tensor"])) for t in tight[:5]) + (", ..." if len(tight) > 5 else "")
+        lines.append(f"[yellow]warning:[/yellow] {len(tight)} FP16 tensor(s) with less than {TIGHT:g}x headroom: "
+                     f"{names}; inputs a little larger than these samples may overflow: "
+                     f"'--headroom {TIGHT:g}' keeps their writers and readers in FP32")
+    return lines
+
+
+def _tensor_line(t: dict) -> str:
+    where = f" on {escape(t['peak_sample']['source'])}" if t.get("peak_sample") else ""
+    room = f"{t['headroom']:.3g}x headroom" if t.get("headroom") is not None else "all zeros"
+    style = ("[red]", "[/red]") if t["peak_fraction"] > 1 else ("[yellow]", "[/yellow]") \
+        if t.get("headroom") is not None and t["headroom"] < TIGHT else ("", "")
+    return (f"{style[0]}{escape(t['tensor'])}{style[1]} ({escape(t['node'])}): peak {t['peak']:.4g} = "
+            f"{100 * t['peak_fraction']:.1f}% of 65504 ({room}){where}")
+
+
+def scan_headroom_lines(rows: list[dict], top: int) -> list[str]:
+    """``scan``: the tensors computed by candidates, least headroom first."""
+    if not rows:
+        return []
+    lines = [f"headroom (FP32 peak over the samples against 65504; {len(rows)} tensor(s), least first):"]
+    lines += ["  " + _tensor_line(t) for t in rows[:top]]
+    return lines

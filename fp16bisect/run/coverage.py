@@ -1,0 +1,77 @@
+"""Coverage of the samples in a search: their order, the nodes ``--headroom`` forces, and what the JSON says of both.
+
+The oracle tries the samples most stressing first (the FP32 profile's ``sample_order``) and stops a failing plan at
+its first failing sample; this module hands it that order and the forced nodes, puts the forced nodes into the
+answer, and writes the override JSON's ``samples`` (which samples decided the answer) and ``headroom`` sections.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fp16bisect.algorithm.search import SearchResult
+from fp16bisect.evaluation.oracle import Oracle
+from fp16bisect.model.headroom import Forced, fp16_tensors, forced_nodes, headroom_json
+from fp16bisect.model.profile import Profile
+
+ORDER_SHOWN = 10  # the JSON lists the first samples of the order tried; "decided" lists every deciding sample
+
+
+def prepare_samples(graph, oracle: Oracle, prof: Profile, factor: float | None, listener) -> list[Forced]:
+    """Hand the oracle the samples' order and the nodes ``--headroom factor`` forces to FP32; says both."""
+    oracle.prefer(prof.sample_order)
+    if len(oracle.samples) > 1 and prof.sample_order:
+        first = oracle.samples[prof.sample_order[0]].source
+        listener.stage(f"{len(oracle.samples)} samples, most stressing first ({first}); a failing plan stops at "
+                       "its first failing sample")
+    forced = forced_nodes(graph, prof, factor)
+    oracle.forced = frozenset(f.node for f in forced)
+    if forced:
+        sources = [s.source for s in oracle.samples]
+        listener.stage(f"--headroom {factor:g}: {len(forced)} node(s) forced to FP32 in every plan")
+        for f in forced:
+            listener.stage(f"  {f.node}: {f.reason(sources)}")
+    return forced
+
+
+def searched(prof: Profile, forced: list[Forced]) -> Profile:
+    """The profile the search orders its candidates by: without the forced nodes (not searched)."""
+    if not forced:
+        return prof
+    ids = {f.node for f in forced}
+    return replace(prof, risks=[r for r in prof.risks if r.node not in ids])
+
+
+def with_forced(result: SearchResult, forced: list[Forced]) -> SearchResult:
+    """The answer with the forced nodes first (the search minimised the rest)."""
+    if not forced:
+        return result
+    ids = [f.node for f in forced]
+    if result.status == "fp16_passes":  # the forced nodes alone pass: they are the answer
+        return replace(result, status="found", fp32=tuple(ids), minimal=True,
+                       minimality=f"the {len(ids)} node(s) forced by --headroom alone pass; nothing else was needed")
+    how = f"{result.minimality}; {len(ids)} node(s) forced by --headroom, not searched"
+    return replace(result, fp32=tuple(ids) + tuple(n for n in result.fp32 if n not in set(ids)), minimality=how)
+
+
+def samples_json(oracle: Oracle, stress: list[int]) -> dict:
+    """Which samples decided the answer: the order tried, and each sample that failed a plan (how many plans it
+    decided, i.e. failed first); every passing plan ran every sample."""
+    sources = [s.source for s in oracle.samples]
+    decided: dict[int, int] = {}
+    runs = 0
+    for evaluation in oracle.history:
+        runs += len(evaluation.samples) if evaluation.samples else 0
+        if evaluation.failed_on is not None:
+            decided[evaluation.failed_on] = decided.get(evaluation.failed_on, 0) + 1
+    order = list(stress) or list(range(len(sources)))
+    return {"count": len(sources), "order": [{"index": i, "source": sources[i]} for i in order[:ORDER_SHOWN]],
+            **({"order_total": len(order)} if len(order) > ORDER_SHOWN else {}),
+            "runs": runs, "stop_early": oracle.stop_early,
+            "decided": [{"index": i, "source": sources[i], "failed_plans": n}
+                        for i, n in sorted(decided.items(), key=lambda kv: (-kv[1], kv[0]))]}
+
+
+def answer_headroom(graph, prof: Profile, fp32, sources, factor: float | None, forced: list[Forced]) -> dict:
+    """The ``headroom`` section for the answer ``fp32``."""
+    return headroom_json(fp16_tensors(graph, prof, fp32), sources, factor, forced)

@@ -171,16 +171,22 @@ def _apply(sub) -> None:
     g = a.add_argument_group("model and overrides")
     g.add_argument("model", metavar="MODEL", help="the FP32 ONNX model the overrides were searched on")
     g.add_argument("overrides", metavar="OVERRIDES", help="the override JSON written by 'fp16bisect search'")
-    _compose(a, OutputArgs(output=dict(required=True, metavar="MIXED.onnx", help="where to write the mixed model")),
-             Samples("samples for --verify", model=False, required=False),
-             ToleranceArgs(default_from="the override file's"))
-    a.add_argument("--fp16-io", action="store_true", help="make float graph inputs and outputs FP16 (default FP32)")
+    _mixed_model(a, ToleranceArgs(default_from="the override file's"))
     a.add_argument("--force", action="store_true", help="apply even if the override file was made for another model")
     a.add_argument("--keep-fp32", action="append", default=[], metavar="NODE",
                    help="also keep this node (fp16bisect node id) in FP32; repeat for several")
-    a.add_argument("--verify", nargs="?", const="storage", choices=("storage", "strict"), default=None,
-                   help="run the written model on --inputs (FP16 storage, FP32 compute) against the references; "
-                        "'strict' also runs onnx.reference in FP16 arithmetic (a pessimistic bound)")
+
+
+def _mixed_model(parser, tolerance: ToleranceArgs) -> None:
+    """What ``apply`` and ``migrate`` share: where the mixed model goes, its I/O types, and --verify's samples."""
+    _compose(parser, OutputArgs(output=dict(required=True, metavar="MIXED.onnx",
+                                            help="where to write the mixed model")),
+             Samples("samples for --verify", model=False, required=False), tolerance)
+    parser.add_argument("--fp16-io", action="store_true",
+                        help="make float graph inputs and outputs FP16 (default FP32)")
+    parser.add_argument("--verify", nargs="?", const="storage", choices=("storage", "strict"), default=None,
+                        help="run the written model on --inputs (FP16 storage, FP32 compute) against the references; "
+                             "'strict' also runs onnx.reference in FP16 arithmetic (a pessimistic bound)")
 
 
 def _migrate(sub) -> None:
@@ -201,11 +207,7 @@ def _migrate(sub) -> None:
                       help="LAYER:PRECISION entries, one a line or blank-separated (Polygraphy's --layer-precisions)")
     g.add_argument("--overrides-out", metavar="O.json", default=None,
                    help="where the override JSON goes (default: beside -o, MIXED.overrides.json)")
-    g.add_argument("--fp16-io", action="store_true", help="make float graph inputs and outputs FP16 (default FP32)")
-    g.add_argument("--verify", nargs="?", const="storage", choices=("storage", "strict"), default=None,
-                   help="run the written model on --inputs against the references, as 'apply --verify' does")
-    _compose(g, OutputArgs(output=dict(required=True, metavar="MIXED.onnx", help="where to write the mixed model")),
-             Samples("samples for --verify", model=False, required=False), ToleranceArgs())
+    _mixed_model(g, ToleranceArgs())
 
 
 def build_parser() -> argparse.ArgumentParser:

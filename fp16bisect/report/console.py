@@ -172,12 +172,11 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
     if result.status == "fp16_passes":
         console.print("All-FP16 already meets the tolerance: nothing needs to stay in FP32.")
     else:
-        minimal = "1-minimal" if result.minimal else "[red]NOT minimal[/red]"
+        forced = f" beyond the {len(outcome.forced)} node(s) --headroom forces" if outcome.forced else ""  # kept by rule
+        minimal = f"1-minimal{forced}" if result.minimal else "[red]NOT minimal[/red]"
         console.print(
             f"{len(result.fp32)} of {len(outcome.graph.candidates)} candidate node(s) kept in FP32 ({minimal}; "
-            f"{result.minimality}):",
-            soft_wrap=True,
-        )
+            f"{result.minimality}):", soft_wrap=True)
         for entry in outcome.data["fp32_nodes"]:
             console.print(
                 f"  {escape(entry['name'])}  [dim]{escape(entry['op_type'])}; FP32 run: {escape(entry['fp32_profile'])}[/dim]",
@@ -433,8 +432,8 @@ def _ordinal(n: int) -> str:
 def print_migration(pins, mapping, overrides_path: str, console: Console | None = None) -> None:
     """What ``migrate`` read and mapped: each FP32 layer's node, and what it could not map."""
     console = console or _console()
-    console.print(f"read {len(pins.fp32)} FP32 layer pin(s) from {escape(pins.source[:200])}: "
-                  f"{len(mapping.nodes)} node(s) kept in FP32; wrote {escape(overrides_path)}",
+    said = f"{len(mapping.nodes)} node(s) kept in FP32; wrote {escape(overrides_path)}"
+    console.print(f"read {len(pins.fp32)} FP32 layer pin(s) from {escape(pins.source[:200])}: {said}",
                   highlight=False, soft_wrap=True)
     if not pins.low_precision:
         console.print("[yellow]note:[/yellow] those arguments build nothing in FP16 (no --fp16): the mixed model "

@@ -482,18 +482,35 @@ def test_invalid_arguments_raise_search_error(candidates, order):
         search(candidates, _never_called, order=order)
 
 
+def progress_rows(n: int, k: int, seed: int, suspects: int = 0, ordered: bool = False):
+    """A search for k planted culprits among n (a monotone judge): its result and, per evaluation, (index,
+    estimate left, bound left) as the progress said them. ``ordered``: the shuffled ids are also the order."""
+    rng = random.Random(seed)
+    ids = list(range(n))
+    culprits = frozenset(rng.sample(ids, k))
+    rng.shuffle(ids)
+    rows = []
+    result = search(ids, lambda plan: culprits <= plan, suspects=suspects, order=ids if ordered else None,
+                    hooks=Hooks(on_step=lambda step, p: rows.append((step.index, p["estimate_left"],
+                                                                     p["bound_left"]))))
+    return result, rows
+
+
+def test_the_bound_left_holds_on_monotone_judges():
+    for n, k, suspects in [(13, 5, 6), (300, 90, 0), (200, 40, 10), (1000, 10, 0), (50, 1, 3), (8, 8, 0)]:
+        for seed in range(3):
+            result, rows = progress_rows(n, k, seed, suspects, ordered=True)
+            for i, estimate, bound in rows:
+                assert 0 <= estimate <= bound and bound >= result.evaluations - i, (n, k, seed, i)
+            assert rows[0][1] > 0 or result.evaluations == 1
+
+
 @pytest.mark.parametrize("n,k,share", [(300, 90, 0.9), (200, 40, 0.9), (1000, 10, 0.7)])
 def test_the_progress_estimate_of_evaluations_left_is_within_3x_once_the_search_is_under_way(n, k, share):
     """The estimate a person watches: after the first third of the search, mostly within 3x of the truth."""
     for seed in range(5):
-        rng = random.Random(seed)
-        ids = list(range(n))
-        culprits = frozenset(rng.sample(ids, k))
-        rng.shuffle(ids)
-        rows = []
-        result = search(ids, lambda plan, c=culprits: c <= plan,
-                        hooks=Hooks(on_step=lambda step, p: rows.append((step.index, p["estimate_left"]))))
-        ratios = [est / (result.evaluations - i) for i, est in rows if result.evaluations > i]
+        result, rows = progress_rows(n, k, seed)
+        ratios = [est / (result.evaluations - i) for i, est, _ in rows if result.evaluations > i]
         late = ratios[len(ratios) // 3:]
         assert sum(1 / 3 <= r <= 3 for r in late) >= share * len(late), (seed, n, k)
 

@@ -276,3 +276,23 @@ def test_pp_ocrv4_rec_a_pinned_region_passes_fp32_tensors_between_kernels_the_re
         {name for name, kind in qkv[0].tensors if kind == "float32"}
     assert handed, "the LayerNorm kernel hands the projection an FP32 tensor"
     assert not fp16_layernorm_nodes(messages) & set(plan)
+
+
+@pytest.mark.parametrize("opset", [12, 14, 15])
+def test_an_fp16_batchnorm_with_a_1e8_variance_parses_in_half_and_builds(opset):
+    """The all-FP16 file of conv -> BatchNormalization (running variance 1e8) -> relu, as the writer writes it at
+    each opset (folded into FP16 Mul and Add at 12, statistics kept in FP32 at 14's mean/var and all of 15's): a
+    strongly typed TensorRT parses it with every layer of the three nodes in HALF, and the engine builds."""
+    from conftest import conv_bn_relu
+
+    graph = Graph(conv_bn_relu(opset=opset))
+    builder, network, _parser = parse(mixed_model(graph, []))
+    seen = {}
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        for node_id in layer_node_ids(graph, layer):
+            dtypes = {layer.get_output(k).dtype for k in range(layer.num_outputs)}
+            seen.setdefault(node_id, set()).update(dtypes & {trt.DataType.FLOAT, trt.DataType.HALF})
+    assert seen == {"conv": {trt.DataType.HALF}, "bn": {trt.DataType.HALF}, "relu": {trt.DataType.HALF}}, seen
+    engine = builder.build_serialized_network(network, builder.create_builder_config())
+    assert engine is not None and engine.nbytes > 0

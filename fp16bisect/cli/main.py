@@ -42,6 +42,7 @@ class _Formatter(RawDescriptionRichHelpFormatter):
     description and the example keep their line breaks; group titles as written."""
 
     group_name_formatter = str
+    help_markup = text_markup = False  # help is plain text: "pip install 'fp16bisect[ray]'" must keep its [ray]
 
 
 def _compose(parser: argparse.ArgumentParser, *groups) -> argparse.ArgumentParser:

@@ -195,3 +195,13 @@ def test_an_oracle_tries_the_sample_that_failed_last_first():
     backend.seen.clear()
     assert oracle({"a", "b"}) is True and backend.seen == [2, 1, 3, 0]
     assert oracle.memo[frozenset({"b"})].samples == (1, 3, 2)
+
+
+def test_a_headroom_search_writes_its_report_with_the_all_fp16_contrast(capsys, tmp_path):
+    """With --headroom every plan holds the forced nodes, so the search never judges all-FP16: the report emulates
+    it (it crashed on a missing all-FP16 evaluation before)."""
+    report = tmp_path / "r.html"
+    data, _ = search(capsys, tmp_path, QUIET8, "--headroom", str(KNOWN["headroom"]), "--report", report, "-q")
+    assert sorted(n["name"] for n in data["fp32_nodes"]) == CULPRITS
+    page = report.read_text()
+    assert "power" in page and "energy" in page and "features" in page

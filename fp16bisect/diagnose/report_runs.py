@@ -32,7 +32,12 @@ class ReportRuns:
 def search_runs(outcome) -> ReportRuns:
     """For ``search``: the layer-wise runs of all-FP16 and of the set found; the profile is the search's own."""
     runner = LayerwiseRunner(outcome.graph, outcome.oracle.samples)
-    return _layer_runs(runner, frozenset(outcome.result.fp32), outcome.fp16, outcome.final, outcome.profile)
+    fp16 = outcome.fp16
+    if fp16 is None:  # never judged (--headroom forces nodes in every plan): emulated, as the per-node errors are
+        oracle = outcome.oracle
+        fp16 = Oracle(runner.backend, oracle.samples, oracle.tolerance, outcome.graph.float_output_names()).evaluate(
+            frozenset())
+    return _layer_runs(runner, frozenset(outcome.result.fp32), fp16, outcome.final, outcome.profile)
 
 
 def check_runs(outcome) -> ReportRuns:

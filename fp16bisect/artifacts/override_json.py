@@ -15,8 +15,9 @@ from fp16bisect.artifacts.overrides import SCHEMA
 from fp16bisect.model.graph import Graph, Node, notes
 
 # Every top-level key, in the file's order (overrides.schema.json's "properties"). A plan's file (command backend)
-# has the required ones only; a search's result adds the prior and what the graph holds beyond the search.
-SECTIONS = ("schema", "model", "backend", "tolerance", "fp32_nodes", "search", "prior", "metrics", "shapes",
+# has the required ones only; a search's result adds where it was verified (environment), the prior and what the
+# graph holds beyond the search.
+SECTIONS = ("schema", "model", "backend", "environment", "tolerance", "fp32_nodes", "search", "prior", "metrics", "shapes",
             "samples", "headroom", "skipped_nodes", "notes", "conversions", "exports")
 
 

@@ -41,6 +41,12 @@ class Backend:
         """Names and versions of what evaluates (written into the override JSON)."""
         return {}
 
+    def environment(self) -> dict:
+        """Where this backend evaluates, as the override JSON's ``environment`` records it and ``check`` compares
+        it: string values (``"unknown"`` for what cannot be told; the command backend's ``fingerprint`` is its
+        own object). By default the backend's name and ``versions()``; each backend adds what it knows."""
+        return {"backend": self.name, **self.versions()}
+
     def describe(self) -> dict:
         """More to say in the override JSON's "backend" (the command, the typing), beyond name and versions."""
         return {"typing": self.typing} if self.typing else {}

@@ -39,6 +39,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from fp16bisect.errors import BuildFailed, CouldNotEvaluate, UsageError
+from fp16bisect.backends import fingerprint
 from fp16bisect.backends.base import Backend, Verdict
 from fp16bisect.model.graph import Graph
 
@@ -124,6 +125,12 @@ class CommandBackend(Backend):
         import onnx
 
         return {"onnx": onnx.__version__}
+
+    def environment(self) -> dict:
+        """The command, and what it prints for ``--fingerprint`` when it answers that (``fingerprint.py``)."""
+        found = {**super().environment(), "command": self.command}
+        printed = fingerprint.ask(self.command, PLACEHOLDERS)
+        return {**found, "fingerprint": printed} if printed else found
 
     @property
     def journal_name(self) -> str:

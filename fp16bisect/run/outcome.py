@@ -38,6 +38,7 @@ class Outcome:
     prior: Prior | None = None  # the emulator's search the search on an expensive backend started from
     output: str | None = None  # where the override JSON goes (named in its exports)
     backend_info: dict = field(default_factory=dict)  # versions, and what the backend says of itself (JSON "backend")
+    environment: dict = field(default_factory=dict)  # where the judge evaluated (JSON "environment")
     shapes: dict = field(default_factory=dict)  # dynamic input dimensions: the range the samples covered (JSON "shapes")
     forced: list = field(default_factory=list)  # model.headroom.Forced: the nodes --headroom kept in FP32
     headroom: float | None = None  # the --headroom factor (None: not given)

@@ -132,6 +132,6 @@ def overrides_json(o) -> dict:
         backend={"name": o.backend, **o.backend_info,
                  "versions": {"fp16bisect": __version__, **o.backend_info.get("versions", {})}},
         tolerance=o.tolerance.to_json(), search=search_json(o), metrics=metrics_json(o), output=o.output,
-        more={"prior": prior_json(o), "shapes": o.shapes, **graph_sections(graph, result.fp32),
+        more={**({"environment": o.environment} if o.environment else {}), "prior": prior_json(o), "shapes": o.shapes, **graph_sections(graph, result.fp32),
               "samples": samples_json(o.oracle, o.profile.sample_order),
               "headroom": answer_headroom(graph, o.profile, result.fp32, sources, o.headroom, o.forced)})

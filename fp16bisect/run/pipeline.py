@@ -159,6 +159,7 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
         info = _backend_info(chosen, oracle, noise)
         outcome = Outcome(graph, options.tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start,
                           prior=found, output=options.output, backend_info=info, forced=forced,
+                          environment=chosen.environment(),
                           headroom=options.headroom,
                           shapes=shapes.coverage(graph, oracle.samples, options.backend_options.input_shapes))
         outcome.data = overrides_json(outcome)

@@ -7,6 +7,7 @@ import numpy as np
 import onnx
 
 from fp16bisect.backends.base import Backend
+from fp16bisect.backends.host import host
 from fp16bisect.backends.emulate.rewrite import MASK, Emulation
 from fp16bisect.backends.emulate.selftest import self_test
 from fp16bisect.model.graph import Graph
@@ -60,6 +61,10 @@ class EmulateBackend(Backend):
         import onnxruntime as ort
 
         return {"onnxruntime": ort.__version__, "onnx": onnx.__version__}
+
+    def environment(self) -> dict:
+        """The runtime's versions (ONNX Runtime, onnx, NumPy) and the machine (Python, CPU, OS)."""
+        return {**super().environment(), "numpy": np.__version__, **host()}
 
     def mask(self, plan) -> np.ndarray:
         """One bool per candidate, True when the plan keeps it in FP32."""

@@ -30,12 +30,14 @@ from pathlib import Path
 import numpy as np
 
 from fp16bisect import errors
+from fp16bisect.backends.tensorrt import device as trt_device
 from fp16bisect.backends.tensorrt import engine as trt_engine
 from fp16bisect.backends.tensorrt import inspection as trt_inspection
 from fp16bisect.backends.tensorrt import load as trt_load
 from fp16bisect.backends.tensorrt import pin as trt_pin
 from fp16bisect.errors import UsageError
 from fp16bisect.backends.base import Backend
+from fp16bisect.backends.host import host
 from fp16bisect.model.graph import Graph
 from fp16bisect.artifacts.files import write_atomic
 from fp16bisect.model.runtime import external_copy, too_big
@@ -208,6 +210,13 @@ class TensorRTBackend(Backend):
         except ImportError:
             pass
         return found
+
+    def environment(self) -> dict:
+        """TensorRT's flavour and version, the GPU and its compute capability, the CUDA driver and runtime
+        (``device.py``), the other packages' versions and the machine."""
+        others = {k: v for k, v in self.versions().items() if k != self.tensorrt.flavour}
+        return {"backend": self.name, "tensorrt_flavour": self.tensorrt.flavour, "tensorrt": self.tensorrt.version,
+                **trt_device.device(), **others, **host()}
 
     deterministic = False  # kernels are chosen by timing: two builds of one plan may compute differently
 

@@ -2,7 +2,7 @@
 
 ``load()`` imports ``tensorrt``, else ``tensorrt_rtx`` (a UsageError with the fix when neither imports) and
 says whether it is weakly typed (TensorRT 10.x: ``BuilderFlag.FP16`` exists) or strongly typed (TensorRT 11,
-TensorRT-RTX). ``gpu_count()`` asks CUDA through cuda-python. Every ``trt.<name>`` used here is listed, with
+TensorRT-RTX). ``gpu_count()`` asks CUDA through cuda-python (``device.py``). Every ``trt.<name>`` used here is listed, with
 its documentation page, in ``fp16bisect/backends/tensorrt/api.py``. Importing this module does not import
 TensorRT.
 """
@@ -76,13 +76,6 @@ def gpu_available() -> bool:
 
 def gpu_count() -> int:
     """GPUs CUDA sees (cuda-python ``cudaGetDeviceCount``; 0 when it cannot tell); never raises."""
-    try:
-        try:
-            from cuda.bindings import runtime as cudart
-        except ImportError:
-            from cuda import cudart  # cuda-python < 12.6
-        err, count = cudart.cudaGetDeviceCount()
-        return int(count) if err == cudart.cudaError_t.cudaSuccess else 0
-    except Exception:
-        return 0
+    from fp16bisect.backends.tensorrt.device import gpu_count as count
 
+    return count()

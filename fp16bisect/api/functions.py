@@ -145,7 +145,8 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
           atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, min_cosine: float | None = None,
           max_mismatch: float = 0.0, backend: str = "emulate", check: str | None = None, keep_plans: bool = False,
           typing: str = "strong", opt_level: int | None = None, timing_cache: str | None = None, jobs: int = 1,
-          devices: str | list | None = None, ray: str | None = None, progress: Progress = None) -> CheckResult:
+          devices: str | list | None = None, ray: str | None = None, progress: Progress = None,
+          strict_environment: bool = False) -> CheckResult:
     """Does the model meet the tolerance in FP16, with the override nodes (if any) kept in FP32? A CI gate.
 
     A failing check is a result (``passed`` False), not an exception.
@@ -171,6 +172,8 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
         devices: GPU ids, one worker each.
         ray: Evaluate as Ray tasks on the cluster at this address.
         progress: A function receiving one line of text per event, or a ``Listener``.
+        strict_environment: Fail (``passed`` False) when the override file was verified on another backend,
+            GPU or TensorRT version (see ``CheckResult.drift``), or records no environment; needs ``overrides``.
 
     Returns:
         The verdict and the metrics per output (``CheckResult``).
@@ -193,31 +196,35 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
                                timing_cache=timing_cache, plans_dir=plans),
         parallel=inputs.parallel(jobs, devices, ray))
     with _own_work_directories():
-        result = run_check(model, samples, options, overrides=overrides, reference=reference, progress=progress)
+        result = run_check(model, samples, options, overrides=overrides, reference=reference, progress=progress,
+                           strict_environment=strict_environment)
         for sample in result.outcome.samples:  # the result outlives the work directory: its samples too
             sample.keep()
         return result
 
 
 def run_check(model: Model, samples: Samples, options: SearchOptions, *, overrides=None,
-              reference: Samples | None = None, progress: Progress = None, hint: str | None = None) -> CheckResult:
+              reference: Samples | None = None, progress: Progress = None, hint: str | None = None,
+              strict_environment: bool = False) -> CheckResult:
     """``check`` with its options typed (``SearchOptions``: the tolerance, backend, its options and parallel).
 
-    ``hint``: the search command the verdict line suggests when the check fails.
+    ``hint``: the search command the verdict line suggests when the check fails. ``strict_environment``: as in
+    ``check``.
     """
     from fp16bisect.diagnose.preflight import check_model, verdict
 
     entries = inputs.sample_entries(samples)
     references = _references(reference, entries)
     with inputs.model_file(model) as path, inputs.overrides_file(overrides) as file:
-        outcome = check_model(path, entries, references, file, options, inputs.listener(progress))
+        outcome = check_model(path, entries, references, file, options, inputs.listener(progress),
+                              strict_environment=strict_environment)
     use = outcome.overrides
     return CheckResult(
         passed=outcome.passed, outputs=outcome.evaluation.worst(), metrics=list(outcome.evaluation.metrics),
         fp32_passes=None if outcome.fp32 is None else outcome.fp32.passed,
         nodes=list(use.nodes) if use else [], missing=list(use.missing) if use else [], backend=outcome.backend,
         tolerance=outcome.tolerance, verdict=verdict(outcome, hint or "fp16bisect.search(model, samples)"),
-        outcome=outcome)
+        drift=outcome.drift, outcome=outcome)
 
 
 def scan(model: Model, samples: Samples, *, progress: Progress = None) -> ScanResult:

@@ -132,6 +132,9 @@ class CheckResult:
         backend: The backend that judged.
         tolerance: The tolerance checked.
         verdict: One line: what the check found and what to do.
+        drift: With an override file, where its answer was verified against here (``diagnose.drift.Drift``:
+            ``changes``, each with ``what``, ``recorded`` and ``here``; ``fails``: ``strict_environment`` failed
+            the check; ``again``: the command that verifies it again; ``to_json()``); None without one.
 
     Examples:
         >>> import fp16bisect
@@ -152,6 +155,7 @@ class CheckResult:
     backend: str
     tolerance: Tolerance
     verdict: str
+    drift: Any = None
     outcome: Any = field(default=None, repr=False, compare=False)  # the pipeline's CheckOutcome (console, report)
 
     @property

@@ -91,7 +91,7 @@ def cmd_check(args) -> int:
                             headroom=args.headroom)
     try:
         result = run_check(args.model, args.inputs, options, overrides=args.overrides, reference=args.reference,
-                           progress=listener, hint=search_hint(args))
+                           progress=listener, hint=search_hint(args), strict_environment=args.strict_environment)
     finally:
         listener.close()
     print_check(result.outcome, result.verdict)

@@ -113,6 +113,9 @@ def _check(sub) -> None:
                  ParallelArgs(), HeadroomArgs("fail (exit 1) when a tensor computed in FP16 has an FP32 peak above "
                                               "65504/F on any sample, naming it"))
     c.add_argument("--overrides", metavar="O.json", help="keep the nodes of this override file in FP32")
+    c.add_argument("--strict-environment", action="store_true",
+                   help="fail (exit 1) when --overrides was verified elsewhere: another backend, GPU or TensorRT "
+                        "version (or, for the emulator, ONNX Runtime version), or records no environment")
 
 
 def _batch(sub) -> None:

@@ -9,6 +9,10 @@ none of whose nodes is in the model was made for another model: refused (exit 2)
 On a data set the check runs every sample (no early stop: it reports how many pass and names the worst, with
 each output's max abs error and the sample's source) and measures the FP32 profile for the headroom of the
 tensors computed in FP16. ``--headroom F`` fails the check (exit 1) when one of them peaks above 65504/F.
+
+With an override file, the check compares where its answer was verified (the file's ``environment``) with where
+it runs (``drift.py``): it says what changed and the command to verify again; ``--strict-environment`` fails the
+check (exit 1) on a change of backend, GPU or TensorRT (and more: see ``drift.py``) or when none is recorded.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from fp16bisect import __version__
+from fp16bisect.diagnose.drift import Drift, again_line, compare
 from fp16bisect.errors import UsageError, shown
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.headroom import Headroom, fp16_tensors, headroom_json, tight
@@ -40,6 +45,7 @@ class OverrideUse:
     same_model: bool
     nodes: list[str]  # pinned: named in the file and present in this model
     missing: list[str] = field(default_factory=list)  # named in the file, not in this model (or not float)
+    environment: dict | None = None  # where the file's answer was verified (None: the file records none)
 
 
 @dataclass
@@ -56,10 +62,11 @@ class CheckOutcome:
     backend_details: dict = field(default_factory=dict)  # the command backend: its command
     headroom: dict | None = None  # the headroom section of the FP16 tensors (None: the profile did not run)
     lacking: list = field(default_factory=list)  # Headroom: FP16 tensors peaking above 65504/--headroom
+    drift: Drift | None = None  # with an override file: where it was verified against here
 
     @property
     def passed(self) -> bool:
-        return self.evaluation.passed and not self.lacking
+        return self.evaluation.passed and not self.lacking and not (self.drift is not None and self.drift.fails)
 
     def per_sample(self) -> list[dict]:
         """Each sample that ran: whether it passed and, per output, its max abs error; the worst first."""
@@ -95,6 +102,7 @@ class CheckOutcome:
             "headroom": self.headroom,
             "lacking_headroom": [h.tensor for h in self.lacking],
             "fp32_passes": None if self.fp32 is None else self.fp32.passed,
+            "environment": None if self.drift is None else self.drift.to_json(),
             "seconds": round(self.seconds, 3),
         }
 
@@ -116,14 +124,19 @@ def use_overrides(graph: Graph, path: str) -> OverrideUse:
             f"{path!r} was made for this model (same sha256) but names {len(missing)} node(s) that it lacks or "
             f"that compute no float: {lacking}; the file is damaged or was edited: rerun 'fp16bisect search'"
         )
-    return OverrideUse(str(path), made_for, same_model, usable, missing)
+    return OverrideUse(str(path), made_for, same_model, usable, missing, data.get("environment"))
 
 
 def check_model(model: str, inputs: list[str], references: list[str] | None = None, overrides: str | None = None,
-                options: SearchOptions | None = None, listener: Listener | None = None) -> CheckOutcome:
+                options: SearchOptions | None = None, listener: Listener | None = None,
+                strict_environment: bool = False) -> CheckOutcome:
     """``options``: the tolerance, the backend, its options and ``parallel`` (the rest is the search's).
     ``parallel`` with room for two: the plan and the all-FP32 plan (needed only when the plan fails) are
-    evaluated together, one round instead of two."""
+    evaluated together, one round instead of two. With ``overrides``, the file's environment is compared with
+    the backend's here (``drift.py``); ``strict_environment``: a change of GPU or TensorRT fails the check."""
+    if strict_environment and not overrides:
+        raise UsageError("--strict-environment compares where an override file was verified with here: "
+                         "give the file with --overrides O.json, or drop --strict-environment")
     listener = listener or Listener()
     given = options or SearchOptions()
     options = SearchOptions(given.tolerance, given.backend, given.backend_options, parallel=given.parallel,
@@ -137,6 +150,10 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
             listener.stage(f"note: {overrides} was made for another version of this model "
                            f"(sha256 {use.made_for[:12]}..., this one {graph.sha256[:12]}...): checking it anyway")
         plan = frozenset(use.nodes) if use else frozenset()
+        drift = None
+        if use is not None:
+            drift = compare(use.path, use.environment, chosen.environment(), strict_environment)
+            drift.again = again_line(drift, model, inputs, references, tolerance)
         oracle.stop_early = False  # a check reports every sample
         section, lacking = _headroom(graph, oracle.samples, plan, options.headroom, listener)
         listener.stage(f"checking on the {chosen.name} backend: {len(plan)} node(s) in FP32, the rest in FP16")
@@ -149,7 +166,7 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
             fp32 = oracle.evaluate(everything)
         return CheckOutcome(graph, tolerance, chosen.name, chosen.versions(), evaluation, use, fp32,
                             time.perf_counter() - start, oracle.samples,
-                            chosen.describe(), section, lacking)
+                            chosen.describe(), section, lacking, drift)
 
 
 def _headroom(graph: Graph, samples, plan, factor: float | None, listener) -> tuple[dict | None, list[Headroom]]:
@@ -198,6 +215,9 @@ def verdict(o: CheckOutcome, command_hint: str) -> str:
         return (f"FAIL{with_what}: every sample meets the tolerance, but {len(o.lacking)} tensor(s) computed in FP16 "
                 f"lack {factor:g}x headroom: {names}{more}; keep their nodes in FP32 with "
                 f"'{command_hint} --headroom {factor:g}'")
+    if o.evaluation.passed and not o.lacking and o.drift is not None and o.drift.fails:
+        return f"FAIL{with_what}: every sample meets the tolerance, but {o.drift.reason()}; verify it again: " \
+               f"{o.drift.again}"
     if o.passed:
         text = f"PASS: every output of every sample meets the tolerance{with_what}"
         if use and not use.same_model:

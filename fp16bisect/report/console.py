@@ -305,7 +305,7 @@ def print_check(outcome, line: str, console: Console | None = None) -> None:
         for m in table_metrics(outcome):
             table.add_row(m.output, str(m.sample), *_metric_cells(m))
         console.print(table)
-    for text in dataset_lines(outcome):
+    for text in [*dataset_lines(outcome), *(escape(t) for t in (outcome.drift.lines() if outcome.drift else []))]:
         console.print(text, highlight=False, soft_wrap=True)
     use = outcome.overrides
     if use and use.missing:

@@ -559,3 +559,35 @@ def _names():
 def built(trt) -> dict:
     """The last build's description."""
     return trt._builds[-1]
+
+
+def make_cuda(gpu: str = "NVIDIA L4", capability: tuple = (8, 9), driver: int = 12040, runtime: int = 12040,
+              devices: int = 1) -> types.ModuleType:
+    """A double of cuda-python's runtime module (``cuda.bindings.runtime``) answering the calls
+    ``fp16bisect.backends.tensorrt.device`` makes, as the real one does: a ``(cudaError_t, value)`` tuple, the
+    device's properties a ``cudaDeviceProp`` whose ``name`` is NUL-padded bytes. ``devices=0`` answers as on a
+    machine without a GPU or driver (TensorRT-RTX on a CPU): cudaErrorInsufficientDriver (35) for the device
+    calls, driver version 0. Install it with ``install_cuda(monkeypatch, make_cuda(...))``."""
+    cudart = types.ModuleType("cuda.bindings.runtime")
+    cudart.cudaError_t = types.SimpleNamespace(cudaSuccess=0, cudaErrorInsufficientDriver=35)
+    no_driver = 35
+    props = types.SimpleNamespace(name=gpu.encode() + b"\x00" * (256 - len(gpu)), major=capability[0],
+                                  minor=capability[1])
+    cudart.cudaGetDeviceCount = lambda: (0, devices) if devices else (no_driver, 0)
+    cudart.cudaGetDevice = lambda: (0, 0) if devices else (no_driver, 0)
+    cudart.cudaGetDeviceProperties = lambda device: (0, props) if device < devices else (no_driver, None)
+    cudart.cudaDriverGetVersion = lambda: (0, driver if devices else 0)
+    cudart.cudaRuntimeGetVersion = lambda: (0, runtime)
+    return cudart
+
+
+def install_cuda(monkeypatch, cudart: types.ModuleType) -> None:
+    """Make ``from cuda.bindings import runtime`` import ``cudart`` (cuda-python 12.6+'s layout)."""
+    import sys
+
+    cuda = types.ModuleType("cuda")
+    cuda.bindings = types.ModuleType("cuda.bindings")
+    cuda.bindings.runtime = cudart
+    monkeypatch.setitem(sys.modules, "cuda", cuda)
+    monkeypatch.setitem(sys.modules, "cuda.bindings", cuda.bindings)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.runtime", cudart)

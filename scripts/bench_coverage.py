@@ -8,7 +8,8 @@ its ``power`` overflows in FP16 only on loud frames. With N samples, one in twel
 is the search on the single most stressing sample. Each row runs in a fresh subprocess (its peak memory is that
 process's ``resource.getrusage`` maxrss) and reports: evaluations (distinct plans), sample runs (a failing plan
 stops at its first failing sample, a passing plan runs every sample), seconds of the search (the FP32 profile,
-one run per sample, included; loading Python not) and the ratio to the N = 1 row.
+one run per sample, included; loading Python not; the median of ``--repeat`` fresh processes, with their
+range) and the ratio to the N = 1 row.
 
 Target: at N = 48 the search costs at most 3x the search on the single most stressing sample.
 """
@@ -73,6 +74,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frame", type=int, default=1 << 16, help="samples per frame (default 65536)")
     parser.add_argument("--sizes", default="1,8,48,200", help="numbers of samples, one row each")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per row; the median seconds is shown (default 3)")
     parser.add_argument("--row", type=int, default=None, help=argparse.SUPPRESS)  # the child's one row
     args = parser.parse_args(argv)
     if args.row is not None:
@@ -80,16 +82,22 @@ def main(argv=None) -> int:
         return 0
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):
-        done = subprocess.run([sys.executable, __file__, "--frame", str(args.frame), "--row", str(n)],
-                              capture_output=True, text=True, check=True)
-        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        runs = []
+        for _ in range(args.repeat):
+            done = subprocess.run([sys.executable, __file__, "--frame", str(args.frame), "--row", str(n)],
+                                  capture_output=True, text=True, check=True)
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        runs.sort(key=lambda r: r["seconds"])
+        rows.append({**runs[len(runs) // 2], "spread": (runs[0]["seconds"], runs[-1]["seconds"])})
     base = next((r for r in rows if r["n"] == 1), rows[0])
-    print(f"loudness model, {args.frame} samples per frame, emulate backend; one frame in twelve loud\n")
-    print("| N | evaluations | sample runs | seconds | peak memory (MB) | ratio to N = 1 | FP32 nodes |")
+    print(f"loudness model, {args.frame} samples per frame, emulate backend; one frame in twelve loud; "
+          f"median of {args.repeat} run(s) per row\n")
+    print("| N | evaluations | sample runs | seconds (min..max) | peak memory (MB) | ratio to N = 1 | FP32 nodes |")
     print("|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
-        print(f"| {r['n']} | {r['evaluations']} | {r['runs']} | {r['seconds']:.2f} | {r['maxrss_mb']:.0f} | "
-              f"{r['seconds'] / base['seconds']:.2f}x | {', '.join(r['fp32'])} |")
+        low, high = r["spread"]
+        print(f"| {r['n']} | {r['evaluations']} | {r['runs']} | {r['seconds']:.2f} ({low:.2f}..{high:.2f}) | "
+              f"{r['maxrss_mb']:.0f} | {r['seconds'] / base['seconds']:.2f}x | {', '.join(r['fp32'])} |")
     target = next((r for r in rows if r["n"] == TARGET_N), None)
     if target is not None:
         ratio = target["seconds"] / base["seconds"]

@@ -58,9 +58,12 @@ def culprit_judge(tmp_path):
     """)))
 
 
-def command_oracle(tmp_path, command, inputs=(LN_IN,), model=LN):
+def command_oracle(tmp_path, command, inputs=(LN_IN,), model=LN, stop_early=False):
+    """``stop_early`` False (as ``check`` runs): one command on every sample; True (as a search runs): the first
+    sample alone, then the rest."""
     options = SearchOptions(Tolerance(), "command", Options.of(command=command, plans_dir=str(tmp_path / "plans dir")))
     graph, backend, oracle = prepare(str(model), [str(i) for i in inputs], None, options, Listener())
+    oracle.stop_early = stop_early
     return graph, backend, oracle
 
 
@@ -240,7 +243,8 @@ def test_keep_plans_keeps_every_plan_directory(culprit_judge, tmp_path, capsys):
     for plan in kept:
         names = {p.name for p in plan.iterdir()}
         assert names == {"model.onnx", "overrides.json", "inputs", "outputs", "command.txt", "stdout.txt",
-                         "stderr.txt"}
+                         "stderr.txt", "samples.txt"}
+        assert (plan / "samples.txt").read_text() == f"sample_0.npz\t{LN_IN}\n"
         assert (plan / "command.txt").read_text().startswith(f"{PY} {culprit_judge} {plan}/overrides.json")
 
 
@@ -381,3 +385,48 @@ def test_the_trtexec_judge_builds_runs_and_writes_outputs(trtexec_judge, known, 
     _, _, missing = command_oracle(tmp_path, judge.replace(str(fake), str(tmp_path / "nowhere")), inputs, model)
     with pytest.raises(CommandAborted, match="exited with code 255.*not found: install TensorRT"):
         missing.evaluate(frozenset())
+
+
+# -- samples most stressing first, a failing plan stopped at its first failing sample
+
+
+def test_a_failing_plan_runs_the_command_once_on_one_sample_when_the_stressing_sample_goes_first(tmp_path, capsys,
+                                                                                                   known):
+    """loudness: 7 quiet frames and a loud one (given last). The judge fails a plan that leaves power or energy in
+    FP16 on a loud frame. The FP32 profile puts the loud frame first, so each failing plan runs the command once,
+    on that frame alone; a passing plan runs it on that frame, then on the 7 others (every sample judged once)."""
+    loud = known["loudness"]["loud"][0]
+    frames = [SAMPLES / "loudness" / f"frame_{i:02d}.npz" for i in [*range(7), loud]]
+    log = tmp_path / "runs.txt"
+    judge = write(tmp_path / "judge.py", f"""
+        import json, sys
+        from pathlib import Path
+        import numpy as np
+        overrides, inputs, log = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+        kept = {{n["name"] for n in json.load(open(overrides))["fp32_nodes"]}}
+        files = sorted(inputs.glob("*.npz"))
+        loud = any(np.abs(np.load(f)["x"]).max() > 64 for f in files)  # (4x)^2 > 65504
+        passed = {{"power", "energy"}} <= kept or not loud
+        with open(log, "a") as f:
+            f.write(f"{{len(files)}} {{int(loud)}} {{int(passed)}} {{(inputs.parent / 'samples.txt').read_text().split()[1]}}\\n")
+        sys.exit(0 if passed else 1)
+    """)
+    out = tmp_path / "o.json"
+    check = f"{PY} {judge} {{overrides}} {{inputs}} {log}"
+    code, _, err = run(capsys, "search", SAMPLES / "loudness.onnx", *[x for f in frames for x in ("--inputs", f)],
+                       "--backend", "command", "--check", check, "-o", out, "--prior", "none", "-q")
+    assert code == 0, err
+    data = json.loads(out.read_text())
+    assert sorted(n["name"] for n in data["fp32_nodes"]) == ["energy", "power"]
+    runs = [line.split() for line in log.read_text().splitlines()]
+    failing = [r for r in runs if r[2] == "0"]
+    assert failing and all(r[:2] == ["1", "1"] and r[3] == str(frames[-1]) for r in failing)  # one loud sample
+    passing = [r for r in runs if r[2] == "1"]
+    assert [r[0] for r in passing] == ["1", "7"] * (len(passing) // 2)  # the loud frame, then the 7 others
+    assert len(runs) == len(failing) + 2 * data["search"]["evaluations_run"] - 2 * len(failing)
+    journal, = tmp_path.glob("o.journal*.jsonl")
+    judged = [json.loads(line) for line in journal.read_text().splitlines()[1:]]
+    judged = [e for e in judged if "passed" in e]
+    assert all(e["samples"] == [7] for e in judged if not e["passed"])
+    assert all(sorted(e["samples"]) == list(range(8)) for e in judged if e["passed"])
+    assert data["samples"]["decided"][0]["index"] == 7  # the exit code of a one-sample run names its sample

@@ -1,8 +1,9 @@
 """The interface every backend declares (``Backend``) and the typed options one is made with (``Options``).
 
 A backend turns a plan (the candidate ids kept in FP32) into outputs. Two kinds: most run one sample at a
-time (``run``); one that judges a whole plan at once (the command backend: one command for every sample)
-sets ``whole_plans`` and implements ``run_plan``, which returns every sample's outputs or a bare verdict.
+time (``run``); one that judges a plan on several samples at once (the command backend: one command for them)
+sets ``whole_plans`` and implements ``run_plan``, which returns every given sample's outputs or a bare verdict
+(the oracle gives it the most stressing sample first, then the rest: ``evaluation/whole_plans.py``).
 Either raises ``errors.CouldNotEvaluate`` (``BuildFailed`` for a build) for a plan it cannot evaluate. The oracle, the executors and the
 pipeline use only what is declared here; the defaults say "nothing to add". A backend holds resources
 (sessions, engines, temporary files) from its making to ``close``; use it as ``with backend: ...``.
@@ -28,7 +29,7 @@ class Verdict:
 class Backend:
     name: BackendName
     deterministic: bool = False  # two runs of one plan give the same outputs (else the final set is run again)
-    whole_plans: bool = False  # judges a plan on every sample at once: ``run_plan``, not ``run``
+    whole_plans: bool = False  # judges a plan on several samples at once: ``run_plan``, not ``run``
     typing: Typing | None = None  # tensorrt only
     progress: Callable[[str], None] | None = None  # where a backend that reports each evaluation says so
 
@@ -56,7 +57,8 @@ class Backend:
         raise NotImplementedError(f"the {self.name} backend runs whole plans: call run_plan")
 
     def run_plan(self, plan: frozenset, inputs_per_sample: list, repeat: int = 0, **kwargs):
-        """Every sample's outputs, or an ``Verdict`` (``whole_plans`` backends only)."""
+        """Every given sample's outputs, or a ``Verdict`` (``whole_plans`` backends only); ``inputs_per_sample``
+        is a sequence that may read each sample when it is asked for."""
         raise NotImplementedError(f"the {self.name} backend runs one sample at a time: call run")
 
     def noise(self, inputs: dict, plan: frozenset = frozenset()) -> tuple | None:

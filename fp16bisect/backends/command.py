@@ -1,13 +1,17 @@
 """Any runtime as the judge: a shell command evaluates each plan (``--backend command --check 'CMD'``).
 
-For every plan, one command runs for all samples, in a directory of its own
-(so several plans can be evaluated at once), after each placeholder of CMD is
-replaced by a shell-quoted path:
+For every plan, the command runs in a directory of its own (so several plans
+can be evaluated at once), after each placeholder of CMD is replaced by a
+shell-quoted path. A search runs it on the most stressing sample first (the FP32
+profile's, or the one that failed the last plan) alone, then, if the plan passed
+there, once more on the other samples (``evaluation/whole_plans.py``): a failing
+plan usually costs one run on one sample. ``check`` runs it once on all samples.
 
     {model}      the plan's mixed-precision ONNX, as ``fp16bisect apply`` writes it (FP32 inputs and outputs)
     {overrides}  the plan as an override JSON (the result file's schema: fp32_nodes with name, op_type, outputs)
     {original}   the FP32 model given on the command line
-    {inputs}     a directory holding sample_0.npz, sample_1.npz, ... (one per --inputs, keyed by input name)
+    {inputs}     a directory holding sample_0.npz, sample_1.npz, ... (the samples of this run, keyed by input name;
+                 samples.txt says which sample each one is), each read and written in turn (one in memory at a time)
     {outputs}    an empty directory: sample_<i>.npz written there (one array per model output) are compared
                  with the references under the tolerance; if nothing is written, the exit code is the verdict
 
@@ -34,7 +38,7 @@ import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -96,12 +100,12 @@ def describe_exit(code: int) -> str:
 
 
 class CommandBackend(Backend):
-    """Evaluates a whole plan (all samples) by running one shell command. Thread-safe: each evaluation has its
+    """Evaluates a plan on the samples it is given by running one shell command. Thread-safe: each evaluation has its
     own directory and shares nothing it writes."""
 
     name = "command"
     deterministic = True  # the judge is assumed to repeat itself; --repeats N when its builds vary
-    whole_plans = True  # one command judges every sample of a plan
+    whole_plans = True  # one command judges several samples of a plan at once
 
     def __init__(self, graph: Graph, command: str, *, plans_dir: str | Path = "fp16bisect.plans",
                  keep_plans: bool = False, progress: Callable[[str], None] | None = None,
@@ -143,9 +147,11 @@ class CommandBackend(Backend):
 
     # -- evaluation
 
-    def run_plan(self, plan, inputs: list[dict[str, np.ndarray]], repeat: int = 0,
+    def run_plan(self, plan, inputs: Sequence[dict[str, np.ndarray]], repeat: int = 0,
                  placeholders: Mapping[str, object] | None = None):
-        """Every sample's outputs (a list of dicts) when the command wrote them, else a ``Verdict``.
+        """Every given sample's outputs (a list of dicts) when the command wrote them, else a ``Verdict``.
+        ``inputs``: a sequence read one sample at a time (``whole_plans.StageInputs``, whose ``sources`` name
+        the samples in ``samples.txt``), or a list.
         ``placeholders``: more values to substitute, e.g. ``{"device": 1}`` for an executor that runs plans on
         several GPUs at once."""
         plan = frozenset(plan)
@@ -189,7 +195,7 @@ class CommandBackend(Backend):
         suffix = f"-r{repeat}" if repeat else ""
         return Path(tempfile.mkdtemp(prefix=f"{key}{suffix}-", dir=self.plans_dir))
 
-    def _write(self, plan: frozenset, inputs: list[dict], workdir: Path, repeat: int) -> dict[str, Path]:
+    def _write(self, plan: frozenset, inputs: Sequence[dict], workdir: Path, repeat: int) -> dict[str, Path]:
         from fp16bisect.artifacts.apply import save
         from fp16bisect.artifacts.mixed import convert
         from fp16bisect.artifacts.files import write_json
@@ -207,8 +213,12 @@ class CommandBackend(Backend):
         if not self.graph.path:
             save(self.graph.model, paths["original"])
         paths["inputs"].mkdir()
-        for i, arrays in enumerate(inputs):
-            np.savez(paths["inputs"] / f"sample_{i}.npz", **arrays)
+        for i in range(len(inputs)):  # one sample's arrays in memory at a time
+            np.savez(paths["inputs"] / f"sample_{i}.npz", **inputs[i])
+        sources = getattr(inputs, "sources", None)
+        if sources:
+            (workdir / "samples.txt").write_text("".join(f"sample_{i}.npz\t{source}\n"
+                                                         for i, source in enumerate(sources)), encoding="utf-8")
         paths["outputs"].mkdir()
         return paths
 

@@ -16,7 +16,8 @@ for the next (the most recent first). Only a passing plan runs every sample, so 
 every sample passes, and the verdicts, hence the answer, do not depend on the order: a resumed search (whose
 replayed evaluations put their failing samples first again) gives the same answer. Such an evaluation carries
 the metrics of the samples it ran (``Evaluation.samples``, in the order run). ``stop_early=False`` (``check``)
-runs every sample of every plan. A backend that judges whole plans runs every sample, in the given order.
+runs every sample of every plan. A backend that judges whole plans gets the first sample of the order alone, then
+the rest if the plan passed there (``evaluation/whole_plans.py``), each sample's inputs read when it is written.
 
 With an ``executor`` (fp16bisect.parallel: worker processes or Ray tasks), ``evaluate_many`` runs the plans not
 yet known concurrently; each evaluation is memoised and journaled as it completes, in completion order, so an
@@ -24,8 +25,8 @@ interrupted parallel search resumes like a serial one.
 
 Two kinds of backend. Most run one sample at a time: ``run(plan, inputs, repeat=)``
 returns that sample's outputs. A backend that judges a whole plan at once (the
-``command`` backend runs one command for all samples) has ``run_plan(plan,
-inputs_per_sample, repeat=)`` instead, and returns either every sample's
+``command`` backend runs one command for several samples) has ``run_plan(plan,
+inputs_per_sample, repeat=)`` instead, and returns either every given sample's
 outputs (compared here, like any others) or a bare ``Verdict`` (the command's
 exit code): then the evaluation says so (``verdict_from = "exit_code"``) and
 carries no metrics. Outputs such a backend hands over that do not fit the
@@ -55,6 +56,7 @@ from typing import Literal
 
 from fp16bisect.backends.base import Verdict
 from fp16bisect.errors import CouldNotEvaluate, ReasonKind, UsageError
+from fp16bisect.evaluation.whole_plans import judge_stage, stages
 from fp16bisect.tolerance import OutputMetrics, Tolerance, compare, worst_per_output
 
 UNEVALUABLE_AFTER = 8  # plans asked before the share that could not be evaluated can stop the search
@@ -108,7 +110,11 @@ class Evaluation:
 
     @property
     def failed_on(self) -> int | None:
-        """The first sample that failed the plan (None: none failed, or the verdict is an exit code)."""
+        """The first sample that failed the plan (None: none failed, or an exit code failed several samples at
+        once)."""
+        if self.verdict_from == EXIT_CODE:
+            lone = not self.passed and self.reason is None and len(self.samples) == 1
+            return self.samples[0] if lone else None
         return next((m.sample for m in self.metrics if not m.passed), None)
 
     @property
@@ -336,42 +342,48 @@ def evaluate_plan(backend, samples, tolerance: Tolerance, outputs: list[str], pl
     order = samples.order if isinstance(samples, Ordered) else SampleOrder()
     samples = samples.samples if isinstance(samples, Ordered) else samples
     indices = list(order.indices) or list(range(len(samples)))
-    if backend.whole_plans:
-        indices = list(range(len(samples)))
     metrics = []
     verdicts = []
     bare = []  # the repeats' bare verdicts (exit codes)
     ran: dict[int, None] = {}
     for repeat in range(first_repeat, first_repeat + repeats):
         try:
-            judged = _judge(backend, samples, plan, repeat, placeholders)
-            if isinstance(judged, Verdict):
-                bare.append(judged)
-                verdicts.append(judged.passed)
-                ran.update(dict.fromkeys(indices))
-                continue
-            run_metrics = _compare(backend, samples, tolerance, outputs, judged, indices, order.stop_early, ran)
+            if backend.whole_plans:
+                run_metrics, said = _judge_whole(backend, samples, tolerance, outputs, plan, repeat, placeholders,
+                                                 indices, order.stop_early, ran)
+                bare += said
+            else:
+                run_metrics, said = _compare(backend, samples, tolerance, outputs,
+                                             lambda i: backend.run(plan, samples[i].inputs, repeat=repeat),
+                                             indices, order.stop_early, ran), []
         except CouldNotEvaluate as exc:
             return Evaluation(plan, False, tuple(metrics), time.perf_counter() - start, reason=Reason.of(exc),
                               samples=tuple(ran))
-        verdicts.append(all(m.passed for m in run_metrics))
+        verdicts.append(all(v.passed for v in said) and all(m.passed for m in run_metrics))
         metrics += run_metrics  # every repeat runs (repeats that disagree are reported flaky), each stopping early
     return Evaluation(plan, all(verdicts), tuple(metrics), time.perf_counter() - start,
                       flaky=len(set(verdicts)) > 1, verdict_from=EXIT_CODE if bare else OUTPUTS,
                       detail="; ".join(dict.fromkeys(v.detail for v in bare if v.detail)), samples=tuple(ran))
 
 
-def _judge(backend, samples, plan: frozenset, repeat: int, placeholders: dict | None):
-    """Outputs per sample (a function of the sample's index, run when called, for backends that run one sample
-    at a time), or a ``Verdict``."""
-    if backend.whole_plans:
-        judged = backend.run_plan(plan, [s.inputs for s in samples], repeat=repeat,
-                                  placeholders={"device": "0", **(placeholders or {})})
-        if not isinstance(judged, Verdict) and len(judged) != len(samples):
-            raise CouldNotEvaluate(f"the {backend.name} backend returned outputs for {len(judged)} sample(s), "
-                              f"not {len(samples)}", kind="outputs")
-        return judged if isinstance(judged, Verdict) else judged.__getitem__
-    return lambda i: backend.run(plan, samples[i].inputs, repeat=repeat)
+def _judge_whole(backend, samples, tolerance: Tolerance, outputs: list[str], plan: frozenset, repeat: int,
+                 placeholders: dict | None, indices: list[int], stop_early: bool, ran: dict):
+    """A plan on a backend that judges whole plans, in stages (``whole_plans.stages``: the first sample alone, then
+    the rest), until a stage fails: its metrics and the bare verdicts (exit codes) it got."""
+    metrics, said = [], []
+    for stage in stages(indices, stop_early):
+        judged = judge_stage(backend, samples, plan, stage, repeat, placeholders)
+        if isinstance(judged, Verdict):
+            ran.update(dict.fromkeys(stage))
+            said.append(judged)
+            passed = judged.passed
+        else:
+            found = _compare(backend, samples, tolerance, outputs, judged, stage, stop_early, ran)
+            metrics += found
+            passed = all(m.passed for m in found)
+        if not passed:
+            break
+    return metrics, said
 
 
 def _compare(backend, samples, tolerance: Tolerance, outputs: list[str], outputs_of, indices: list[int],

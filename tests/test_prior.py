@@ -385,3 +385,27 @@ def test_a_judge_that_passes_all_fp16_gets_no_pins_whatever_the_prior_says():
     test = Counted(lambda plan: plan in (frozenset(), start) or len(plan) > 2)
     result = search(["scale_up", "scale_down", "conv", "sigmoid"], test, start=start)
     assert result.status == "fp16_passes" and result.fp32 == () and test.plans == [frozenset()]
+
+
+def test_a_resumed_search_treats_the_headroom_forced_nodes_as_a_fresh_one_does(engine, tmp_path, capsys):
+    """--headroom 400 forces ``sum`` (its peak 204 > 65504/400) to FP32 in every plan; the engine ignores the pin on
+    branch0, so the emulator's set fails there and its alternatives are searched, over the candidates without the
+    forced node (the prior's order has none). Resumed, the prior is read back from the journal and a fresh emulator
+    makes the alternatives: with the same forced nodes and sample order, it gives the same answer and JSON."""
+    engine.forced = frozenset({"branch0"})
+    out = tmp_path / "o.json"
+    answers = []
+    for _ in ("fresh", "resumed"):
+        code, stdout, err = run(capsys, *ACC, "-o", out, "--headroom", "400", "-q")
+        assert code == 0, err
+        answers.append(read(out))
+    fresh, resumed = answers
+    found = [n["name"] for n in fresh["fp32_nodes"]]
+    assert found[0] == "sum" and len(found) == 8 and "branch0" not in found  # sum forced, 7 branches searched
+    assert [n["name"] for n in resumed["fp32_nodes"]] == found
+    assert fresh["search"]["forced_by_headroom"] == resumed["search"]["forced_by_headroom"] == ["sum"]
+    assert resumed["search"]["evaluations_run"] == 0 and resumed["prior"]["replayed"] is True
+    same = lambda data: {**data, "search": {k: v for k, v in data["search"].items()  # noqa: E731
+                                            if k not in ("seconds", "evaluations_run")},
+                         "prior": {k: v for k, v in data["prior"].items() if k not in ("replayed", "alternatives")}}
+    assert same(resumed) == same(fresh)

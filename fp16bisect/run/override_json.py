@@ -85,8 +85,9 @@ def search_json(o) -> dict:
         "jobs": oracle.width,  # plans evaluated at once
         "repeats": oracle.repeats,
         **capped("flaky", [plan_json(e.plan) for e in oracle.flaky]),
-        "minimal": result.minimal,
+        "minimal": result.minimal,  # with forced_by_headroom: 1-minimal beyond those nodes
         "minimality": result.minimality,
+        **({"forced_by_headroom": [f.node for f in o.forced]} if o.headroom else {}),
         # members kept because their removal could not be evaluated: why, from that evaluation
         "unverified": unverified(o),
         "unevaluable": len(oracle.build_failures),

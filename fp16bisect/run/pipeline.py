@@ -198,7 +198,8 @@ def _search(graph, chosen, oracle, listener, prof, prior):
         listener.stage(f"on the {chosen.name} backend: evaluating the emulator's {len(prior.fp32)} node(s), then "
                        "certifying each (or continuing from them if they fail)")
         result = search(ids, oracle, order=prior.order, start=prior.fp32, hooks=Hooks(alternatives=Alternatives(
-            graph, prior, oracle.samples, oracle.tolerance, oracle.outputs, listener), recheck=recheck, on_step=step),
+            graph, prior, oracle.samples, oracle.tolerance, oracle.outputs, listener, forced=oracle.forced,
+            stress=oracle.stress), recheck=recheck, on_step=step),
             **common)
         listener.stage(agreement(result, chosen.name))
     else:

@@ -39,9 +39,13 @@ class Alternatives:
     ROUNDS = 3  # the one-member round, then two guesses: each costs an evaluation on the judge
     RETRIES = 3  # guesses the emulator cannot pass with (or answers as before) in a round, before giving up
 
-    def __init__(self, graph, prior: Prior, samples, tolerance, outputs, listener):
+    def __init__(self, graph, prior: Prior, samples, tolerance, outputs, listener, *, forced=frozenset(),
+                 stress=()):
+        """``forced``: the nodes the judge keeps in FP32 in every plan (``--headroom``), never searched; ``stress``:
+        the judge's sample order. A resumed search's emulator gets both, as the fresh prior's had them."""
         self.graph, self.prior, self.listener = graph, prior, listener
         self.samples, self.tolerance, self.outputs = samples, tolerance, outputs
+        self.forced, self.stress = frozenset(forced), list(stress)
         self.needed: set = set()  # members the emulator cannot do without: not suspected
         self.offered: set = {frozenset(prior.fp32)}
         self.rounds = 0
@@ -66,11 +70,16 @@ class Alternatives:
 
     def _oracle(self) -> Oracle:
         """The prior's own: its memo (and journal) already hold each S - {m}; when the prior was read back from
-        the judge's journal (resumed), a fresh emulator, with the same verdicts."""
+        the judge's journal (resumed), a fresh emulator, with the same verdicts: the same nodes forced, the same
+        sample order."""
         if self.prior.oracle is None:
             from fp16bisect.backends.emulate import EmulateBackend
 
-            self.prior.oracle = Oracle(EmulateBackend(self.graph), self.samples, self.tolerance, self.outputs)
+            oracle = Oracle(EmulateBackend(self.graph), self.samples, self.tolerance, self.outputs)
+            oracle.forced = self.forced
+            if self.stress:
+                oracle.prefer(self.stress)
+            self.prior.oracle = oracle
         return self.prior.oracle
 
     def _record(self, found: int, evaluations: int, seconds: float) -> None:
@@ -113,8 +122,9 @@ class Alternatives:
         return []
 
     def _answer(self, oracle, avoid: frozenset) -> frozenset | None:
-        """The emulator's answer with ``avoid`` in FP16, from S without them; None if it cannot pass so."""
-        ids = [n.id for n in self.graph.candidates if n.id not in avoid]
+        """The emulator's answer with ``avoid`` in FP16, from S without them; None if it cannot pass so. The nodes
+        the oracle forces to FP32 (``--headroom``) are in every plan and never searched, as in the prior's search."""
+        ids = [n.id for n in self.graph.candidates if n.id not in avoid and n.id not in oracle.forced]
         result = search(ids, oracle, order=[c for c in self.prior.order if c not in avoid],
                         start=[c for c in self.prior.fp32 if c not in avoid])
         return frozenset(result.fp32) if result.status == "found" else None

@@ -205,3 +205,26 @@ def test_a_headroom_search_writes_its_report_with_the_all_fp16_contrast(capsys, 
     assert sorted(n["name"] for n in data["fp32_nodes"]) == CULPRITS
     page = report.read_text()
     assert "power" in page and "energy" in page and "features" in page
+
+
+def test_the_json_says_which_nodes_headroom_forced_and_minimal_is_beyond_them(capsys, tmp_path):
+    """loudness on all 48 frames: the search alone keeps power and energy. --headroom 4 forces more (on the loud
+    frames the energy and its normalisation peak above 65504/4 too), and those forced nodes alone pass: the answer
+    is the forced set, ``minimal`` is true though power and energy alone would do, because it is 1-minimal beyond
+    the forced nodes, which ``search.forced_by_headroom`` names. Without --headroom the key is absent; with a
+    --headroom that forces nothing it is empty."""
+    plain, _ = search(capsys, tmp_path, FRAMES, "-q", name="plain.json")
+    assert "forced_by_headroom" not in plain["search"] and plain["search"]["minimal"] is True
+    assert sorted(n["name"] for n in plain["fp32_nodes"]) == CULPRITS
+    forced, _ = search(capsys, tmp_path, FRAMES, "-q", "--headroom", "4", name="forced.json")
+    named = forced["search"]["forced_by_headroom"]
+    assert set(CULPRITS) < set(named) and [n["name"] for n in forced["fp32_nodes"]] == named
+    assert all(n["forced"] is True for n in forced["fp32_nodes"])
+    assert forced["search"]["minimal"] is True and "forced by --headroom alone pass" in forced["search"]["minimality"]
+    quiet, _ = search(capsys, tmp_path, QUIET8, "-q", "--headroom", "4", name="quiet.json")
+    assert sorted(quiet["search"]["forced_by_headroom"]) == CULPRITS  # the quiet frames' power: 27-31% > 25%
+    wide, _ = search(capsys, tmp_path, QUIET8, "-q", "--headroom", "1.1", name="wide.json")
+    assert wide["search"]["forced_by_headroom"] == [] and wide["fp32_nodes"] == []  # given, nothing forced
+    from fp16bisect.artifacts.overrides import problems
+
+    assert problems(forced) == problems(quiet) == problems(wide) == ""

@@ -402,6 +402,7 @@ def test_a_resumed_search_treats_the_headroom_forced_nodes_as_a_fresh_one_does(e
     fresh, resumed = answers
     found = [n["name"] for n in fresh["fp32_nodes"]]
     assert found[0] == "sum" and len(found) == 8 and "branch0" not in found  # sum forced, 7 branches searched
+    assert fresh["search"]["minimal"] is True  # 1-minimal beyond sum: each branch's removal evaluated and failed
     assert [n["name"] for n in resumed["fp32_nodes"]] == found
     assert fresh["search"]["forced_by_headroom"] == resumed["search"]["forced_by_headroom"] == ["sum"]
     assert resumed["search"]["evaluations_run"] == 0 and resumed["prior"]["replayed"] is True

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -228,3 +229,37 @@ def test_the_json_says_which_nodes_headroom_forced_and_minimal_is_beyond_them(ca
     from fp16bisect.artifacts.overrides import problems
 
     assert problems(forced) == problems(quiet) == problems(wide) == ""
+
+
+def header_of(journal) -> dict:
+    return json.loads(Path(journal).read_text().splitlines()[0])
+
+
+def test_a_search_with_another_headroom_or_shape_profile_never_resumes_the_verdicts_of_the_first(capsys, tmp_path):
+    """The journal beside -o is keyed by the search: --headroom and the deployment's shape profile are part of it.
+    With --headroom 4 then without, the second search evaluates afresh in a journal of its own; the same --headroom
+    again resumes every verdict; a shape profile is another search again."""
+    out = tmp_path / "o.json"
+    argv = ["search", MODEL, *inputs(QUIET8), "-o", out]
+    code, _, err = run(capsys, *argv, "--headroom", "4")
+    assert code == 0 and "resuming" not in err
+    first = json.loads(out.read_text())
+    code, _, err = run(capsys, *argv)
+    assert code == 0 and "resuming" not in err
+    plain = json.loads(out.read_text())
+    assert plain["search"]["evaluations_run"] == plain["search"]["evaluations"] > 0
+    assert plain["search"]["journal"] != first["search"]["journal"] and plain["fp32_nodes"] == []
+    assert header_of(first["search"]["journal"])["headroom"] == 4.0
+    assert "headroom" not in header_of(plain["search"]["journal"])
+    code, _, err = run(capsys, *argv, "--headroom", "4")
+    assert code == 0 and "resuming:" in err
+    again = json.loads(out.read_text())
+    assert again["search"]["evaluations_run"] == 0 and again["search"]["journal"] == first["search"]["journal"]
+    assert again["fp32_nodes"] == first["fp32_nodes"]
+    profile = [x for k in ("min", "opt", "max") for x in (f"--{k}-shapes", "x:1x64")]
+    code, _, err = run(capsys, *argv, *profile)
+    assert code == 0 and "resuming" not in err, err
+    shaped = json.loads(out.read_text())
+    assert shaped["search"]["journal"] not in (plain["search"]["journal"], first["search"]["journal"])
+    assert header_of(shaped["search"]["journal"])["shapes"] == {"x": [[1, 64], [1, 64], [1, 64]]}
+    assert len(list(tmp_path.glob("o.journal-*.jsonl"))) == 3

@@ -4,7 +4,7 @@ On a GPU an evaluation is an engine build of seconds to minutes and a search
 can run for an hour. Rerunning the same command after Ctrl-C, a kill -9 or a
 crash replays the journal instead of repeating finished evaluations. The first
 line says what search it belongs to (model hash, backend, tolerance, samples,
-repeats); a journal of another search is refused, never mixed in. A line cut
+repeats, and the --headroom factor and the deployment's shape profile when given); a journal of another search is refused, never mixed in. A line cut
 short by a kill is ignored. Its file name carries a short digest of that first
 line (``journal_key``), so another search beside the same ``-o`` (a looser
 tolerance, another model) starts its own journal instead of meeting this one. Plain text, ``git bisect log`` style: inspectable
@@ -40,7 +40,7 @@ from fp16bisect.model.samples import update_digest
 from fp16bisect.evaluation.oracle import Evaluation, Reason
 
 SCHEMA = "fp16bisect.journal/1"
-KEYS = ("model_sha256", "backend", "tolerance", "samples", "repeats")
+KEYS = ("model_sha256", "backend", "tolerance", "samples", "repeats", "headroom", "shapes")  # the last two: when given
 CRASHED = ("the process died evaluating this plan (a crash or a kill); fp16bisect search --retry-crashed "
            "evaluates it again")
 

@@ -105,7 +105,8 @@ def _journal(graph, chosen, given: str, options: SearchOptions, listener: Listen
     if not options.output:
         return None
     # another judge (the command backend: another command) is another search: its verdicts are not replayed
-    header = journal_header(graph, chosen.journal_name, options.tolerance, given, options.repeats)
+    header = journal_header(graph, chosen.journal_name, options.tolerance, given, options.repeats,
+                            headroom=options.headroom, profile=options.backend_options.input_shapes)
     # keyed by what the search is: another search at this -o journals beside it; one journaled before journals
     # were keyed resumes from its old file
     path = journal_path(options.output, journal_key(header))
@@ -120,9 +121,18 @@ def _journal(graph, chosen, given: str, options: SearchOptions, listener: Listen
     return journal
 
 
-def journal_header(graph: Graph, backend: str, tolerance: Tolerance, samples_digest: str, repeats: int) -> dict:
-    return {"model_sha256": graph.sha256, "backend": backend, "tolerance": tolerance.to_json(),
-            "samples": samples_digest, "repeats": repeats}
+def journal_header(graph: Graph, backend: str, tolerance: Tolerance, samples_digest: str, repeats: int, *,
+                   headroom: float | None = None, profile: dict | None = None) -> dict:
+    """What the search is, as its journal's first line (and key) says. ``headroom`` (the nodes --headroom forces
+    are in every plan) and the deployment's shape ``profile`` (the engines a plan is judged on) change what a
+    verdict means, so they are part of it when given (absent otherwise: a journal from before them resumes)."""
+    header = {"model_sha256": graph.sha256, "backend": backend, "tolerance": tolerance.to_json(),
+              "samples": samples_digest, "repeats": repeats}
+    if headroom is not None:
+        header["headroom"] = float(headroom)
+    if profile:
+        header["shapes"] = {name: [list(map(int, dims)) for dims in ranges] for name, ranges in sorted(profile.items())}
+    return header
 
 
 def search_model(model: str, inputs: list[str], references: list[str] | None = None,

@@ -263,3 +263,48 @@ def test_a_search_with_another_headroom_or_shape_profile_never_resumes_the_verdi
     assert shaped["search"]["journal"] not in (plain["search"]["journal"], first["search"]["journal"])
     assert header_of(shaped["search"]["journal"])["shapes"] == {"x": [[1, 64], [1, 64], [1, 64]]}
     assert len(list(tmp_path.glob("o.journal-*.jsonl"))) == 3
+
+
+def test_headroom_in_the_api_and_a_manifest_means_what_the_flag_means(capsys, tmp_path):
+    """headroom=4 on the 8 quiet frames keeps power and energy, as --headroom 4 does, and that answer holds on the
+    loud frames; check(headroom=2) fails the 48-frame answer as check --headroom 2 does; a manifest entry's
+    headroom is the flag's too."""
+    import fp16bisect
+
+    found = fp16bisect.search(MODEL, QUIET8, headroom=KNOWN["headroom"])
+    assert sorted(n.name for n in found.fp32_nodes) == CULPRITS
+    assert sorted(found.to_dict()["search"]["forced_by_headroom"]) == CULPRITS
+    assert fp16bisect.check(MODEL, LOUD, overrides=found).passed
+    every = fp16bisect.search(MODEL, FRAMES)
+    assert fp16bisect.check(MODEL, FRAMES, overrides=every).passed
+    assert not fp16bisect.check(MODEL, FRAMES, overrides=every, headroom=2).passed  # energy_eps peaks at 74%
+    assert fp16bisect.check(MODEL, FRAMES, overrides=every, headroom="1.2").passed
+    manifest = tmp_path / "zoo.json"
+    quiet = [str(p) for p in QUIET8]
+    manifest.write_text(json.dumps({"entries": [
+        {"model": str(MODEL), "inputs": quiet, "action": "search", "headroom": 4, "name": "forced"},
+        {"model": str(MODEL), "inputs": quiet, "action": "search", "name": "plain"},
+        {"model": str(MODEL), "inputs": [str(p) for p in FRAMES], "overrides": str(tmp_path / "forced.overrides.json"),
+         "headroom": 2, "name": "gate"},
+    ]}))
+    code, _, err = run(capsys, "batch", manifest, "--json", tmp_path / "batch.json", "--jobs", "1")
+    forced, plain, gate = json.loads((tmp_path / "batch.json").read_text())["entries"]
+    assert sorted(forced["fp32_nodes"]) == CULPRITS and plain["fp32_nodes"] == []
+    assert gate["verdict"] == "FAIL" and "lack 2x headroom" in gate["error"] and code == 1
+
+
+@pytest.mark.parametrize("value", [1, 0.5, "nan", "x", True])
+def test_a_bad_headroom_is_the_same_one_line_from_the_flag_the_api_and_a_manifest(capsys, tmp_path, value):
+    import fp16bisect
+
+    code, _, err = run(capsys, "search", MODEL, *inputs(QUIET8), "--headroom", str(value))
+    said = one_line_error(err).removeprefix("fp16bisect: error: ")
+    assert code == 2 and said.startswith(f"--headroom {value} must be a finite number above 1")
+    for api in (fp16bisect.search, fp16bisect.check):
+        with pytest.raises(fp16bisect.UsageError) as raised:
+            api(MODEL, QUIET8, headroom=float("nan") if value == "nan" else value)
+        assert str(raised.value) == said
+    manifest = tmp_path / "zoo.json"
+    manifest.write_text(json.dumps({"entries": [{"model": str(MODEL), "inputs": str(QUIET8[0]), "headroom": value}]}))
+    code, _, err = run(capsys, "batch", manifest)
+    assert code == 2 and one_line_error(err) == f"fp16bisect: error: manifest {str(manifest)!r}, entry 1: {said}"

@@ -367,3 +367,62 @@ def test_every_command_takes_a_directory_of_samples(tmp_path, capsys):
     assert main(["batch", str(manifest), "--jobs", "1"]) == 0  # relative to the manifest, expanded there
     assert culprits(json.loads((tmp_path / "found.json").read_text())) == CULPRITS
     capsys.readouterr()
+
+
+# -- the shape profile in the Python API and batch manifests: the flags' meaning and their one check
+
+PROFILE = {"min_shapes": "x:1x4x64", "opt_shapes": "x:1x16x64", "max_shapes": "x:1x64x64"}
+PROFILED = {"x": [{"dim": 1, "name": "seq", "covered": [8, 16], "profile": [4, 16, 64]}]}
+
+
+def test_the_api_and_a_manifest_take_the_shape_profile_as_the_flags_do(dynamic, tmp_path, capsys):
+    import fp16bisect
+    from fp16bisect.cli.main import main as cli
+
+    result = fp16bisect.search(dynamic, tmp_path / "seq", **PROFILE)
+    assert sorted(n.name for n in result.fp32_nodes) == RMS_CULPRITS and result.to_dict()["shapes"] == PROFILED
+    as_dicts = {"min_shapes": {"x": [1, 4, 64]}, "opt_shapes": {"x": "1x16x64"}, "max_shapes": {"x": (1, 64, 64)}}
+    assert fp16bisect.search(dynamic, tmp_path / "seq", **as_dicts).to_dict()["shapes"] == PROFILED
+    with pytest.raises(fp16bisect.UsageError, match="outside the profile"):  # the seq-8 sample
+        fp16bisect.check(dynamic, tmp_path / "seq", min_shapes="x:1x10x64", max_shapes="x:1x32x64")
+    manifest = tmp_path / "zoo.toml"
+    manifest.write_text(f"""
+        [[entry]]
+        model = "{dynamic.name}"
+        inputs = "seq"
+        action = "search"
+        min_shapes = "x:1x4x64"
+        opt_shapes = "x:1x16x64"
+        max_shapes = {{ x = [1, 64, 64] }}
+    """.replace("\n        ", "\n"))
+    assert cli(["batch", str(manifest), "--json", str(tmp_path / "batch.json"), "--jobs", "1"]) == 0
+    entry, = json.loads((tmp_path / "batch.json").read_text())["entries"]
+    assert sorted(entry["fp32_nodes"]) == RMS_CULPRITS and entry["result"]["shapes"] == PROFILED
+
+
+@pytest.mark.parametrize("given", [
+    {"max_shapes": "x:1x16"},  # a max without a min
+    {"max_shapes": "x1x16x64"},
+    {"min_shapes": "x:1x8x64", "max_shapes": "x:1xsixteenx64"},
+    {"min_shapes": "x:1x8x64", "max_shapes": "y:1x16x64"},
+    {"min_shapes": "x:1x16x64", "max_shapes": "x:1x8x64"},
+    {"min_shapes": "z:1x8x64", "max_shapes": "z:1x16x64"},
+])
+def test_a_bad_profile_is_the_same_one_line_from_the_flags_the_api_and_a_manifest(dynamic, tmp_path, capsys,
+                                                                                 given):
+    import fp16bisect
+
+    flags = [x for key, text in given.items() for x in ("--" + key.replace("_", "-"), text)]
+    assert main(["search", str(dynamic), "--inputs", str(tmp_path / "seq"), "-q", *flags]) == 2
+    said = error_line(capsys).removeprefix("fp16bisect: error: ")
+    with pytest.raises(fp16bisect.UsageError) as api:
+        fp16bisect.search(dynamic, tmp_path / "seq", **given)
+    assert str(api.value) == said
+    manifest = tmp_path / "zoo.json"
+    manifest.write_text(json.dumps({"entries": [{"model": str(dynamic), "inputs": "seq", **given}]}))
+    code = main(["batch", str(manifest)])
+    line = error_line(capsys)
+    if "which the model does not have" in said:  # known only with the model: that entry fails alone
+        assert code == 1
+    else:  # the manifest is bad input: exit 2, nothing runs
+        assert code == 2 and line == f"fp16bisect: error: manifest {str(manifest)!r}, entry 1: {said}"

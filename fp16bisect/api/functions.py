@@ -14,13 +14,15 @@ from typing import Callable, Iterable, Mapping, Union
 from fp16bisect.api import inputs
 from fp16bisect.api.results import ApplyResult, CheckResult, Node, ScanResult, SearchResult
 from fp16bisect.errors import UsageError
-from fp16bisect.model import weights
+from fp16bisect.model import shapes, weights
+from fp16bisect.model.headroom import factor
 from fp16bisect.run.options import SearchOptions
 from fp16bisect.run.outcome import Listener
 from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
 
 Model = Union[str, Path, "onnx.ModelProto"]  # noqa: F821 (onnx is imported only when a ModelProto is given)
 Samples = Union[str, Path, Mapping, Iterable]
+Shapes = Union[str, Mapping, None]  # trtexec's "name:1x3x224x224,..." or {input name: shape}
 Progress = Union[Callable[[str], None], Listener, None]
 
 __all__ = ["apply", "check", "run_check", "run_search", "scan", "search"]
@@ -32,7 +34,8 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
            opt_level: int | None = None, timing_cache: str | None = None, noise_ok: bool = False,
            output: str | Path | None = None, jobs: int = 1, devices: str | list | None = None,
            ray: str | None = None, repeats: int = 1, prior: str = "auto", restart: bool = False,
-           retry_crashed: bool = False, progress: Progress = None) -> SearchResult:
+           retry_crashed: bool = False, headroom: float | None = None, min_shapes: Shapes = None,
+           opt_shapes: Shapes = None, max_shapes: Shapes = None, progress: Progress = None) -> SearchResult:
     """Find the smallest set of nodes to keep in FP32 so that the model, the rest in FP16, meets the tolerance.
 
     Args:
@@ -61,6 +64,13 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         prior: ``"auto"``, ``"emulate"`` or ``"none"``: search on the emulator first, then certify on ``backend``.
         restart: Discard the journal of an earlier run of this search instead of resuming it.
         retry_crashed: When resuming, evaluate again the plans an earlier run died evaluating.
+        headroom: As ``--headroom F``: a tensor whose FP32 peak on any sample exceeds 65504/F counts as an
+            overflow; its writer and readers stay in FP32 in every plan, and the search minimises the rest.
+        min_shapes: As ``--min-shapes``: the deployment's smallest input shapes, trtexec's text
+            (``"x:1x8x64"``) or a dict ``{input name: shape}``; with ``max_shapes`` (and ``opt_shapes``), the
+            profile the tensorrt backend builds with.
+        opt_shapes: As ``--opt-shapes``: the deployment's most frequent input shapes.
+        max_shapes: As ``--max-shapes``: the deployment's largest input shapes.
         progress: A function receiving one line of text per event (e.g. ``print``), or a ``Listener``.
 
     Returns:
@@ -82,9 +92,11 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
     options = SearchOptions(
         inputs.tolerance(atol, rtol, min_cosine, max_mismatch), backend,
         inputs.backend_options(backend, check, keep_plans=keep_plans, typing=typing, opt_level=opt_level,
-                               timing_cache=timing_cache),
+                               timing_cache=timing_cache,
+                               input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes)),
         noise_ok=noise_ok, output=None if output is None else str(output), repeats=repeats, restart=restart,
-        retry_crashed=retry_crashed, parallel=inputs.parallel(jobs, devices, ray), prior=prior)
+        retry_crashed=retry_crashed, parallel=inputs.parallel(jobs, devices, ray), prior=prior,
+        headroom=factor(headroom))
     with _own_work_directories():
         result = run_search(model, samples, options, reference=reference, progress=progress)
         for sample in result.outcome.oracle.samples:  # the result outlives the work directory: its samples too
@@ -145,8 +157,9 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
           atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, min_cosine: float | None = None,
           max_mismatch: float = 0.0, backend: str = "emulate", check: str | None = None, keep_plans: bool = False,
           typing: str = "strong", opt_level: int | None = None, timing_cache: str | None = None, jobs: int = 1,
-          devices: str | list | None = None, ray: str | None = None, progress: Progress = None,
-          strict_environment: bool = False) -> CheckResult:
+          devices: str | list | None = None, ray: str | None = None, headroom: float | None = None,
+          min_shapes: Shapes = None, opt_shapes: Shapes = None, max_shapes: Shapes = None,
+          progress: Progress = None, strict_environment: bool = False) -> CheckResult:
     """Does the model meet the tolerance in FP16, with the override nodes (if any) kept in FP32? A CI gate.
 
     A failing check is a result (``passed`` False), not an exception.
@@ -171,6 +184,11 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
         jobs: Plans evaluated at once (2 evaluates the all-FP32 plan alongside).
         devices: GPU ids, one worker each.
         ray: Evaluate as Ray tasks on the cluster at this address.
+        headroom: As ``--headroom F``: fail when a tensor computed in FP16 has an FP32 peak above 65504/F on any
+            sample.
+        min_shapes: The deployment's input shape profile, as in ``search``; ``opt_shapes``, ``max_shapes`` too.
+        opt_shapes: As ``--opt-shapes``.
+        max_shapes: As ``--max-shapes``.
         progress: A function receiving one line of text per event, or a ``Listener``.
         strict_environment: Fail (``passed`` False) when the override file was verified on another backend,
             GPU or TensorRT version (see ``CheckResult.drift``), or records no environment; needs ``overrides``.
@@ -193,8 +211,9 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
     options = SearchOptions(
         inputs.tolerance(atol, rtol, min_cosine, max_mismatch), backend,
         inputs.backend_options(backend, check, keep_plans=keep_plans, typing=typing, opt_level=opt_level,
-                               timing_cache=timing_cache, plans_dir=plans),
-        parallel=inputs.parallel(jobs, devices, ray))
+                               timing_cache=timing_cache, plans_dir=plans,
+                               input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes)),
+        parallel=inputs.parallel(jobs, devices, ray), headroom=factor(headroom))
     with _own_work_directories():
         result = run_check(model, samples, options, overrides=overrides, reference=reference, progress=progress,
                            strict_environment=strict_environment)

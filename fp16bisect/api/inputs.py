@@ -111,8 +111,9 @@ def _number(value) -> bool:
 
 def backend_options(backend: str, check: str | None = None, *, keep_plans: bool = False, typing: str = "strong",
                     opt_level: int | None = None, timing_cache: str | None = None,
-                    plans_dir: str | None = None) -> Options:
-    """The backend's options; an option of one backend given for another is a usage error."""
+                    plans_dir: str | None = None, input_shapes: dict | None = None) -> Options:
+    """The backend's options; an option of one backend given for another is a usage error. ``input_shapes``:
+    the deployment's profile, already checked (``model.shapes.profile_of``)."""
     if backend not in NAMES:
         raise UsageError(f"unknown backend {backend!r}: use one of {', '.join(map(repr, NAMES))}")
     if backend == "command" and not check:
@@ -129,7 +130,7 @@ def backend_options(backend: str, check: str | None = None, *, keep_plans: bool 
     if opt_level is not None and opt_level not in range(6):
         raise UsageError(f"opt_level={opt_level!r}: give a TensorRT builder optimisation level from 0 to 5")
     return Options.of(opt_level=opt_level, timing_cache=timing_cache, command=check, keep_plans=keep_plans,
-                      typing=typing, plans_dir=plans_dir)
+                      typing=typing, plans_dir=plans_dir, input_shapes=input_shapes)
 
 
 def parallel(jobs: int = 1, devices=None, ray: str | None = None):

@@ -81,12 +81,13 @@ class Samples:
                                 "Polygraphy JSON from polygraphy run --save-outputs (FILE.json:RUNNER picks a "
                                 "runner)")
         if self.profile:
-            g.add_argument("--max-shapes", type=shapes_flag("--max-shapes"), default=None, metavar="NAME:AxB,...",
+            # checked with the other flags (model/shapes.profile_of: the one check of the API and manifests too)
+            g.add_argument("--max-shapes", default=None, metavar="NAME:AxB,...",
                            help="the deployment's largest input shapes, as trtexec takes them "
                                 "(name:1x3x224x224,other:1x8): the tensorrt backend builds this optimisation profile "
                                 "instead of the samples' span, and the result warns when no sample reaches a maximum")
             for flag, which in (("--min-shapes", "smallest"), ("--opt-shapes", "most frequent")):
-                g.add_argument(flag, type=shapes_flag(flag), default=None, metavar="NAME:AxB,...",
+                g.add_argument(flag, default=None, metavar="NAME:AxB,...",
                                help=f"the deployment's {which} input shapes (trtexec's syntax, see --max-shapes)")
 
     @staticmethod
@@ -101,7 +102,7 @@ class Samples:
         """The deployment profile the shape flags give (None: none), per input (min, opt, max)."""
         from fp16bisect.model import shapes
 
-        return shapes.combine(*(getattr(args, k, None) for k in ("min_shapes", "opt_shapes", "max_shapes")))
+        return shapes.profile_of(*(getattr(args, k, None) for k in ("min_shapes", "opt_shapes", "max_shapes")))
 
 
 def loader_script(text: str) -> str:
@@ -109,19 +110,6 @@ def loader_script(text: str) -> str:
     if not path.endswith(".py"):
         raise argparse.ArgumentTypeError(f"{text!r} is not FILE.py or FILE.py:FUNC")
     return text if path != text else f"{text}:load_data"
-
-
-def shapes_flag(flag: str):
-    def parse(text: str) -> dict:
-        from fp16bisect.model import shapes
-
-        try:
-            return shapes.parse(text, flag)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    parse.__name__ = flag.lstrip("-")
-    return parse
 
 
 class ToleranceArgs:
@@ -283,11 +271,11 @@ def model_then_overrides(first: str, second: str) -> tuple[str, str]:
 
 
 def headroom_factor(text: str) -> float:
-    value = number(text)
-    if not (value > 1 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number above 1 (e.g. 2: a peak above "
-                                         "65504/2 counts as an overflow)")
-    return value
+    """``--headroom F``, checked by ``model.headroom.factor`` (the API's and manifests' check too): its
+    ``UsageError`` passes through argparse, the same one line."""
+    from fp16bisect.model.headroom import factor
+
+    return factor(text)
 
 
 class HeadroomArgs:

@@ -12,6 +12,10 @@ An optional ``defaults`` table applies to every entry; each entry
     atol, rtol, min_cosine, max_mismatch                         (default: fp16bisect's)
     backend     "emulate", "tensorrt" or "auto"                  (default "auto")
     overrides   check: keep this override file's nodes in FP32
+    headroom    as --headroom F (search: forced nodes; check: fails a tensor lacking it)   (default: off)
+    min_shapes, opt_shapes, max_shapes
+                the deployment's input shape profile, as --min-shapes ... take it: trtexec's text
+                ("x:1x3x224x224") or a table {input name = "1x3x224x224" or [1, 3, 224, 224]}
     output      search: where to write the override JSON (its journal goes beside it)
                 (default: beside the manifest, <name>.overrides.json; <name>-<number>.overrides.json
                 when names repeat)
@@ -38,7 +42,8 @@ from fp16bisect.errors import UsageError
 SCHEMA = "fp16bisect.batch/1"
 ACTIONS = ("check", "search")
 KEYS = {"model", "inputs", "references", "action", "atol", "rtol", "min_cosine", "max_mismatch", "backend",
-        "overrides", "output", "name"}
+        "overrides", "output", "name", "headroom", "min_shapes", "opt_shapes", "max_shapes"}
+SHAPE_KEYS = ("min_shapes", "opt_shapes", "max_shapes")
 TOLERANCE_KEYS = ("atol", "rtol", "min_cosine", "max_mismatch")
 
 
@@ -121,6 +126,7 @@ def _entry(raw, number: int, base: Path, manifest: str) -> dict:
         value = entry.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value != value):
             raise UsageError(f"{where}: '{key}' must be a number, not {value!r}")
+    _coverage(entry, where)
     for key in ("model", "overrides", "output"):
         if entry.get(key) is not None:
             if not isinstance(entry[key], str):
@@ -131,6 +137,27 @@ def _entry(raw, number: int, base: Path, manifest: str) -> dict:
     entry.setdefault("name", Path(entry["model"]).name)
     entry["number"] = number
     return entry
+
+
+def _coverage(entry: dict, where: str) -> None:
+    """``headroom`` and the shape profile, checked as the command line checks its flags (one check each:
+    ``model.headroom.factor``, ``model.shapes.profile_of``); the profile kept as ``profile``."""
+    from fp16bisect.model import headroom, shapes
+
+    try:
+        entry["headroom"] = headroom.factor(entry.get("headroom"))
+        entry["profile"] = shapes.profile_of(*(entry.pop(k, None) for k in SHAPE_KEYS))
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+
+
+def _options(entry: dict, tolerance, **more):
+    """The entry's ``SearchOptions``: its tolerance, backend, headroom and shape profile."""
+    from fp16bisect.backends.base import Options
+    from fp16bisect.run.options import SearchOptions
+
+    return SearchOptions(tolerance, entry["backend"], Options.of(input_shapes=entry.get("profile")),
+                         headroom=entry.get("headroom"), **more)
 
 
 def _result(entry: dict, *, verdict: str, seconds: float | None, error: str) -> dict:
@@ -170,9 +197,8 @@ def run_entry(_state, entry: dict) -> dict:
 
 def _check(entry: dict, tolerance, result: dict) -> None:
     from fp16bisect.diagnose.preflight import check_model, verdict
-    from fp16bisect.run.options import SearchOptions
 
-    options = SearchOptions(tolerance, entry["backend"])
+    options = _options(entry, tolerance)
     outcome = check_model(entry["model"], entry["inputs"], entry["references"] or None, entry.get("overrides"),
                           options)
     line = verdict(outcome, f"fp16bisect search {entry['model']}")
@@ -188,13 +214,12 @@ def outcome_evaluations(outcome) -> int:
 
 def _search(entry: dict, tolerance, result: dict) -> None:
     from fp16bisect.artifacts.files import check_writable, write_json
-    from fp16bisect.run.options import SearchOptions
     from fp16bisect.run.pipeline import search_model
 
     output = entry.get("output")
     if output:
         check_writable(output)
-    options = SearchOptions(tolerance, entry["backend"], output=output)
+    options = _options(entry, tolerance, output=output)
     outcome = search_model(entry["model"], entry["inputs"], entry["references"] or None, options)
     r = outcome.result
     ok = r.passed and r.minimal

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from fp16bisect.errors import UsageError
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.profile import Profile
 from fp16bisect.model.statistics import FP16_MAX, FP16_MIN_NORMAL, TensorStats
@@ -21,6 +22,21 @@ from fp16bisect.model.statistics import FP16_MAX, FP16_MIN_NORMAL, TensorStats
 TIGHT = 2.0  # an FP16 tensor of the answer with less headroom than this is named, with --headroom suggested
 LISTED = 16.0  # the JSON lists every FP16 tensor with less headroom than this (at least SHOWN, at most LIMIT)
 SHOWN, LIMIT = 3, 100
+
+
+def factor(value) -> float | None:
+    """``--headroom F`` checked, as the command line, the Python API (``headroom=``) and batch manifests take it:
+    None, or a finite number above 1 (or its text); anything else is a ``UsageError``, the same line everywhere."""
+    if value is None:
+        return None
+    try:
+        number = math.nan if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (number > 1 and math.isfinite(number)):
+        raise UsageError(f"--headroom {value} must be a finite number above 1 (e.g. 2: a peak above 65504/2 counts "
+                         "as an overflow)")
+    return number
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ had: where the profile's maximum is larger than any sample's, an overflow that g
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fp16bisect.errors import UsageError
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.samples import sample_shapes
@@ -38,6 +40,36 @@ def parse(text: str, flag: str = "--max-shapes") -> dict[str, tuple[int, ...]]:
             raise ValueError(f"{flag} names input {name!r} twice")
         found[name] = shape
     return found
+
+
+def profile_of(min_shapes=None, opt_shapes=None, max_shapes=None) -> dict[str, tuple] | None:
+    """The deployment profile as the command line (``--min-shapes/--opt-shapes/--max-shapes``), the Python API and
+    batch manifests (``min_shapes=``, ...) give it: each None, trtexec's text (``name:1x3x224x224,other:1x8``)
+    or a mapping {input name: shape} (a shape as ``"1x3x224x224"`` or a list of whole numbers). Checked here
+    once: anything wrong is a ``UsageError``, the same line everywhere. None: no profile given."""
+    return combine(*(_given(value, flag) for value, flag in zip((min_shapes, opt_shapes, max_shapes), FLAGS)))
+
+
+def _given(value, flag: str) -> dict | None:
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        try:
+            value = ",".join(f"{name}:{dims if isinstance(dims, str) else 'x'.join(map(_whole, dims))}"
+                             for name, dims in value.items())
+        except TypeError:
+            value = None
+    if not isinstance(value, str):
+        raise UsageError(f"{flag} must be name:shape text (e.g. {EXAMPLE}) or a mapping {{input name: shape}}")
+    try:
+        return parse(value, flag)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _whole(dim) -> str:
+    """A dimension of a shape given as a list: a whole number (anything else fails in ``parse``)."""
+    return str(dim) if isinstance(dim, int) and not isinstance(dim, bool) else repr(dim)
 
 
 def combine(low: dict | None, opt: dict | None, high: dict | None) -> dict[str, tuple] | None:

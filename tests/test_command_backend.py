@@ -398,17 +398,19 @@ def test_a_failing_plan_runs_the_command_once_on_one_sample_when_the_stressing_s
     loud = known["loudness"]["loud"][0]
     frames = [SAMPLES / "loudness" / f"frame_{i:02d}.npz" for i in [*range(7), loud]]
     log = tmp_path / "runs.txt"
-    judge = write(tmp_path / "judge.py", f"""
+    judge = write(tmp_path / "judge.py", """
         import json, sys
         from pathlib import Path
         import numpy as np
         overrides, inputs, log = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-        kept = {{n["name"] for n in json.load(open(overrides))["fp32_nodes"]}}
+        kept = {n["name"] for n in json.load(open(overrides))["fp32_nodes"]}
         files = sorted(inputs.glob("*.npz"))
         loud = any(np.abs(np.load(f)["x"]).max() > 64 for f in files)  # (4x)^2 > 65504
-        passed = {{"power", "energy"}} <= kept or not loud
+        passed = {"power", "energy"} <= kept or not loud
+        named = inputs.parent / "samples.txt"  # which sample each file is
+        first = named.read_text().split()[1] if named.exists() else "?"
         with open(log, "a") as f:
-            f.write(f"{{len(files)}} {{int(loud)}} {{int(passed)}} {{(inputs.parent / 'samples.txt').read_text().split()[1]}}\\n")
+            f.write(f"{len(files)} {int(loud)} {int(passed)} {first}\\n")
         sys.exit(0 if passed else 1)
     """)
     out = tmp_path / "o.json"

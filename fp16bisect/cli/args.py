@@ -153,11 +153,12 @@ class BackendArgs:
                             "command: your own command judges each plan (--check); "
                             "auto (default): tensorrt when TensorRT, Polygraphy and a GPU are present, else emulate")
         g.add_argument("--check", default=None, metavar="'CMD'", dest="check_command",
-                       help="with --backend command: the shell command that judges a plan, run once per plan with "
+                       help="with --backend command: the shell command that judges a plan, run with "
                             "{model} (the plan's mixed-precision ONNX), {overrides} (the plan as an override JSON), "
                             "{original}, {inputs} (sample_<i>.npz) and {outputs} (write sample_<i>.npz there to "
-                            "have them compared) replaced by quoted paths; exit 0 pass, 1-127 fail, 125 cannot "
-                            "evaluate, other codes abort (as git bisect run)")
+                            "have them compared) replaced by quoted paths; a search runs it on the most stressing "
+                            "sample first, then on the others if the plan passed; exit 0 pass, 1-127 fail, 125 "
+                            "cannot evaluate, other codes abort (as git bisect run)")
         g.add_argument("--keep-plans", action="store_true",
                        help="with --backend command: keep each plan's files (model, overrides, inputs, outputs, "
                             "stdout/stderr) under <output>.plans/ instead of removing them after each evaluation")

@@ -346,11 +346,13 @@ def evaluate_plan(backend, samples, tolerance: Tolerance, outputs: list[str], pl
     verdicts = []
     bare = []  # the repeats' bare verdicts (exit codes)
     ran: dict[int, None] = {}
+    compare_stage = lambda outputs_of, stage: _compare(  # noqa: E731
+        backend, samples, tolerance, outputs, outputs_of, stage, order.stop_early, ran)
     for repeat in range(first_repeat, first_repeat + repeats):
         try:
             if backend.whole_plans:
-                run_metrics, said = _judge_whole(backend, samples, tolerance, outputs, plan, repeat, placeholders,
-                                                 indices, order.stop_early, ran)
+                run_metrics, said = _judge_whole(backend, samples, plan, repeat, placeholders,
+                                                 stages(indices, order.stop_early), compare_stage, ran)
                 bare += said
             else:
                 run_metrics, said = _compare(backend, samples, tolerance, outputs,
@@ -366,19 +368,20 @@ def evaluate_plan(backend, samples, tolerance: Tolerance, outputs: list[str], pl
                       detail="; ".join(dict.fromkeys(v.detail for v in bare if v.detail)), samples=tuple(ran))
 
 
-def _judge_whole(backend, samples, tolerance: Tolerance, outputs: list[str], plan: frozenset, repeat: int,
-                 placeholders: dict | None, indices: list[int], stop_early: bool, ran: dict):
+def _judge_whole(backend, samples, plan: frozenset, repeat: int, placeholders: dict | None, staged: list,
+                 compare_stage, ran: dict):
     """A plan on a backend that judges whole plans, in stages (``whole_plans.stages``: the first sample alone, then
-    the rest), until a stage fails: its metrics and the bare verdicts (exit codes) it got."""
+    the rest), until a stage fails: its metrics (``compare_stage(outputs_of, stage)``) and the bare verdicts (exit
+    codes) it got; ``ran`` notes the samples run."""
     metrics, said = [], []
-    for stage in stages(indices, stop_early):
+    for stage in staged:
         judged = judge_stage(backend, samples, plan, stage, repeat, placeholders)
         if isinstance(judged, Verdict):
             ran.update(dict.fromkeys(stage))
             said.append(judged)
             passed = judged.passed
         else:
-            found = _compare(backend, samples, tolerance, outputs, judged, stage, stop_early, ran)
+            found = compare_stage(judged, stage)
             metrics += found
             passed = all(m.passed for m in found)
         if not passed:

@@ -29,6 +29,10 @@ variance of 9.79e7) is written as its folded form, as TensorRT's ONNX parser bui
 gamma / sqrt(var + epsilon) and shift = beta - mean * scale, computed in FP32 at write time, stored in FP16 by
 the same rule and applied per channel by a Mul and an Add that writes the BatchNormalization's output tensor
 (``Graph.batchnorm_fold``).
+
+A BF16 graph (``--precision bf16``, ``Graph.precision``) is written the same way with BFLOAT16 for FP16: bfloat16
+tensors and Casts, constants by the BF16 rule (``model/fp16.py``), at opset 22 or later (the graph upgraded a
+model below it: the first opset whose Conv and pooling take bfloat16).
 """
 
 from __future__ import annotations
@@ -50,7 +54,6 @@ from fp16bisect.model.subgraphs import outer_reads, subgraphs
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
 CONTROL_FLOW = {"If", "Loop", "Scan"}
-_HALF_TYPE = "tensor(float16)"
 
 
 @dataclass
@@ -128,12 +131,13 @@ class _Constants(Mapping):
 class _Converter:
     def __init__(self, graph: Graph, plan: frozenset, fp16_io: bool):
         self.graph = graph
+        self.half = graph.precision.onnx_type  # FLOAT16, or BFLOAT16 for a BF16 graph
         self.plan = plan
         self.fp16_io = fp16_io
         self.candidates = {n.id for n in graph.candidates}
         self.opset = graph.opset
         self.constants = _Constants(graph)
-        self.prec: dict[str, int] = {}  # float tensor -> FLOAT or HALF
+        self.prec: dict[str, int] = {}  # float tensor -> FLOAT or self.half
         self.notes: list[str] = []
         self.folds: dict = {}  # BatchNormalization id -> its fp16.BatchNormFold
 
@@ -142,14 +146,14 @@ class _Converter:
         """node id -> (node precision, required precision per input slot or None for untouched)."""
         for v in self.graph.model.graph.input:
             if self.graph.is_float(v.name) and v.name not in self.constants:
-                self.prec[v.name] = HALF if self.fp16_io else FLOAT
+                self.prec[v.name] = self.half if self.fp16_io else FLOAT
         decisions = {}
         for node in self.graph.nodes:
             if node.op_type == "Constant" and node.outputs and node.outputs[0] in self.constants:
                 continue
             p = self._precision(node)
             required, outputs = self._slots(node, p)
-            fold = self.graph.batchnorm_fold(node) if p == HALF else None
+            fold = self.graph.batchnorm_fold(node) if p == self.half else None
             if fold is not None:
                 self.folds[node.id] = fold
                 self.notes.append(f"BatchNormalization {node.id} written as its folded FP32-computed scale and shift "
@@ -169,9 +173,9 @@ class _Converter:
                 self.notes.append(f"{node.op_type} node {node.id!r} stays in FP32: its subgraphs are not converted")
             return FLOAT
         if node.id in self.candidates:
-            return HALF
+            return self.half
         read = [t for t in node.inputs if self.graph.is_float(t) and t not in self.constants]
-        return HALF if read and all(self.prec.get(t) == HALF for t in read) else FLOAT
+        return self.half if read and all(self.prec.get(t) == self.half for t in read) else FLOAT
 
     def _slots(self, node: Node, p: int) -> tuple[list[int | None], list[int | None]]:
         """Required precision of each input and resulting precision of each output (None: not float)."""
@@ -197,8 +201,8 @@ class _Converter:
                 continue  # type set by an attribute (Cast's "to"): stays FP32
             if not has_out and any(kind == "in" and i in params for kind, i in slots):
                 continue  # parameters with a type of their own (BatchNormalization-15 statistics) stay FP32
-            q = HALF if p == HALF and _HALF_TYPE in allowed[var] else FLOAT
-            if p == HALF and q == FLOAT and has_out and node.id in self.candidates:
+            q = self.half if p == self.half and self.graph.precision.onnx_type_str in allowed[var] else FLOAT
+            if p == self.half and q == FLOAT and has_out and node.id in self.candidates:
                 self.notes.append(
                     f"{node.op_type} node {node.id!r} stays in FP32: opset {self.opset} has no FP16 {node.op_type}"
                 )
@@ -217,12 +221,12 @@ class _Converter:
             out.initializer.append(numpy_helper.from_array(value, name))
         mixed.fp16_constants += 2
         scaled = fresh_t(f"{node.id}/scaled")
-        self.prec[scaled] = HALF
+        self.prec[scaled] = self.half
         out.node.append(helper.make_node("Mul", [x, names[0]], [scaled], name=fresh_n(f"{node.id}/folded_scale")))
         out.node.append(helper.make_node("Add", [scaled, names[1]], [proto.output[0]], name=proto.name))
 
     def reads(self, decisions) -> tuple[dict[str, set], dict[str, list[str]]]:
-        """What each constant is read as (FLOAT, HALF), and which nodes read it in FP16."""
+        """What each constant is read as (FLOAT, self.half), and which nodes read it in FP16."""
         wants: dict[str, set] = defaultdict(set)
         readers: dict[str, list[str]] = defaultdict(list)
         for node in self.graph.nodes:
@@ -232,7 +236,7 @@ class _Converter:
             for t, q in zip(node.inputs, required):
                 if q is not None and t in self.constants:
                     wants[t].add(q)
-                    if q == HALF:
+                    if q == self.half:
                         readers[t].append(node.id)
             for t in node.implicit:
                 if t in self.constants:
@@ -241,7 +245,7 @@ class _Converter:
 
     def conversions(self, wants: dict[str, set], readers: dict[str, list[str]]) -> list[Conversion]:
         """The constants stored in FP16 that the rule changes beyond rounding, then the folds' scales and shifts."""
-        found = [self.graph.conversion(t, readers[t]) for t in self.constants if HALF in wants.get(t, ())]
+        found = [self.graph.conversion(t, readers[t]) for t in self.constants if self.half in wants.get(t, ())]
         found += [c for fold in self.folds.values() for c in fold.conversions]
         return [c for c in found if c is not None]
 
@@ -263,8 +267,8 @@ class _Converter:
         wants, readers = self.reads(decisions)
         half_name = {}
         for t in self.constants:
-            if HALF in wants.get(t, ()):
-                half_name[t] = t if wants[t] == {HALF} and t not in {o.name for o in g.output} else fresh_t(f"{t}_fp16")
+            if self.half in wants.get(t, ()):
+                half_name[t] = t if wants[t] == {self.half} and t not in {o.name for o in g.output} else fresh_t(f"{t}_fp16")
         mixed = Mixed(model, pinned=[n.id for n in self.graph.nodes if n.id in self.plan])
         mixed.conversions = self.conversions(wants, readers)
         self._write_constants(out, half_name, readers, mixed)
@@ -274,13 +278,13 @@ class _Converter:
         def view(t: str, q: int) -> str:
             """Name of tensor t in precision q, inserting the Cast on first use."""
             if t in self.constants:
-                return half_name[t] if q == HALF else t
+                return half_name[t] if q == self.half else t
             if self.prec.get(t, q) == q:
                 return t
             if (t, q) not in casts:
-                name = fresh_t(f"{t}_{'fp16' if q == HALF else 'fp32'}")
+                name = fresh_t(f"{t}_{'fp16' if q == self.half else 'fp32'}")
                 out.node.append(helper.make_node(
-                    "Cast", [t], [name], name=fresh_n(f"fp16bisect/cast_{'fp16' if q == HALF else 'fp32'}/{t}"), to=q
+                    "Cast", [t], [name], name=fresh_n(f"fp16bisect/cast_{'fp16' if q == self.half else 'fp32'}/{t}"), to=q
                 ))
                 casts[(t, q)] = name
             return casts[(t, q)]
@@ -297,9 +301,9 @@ class _Converter:
                 if q is not None:
                     proto.input[i] = view(t, q)
             for t in node.implicit:  # subgraphs read outer tensors in FP32
-                if self.graph.is_float(t) and t not in self.constants and self.prec.get(t) == HALF:
+                if self.graph.is_float(t) and t not in self.constants and self.prec.get(t) == self.half:
                     _rename_reads(proto, t, view(t, FLOAT))
-            if p == HALF:
+            if p == self.half:
                 mixed.fp16_nodes.append(node.id)
             if node.id in self.folds:
                 self._write_fold(out, node, proto, proto.input[0], fresh_t, fresh_n, mixed)
@@ -325,18 +329,18 @@ class _Converter:
                 out.initializer.append(tensor)
         for v in [*out.input, *out.value_info]:  # declarations of constants now stored in FP16
             if v.name in half_name and half_name[v.name] == v.name and v.type.HasField("tensor_type"):
-                v.type.tensor_type.elem_type = HALF
+                v.type.tensor_type.elem_type = self.half
 
     def _constant_node(self, proto: onnx.NodeProto, half_name: dict) -> onnx.NodeProto:
         t = proto.output[0]
         if half_name.get(t) != t:
             return proto  # read in FP32 only, or its FP16 copy is an initializer
         node = helper.make_node("Constant", [], [t], name=proto.name,
-                                value=numpy_helper.from_array(constant_to_fp16(self.constants[t]), t))
+                                value=numpy_helper.from_array(constant_to_fp16(self.constants[t], self.graph.precision), t))
         return node
 
     def _retype_io(self, out: onnx.GraphProto, fresh_t, fresh_n) -> None:
-        want = HALF if self.fp16_io else FLOAT
+        want = self.half if self.fp16_io else FLOAT
         for v in out.input:
             if v.name in self.prec:
                 v.type.tensor_type.elem_type = self.prec[v.name]
@@ -346,7 +350,7 @@ class _Converter:
             if t not in self.prec or t in inputs:
                 continue
             if self.prec[t] != want:
-                inner = fresh_t(f"{t}_{'fp32' if want == HALF else 'fp16'}")
+                inner = fresh_t(f"{t}_{'fp32' if want == self.half else 'fp16'}")
                 for n in out.node:
                     if t in n.output and not n.name:  # keep the name TensorRT gives it: node_of_<first output>
                         n.name = fresh_n(f"node_of_{n.output[0]}")

@@ -23,11 +23,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fp16bisect.model import weights
 from fp16bisect.model.graph import Graph
+from fp16bisect.model.precision import BF16
 from fp16bisect.model.subgraphs import subgraphs
 from fp16bisect.model.runtime import first_line, run, session
 from fp16bisect.tolerance import OutputMetrics, Tolerance, compare, worst_per_output
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
+LOW = {TensorProto.FLOAT16: np.float16, TensorProto.BFLOAT16: BF16.dtype}  # the half-width types a file may hold
 _PREFIX = "fp16bisect_storage/"
 
 
@@ -51,23 +53,23 @@ def storage_emulation(model: onnx.ModelProto) -> onnx.ModelProto:
     """The FP32 graph that computes what ``model`` computes with FP16 storage (see the module docstring)."""
     graph = Graph(model)
     out = graph.runnable_copy()
-    _widen(out.graph, {t for t, kind in graph.dtypes.items() if kind == HALF})
+    _widen(out.graph, {t: kind for t, kind in graph.dtypes.items() if kind in LOW})
     return out
 
 
-def _widen(g: onnx.GraphProto, half: set) -> None:
+def _widen(g: onnx.GraphProto, half: dict) -> None:
     """FP16 tensors of ``g`` become FP32 ones holding FP16 values: FP16 constants widened (exact), each
     node writing an FP16 tensor computes in FP32 and rounds it through a Cast pair."""
     widened = []
     inputs = {v.name for v in g.input}
     for i, t in enumerate(g.initializer):
-        if t.data_type == HALF and t.name in inputs:  # an overridable weight: widened as it is
+        if t.data_type in LOW and t.name in inputs:  # an overridable weight: widened as it is
             g.initializer[i].CopyFrom(numpy_helper.from_array(weights.array(t).astype(np.float32), t.name))
-        elif t.data_type == HALF:  # read through a Cast, which ONNX Runtime folds: no copy in Python
+        elif t.data_type in LOW:  # read through a Cast, which ONNX Runtime folds: no copy in Python
             widened.append(helper.make_node("Cast", [f"{_PREFIX}{t.name}/stored"], [t.name], to=FLOAT))
             t.name = f"{_PREFIX}{t.name}/stored"
     for v in [*g.input, *g.output, *g.value_info]:
-        if v.type.tensor_type.elem_type == HALF:
+        if v.type.tensor_type.elem_type in LOW:
             v.type.tensor_type.elem_type = FLOAT
     nodes = list(g.node)
     del g.node[:]
@@ -79,7 +81,7 @@ def _widen(g: onnx.GraphProto, half: set) -> None:
             if t in half:
                 raw, rounded = f"{_PREFIX}{t}/raw", f"{_PREFIX}{t}/fp16"
                 node.output[pos] = raw
-                tails += [helper.make_node("Cast", [raw], [rounded], to=HALF),
+                tails += [helper.make_node("Cast", [raw], [rounded], to=half[t]),
                           helper.make_node("Cast", [rounded], [t], to=FLOAT)]
         g.node.append(node)
         g.node.extend(tails)
@@ -92,20 +94,21 @@ def _widen_attributes(node: onnx.NodeProto) -> None:
     rounded (a documented limit; ``apply`` writes no FP16 inside subgraphs).
     """
     for a in node.attribute:
-        if a.name in ("to", "dtype") and a.type == onnx.AttributeProto.INT and a.i == HALF:
+        if a.name in ("to", "dtype") and a.type == onnx.AttributeProto.INT and a.i in LOW:
             a.i = FLOAT
-        if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == HALF:
+        if a.type == onnx.AttributeProto.TENSOR and a.t.data_type in LOW:
             a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float32), a.t.name))
     for sub in subgraphs(node):
-        cast_to_half = {n.output[0] for n in sub.node
-                        if n.op_type == "Cast" and any(a.name == "to" and a.i == HALF for a in n.attribute)}
+        cast_to_half = {n.output[0]: a.i for n in sub.node if n.op_type == "Cast"
+                        for a in n.attribute if a.name == "to" and a.i in LOW}
         _widen(sub, cast_to_half)
 
 
 def feed_for(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Sample inputs as the mixed model takes them: FP16 inputs get FP16-rounded values."""
-    half = {v.name for v in model.graph.input if v.type.tensor_type.elem_type == HALF}
-    return {k: (v.astype(np.float16).astype(np.float32) if k in half else v) for k, v in inputs.items()}
+    half = {v.name: LOW[v.type.tensor_type.elem_type] for v in model.graph.input
+            if v.type.tensor_type.elem_type in LOW}
+    return {k: (v.astype(half[k]).astype(np.float32) if k in half else v) for k, v in inputs.items()}
 
 
 def verify(mixed: onnx.ModelProto, samples, tolerance: Tolerance, outputs: list[str], what: str = "") -> Check:

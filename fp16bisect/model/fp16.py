@@ -19,6 +19,13 @@ Two conversions, because a plan's file holds two kinds of FP16 value:
 Hugging Face exports build attention masks from ``torch.finfo(torch.float32).min`` (-3.4e38): stored in FP16
 it is -65504, still a mask (exp(-65504 - max) is 0), where the IEEE cast would make -inf and a fully padded
 row NaN.
+
+BF16 (``--precision bf16``, ``model/precision.py``) takes the same rule with its own limits: round to nearest
+even into 8 significant bits; BF16 has FP32's exponent, so only the few finite FP32 values beyond BF16's largest
+finite value (about 3.39e38, e.g. ``torch.finfo(float32).min``) saturate to +-3.39e38 (where the IEEE rounding
+would make +-inf, and a padded attention row NaN), FP32 subnormals below BF16's smallest subnormal (2^-133) become
++-2^-133, BF16 subnormals (2^-133 up to 2^-126) round to nearest even like any value, +-inf and NaN are kept.
+Every function below takes the precision (FP16 when not given).
 """
 
 from __future__ import annotations
@@ -31,25 +38,28 @@ import numpy as np
 import onnx
 import onnx.numpy_helper
 
+from fp16bisect.model.precision import FP16, Precision
+
 FP16_MAX = 65504.0
 FP16_MIN_SUBNORMAL = 2.0**-24
 RULE = ("finite values beyond +-65504 saturate to +-65504, non-zero values below 2^-24 become +-2^-24 "
         "(TensorRT's conversion of FP32 weights), +-inf and NaN are kept, the rest rounds to nearest even")
 
 
-def constant_to_fp16(values) -> np.ndarray:
-    """A constant stored in FP16, by the rule of the module docstring (float16 array)."""
-    return convert(values)[0]
+def constant_to_fp16(values, precision: Precision = FP16) -> np.ndarray:
+    """A constant stored in FP16 (or ``precision``), by the rule of the module docstring (float16 array)."""
+    return convert(values, precision=precision)[0]
 
 
 CHUNK = 1 << 22  # elements converted at once: the temporaries stay small, a weight of 100 MB is read once
 
 
-def convert(values, name: str = "", readers=()) -> tuple[np.ndarray, "Conversion | None"]:
-    """The constant stored in FP16 by the rule (float16 array), and what the rule changed beyond rounding
-    (``conversion``), in one reading of the values, piece by piece."""
+def convert(values, name: str = "", readers=(), precision: Precision = FP16) -> tuple[np.ndarray, "Conversion | None"]:
+    """The constant stored in FP16 (or ``precision``) by the rule (float16 array), and what the rule changed
+    beyond rounding (``conversion``), in one reading of the values, piece by piece."""
+    top, bottom = precision.max, precision.smallest_subnormal
     flat = np.asarray(values, dtype=np.float32).reshape(-1)
-    half = np.empty(flat.shape, np.float16)
+    half = np.empty(flat.shape, precision.dtype)
     saturated = lifted = 0
     largest, smallest = 0.0, float("inf")
     for start in range(0, flat.size, CHUNK):
@@ -57,32 +67,33 @@ def convert(values, name: str = "", readers=()) -> tuple[np.ndarray, "Conversion
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             h[...] = x  # round to nearest even: right except where it made inf (past 65520) or 0 (up to 2^-25)
-        magnitude = np.abs(h)
-        edge = np.flatnonzero(magnitude >= FP16_MAX)  # finite values beyond 65504 (some round to 65504)
+        magnitude = np.abs(h.astype(np.float32))
+        edge = np.flatnonzero(magnitude >= top)  # finite values beyond the max (some round to it)
         if edge.size:
-            edge = edge[np.isfinite(x[edge]) & (np.abs(x[edge]) > FP16_MAX)]
+            edge = edge[np.isfinite(x[edge]) & (np.abs(x[edge]) > top)]
             if edge.size:
-                h[edge] = np.copysign(FP16_MAX, x[edge])
+                h[edge] = np.copysign(np.float32(top), x[edge])
                 saturated += edge.size
                 high = x[edge][np.argmax(np.abs(x[edge]))]
                 largest = float(high) if abs(high) > abs(largest) else largest
-        edge = np.flatnonzero(magnitude <= FP16_MIN_SUBNORMAL)  # zeros, and non-zero values below 2^-24
+        edge = np.flatnonzero(magnitude <= bottom)  # zeros, and non-zero values below the smallest subnormal
         if edge.size:
-            edge = edge[(x[edge] != 0) & (np.abs(x[edge]) < FP16_MIN_SUBNORMAL)]
+            edge = edge[(x[edge] != 0) & (np.abs(x[edge]) < bottom)]
             if edge.size:
-                h[edge] = np.copysign(FP16_MIN_SUBNORMAL, x[edge])
+                h[edge] = np.copysign(np.float32(bottom), x[edge])
                 lifted += edge.size
                 low = x[edge][np.argmin(np.abs(x[edge]))]
                 smallest = float(low) if abs(low) < abs(smallest) else smallest
     half = half.reshape(np.shape(values))
     if not saturated and not lifted:
         return half, None
-    return half, Conversion(name, saturated, lifted, largest if saturated else smallest, tuple(readers))
+    return half, Conversion(name, saturated, lifted, largest if saturated else smallest, tuple(readers),
+                            precision.name)
 
 
-def constant_as_stored(values) -> np.ndarray:
-    """The FP32 values of a constant stored in FP16 (what the emulator reads for it)."""
-    return constant_to_fp16(values).astype(np.float32)
+def constant_as_stored(values, precision: Precision = FP16) -> np.ndarray:
+    """The FP32 values of a constant stored in FP16 or ``precision`` (what the emulator reads for it)."""
+    return constant_to_fp16(values, precision).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,7 @@ class Conversion:
     lifted: int  # non-zero values below 2^-24, stored as +-2^-24
     extreme: float  # the value of largest magnitude among the saturated ones (else the smallest lifted one)
     readers: tuple = ()  # FP16 nodes that read it (node ids)
+    precision: str = "fp16"  # the precision it is stored in (model/precision.py)
 
     def to_json(self) -> dict:
         return {"constant": self.constant, "saturated": self.saturated, "lifted": self.lifted,
@@ -101,18 +113,19 @@ class Conversion:
 
     def __str__(self) -> str:
         said = []
+        top, bottom = ("65504", "2^-24") if self.precision == "fp16" else ("3.39e38", "2^-133")
         if self.saturated:
-            said.append(f"{self.saturated} value(s) beyond +-65504 (e.g. {self.extreme:.3g}) saturated to +-65504")
+            said.append(f"{self.saturated} value(s) beyond +-{top} (e.g. {self.extreme:.3g}) saturated to +-{top}")
         if self.lifted:
-            said.append(f"{self.lifted} non-zero value(s) below 2^-24 raised to +-2^-24")
+            said.append(f"{self.lifted} non-zero value(s) below {bottom} raised to +-{bottom}")
         who = f" (read by {', '.join(self.readers[:3])}{', ...' if len(self.readers) > 3 else ''})" \
             if self.readers else ""
         return f"{self.constant}{who}: {'; '.join(said)}"
 
 
-def conversion(name: str, values, readers=()) -> Conversion | None:
-    """What storing ``values`` in FP16 changes beyond IEEE rounding, or None when nothing."""
-    return convert(values, name, readers)[1]
+def conversion(name: str, values, readers=(), precision: Precision = FP16) -> Conversion | None:
+    """What storing ``values`` in FP16 (or ``precision``) changes beyond IEEE rounding, or None when nothing."""
+    return convert(values, name, readers, precision)[1]
 
 
 # -- BatchNormalization ------------------------------------------------------------------------------------
@@ -160,7 +173,7 @@ class BatchNormFold:
     conversions: tuple = ()  # what the constant rule changed in scale and shift (Conversion)
 
 
-def batchnorm_fold(graph, node) -> BatchNormFold | None:
+def batchnorm_fold(graph, node, precision: Precision = FP16) -> BatchNormFold | None:
     """The fold of an FP16 BatchNormalization whose statistics stored in FP16 (``half_statistics``) would be
     changed beyond rounding by the constant rule, when it can be folded (inference mode, constant per-channel
     statistics, known rank); None otherwise: it is written as it is, its statistics by the constant rule."""
@@ -172,7 +185,7 @@ def batchnorm_fold(graph, node) -> BatchNormFold | None:
     if any(v is None for v in values):
         return None
     values = [np.asarray(v, dtype=np.float32) for v in values]
-    reason = unstorable([(BN_STATISTICS[i - 1], values[i - 1]) for i in half])
+    reason = unstorable([(BN_STATISTICS[i - 1], values[i - 1]) for i in half], precision)
     if reason is None:
         return None
     proto = graph.model.graph.node[node.index]
@@ -184,20 +197,20 @@ def batchnorm_fold(graph, node) -> BatchNormFold | None:
         return None
     scale, shift = fold_batchnorm(values, attrs.get("epsilon", 1e-5))
     shape = [scale.size] + [1] * (rank - 2)
-    (half_scale, on_scale), (half_shift, on_shift) = (convert(v, f"{node.id}/folded_{what}", (node.id,))
+    (half_scale, on_scale), (half_shift, on_shift) = (convert(v, f"{node.id}/folded_{what}", (node.id,), precision)
                                                       for what, v in (("scale", scale), ("shift", shift)))
     found = tuple(c for c in (on_scale, on_shift) if c is not None)
     return BatchNormFold(half_scale.reshape(shape), half_shift.reshape(shape), reason, found)
 
 
-def unstorable(stats) -> str | None:
-    """Why FP16 storage would change these (name, values) statistics beyond rounding, or None."""
+def unstorable(stats, precision: Precision = FP16) -> str | None:
+    """Why FP16 (or ``precision``) storage would change these (name, values) statistics beyond rounding, or None."""
     for what, value in stats:
-        found = conversion(what, value)
+        found = conversion(what, value, precision=precision)
         if found is not None and found.saturated:
-            return f"its {what} {found.extreme:.3g} does not fit FP16"
+            return f"its {what} {found.extreme:.3g} does not fit {precision.label}"
         if found is not None:
-            return f"its {what} {found.extreme:.3g} is below FP16's smallest subnormal"
+            return f"its {what} {found.extreme:.3g} is below {precision.label}'s smallest subnormal"
     return None
 
 

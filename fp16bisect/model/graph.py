@@ -25,6 +25,7 @@ from onnx import TensorProto
 from fp16bisect.errors import UsageError
 from fp16bisect.model import fp16, weights
 from fp16bisect.model.loading import DEFAULT_DOMAINS, load_model
+from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.subgraphs import nested_nodes, outer_reads, subgraphs
 
 FLOAT = TensorProto.FLOAT
@@ -75,7 +76,11 @@ class Graph:
     """Load once, ask many questions."""
 
     def __init__(self, model: onnx.ModelProto, path: Path | None = None, sha256: str = "",
-                 workdir: str | Path | None = None):
+                 workdir: str | Path | None = None, precision: Precision = FP16):
+        """``precision``: the low precision every plan of this graph runs in (``model/precision.py``); a BF16
+        graph below the opset where its operators take bfloat16 is upgraded (``upgraded_for``)."""
+        self.precision = precision
+        model = upgraded_for(model, precision)
         self.model = model  # loaded by ``load``: a skeleton whose weights are in files (``model/weights.py``)
         self.path = path
         self.sha256 = sha256
@@ -131,11 +136,11 @@ class Graph:
         return model
 
     @classmethod
-    def load(cls, path: str | Path, workdir: str | Path | None = None) -> "Graph":
+    def load(cls, path: str | Path, workdir: str | Path | None = None, precision: Precision = FP16) -> "Graph":
         """The model at ``path``, its weights read where they are (its own file, or its external data files);
         the FP16 copies of constants that need one are written to a work directory made in ``workdir``
         (default: the system's temporary directory) when first asked for."""
-        return cls(*load_model(path), workdir=workdir)
+        return cls(*load_model(path), workdir=workdir, precision=precision)
 
     @property
     def store(self) -> weights.Store | None:
@@ -158,11 +163,12 @@ class Graph:
         (``fp16.convert``): written once to the work directory and shared, or inline without one."""
         if self.store is None:
             return onnx.numpy_helper.from_array(self._convert(tensor), name)
-        return self.store.derived(f"half/{tensor}", name, lambda: self._convert(tensor))
+        kind = "half" if self.precision is FP16 else self.precision.name
+        return self.store.derived(f"{kind}/{tensor}", name, lambda: self._convert(tensor))
 
     def _convert(self, tensor: str) -> np.ndarray:
         """The constant in FP16 by the rule; what the rule changed is kept (``conversion``)."""
-        half, self._conversions[tensor] = fp16.convert(self.constant_value(tensor), tensor)
+        half, self._conversions[tensor] = fp16.convert(self.constant_value(tensor), tensor, precision=self.precision)
         return half
 
     @property
@@ -225,7 +231,7 @@ class Graph:
         if node.op_type != "BatchNormalization":
             return None
         if node.id not in self._folds:
-            self._folds[node.id] = fp16.batchnorm_fold(self, node)
+            self._folds[node.id] = fp16.batchnorm_fold(self, node, self.precision)
         return self._folds[node.id]
 
     def float_output_names(self) -> list[str]:
@@ -240,6 +246,29 @@ class Graph:
             self.skipped[node.id] = f"custom domain {node.domain!r}"
             return False
         return True
+
+
+BF16_OPSET = 22  # the first opset whose Conv, pooling, GRU/LSTM and the rest take bfloat16 (13 for Cast, MatMul)
+
+
+def upgraded_for(model: onnx.ModelProto, precision: Precision) -> onnx.ModelProto:
+    """The model as a ``precision`` plan's file holds it: a BF16 model below opset 22 is upgraded to opset 22
+    with ``onnx.version_converter`` (before 22, Conv, pooling and recurrent ops do not take bfloat16, and before
+    13 no Cast does); FP16 models, and BF16 ones at 22 or later, are returned as they are. A model the converter
+    cannot upgrade is a usage error."""
+    opset = next((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS), 1)
+    if precision is FP16 or opset >= BF16_OPSET:
+        return model
+    from onnx import version_converter
+
+    try:
+        upgraded = version_converter.convert_version(model, BF16_OPSET)
+    except Exception as exc:  # noqa: BLE001 (the converter raises its own kinds)
+        raise UsageError(f"this opset {opset} model cannot be upgraded to opset {BF16_OPSET}, the first where its "
+                         f"operators take bfloat16 ({str(exc).splitlines()[0][:120]}): export it at opset "
+                         f"{BF16_OPSET} or later, or use --precision fp16") from None
+    upgraded.ir_version = max(model.ir_version, 8)
+    return upgraded
 
 
 def _spec(value: onnx.ValueInfoProto) -> TensorSpec:

@@ -44,6 +44,12 @@ in FP16 (``Graph.batchnorm_fold``). ONNX Runtime keeps explicit
 Cast pairs in an FP32 graph; the start-up self-test (``selftest.py``) proves, for both
 forms, that 70000 becomes inf on this machine.
 
+BF16 (``--precision bf16``): the same sites with ``Cast(Cast(x, BFLOAT16), FLOAT)``,
+which ONNX Runtime's CPU provider computes exactly (round to nearest even, BF16
+subnormals kept, +-inf and NaN kept; measured against ml_dtypes in
+tests/test_bf16.py); it takes them from opset 13, so a BF16 graph below opset 22
+is the version-converted model (``graph.upgraded_for``), the one the writer writes.
+
 Not emulated: FP16 accumulation inside GEMMs, convolutions and reductions,
 and TensorRT's fused kernels.
 """
@@ -55,6 +61,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from fp16bisect.model.fp16 import constant_as_stored
+from fp16bisect.model.precision import Precision
 from fp16bisect.model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, TRANSPARENT_OPS, Graph
 from fp16bisect.model.subgraphs import subgraphs
 
@@ -154,12 +161,13 @@ class Emulation:
         value = self.graph.constant_value(tensor)
         stored = half = None  # a constant's value as the file stores it: in FP32 (small ones), or in FP16
         if value is not None and value.size <= self.where_max:  # small: rounded here, a constant of the emulation
-            if _exact_in_fp16(value):
+            if _exact_in(value, self.graph.precision):
                 return tensor  # stored exactly in FP16: nothing changes
             stored = self._rounded.get(tensor)
             if stored is None:
                 stored = self._rounded[tensor] = self._name("r_const")
-                self.model.graph.initializer.append(numpy_helper.from_array(constant_as_stored(value), stored))
+                self.model.graph.initializer.append(
+                    numpy_helper.from_array(constant_as_stored(value, self.graph.precision), stored))
         elif value is not None:  # a weight: the writer's FP16 copy (a file both map), read through a Cast
             half = self._half_constant(tensor)
         cond = cond or self._cond(owners)
@@ -174,7 +182,7 @@ class Emulation:
             if r is None:
                 r = self._rounded[tensor] = self._name("r")
                 h = self._name("h")
-                nodes.append(helper.make_node("Cast", [tensor], [h], to=TensorProto.FLOAT16))
+                nodes.append(helper.make_node("Cast", [tensor], [h], to=self.graph.precision.onnx_type))
                 nodes.append(helper.make_node("Cast", [h], [r], to=TensorProto.FLOAT))
             nodes.append(helper.make_node("Where", [cond, tensor, r], [out], name=self._name("site")))
             self.forms["where"] += 1
@@ -187,7 +195,7 @@ class Emulation:
             body = [helper.make_node("Cast", [half], [back], to=TensorProto.FLOAT)]
         else:
             h = self._name("h")
-            body = [helper.make_node("Cast", [tensor], [h], to=TensorProto.FLOAT16),
+            body = [helper.make_node("Cast", [tensor], [h], to=self.graph.precision.onnx_type),
                     helper.make_node("Cast", [h], [back], to=TensorProto.FLOAT)]
         rounded_graph = helper.make_graph(body, "fp16", [], [_float_info(back)])
         nodes.append(helper.make_node("If", [cond], [out], name=self._name("site"), then_branch=as_is,
@@ -218,7 +226,7 @@ class Emulation:
         scaled, half, back, folded = (self._name(w) for w in ("scaled", "h", "r", "folded"))
         self._out.extend([
             helper.make_node("Mul", [x, scale], [scaled], name=self._name("fold_mul")),
-            helper.make_node("Cast", [scaled], [half], to=TensorProto.FLOAT16),
+            helper.make_node("Cast", [scaled], [half], to=self.graph.precision.onnx_type),
             helper.make_node("Cast", [half], [back], to=TensorProto.FLOAT),
             helper.make_node("Add", [back, shift], [folded], name=self._name("fold_add")),
             helper.make_node("Where", [self._cond((i, i)), proto.output[0], folded], [raw], name=self._name("fold")),
@@ -265,15 +273,15 @@ class Emulation:
         return fp32[self.owner_a] & fp32[self.owner_b]
 
 
-def _exact_in_fp16(value: np.ndarray) -> bool:
-    """True when FP16 holds every value of a float32 constant exactly (its conversion changes nothing)."""
+def _exact_in(value: np.ndarray, precision: Precision) -> bool:
+    """True when the precision holds every value of a float32 constant exactly (its conversion changes nothing)."""
     value = np.asarray(value, dtype=np.float32)
     if value.size == 0:
         return True
-    bits = value.view(np.uint32)  # FP16 keeps 10 of FP32's 23 mantissa bits: the other 13 must be zero
-    if np.any(bits & 0x1FFF):
+    bits = value.view(np.uint32)  # FP16 keeps 10 of FP32's 23 mantissa bits (BF16 7): the others must be zero
+    if np.any(bits & ((1 << precision.dropped_bits) - 1)):
         return False
-    return np.array_equal(constant_as_stored(value).view(np.uint32), bits)
+    return np.array_equal(constant_as_stored(value, precision).view(np.uint32), bits)
 
 
 def _raw(tensor: str) -> str:

@@ -16,6 +16,7 @@ from fp16bisect.api.results import ApplyResult, CheckResult, Node, ScanResult, S
 from fp16bisect.errors import UsageError
 from fp16bisect.model import shapes, weights
 from fp16bisect.model.headroom import factor
+from fp16bisect.model.precision import precision_of
 from fp16bisect.run.options import SearchOptions
 from fp16bisect.run.outcome import Listener
 from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
@@ -35,7 +36,8 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
            output: str | Path | None = None, jobs: int = 1, devices: str | list | None = None,
            ray: str | None = None, repeats: int = 1, prior: str = "auto", restart: bool = False,
            retry_crashed: bool = False, headroom: float | None = None, min_shapes: Shapes = None,
-           opt_shapes: Shapes = None, max_shapes: Shapes = None, progress: Progress = None) -> SearchResult:
+           opt_shapes: Shapes = None, max_shapes: Shapes = None, precision: str = "fp16",
+           progress: Progress = None) -> SearchResult:
     """Find the smallest set of nodes to keep in FP32 so that the model, the rest in FP16, meets the tolerance.
 
     Args:
@@ -71,6 +73,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
             profile the tensorrt backend builds with.
         opt_shapes: As ``--opt-shapes``: the deployment's most frequent input shapes.
         max_shapes: As ``--max-shapes``: the deployment's largest input shapes.
+        precision: The low precision, ``"fp16"`` or ``"bf16"`` (bfloat16: FP32's range, 8 significant bits).
         progress: A function receiving one line of text per event (e.g. ``print``), or a ``Listener``.
 
     Returns:
@@ -96,7 +99,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
                                input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes)),
         noise_ok=noise_ok, output=None if output is None else str(output), repeats=repeats, restart=restart,
         retry_crashed=retry_crashed, parallel=inputs.parallel(jobs, devices, ray), prior=prior,
-        headroom=factor(headroom))
+        headroom=factor(headroom), precision=precision_of(precision))
     with _own_work_directories():
         result = run_search(model, samples, options, reference=reference, progress=progress)
         for sample in result.outcome.oracle.samples:  # the result outlives the work directory: its samples too
@@ -158,7 +161,7 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
           max_mismatch: float = 0.0, backend: str = "emulate", check: str | None = None, keep_plans: bool = False,
           typing: str = "strong", opt_level: int | None = None, timing_cache: str | None = None, jobs: int = 1,
           devices: str | list | None = None, ray: str | None = None, headroom: float | None = None,
-          min_shapes: Shapes = None, opt_shapes: Shapes = None, max_shapes: Shapes = None,
+          min_shapes: Shapes = None, opt_shapes: Shapes = None, max_shapes: Shapes = None, precision: str = "fp16",
           progress: Progress = None, strict_environment: bool = False) -> CheckResult:
     """Does the model meet the tolerance in FP16, with the override nodes (if any) kept in FP32? A CI gate.
 
@@ -189,6 +192,7 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
         min_shapes: The deployment's input shape profile, as in ``search``; ``opt_shapes``, ``max_shapes`` too.
         opt_shapes: As ``--opt-shapes``.
         max_shapes: As ``--max-shapes``.
+        precision: ``"fp16"`` or ``"bf16"``; an override file made for the other one is refused.
         progress: A function receiving one line of text per event, or a ``Listener``.
         strict_environment: Fail (``passed`` False) when the override file was verified on another backend,
             GPU or TensorRT version (see ``CheckResult.drift``), or records no environment; needs ``overrides``.
@@ -213,7 +217,7 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
         inputs.backend_options(backend, check, keep_plans=keep_plans, typing=typing, opt_level=opt_level,
                                timing_cache=timing_cache, plans_dir=plans,
                                input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes)),
-        parallel=inputs.parallel(jobs, devices, ray), headroom=factor(headroom))
+        parallel=inputs.parallel(jobs, devices, ray), headroom=factor(headroom), precision=precision_of(precision))
     with _own_work_directories():
         result = run_check(model, samples, options, overrides=overrides, reference=reference, progress=progress,
                            strict_environment=strict_environment)
@@ -246,12 +250,13 @@ def run_check(model: Model, samples: Samples, options: SearchOptions, *, overrid
         drift=outcome.drift, outcome=outcome)
 
 
-def scan(model: Model, samples: Samples, *, progress: Progress = None) -> ScanResult:
+def scan(model: Model, samples: Samples, *, precision: str = "fp16", progress: Progress = None) -> ScanResult:
     """Rank the tensors and weights FP16 would overflow or flush, from one FP32 run (seconds; no search).
 
     Args:
         model: The FP32 ONNX model: a path or an ``onnx.ModelProto``.
         samples: The inputs, in the forms ``search`` takes.
+        precision: ``"fp16"`` or ``"bf16"``: whose limits the headroom is measured against.
         progress: A function receiving one line of text per event, or a ``Listener``.
 
     Returns:
@@ -270,15 +275,15 @@ def scan(model: Model, samples: Samples, *, progress: Progress = None) -> ScanRe
 
     entries = inputs.sample_entries(samples)
     with _own_work_directories(), inputs.model_file(model) as path:
-        graph, data = scan_model(path, entries, inputs.listener(progress))
+        graph, data = scan_model(path, entries, inputs.listener(progress), precision=precision_of(precision))
     return ScanResult(rows=data["tensors"], nodes=data["nodes"], suspects=data["suspects"], _data=data, graph=graph)
 
 
 def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = False, samples: Samples | None = None,
           reference: Samples | None = None, atol: float | None = None, rtol: float | None = None,
           min_cosine: float | None = None, max_mismatch: float | None = None, fp16_io: bool = False,
-          force: bool = False, keep_fp32: Iterable[str] = (), progress: Progress = None,
-          shown: Callable | None = None) -> ApplyResult:
+          force: bool = False, keep_fp32: Iterable[str] = (), precision: str | None = None,
+          progress: Progress = None, shown: Callable | None = None) -> ApplyResult:
     """Write the mixed-precision ONNX model the overrides describe (for strongly typed TensorRT builds).
 
     The file is checked with ``onnx.checker`` (full check) before it is returned.
@@ -299,6 +304,7 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
         fp16_io: Make the float graph inputs and outputs FP16 (default FP32).
         force: Apply even if the override file was made for another version of the model.
         keep_fp32: More node ids to keep in FP32.
+        precision: ``"fp16"`` or ``"bf16"``; None: the override file's (a different one is a usage error).
         progress: A function receiving one line of text per event, or a ``Listener``.
         shown: Called with the written model's description (``Mixed``) once it is written.
 
@@ -333,6 +339,7 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
     entries = inputs.sample_entries(samples) if verify else None
     options = ApplyOptions(
         fp16_io=fp16_io, force=force, keep_fp32=tuple(keep_fp32), inputs=entries,
+        precision=None if precision is None else precision_of(precision).name,
         references=_references(reference, entries) if verify else None, strict_mode=verify == "strict",
         tolerance=lambda recorded: inputs.tolerance(atol, rtol, min_cosine, max_mismatch,
                                                     fallback=Tolerance() if given else recorded()))

@@ -12,8 +12,10 @@ from fp16bisect.artifacts.verify import Check, strict, verify
 from fp16bisect.model.graph import Graph
 from fp16bisect.artifacts.mixed import Mixed, convert
 from fp16bisect.artifacts.files import write_atomic
-from fp16bisect.artifacts.overrides import read, recorded_tolerance
+from fp16bisect.artifacts.overrides import file_precision, read, recorded_tolerance
+from fp16bisect.errors import UsageError
 from fp16bisect.model import weights
+from fp16bisect.model.precision import precision_of
 from fp16bisect.model.samples import add_fp32_references, load_samples
 from fp16bisect.tolerance import Tolerance
 
@@ -87,6 +89,7 @@ class ApplyOptions:
     inputs: list[str] | None = None
     references: list[str] | None = None
     strict_mode: bool = False
+    precision: str | None = None  # --precision: None takes the override file's; another one is a usage error
     tolerance: Callable[[Callable[[], Tolerance]], Tolerance] | None = None
 
 
@@ -96,7 +99,12 @@ def apply_to_file(overrides: str, model: str, output: str, listener, options: Ap
     it), then, with ``options.inputs``, verified on them: (mixed, verification or None). ``shown(mixed)``: said
     once it is written."""
     inputs, references, keep_fp32 = options.inputs, options.references, options.keep_fp32
-    graph = Graph.load(model)
+    made = file_precision(overrides)
+    if options.precision is not None and options.precision != made:
+        raise UsageError(f"{overrides!r} was searched for {made.upper()}: apply writes the file's precision, so "
+                         f"--precision {options.precision} conflicts with it; drop --precision (or search again "
+                         f"with --precision {options.precision})")
+    graph = Graph.load(model, precision=precision_of(made))
     mixed, data = apply(overrides, model, fp16_io=options.fp16_io, force=options.force, keep_fp32=keep_fp32,
                         graph=graph)
     if inputs:

@@ -2,6 +2,9 @@
 
 The strongly typed route comes first: TensorRT must honour the types of a mixed-precision model, while 10.x
 weak-typing pins can be ignored where layers are fused (NVIDIA/TensorRT#3889).
+
+Each export names the graph's low precision (``Graph.precision``): ``--fp16`` or ``--bf16`` for trtexec,
+``--low_precision_type fp16`` or ``bf16`` for AutoCast; the strongly typed route needs no flag (the file's types say it).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ def trtexec_export(graph: Graph, nodes: list[Node]) -> dict:
             "has more (named <node>_<n>), which these flags do not pin"
         )
     precisions = ",".join(f"{n}:fp32" for n in names)
-    args = ["--fp16", "--precisionConstraints=obey"]
+    args = [graph.precision.trtexec_flag, "--precisionConstraints=obey"]
     if names:
         args += [f"--layerPrecisions={precisions}", f"--layerOutputTypes={precisions}"]
     model = str(graph.path) if graph.path else "model.onnx"
@@ -83,9 +86,9 @@ def autocast_export(graph: Graph, nodes: list[Node]) -> dict:
             "is part of one, also pass --op_types_to_exclude LayerNormalization"
         )
     model = str(graph.path) if graph.path else "model.onnx"
-    output = re.sub(r"\.onnx$", "", model) + ".fp16.onnx"
+    output = re.sub(r"\.onnx$", "", model) + f".{graph.precision.name}.onnx"
     args = [
-        "--low_precision_type", "fp16",
+        "--low_precision_type", graph.precision.name,
         "--keep_io_types",
         "--data_max", "inf",
         "--init_max", "inf",

@@ -15,10 +15,10 @@ from fp16bisect.artifacts.overrides import SCHEMA
 from fp16bisect.model.graph import Graph, Node, notes
 
 # Every top-level key, in the file's order (overrides.schema.json's "properties"). A plan's file (command backend)
-# has the required ones only; a search's result adds where it was verified (environment), the prior and what the
-# graph holds beyond the search.
-SECTIONS = ("schema", "model", "backend", "environment", "tolerance", "fp32_nodes", "search", "prior", "metrics", "shapes",
-            "samples", "headroom", "skipped_nodes", "notes", "conversions", "exports")
+# has the required ones only; a search's result adds where it was verified (environment), the precision, the prior
+# and what the graph holds beyond the search.
+SECTIONS = ("schema", "model", "backend", "environment", "precision", "tolerance", "fp32_nodes", "search", "prior",
+            "metrics", "shapes", "samples", "headroom", "skipped_nodes", "notes", "conversions", "exports")
 
 
 def node_entry(node: Node, fp32_profile: str = "", forced: bool = False) -> dict:
@@ -29,12 +29,12 @@ def node_entry(node: Node, fp32_profile: str = "", forced: bool = False) -> dict
 
 
 def graph_sections(graph: Graph, fp32) -> dict:
-    """A search's result only: the nodes not searched, notes on the model, and what the all-FP16 plan's file
+    """A search's result only: the precision searched for, the nodes not searched, notes on the model, and what the all-FP16 plan's file
     and the answer's file convert beyond rounding (constants FP16 cannot hold), and by which rule."""
     from fp16bisect.artifacts.mixed import conversions
     from fp16bisect.model.fp16 import RULE
 
-    return {"skipped_nodes": graph.skipped, "notes": notes(graph),
+    return {"precision": graph.precision.name, "skipped_nodes": graph.skipped, "notes": notes(graph),
             "conversions": {"rule": RULE, "all_fp16": [c.to_json() for c in conversions(graph, ())],
                             "with_overrides": [c.to_json() for c in conversions(graph, fp32)]}}
 

@@ -160,6 +160,27 @@ def refuse_foreign(data: dict, path: str | Path, graph: Graph) -> None:
     )
 
 
+def recorded_precision(data: dict) -> str:
+    """The precision an override file was searched for: its ``precision`` key, ``fp16`` for files written before
+    it existed (and for FP16 files, which do not write it)."""
+    return str(data.get("precision", "fp16"))
+
+
+def file_precision(path: str | Path) -> str:
+    """``recorded_precision`` of the file at ``path`` (read before its model is loaded: the model's graph depends
+    on it); a file that is no override file says so when it is read."""
+    data = _load(Path(path))
+    return recorded_precision(data) if isinstance(data, dict) else "fp16"
+
+
+def refuse_other_precision(data: dict, path: str | Path, precision: str, command: str) -> None:
+    """A usage error when the file was searched for another precision than ``command`` runs in."""
+    made = recorded_precision(data)
+    if made != precision:
+        raise UsageError(f"{str(path)!r} was searched for {made.upper()}, but this {command} runs "
+                         f"{precision.upper()}: add --precision {made} (or search again with --precision {precision})")
+
+
 def recorded_tolerance(data: dict, path: str) -> Tolerance:
     """The tolerance an override file was searched with."""
     t = data.get("tolerance")

@@ -289,3 +289,26 @@ class HeadroomArgs:
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         g = parser.add_argument_group("headroom (FP16 keeps |x| <= 65504)")
         g.add_argument("--headroom", type=headroom_factor, default=None, metavar="F", help=self.help)
+
+
+class PrecisionArgs:
+    """``--precision fp16|bf16``: the low precision every plan runs in (``model/precision.py``). ``default=None``
+    where an override file may say it (``apply``: the file's precision unless given)."""
+
+    def __init__(self, default: str | None = "fp16"):
+        self.default = default
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        from fp16bisect.model.precision import NAMES
+
+        said = "default fp16" if self.default else "default: the override file's, else fp16"
+        parser.add_argument_group("precision").add_argument(
+            "--precision", choices=NAMES, default=self.default,
+            help=f"the low precision: fp16 (IEEE half: overflows past 65504) or bf16 (bfloat16: FP32's range, 8 "
+                 f"significant bits; TensorRT builds it strongly typed) ({said})")
+
+    @staticmethod
+    def parse(args):
+        from fp16bisect.model.precision import precision_of
+
+        return precision_of(getattr(args, "precision", None))

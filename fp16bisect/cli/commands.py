@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import sys
 
-from fp16bisect.cli.args import BackendArgs, OutputArgs, ParallelArgs, ToleranceArgs, model_then_overrides
+from fp16bisect.cli.args import (BackendArgs, OutputArgs, ParallelArgs, PrecisionArgs, ToleranceArgs,
+                                  model_then_overrides)
 from fp16bisect.errors import CheckFailed, ToleranceUnreachable, UsageError
 
 DONE, CHECK_FAILED, UNREACHABLE, INTERRUPTED = 0, CheckFailed.exit_code, ToleranceUnreachable.exit_code, 130
@@ -34,7 +35,7 @@ def cmd_search(args) -> int:
         options = SearchOptions(tolerance, args.backend, BackendArgs.parse(args), noise_ok=args.noise_ok,
                                 output=args.output, repeats=args.repeats, restart=args.restart,
                                 retry_crashed=args.retry_crashed, parallel=parallel, prior=args.prior,
-                                headroom=args.headroom)
+                                headroom=args.headroom, precision=PrecisionArgs.parse(args))
         result = run_search(args.model, args.inputs, options, reference=args.reference, progress=listener)
     except CommandAborted as exc:
         raise CommandAborted(f"{exc}; finished evaluations are kept in {latest_journal(args.output)}: fix "
@@ -88,7 +89,7 @@ def cmd_check(args) -> int:
     # the command backend's plan files: beside --json, else ./fp16bisect.plans/ (removed unless --keep-plans)
     plans = plans_dir(args.json) if args.json else "fp16bisect.plans"
     options = SearchOptions(tolerance, args.backend, BackendArgs.parse(args, plans), parallel=parallel,
-                            headroom=args.headroom)
+                            headroom=args.headroom, precision=PrecisionArgs.parse(args))
     try:
         result = run_check(args.model, args.inputs, options, overrides=args.overrides, reference=args.reference,
                            progress=listener, hint=search_hint(args), strict_environment=args.strict_environment)
@@ -133,7 +134,7 @@ def cmd_scan(args) -> int:
     from fp16bisect.report.console import ConsoleListener, print_scan
 
     OutputArgs.check(args)
-    result = scan(args.model, args.inputs, progress=ConsoleListener(quiet=args.quiet))
+    result = scan(args.model, args.inputs, progress=ConsoleListener(quiet=args.quiet), precision=args.precision)
     print_scan(result.graph, result.to_dict(), args.top)
     if args.json:
         write_json(args.json, result.to_dict())
@@ -149,7 +150,7 @@ def cmd_compare(args) -> int:
     listener = ConsoleListener(quiet=args.quiet)
     try:
         runner, result = compare_model(args.model, args.inputs, args.reference, args.overrides, args.max_error,
-                                       listener)
+                                       listener, precision=PrecisionArgs.parse(args))
     finally:
         listener.close()
     print_compare(result, args.csv, outputs_against(runner, result.plan, tolerance), tolerance)
@@ -176,7 +177,8 @@ def cmd_apply(args) -> int:
     result = apply(args.model, args.overrides, args.output, verify=args.verify or False, samples=args.inputs,
                    reference=args.reference, atol=args.atol, rtol=args.rtol, min_cosine=args.min_cosine,
                    max_mismatch=args.max_mismatch, fp16_io=args.fp16_io, force=args.force, keep_fp32=args.keep_fp32,
-                   progress=ConsoleListener(quiet=args.quiet), shown=lambda m: print_mixed(m, args.output))
+                   progress=ConsoleListener(quiet=args.quiet), shown=lambda m: print_mixed(m, args.output),
+                   precision=args.precision)
     return _verified(result)
 
 

@@ -14,7 +14,8 @@ import textwrap
 from rich_argparse import RawDescriptionRichHelpFormatter
 
 from fp16bisect import __version__
-from fp16bisect.cli.args import (BackendArgs, HeadroomArgs, OutputArgs, ParallelArgs, Samples, ToleranceArgs, jobs,
+from fp16bisect.cli.args import (BackendArgs, HeadroomArgs, OutputArgs, ParallelArgs, PrecisionArgs, Samples,
+                                  ToleranceArgs, jobs,
                                   nonnegative)
 from fp16bisect.cli.commands import COMMANDS, INTERRUPTED
 from fp16bisect.errors import Error, UsageError
@@ -78,7 +79,7 @@ def _search(sub) -> None:
                           "the same command resumes from its journal beside -o.",
                           "fp16bisect search model.onnx --inputs x.npz -o overrides.json",
                           "fp16bisect search model.onnx --inputs a.npz --inputs b.npz --atol 0.05 --report search.html"),
-                 Samples(profile=True), ToleranceArgs(), BackendArgs(), ParallelArgs(),
+                 Samples(profile=True), ToleranceArgs(), BackendArgs(), PrecisionArgs(), ParallelArgs(),
                  HeadroomArgs("a tensor whose FP32 peak on any sample exceeds 65504/F counts as an overflow: its "
                               "writer and readers stay in FP32 in every plan (default: off)"),
                  OutputArgs(output=dict(default="overrides.json", metavar="FILE",
@@ -109,7 +110,8 @@ def _check(sub) -> None:
                           "compares every output with FP32: exit 0 when all meet the tolerance, 1 when one does not "
                           "(a CI gate), 3 when even FP32 misses it.",
                           "fp16bisect check model.onnx --inputs x.npz --overrides overrides.json --json check.json"),
-                 Samples(profile=True), ToleranceArgs(), BackendArgs(), OutputArgs(json="the result", report=True),
+                 Samples(profile=True), ToleranceArgs(), BackendArgs(), PrecisionArgs(),
+                 OutputArgs(json="the result", report=True),
                  ParallelArgs(), HeadroomArgs("fail (exit 1) when a tensor computed in FP16 has an FP32 peak above "
                                               "65504/F on any sample, naming it"))
     c.add_argument("--overrides", metavar="O.json", help="keep the nodes of this override file in FP32")
@@ -142,7 +144,7 @@ def _scan(sub) -> None:
                           "FP16's limits (|x| > 65504 overflows, |x| < 6e-08 flushes to 0), the suspects the search "
                           "tries first.",
                           "fp16bisect scan model.onnx --inputs x.npz --top 10"),
-                 Samples(references=False), OutputArgs(json="the ranking"))
+                 Samples(references=False), PrecisionArgs(), OutputArgs(json="the ranking"))
     n.add_argument("--top", type=int, default=20, metavar="N", help="rows to print per table (default 20)")
 
 
@@ -153,7 +155,7 @@ def _compare(sub) -> None:
                           "Compares every node's output in FP16 with FP32 and names the first node that fails "
                           "(where the error is born); --atol/--rtol also judge the model's outputs.",
                           "fp16bisect compare model.onnx --inputs x.npz --csv nodes.csv"),
-                 Samples(), ToleranceArgs(), OutputArgs(csv="every node's row", report=True))
+                 Samples(), ToleranceArgs(), PrecisionArgs(), OutputArgs(csv="every node's row", report=True))
     m.add_argument("--overrides", metavar="O.json", help="keep the nodes of this override file in FP32")
     t = m.add_argument_group("layer-wise failure rule (a node fails on inf/NaN where FP32 is finite, or on a "
                              "large error for its own scale)")
@@ -176,6 +178,7 @@ def _apply(sub) -> None:
     g.add_argument("model", metavar="MODEL", help="the FP32 ONNX model the overrides were searched on")
     g.add_argument("overrides", metavar="OVERRIDES", help="the override JSON written by 'fp16bisect search'")
     _mixed_model(a, ToleranceArgs(default_from="the override file's"))
+    _compose(a, PrecisionArgs(default=None))
     a.add_argument("--force", action="store_true", help="apply even if the override file was made for another model")
     a.add_argument("--keep-fp32", action="append", default=[], metavar="NODE",
                    help="also keep this node (fp16bisect node id) in FP32; repeat for several")

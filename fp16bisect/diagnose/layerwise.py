@@ -29,6 +29,7 @@ import numpy as np
 
 from fp16bisect.backends.emulate import EmulateBackend
 from fp16bisect.model.graph import Graph
+from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.samples import add_fp32_references, load_samples
 from fp16bisect.artifacts.files import write_atomic
 from fp16bisect.diagnose.preflight import use_overrides
@@ -152,10 +153,11 @@ def write_csv(path: str | Path, result: Layerwise) -> None:
 
 
 def compare_model(model: str, inputs: list[str], references, overrides: str | None, max_error: float | None,
-                  listener):
-    """``compare``: the layer-wise runner and its result for the plan of ``overrides`` (none: all-FP16)."""
+                  listener, precision: Precision = FP16):
+    """``compare``: the layer-wise runner and its result for the plan of ``overrides`` (none: all-FP16), in
+    ``precision``."""
     listener.stage(f"loading {model}")
-    graph = Graph.load(model)
+    graph = Graph.load(model, precision=precision)
     samples = load_samples(graph, inputs, references)
     add_fp32_references(graph, samples)
     use = use_overrides(graph, overrides) if overrides else None

@@ -28,7 +28,7 @@ from fp16bisect.model.graph import Graph
 from fp16bisect.model.headroom import Headroom, fp16_tensors, headroom_json, tight
 from fp16bisect.model.profile import profile
 from fp16bisect.evaluation.oracle import Evaluation
-from fp16bisect.artifacts.overrides import read
+from fp16bisect.artifacts.overrides import read, refuse_other_precision
 from fp16bisect.run.outcome import Listener
 from fp16bisect.run.options import SearchOptions
 from fp16bisect.run.pipeline import prepare
@@ -113,6 +113,7 @@ def use_overrides(graph: Graph, path: str) -> OverrideUse:
     model belongs to another model: refused (``overrides.refuse_foreign``). A file made for this very model
     that names a node it does not have is damaged or hand-edited: refused."""
     data = read(path, graph=graph)  # schema checked; another model's file refused; the hash compared here
+    refuse_other_precision(data, path, graph.precision.name, "run")
     names = list(dict.fromkeys(n["name"] for n in data["fp32_nodes"]))
     usable = [n for n in names if n in graph.by_id and graph.float_outputs(graph.by_id[n])]
     made_for = str(data["model"].get("sha256", ""))

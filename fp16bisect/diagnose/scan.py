@@ -5,6 +5,7 @@ Its rows of tensors (``tensor_rows``) are also what the HTML report shows."""
 from __future__ import annotations
 
 from fp16bisect.model.graph import Graph
+from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.headroom import LIMIT, fp16_tensors
 from fp16bisect.model.profile import Profile, profile
 from fp16bisect.model.samples import load_samples
@@ -13,10 +14,10 @@ from fp16bisect.model.statistics import FP16_MAX, FP16_MIN_NORMAL, TIERS
 SCAN_SCHEMA = "fp16bisect.scan/1"
 
 
-def scan_model(model: str, inputs: list[str], listener) -> tuple[Graph, dict]:
-    """The model and ``scan``'s JSON (risky tensors, the candidates in suspicion order)."""
+def scan_model(model: str, inputs: list[str], listener, precision: Precision = FP16) -> tuple[Graph, dict]:
+    """The model and ``scan``'s JSON (risky tensors, the candidates in suspicion order), for ``precision``."""
     with listener.timed(f"loading {model}"):
-        graph = Graph.load(model)
+        graph = Graph.load(model, precision=precision)
     samples = load_samples(graph, inputs)
     with listener.timed(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s)"):
         prof = profile(graph, samples)

@@ -56,8 +56,10 @@ def setup_backend(job: Job, device: str):
     from fp16bisect.backends import make_backend
     from fp16bisect.model.graph import Graph
 
+    from fp16bisect.model.precision import precision_of
+
     graph = Graph(onnx.load_model_from_string(job.model), Path(job.path) if job.path else None, job.sha256,
-                  workdir=job.workdir or None)
+                  workdir=job.workdir or None, precision=precision_of(job.options.precision))
     options = job.options
     if job.backend == "tensorrt":  # one cache file per worker: no write races
         options = replace(options, tensorrt=replace(options.tensorrt,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
 from fp16bisect.backends.base import BackendName, CommandOptions, Options
+from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.parallel import Parallel
 from fp16bisect.run.paths import plans_dir, timing_cache_path
 from fp16bisect.strategy.prior_choice import PriorChoice
@@ -43,10 +44,14 @@ class SearchOptions:
     parallel: Parallel | None = None
     prior: PriorChoice = "auto"
     headroom: float | None = None  # --headroom F: a peak above 65504/F counts as an overflow (run/coverage.py)
+    precision: Precision = FP16  # --precision: the low precision every plan runs in (model/precision.py)
 
     def beside_output(self) -> SearchOptions:
         """With the timing cache and the plans directory beside ``output`` where the backend options left them at
         their defaults (``overrides.json`` -> ``overrides.timing.cache``, ``overrides.plans/``)."""
+        if self.backend_options.precision != self.precision.name:
+            return replace(self, backend_options=replace(self.backend_options, precision=self.precision.name)
+                           ).beside_output()
         if not self.output:
             return self
         chosen = self.backend_options

@@ -49,7 +49,7 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, options
     listener = listener or Listener()
     output = options.output
     with listener.timed(f"loading {model}"):
-        graph = Graph.load(model, str(Path(output).resolve().parent) if output else None)
+        graph = Graph.load(model, str(Path(output).resolve().parent) if output else None, precision=options.precision)
     outputs = graph.float_output_names()
     if not outputs:
         raise UsageError(
@@ -65,7 +65,7 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, options
     for note in notes(graph):
         listener.stage(f"note: {note}")
     tolerance = options.tolerance
-    backend_options = options.backend_options
+    backend_options = replace(options.backend_options, precision=graph.precision.name)
     if backend_options.input_shapes is not None:  # the deployment's profile (--min/--max-shapes): checked here
         backend_options = replace(backend_options, input_shapes=shapes.deployment_profile(
             graph, backend_options.input_shapes, samples))
@@ -107,6 +107,8 @@ def _journal(graph, chosen, given: str, options: SearchOptions, listener: Listen
     # another judge (the command backend: another command) is another search: its verdicts are not replayed
     header = journal_header(graph, chosen.journal_name, options.tolerance, given, options.repeats,
                             headroom=options.headroom, profile=options.backend_options.input_shapes)
+    if graph.precision.name != "fp16":  # another precision is another search (FP16 journals keep their header)
+        header["precision"] = graph.precision.name
     # keyed by what the search is: another search at this -o journals beside it; one journaled before journals
     # were keyed resumes from its old file
     path = journal_path(options.output, journal_key(header))

@@ -118,6 +118,8 @@ class Store:
 
     def put(self, tensor: TensorProto, value: np.ndarray | None = None, file: str = "weights.bin") -> None:
         """Write ``value`` (default: the tensor's inline data) to the store and make ``tensor`` refer to it."""
+        if value is not None and value.dtype.kind == "V":  # ml_dtypes (bfloat16) has no buffer format: its bytes
+            value = np.ascontiguousarray(value).view(np.uint8)
         data = memoryview(np.ascontiguousarray(value).reshape(-1)).cast("B") if value is not None \
             else memoryview(_inline_bytes(tensor))  # written from its buffer: no copy
         with self._lock:

@@ -141,7 +141,7 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
     listener = listener or Listener()
     given = options or SearchOptions()
     options = SearchOptions(given.tolerance, given.backend, given.backend_options, parallel=given.parallel,
-                            headroom=given.headroom)
+                            headroom=given.headroom, precision=given.precision)
     tolerance = options.tolerance
     start = time.perf_counter()
     graph, chosen, oracle = prepare(model, inputs, references, options, listener)
@@ -157,7 +157,8 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
             drift.again = again_line(drift, model, inputs, references, tolerance)
         oracle.stop_early = False  # a check reports every sample
         section, lacking = _headroom(graph, oracle.samples, plan, options.headroom, listener)
-        listener.stage(f"checking on the {chosen.name} backend: {len(plan)} node(s) in FP32, the rest in FP16")
+        listener.stage(f"checking on the {chosen.name} backend: {len(plan)} node(s) in FP32, the rest in "
+                       f"{graph.precision.label}")
         everything = frozenset(n.id for n in graph.candidates)
         if oracle.width > 1:
             oracle.evaluate_many([plan, everything])

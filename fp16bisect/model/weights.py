@@ -369,7 +369,10 @@ def save(model: onnx.ModelProto, path: str | Path, write=None, external: bool = 
 def _raw(tensor: TensorProto) -> memoryview:
     """An external tensor's bytes as they are in its file (a map, not a copy)."""
     data = array(tensor)
-    return memoryview(np.ascontiguousarray(data).reshape(-1)).cast("B") if data.size else memoryview(b"")
+    flat = np.ascontiguousarray(data).reshape(-1)
+    if flat.dtype.kind == "V":  # ml_dtypes (bfloat16) has no buffer format: its bytes
+        flat = flat.view(np.uint8)
+    return memoryview(flat).cast("B") if data.size else memoryview(b"")
 
 
 def _write(path: Path, fill) -> None:

@@ -292,7 +292,7 @@ class TensorRTBackend(Backend):
         try:
             built = self.builder.build(
                 self._model_bytes(plan), fp32=fp32, opt_level=self.opt_level, timing_cache=self._cache,
-                shapes=self.input_shapes, strongly_typed=self.strongly_typed,
+                shapes=self.input_shapes, strongly_typed=self.strongly_typed, low=self.graph.precision.label,
             )
         except trt_engine.TensorRTError as exc:
             raise BuildFailed(plan, str(exc) + self._hint()) from None

@@ -126,12 +126,14 @@ class EngineBuilder:
         timing_cache: bytes | None = None,
         shapes: Mapping[str, tuple] | None = None,
         strongly_typed: bool | None = None,
+        low: str = "FP16",
     ) -> Built:
         """Build an engine. ``fp32``: nodes to pin (weakly typed TensorRT 10.x only). ``timing_cache``: the
         bytes of the shared cache (b"" or None for a new one); the result carries the updated cache to save.
         ``shapes``: input name -> (min, opt, max) shapes, for the optimization profile that inputs with
         dynamic dimensions need. ``strongly_typed``: None builds weakly typed on 10.x (``fp32`` pins) and
-        strongly typed elsewhere; True builds strongly typed wherever TensorRT can."""
+        strongly typed elsewhere; True builds strongly typed wherever TensorRT can. ``low``: the BuilderFlag
+        of the low precision a weakly typed build enables, ``FP16`` or ``BF16`` (``Precision.label``)."""
         trt = self.tensorrt.module
         strong = not self.tensorrt.weakly_typed or bool(strongly_typed)
         builder, network, _parser = self.parse(onnx_bytes, strongly_typed=strong)
@@ -143,7 +145,11 @@ class EngineBuilder:
             found, lost = resolve(network, fp32)
             pinned = pin_layers(network, found, trt)
             missing = [r.label for r in lost]
-            config.set_flag(trt.BuilderFlag.FP16)
+            flag = getattr(trt.BuilderFlag, low, None)
+            if flag is None:
+                raise UsageError(f"{self.tensorrt} has no BuilderFlag.{low}, so it cannot build {low} weakly typed: "
+                                 "drop --typing weak (strongly typed builds take the types from the file)")
+            config.set_flag(flag)
             config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
             config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED  # layer types, for verify_pins
         elif fp32:

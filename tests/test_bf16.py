@@ -205,3 +205,34 @@ def test_one_definition_of_each_precision():
     assert (BF16.significant_bits, BF16.onnx_type, BF16.tensorrt_type) == (8, TensorProto.BFLOAT16, "BF16")
     assert BF16.max == float(ml_dtypes.finfo(ml_dtypes.bfloat16).max) and 3.38e38 < BF16.max < 3.4e38
     assert BF16.smallest_subnormal == float(ml_dtypes.finfo(ml_dtypes.bfloat16).smallest_subnormal)
+
+
+def test_silero_vad_all_bf16_fails_where_fp16_passes_and_the_bf16_answer_is_1_minimal(tmp_path):
+    """A real model (Silero VAD's LSTM, taken from its PyPI wheel): at atol 0.02 all-FP16 passes (LSTM state
+    error 0.008) and all-BF16 fails (0.045); ``search --precision bf16`` finds a set that passes, and removing any
+    one of its nodes fails, each removal checked here again on the emulate backend."""
+    import copy
+
+    from real_models import SILERO_VAD_SEQ, real_model
+
+    import fp16bisect
+
+    model = str(real_model(SILERO_VAD_SEQ))
+    rng = np.random.default_rng(0)
+    data = {"input": (rng.standard_normal((8, 576)) * 0.5).astype(np.float32),
+            "h": (rng.standard_normal((1, 1, 128)) * 0.5).astype(np.float32),
+            "c": (rng.standard_normal((1, 1, 128)) * 0.5).astype(np.float32)}
+    tolerance = {"atol": 0.02, "rtol": 0.0}
+    assert fp16bisect.check(model, data, **tolerance).passed
+    assert not fp16bisect.check(model, data, precision="bf16", **tolerance).passed
+    out = tmp_path / "o.json"
+    found = fp16bisect.search(model, data, precision="bf16", output=out, **tolerance)
+    answer = json.loads(out.read_text())
+    names = [n["name"] for n in answer["fp32_nodes"]]
+    assert answer["precision"] == "bf16" and answer["search"]["minimal"] and 1 <= len(names) < 17
+    assert fp16bisect.check(model, data, answer, precision="bf16", **tolerance).passed
+    for name in names:
+        fewer = copy.deepcopy(answer)
+        fewer["fp32_nodes"] = [n for n in fewer["fp32_nodes"] if n["name"] != name]
+        assert not fp16bisect.check(model, data, fewer, precision="bf16", **tolerance).passed, name
+    assert found.evaluations < 60

@@ -296,3 +296,28 @@ def test_an_fp16_batchnorm_with_a_1e8_variance_parses_in_half_and_builds(opset):
     assert seen == {"conv": {trt.DataType.HALF}, "bn": {trt.DataType.HALF}, "relu": {trt.DataType.HALF}}, seen
     engine = builder.build_serialized_network(network, builder.create_builder_config())
     assert engine is not None and engine.nbytes > 0
+
+
+@pytest.mark.parametrize("name", ["transformer_block", "cnn_batchnorm"])
+def test_a_bf16_file_parses_with_the_pinned_layers_float_the_rest_bf16_and_builds(name, known):
+    """``--precision bf16``: the written file (bfloat16 tensors and Casts, opset 22 for a model below it) parses
+    in TensorRT-RTX with every pinned node's layers producing FLOAT and every other candidate's BF16."""
+    from fp16bisect.model.precision import BF16
+
+    graph = Graph.load(SAMPLES / f"{name}.onnx", precision=BF16)
+    candidates = {n.id for n in graph.candidates}
+    plan = sorted(known[name]["culprits"])
+    builder, network, _parser = parse(mixed_model(graph, plan))
+    kinds = {}
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        for node_id in layer_node_ids(graph, layer) & candidates:
+            for k in range(layer.num_outputs):
+                dtype = layer.get_output(k).dtype
+                if dtype in (trt.DataType.FLOAT, trt.DataType.HALF, trt.DataType.BF16):
+                    kinds.setdefault(node_id, set()).add(dtype)
+    assert set(kinds) == candidates, sorted(candidates - set(kinds))[:5]
+    for node_id, dtypes in kinds.items():
+        assert dtypes == {trt.DataType.FLOAT if node_id in plan else trt.DataType.BF16}, (node_id, dtypes)
+    engine = builder.build_serialized_network(network, builder.create_builder_config())
+    assert engine is not None and engine.nbytes > 0

@@ -36,6 +36,7 @@ import enum
 import json
 import types
 
+import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto
@@ -52,12 +53,15 @@ COMPUTE_OPS = {
     "ReduceSum": "REDUCE", "GlobalAveragePool": "REDUCE", "MaxPool": "POOLING", "AveragePool": "POOLING",
 }
 BROADCASTING = {"Add", "Sub", "Mul", "Div", "Pow", "MatMul", "Max", "Min", "Gemm", "Sum"}
-ONNX_TO_DT = {TensorProto.FLOAT: "FLOAT", TensorProto.FLOAT16: "HALF", TensorProto.INT32: "INT32",
+ONNX_TO_DT = {TensorProto.FLOAT: "FLOAT", TensorProto.FLOAT16: "HALF", TensorProto.BFLOAT16: "BF16",
+              TensorProto.INT32: "INT32",
               TensorProto.INT64: "INT64", TensorProto.BOOL: "BOOL"}
 
 
-def make(weak: bool = True, version: str | None = None, strongly_typed_flag: bool = True) -> types.ModuleType:
-    """``strongly_typed_flag=False``: a TensorRT before 9.0 (no NetworkDefinitionCreationFlag.STRONGLY_TYPED)."""
+def make(weak: bool = True, version: str | None = None, strongly_typed_flag: bool = True,
+         bf16_flag: bool = True) -> types.ModuleType:
+    """``strongly_typed_flag=False``: a TensorRT before 9.0 (no NetworkDefinitionCreationFlag.STRONGLY_TYPED);
+    ``bf16_flag=False``: one without ``BuilderFlag.BF16`` (weakly typed BF16 builds impossible)."""
     trt = types.ModuleType("tensorrt")
     trt.__version__ = version or ("10.16.1.11" if weak else "11.4.0.106")
     trt._builds = []  # every build: the JSON dict it produced
@@ -71,9 +75,10 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
         INT32 = 3
         BOOL = 4
         INT64 = 8
+        BF16 = 7
 
     _NP = {DataType.FLOAT: np.float32, DataType.HALF: np.float16, DataType.INT32: np.int32,
-           DataType.BOOL: np.bool_, DataType.INT64: np.int64}
+           DataType.BOOL: np.bool_, DataType.INT64: np.int64, DataType.BF16: np.dtype(ml_dtypes.bfloat16)}
 
     def nptype(dtype):
         return _NP[dtype]
@@ -83,7 +88,7 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
         [n.split(".", 1)[1] for n in _names() if n.startswith("LayerType.")],
     )
 
-    members = ["FP16", "OBEY_PRECISION_CONSTRAINTS"] if weak else []
+    members = ["FP16", "OBEY_PRECISION_CONSTRAINTS", *(["BF16"] if bf16_flag else [])] if weak else []
     BuilderFlag = enum.IntEnum("BuilderFlag", members) if members else type("BuilderFlag", (), {})
 
     NetworkDefinitionCreationFlag = enum.IntEnum(
@@ -409,6 +414,7 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
             built = {
                 "profile": {k: [list(s) for s in v] for k, v in shapes.items()},
                 "fp16": weak and BuilderFlag.FP16 in config._flags,
+                "bf16": weak and bf16_flag and BuilderFlag.BF16 in config._flags,
                 "obey": weak and BuilderFlag.OBEY_PRECISION_CONSTRAINTS in config._flags,
                 "opt_level": config.builder_optimization_level,
                 "strongly_typed": network._strong,
@@ -434,7 +440,7 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
             text = {DataType.FLOAT: "Float", DataType.HALF: "Half"}.get(dtype) if myelin else None
             text = text or {DataType.FLOAT: "Row major linear FP32", DataType.HALF: "Row major linear FP16 format",
                             DataType.INT32: "Row major linear Int32", DataType.INT64: "Row major linear Int64",
-                            DataType.BOOL: "Row major linear Bool"}[dtype]
+                            DataType.BOOL: "Row major linear Bool", DataType.BF16: "Row major linear BF16 format"}[dtype]
             return {"Name": t.name, "Location": "Device", "Dimensions": list(t.shape), "Format/Datatype": text}
 
         def types(layer):
@@ -541,7 +547,7 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
 
     for name, value in list(locals().items()):
         if not name.startswith("_") and name not in ("weak", "version", "trt", "members", "name", "value",
-                                                      "strongly_typed_flag"):
+                                                      "strongly_typed_flag", "bf16_flag"):
             setattr(trt, name, value)
     trt.float32 = DataType.FLOAT
     for name in ("set_output_type", "_get_precision", "_set_precision"):

@@ -905,3 +905,44 @@ def test_real_tensorrt_rtx_parses_a_model_with_external_weights(tmp_path, monkey
     loaded = trt_load.TensorRT(tensorrt_rtx, "tensorrt_rtx", tensorrt_rtx.__version__, weakly_typed=False)
     _b, network, _p = E.EngineBuilder(loaded).parse(files.model)
     assert network.num_layers == 94
+
+
+def bf16_backend(monkeypatch, tmp_path, **kwargs):
+    """The tensorrt backend over a BF16 graph of the transformer block (engines 'run' as in ``backend_factory``)."""
+    from fp16bisect.backends.tensorrt import backend as backend_module
+    from fp16bisect.model.precision import BF16
+
+    monkeypatch.setattr(trt_load, "gpu_available", lambda: True)
+    monkeypatch.setattr(backend_module.TensorRTBackend, "_execute", lambda self, key, engine, inputs: {
+        "y": np.full((1, 16, 64), len(ran_in_fp32(self.graph, json.loads(engine))), dtype=np.float32)})
+    graph = Graph.load(TRANSFORMER, precision=BF16)
+    return backend_module.TensorRTBackend(graph, timing_cache=tmp_path / "timing.cache", **kwargs)
+
+
+@pytest.mark.parametrize("fake", ["trt", "trt11"])
+def test_a_bf16_plan_builds_its_bfloat16_file_strongly_typed(fake, request, monkeypatch, tmp_path):
+    fake = request.getfixturevalue(fake)
+    backend = bf16_backend(monkeypatch, tmp_path)
+    plan = frozenset({"ln1_square", "ln1_var"})
+    backend.run(plan, {"x": np.zeros((1, 16, 64), dtype=np.float32)})
+    built = fake._builds[-1]
+    assert built["strongly_typed"] and not built["fp16"] and not built.get("bf16")
+    assert ran_in_fp32(backend.graph, built) == plan
+    assert "fp16bisect/cast_fp32/ln1_centered" in built["layers"]  # the mixed model's casts, to bfloat16 and back
+
+
+def test_weak_typing_bf16_sets_builderflag_bf16_and_pins_fp32_layers(trt, monkeypatch, tmp_path):
+    backend = bf16_backend(monkeypatch, tmp_path, typing="weak")
+    plan = frozenset({"ln1_square", "ln1_var"})
+    backend.run(plan, {"x": np.zeros((1, 16, 64), dtype=np.float32)})
+    built = trt._builds[-1]
+    assert built["bf16"] and not built["fp16"] and built["obey"] and not built["strongly_typed"]
+    assert {n for n, layer in built["layers"].items() if layer["precision"] == "FLOAT"} == plan
+
+
+def test_weak_typing_bf16_without_the_flag_is_a_usage_error(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "tensorrt", fake_tensorrt.make(weak=True, bf16_flag=False))
+    backend = bf16_backend(monkeypatch, tmp_path, typing="weak")
+    with pytest.raises(UsageError, match="has no BuilderFlag.BF16, so it cannot build BF16 weakly typed: drop "
+                                         "--typing weak"):
+        backend._build(frozenset())

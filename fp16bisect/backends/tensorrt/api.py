@@ -122,6 +122,7 @@ NAMES: dict[str, str] = {
     "DataType": DATA_TYPE,
     "DataType.FLOAT": DATA_TYPE,
     "DataType.HALF": DATA_TYPE,
+    "DataType.BF16": DATA_TYPE,
     "DataType.INT32": DATA_TYPE,
     "DataType.INT64": DATA_TYPE,
     "DataType.BOOL": DATA_TYPE,
@@ -139,6 +140,7 @@ NAMES: dict[str, str] = {
     "ProfilingVerbosity.DETAILED": INSPECTOR,
     "BuilderFlag": CONFIG,
     "BuilderFlag.FP16": CONFIG,
+    "BuilderFlag.BF16": CONFIG,  # --precision bf16 --typing weak (10.x); engine.build asks for it by name
     "BuilderFlag.OBEY_PRECISION_CONSTRAINTS": CONFIG,
     "ITimingCache": TIMING_CACHE,
     "ITimingCache.serialize": TIMING_CACHE,
@@ -173,6 +175,7 @@ WEAK_TYPING = frozenset(
         "ILayer.precision",
         "ILayer.set_output_type",
         "BuilderFlag.FP16",
+        "BuilderFlag.BF16",
         "BuilderFlag.OBEY_PRECISION_CONSTRAINTS",
     }
 )

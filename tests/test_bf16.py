@@ -236,3 +236,27 @@ def test_silero_vad_all_bf16_fails_where_fp16_passes_and_the_bf16_answer_is_1_mi
         fewer["fp32_nodes"] = [n for n in fewer["fp32_nodes"] if n["name"] != name]
         assert not fp16bisect.check(model, data, fewer, precision="bf16", **tolerance).passed, name
     assert found.evaluations < 60
+
+
+def test_bf16_ranks_by_relative_rounding_and_fp16_by_range(tmp_path):
+    """On the planted model, BF16's suspects are the cancellation (``sub`` reads |x| up to 68 and writes up to 4:
+    17x) and nothing of FP16's range risks; FP16's ranking finds no suspect there at all."""
+    import fp16bisect
+
+    model = tmp_path / "m.onnx"
+    onnx.save(planted(), model)
+    bf16 = fp16bisect.scan(str(model), sample(), precision="bf16")
+    fp16 = fp16bisect.scan(str(model), sample())
+    assert bf16.suspects == 1 and bf16.nodes[0]["name"] == "sub" and "grows 17" in bf16.nodes[0]["reason"]
+    assert fp16.suspects == 0 and [n["name"] for n in fp16.nodes] == ["add", "sub", "scale", "relu"]
+
+
+def test_scan_bf16_says_headroom_against_bf16s_max(tmp_path, capsys):
+    model, data = tmp_path / "m.onnx", tmp_path / "x.npz"
+    onnx.save(planted(), model)
+    np.savez(data, **sample())
+    code, out, err = run(capsys, "scan", model, "--inputs", data, "--precision", "bf16")
+    assert code == 0, err
+    assert "BF16 keeps FP32's range" in out and "against 3.39e+38" in out and "% of 3.39e+38" in out
+    code, out, _ = run(capsys, "scan", model, "--inputs", data)
+    assert "against 65504" in out and "BF16" not in out

@@ -32,10 +32,10 @@ def graph_sections(graph: Graph, fp32) -> dict:
     """A search's result only: the precision searched for, the nodes not searched, notes on the model, and what the all-FP16 plan's file
     and the answer's file convert beyond rounding (constants FP16 cannot hold), and by which rule."""
     from fp16bisect.artifacts.mixed import conversions
-    from fp16bisect.model.fp16 import RULE
+    from fp16bisect.model.fp16 import rule
 
     return {"precision": graph.precision.name, "skipped_nodes": graph.skipped, "notes": notes(graph),
-            "conversions": {"rule": RULE, "all_fp16": [c.to_json() for c in conversions(graph, ())],
+            "conversions": {"rule": rule(graph.precision), "all_fp16": [c.to_json() for c in conversions(graph, ())],
                             "with_overrides": [c.to_json() for c in conversions(graph, fp32)]}}
 
 

@@ -182,7 +182,7 @@ def _headroom(graph: Graph, samples, plan, factor: float | None, listener) -> tu
             raise
         return None, []
     found = fp16_tensors(graph, prof, plan)
-    section = headroom_json(found, [s.source for s in samples], factor, [])
+    section = headroom_json(found, [s.source for s in samples], factor, [], graph.precision.max)
     return section, tight(found, factor) if factor else []
 
 

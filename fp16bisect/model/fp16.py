@@ -44,6 +44,13 @@ FP16_MAX = 65504.0
 FP16_MIN_SUBNORMAL = 2.0**-24
 RULE = ("finite values beyond +-65504 saturate to +-65504, non-zero values below 2^-24 become +-2^-24 "
         "(TensorRT's conversion of FP32 weights), +-inf and NaN are kept, the rest rounds to nearest even")
+BF16_RULE = ("finite values beyond +-3.39e38 (BF16's max) saturate to it, non-zero values below 2^-133 become "
+             "+-2^-133, +-inf and NaN are kept, the rest rounds to nearest even (8 significant bits)")
+
+
+def rule(precision: Precision = FP16) -> str:
+    """The conversion rule of constants stored in ``precision``, as the override JSON's ``conversions`` says it."""
+    return RULE if precision is FP16 else BF16_RULE
 
 
 def constant_to_fp16(values, precision: Precision = FP16) -> np.ndarray:

@@ -7,6 +7,9 @@ outputs of the candidates the plan leaves in FP16 (a transparent node's output h
 
 ``--headroom F``: a tensor whose FP32 peak on any sample exceeds 65504/F counts as an overflow: the candidate
 that writes it and the candidates that read it are forced to FP32 in every plan (``forced_nodes``).
+
+For BF16 (``--precision bf16``) the limit is BF16's largest finite value (about 3.39e38, FP32's range), not 65504:
+BF16 does not overflow where FP16 does, so its headroom is against its own maximum (``Graph.precision.max``).
 """
 
 from __future__ import annotations
@@ -46,15 +49,20 @@ class Headroom:
     tensor: str
     node: str  # the candidate that writes it
     stats: TensorStats
+    limit: float = FP16_MAX  # the low precision's largest finite value
 
     @property
     def factor(self) -> float:
-        return self.stats.headroom
+        return self.limit / self.stats.max_abs if self.stats.max_abs > 0 else float("inf")
+
+    @property
+    def peak_fraction(self) -> float:
+        return self.stats.max_abs / self.limit
 
     def to_json(self, sources) -> dict:
         s = self.stats
         small = s.min_nonzero if math.isfinite(s.min_nonzero) else None
-        return {"tensor": self.tensor, "node": self.node, "peak": s.max_abs, "peak_fraction": round(s.peak_fraction, 6),
+        return {"tensor": self.tensor, "node": self.node, "peak": s.max_abs, "peak_fraction": round(self.peak_fraction, 6),
                 "headroom": round(self.factor, 4) if math.isfinite(self.factor) else None,
                 "peak_sample": _source(sources, s.peak_sample),
                 "min_nonzero": small, "min_vs_normal": None if small is None else round(small / FP16_MIN_NORMAL, 6),
@@ -64,7 +72,12 @@ class Headroom:
         where = _source(sources, self.stats.peak_sample)
         on = f" on {where['source']}" if where else ""
         return (f"{self.tensor!r} (written by {self.node}): peak |x| {self.stats.max_abs:.4g}, "
-                f"{100 * self.stats.peak_fraction:.1f}% of 65504 ({self.factor:.2g}x headroom){on}")
+                f"{100 * self.peak_fraction:.1f}% of {limit_text(self.limit)} ({self.factor:.2g}x headroom){on}")
+
+
+def limit_text(limit: float) -> str:
+    """65504 as it is, BF16's 3.39e38 in three digits."""
+    return f"{limit:g}" if limit < 1e6 else f"{limit:.3g}"
 
 
 def _source(sources, index: int) -> dict | None:
@@ -83,19 +96,21 @@ def fp16_tensors(graph: Graph, prof: Profile, fp32) -> list[Headroom]:
         for t in graph.float_outputs(node):
             s = prof.tensors.get(t)
             if s is not None and not s.sentinel:
-                found.append(Headroom(t, node.id, s))
+                found.append(Headroom(t, node.id, s, graph.precision.max))
     return sorted(found, key=lambda h: (-h.stats.max_abs, h.tensor))
 
 
 def tight(found: list[Headroom], factor: float = TIGHT) -> list[Headroom]:
     """Those with less than ``factor`` headroom (peak above 65504/factor)."""
-    return [h for h in found if h.stats.max_abs > FP16_MAX / factor]
+    return [h for h in found if h.stats.max_abs > h.limit / factor]
 
 
-def headroom_json(found: list[Headroom], sources, factor: float | None, forced: list[Forced]) -> dict:
-    """The override JSON's ``headroom``: bounded on any model (every tensor below LISTED x, at least SHOWN)."""
+def headroom_json(found: list[Headroom], sources, factor: float | None, forced: list[Forced],
+                  limit: float = FP16_MAX) -> dict:
+    """The override JSON's ``headroom``: bounded on any model (every tensor below LISTED x, at least SHOWN);
+    ``limit``: the low precision's largest finite value."""
     listed = [h for i, h in enumerate(found) if i < SHOWN or h.factor < LISTED][:LIMIT]
-    return {"limit": FP16_MAX, "min_normal": FP16_MIN_NORMAL, "flag": factor, "fp16_tensors": len(found),
+    return {"limit": limit, "min_normal": FP16_MIN_NORMAL, "flag": factor, "fp16_tensors": len(found),
             "listed_below": LISTED, "tensors": [h.to_json(sources) for h in listed],
             "forced": [f.to_json(sources) for f in forced]}
 
@@ -109,17 +124,19 @@ class Forced:
     role: str  # writes | reads
     stats: TensorStats
     factor: float
+    limit: float = FP16_MAX
 
     def reason(self, sources=()) -> str:
         where = _source(sources, self.stats.peak_sample)
         on = f" on {where['source']}" if where else ""
         return (f"forced by --headroom {self.factor:g}: {self.role} tensor {self.tensor!r}, peak |x| "
-                f"{self.stats.max_abs:.4g} > 65504/{self.factor:g} ({100 * self.stats.peak_fraction:.1f}% of 65504)"
+                f"{self.stats.max_abs:.4g} > {limit_text(self.limit)}/{self.factor:g} "
+                f"({100 * self.stats.max_abs / self.limit:.1f}% of {limit_text(self.limit)})"
                 f"{on}")
 
     def to_json(self, sources) -> dict:
         return {"node": self.node, "tensor": self.tensor, "role": self.role, "peak": self.stats.max_abs,
-                "peak_fraction": round(self.stats.peak_fraction, 6), "peak_sample": _source(sources,
+                "peak_fraction": round(self.stats.max_abs / self.limit, 6), "peak_sample": _source(sources,
                                                                                            self.stats.peak_sample)}
 
 
@@ -128,7 +145,7 @@ def forced_nodes(graph: Graph, prof: Profile, factor: float | None) -> list[Forc
     in topological order. None or no factor: none."""
     if not factor:
         return []
-    limit = FP16_MAX / factor
+    limit = graph.precision.max / factor
     over = {t for t, s in prof.tensors.items() if not s.initializer and not s.sentinel and s.max_abs > limit}
     found: dict[str, Forced] = {}
     for node in graph.candidates:
@@ -137,5 +154,5 @@ def forced_nodes(graph: Graph, prof: Profile, factor: float | None) -> list[Forc
         hits = [(t, role) for t, role in touched if t in over]
         if hits:
             t, role = max(hits, key=lambda h: prof.tensors[h[0]].max_abs)
-            found[node.id] = Forced(node.id, t, role, prof.tensors[t], factor)
+            found[node.id] = Forced(node.id, t, role, prof.tensors[t], factor, graph.precision.max)
     return list(found.values())

@@ -5,7 +5,8 @@ A candidate's risk is the worst tier (``model/statistics.py``) of the tensors it
 reads (in FP16 it would read them rounded) and writes. The suspicion order sorts
 candidates by risk, worst first, ties in topological order; candidates of tier 2
 and 3 are the suspects the search tries first. This one ranking is what ``scan``
-prints and what the search uses.
+prints and what the search uses. A BF16 graph (``--precision bf16``) is ranked by
+relative rounding instead (``model/relative_rounding.py``): BF16 has FP32's range.
 
 How the statistics are gathered (the results are those of ``TensorStats.add`` on
 every whole tensor): a Constant node's tensor is measured from the model file;
@@ -34,6 +35,7 @@ from fp16bisect.errors import UsageError
 from fp16bisect.model import weights
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.instrument import add_rows, split_units, tensor_sizes, with_statistics
+from fp16bisect.model.relative_rounding import rank_relative
 from fp16bisect.model.runtime import nothing_to_fold, run, session
 from fp16bisect.model.statistics import TensorStats, stress_order
 
@@ -99,7 +101,9 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
         _fetch(built[0], tensors, [(index, sample)], per.into(stats), chunk)
     for t, source in same.items():
         stats[t] = replace(stats[source], name=t, initializer=False)
-    return Profile(stats, rank(graph, stats), stress_order(per.peaks, per.smallest))
+    risks = rank(graph, stats) if graph.precision.name == "fp16" else \
+        [NodeRisk(*row) for row in rank_relative(graph, stats)]  # BF16: relative rounding, not range
+    return Profile(stats, risks, stress_order(per.peaks, per.smallest))
 
 
 class _PerSample:

@@ -12,12 +12,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from fp16bisect.model.fp16 import RULE
+from fp16bisect.model.fp16 import BF16_RULE, RULE
+from fp16bisect.report.conversions import conversion_lines
 from fp16bisect.model.shapes import said as shapes_said
 from fp16bisect.evaluation.oracle import EXIT_CODE
 from fp16bisect.run.outcome import Listener, Outcome
 from fp16bisect.report.dataset import dataset_lines, table_metrics
-from fp16bisect.report.headroom import headroom_lines, scan_headroom_lines
+from fp16bisect.report.headroom import headroom_lines, scan_header, scan_headroom_lines
 from fp16bisect.algorithm.search import Step
 
 
@@ -89,28 +90,6 @@ def step_line(step: Step, progress: dict) -> str:
         f"roughly {progress['estimate_left']} more evaluation(s)"
         + (f" (estimate; at most {progress['bound_left']})]" if "bound_left" in progress else " (estimate)]")
     )
-
-
-def _conversions(data, where: str = "every plan's file stores") -> list[str]:
-    """Constants FP16 cannot hold that a plan's file converts (said once per search: the all-FP16 plan's):
-    the saturated ones by name, the tiny values raised to 2^-24 in one line."""
-    if not data or not data.get("all_fp16"):
-        return []
-    found = data["all_fp16"]
-    saturated = sorted((c for c in found if c["saturated"]), key=lambda c: -c["saturated"])
-    lifted = [c for c in found if c["lifted"]]
-    lines = [f"[yellow]note:[/yellow] {len(found)} constant(s) read in FP16 cannot be held by FP16; {where} "
-             f"them by TensorRT's rule ({escape(data['rule'])}):"]
-    for c in saturated[:5]:
-        readers = ", ".join(c["readers"][:3]) + (", ..." if len(c["readers"]) > 3 else "")
-        lines.append(f"  {escape(c['constant'])}: {c['saturated']} value(s) saturated (e.g. {c['extreme']:.3g}), "
-                     f"read by {escape(readers)}")
-    if len(saturated) > 5:
-        lines.append(f"  ... and {len(saturated) - 5} more saturated (the JSON's 'conversions' lists them)")
-    if lifted:
-        lines.append(f"  {sum(c['lifted'] for c in lifted)} non-zero value(s) below 2^-24 in {len(lifted)} "
-                     "constant(s) stored as +-2^-24")
-    return lines
 
 
 def _num(x: float, spec: str = ".3g") -> str:
@@ -196,7 +175,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
         console.print(
             f"[yellow]kept, not verified:[/yellow] {escape(entry['node'])} (its removal could not be evaluated: "
             f"{escape(entry['reason']['kind'])})", highlight=False, soft_wrap=True)
-    for line in _conversions(outcome.data.get("conversions")):
+    for line in conversion_lines(outcome.data.get("conversions")):
         console.print(line, highlight=False, soft_wrap=True)
     for note in outcome.data.get("notes", []):
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
@@ -246,7 +225,9 @@ def print_mixed(mixed, output_path: str, console: Console | None = None) -> None
     )
     for note in mixed.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
-    for line in _conversions({"rule": RULE, "all_fp16": [c.to_json() for c in mixed.conversions]}, "this file stores"):
+    said = {"rule": BF16_RULE if any(c.precision == "bf16" for c in mixed.conversions) else RULE,
+            "all_fp16": [c.to_json() for c in mixed.conversions]}
+    for line in conversion_lines(said, "this file stores"):
         console.print(line, highlight=False, soft_wrap=True)
 
 
@@ -319,8 +300,8 @@ def print_scan(graph, data: dict, top: int, console: Console | None = None) -> N
     """``scan``: the riskiest tensors and weights, then the candidates in suspicion order."""
     console = console or _console()
     tensors = data["tensors"]
-    console.print(f"fp16bisect scan of {graph.path}: FP16 keeps |x| <= 65504; nonzero |x| < 6.1e-05 lose "
-                  "precision (subnormal), < 6e-08 flush to 0", highlight=False, soft_wrap=True)
+    for line in scan_header(graph.path, graph.precision.name):
+        console.print(line, highlight=False, soft_wrap=True)
     if not tensors:
         console.print("No tensor or weight comes near FP16's limits on these inputs.")
     else:
@@ -332,7 +313,7 @@ def print_scan(graph, data: dict, top: int, console: Console | None = None) -> N
             table.add_row(row["name"], row["kind"], risk, f"{row['max_abs']:.4g}", f"{row['min_nonzero_abs']:.3g}",
                           row["reason"], row["written_by"] or "-")
         console.print(table)
-    for line in scan_headroom_lines(data.get("headroom", []), top):
+    for line in scan_headroom_lines(data.get("headroom", []), top, graph.precision.max):
         console.print(line, highlight=False, soft_wrap=True)
     suspects = [r for r in data["nodes"] if r["tier"] >= 2]
     console.print(f"{data['suspects']} suspect node(s) (the search tries them first, in this order)"

@@ -260,3 +260,16 @@ def test_scan_bf16_says_headroom_against_bf16s_max(tmp_path, capsys):
     assert "BF16 keeps FP32's range" in out and "against 3.39e+38" in out and "% of 3.39e+38" in out
     code, out, _ = run(capsys, "scan", model, "--inputs", data)
     assert "against 65504" in out and "BF16" not in out
+
+
+def test_the_bf16_self_test_proves_the_cast_pairs_round_on_this_machine(monkeypatch):
+    from fp16bisect.backends.emulate import selftest
+
+    monkeypatch.setattr(selftest, "_OTHERS_DONE", set())
+    monkeypatch.setitem(selftest.PROBES, "bf16", ([1 + 3 * 2**-8], [1 + 3 * 2**-8]))  # as if nothing rounded
+    with pytest.raises(RuntimeError, match="BF16 emulation self-test failed"):
+        selftest.self_test(BF16)
+    monkeypatch.undo()
+    monkeypatch.setattr(selftest, "_OTHERS_DONE", set())
+    selftest.self_test(BF16)
+    assert selftest._OTHERS_DONE == {"bf16"}

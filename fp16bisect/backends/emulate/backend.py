@@ -24,7 +24,7 @@ class EmulateBackend(Backend):
         """``extra_outputs``: inner tensors to return too (the layer-wise comparison reads every candidate's).
         The emulation and its session are set up at the first run (after the FP32 profile has freed its own
         session: never two of them at once), said through ``progress`` with its seconds."""
-        self_test()
+        self_test(graph.precision)
         self.graph = graph
         self.index = {n.id: i for i, n in enumerate(graph.candidates)}
         self.output_names = [o.name for o in graph.outputs]
@@ -48,7 +48,7 @@ class EmulateBackend(Backend):
 
     def _set_up(self) -> None:
         say = self.progress or (lambda text: None)
-        with timed(say, f"setting up the FP16 emulation of {len(self.index)} candidate(s)"):
+        with timed(say, f"setting up the {self.graph.precision.label} emulation of {len(self.index)} candidate(s)"):
             emulation = Emulation(self.graph, self._extra)
             emulation.model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in self._extra)
             # no constant folding: it would store a rounded copy of every weight beside the weight itself

@@ -266,7 +266,8 @@ def test_the_bf16_self_test_proves_the_cast_pairs_round_on_this_machine(monkeypa
     from fp16bisect.backends.emulate import selftest
 
     monkeypatch.setattr(selftest, "_OTHERS_DONE", set())
-    monkeypatch.setitem(selftest.PROBES, "bf16", ([1 + 3 * 2**-8], [1 + 3 * 2**-8]))  # as if nothing rounded
+    wrong = [1 + 3 * 2**-8, 1.0, 1.0, 1.0]  # as if 1 + 3 * 2^-8 did not round
+    monkeypatch.setitem(selftest.PROBES, "bf16", (wrong, wrong))
     with pytest.raises(RuntimeError, match="BF16 emulation self-test failed"):
         selftest.self_test(BF16)
     monkeypatch.undo()

@@ -274,3 +274,37 @@ def test_the_bf16_self_test_proves_the_cast_pairs_round_on_this_machine(monkeypa
     monkeypatch.setattr(selftest, "_OTHERS_DONE", set())
     selftest.self_test(BF16)
     assert selftest._OTHERS_DONE == {"bf16"}
+
+
+def test_a_bf16_run_says_bf16_where_it_said_fp16(tmp_path, capsys):
+    """The summary and the verification tables name the precision searched: BF16, not FP16."""
+    model, data, out = tmp_path / "m.onnx", tmp_path / "x.npz", tmp_path / "o.json"
+    onnx.save(planted(), model)
+    np.savez(data, **sample())
+    tolerance = ("--atol", "0.1", "--rtol", "0")
+    code, stdout, err = run(capsys, "search", model, "--inputs", data, *tolerance, "-o", out, "--precision", "bf16")
+    assert code == 0, err
+    assert "all BF16: max error" in stdout and "FP16" not in stdout.split("kept in FP32")[0]
+    code, stdout, err = run(capsys, "apply", model, out, "-o", tmp_path / "m.mixed.onnx", "--verify", "--inputs", data)
+    assert code == 0, err
+    assert "with overrides (BF16 storage)" in stdout and "all BF16 (BF16 storage)" in stdout
+    code, stdout, _ = run(capsys, "search", model, "--inputs", data, *tolerance, "-o", tmp_path / "f.json")
+    assert "All-FP16 already meets the tolerance" in stdout  # FP16's wording unchanged
+
+
+def test_a_batch_manifest_takes_precision_as_the_flag_does(tmp_path, capsys):
+    model, data = tmp_path / "m.onnx", tmp_path / "x.npz"
+    onnx.save(planted(), model)
+    np.savez(data, **sample())
+    manifest = tmp_path / "zoo.json"
+    entry = {"model": str(model), "inputs": str(data), "action": "search", "atol": 0.1, "rtol": 0}
+    manifest.write_text(json.dumps({"entries": [{**entry, "precision": "bf16", "name": "bf16"},
+                                                {**entry, "name": "fp16"}]}))
+    code, _, err = run(capsys, "batch", manifest, "--json", tmp_path / "batch.json", "--jobs", "1", "-q")
+    assert code == 0, err
+    bf16, fp16 = json.loads((tmp_path / "batch.json").read_text())["entries"]
+    assert set(bf16["fp32_nodes"]) == CULPRITS and bf16["result"]["precision"] == "bf16"
+    assert fp16["fp32_nodes"] == [] and fp16["result"]["precision"] == "fp16"
+    manifest.write_text(json.dumps({"entries": [{**entry, "precision": "fp8"}]}))
+    code, _, err = run(capsys, "batch", manifest, "-q")
+    assert code == 2 and f"manifest {str(manifest)!r}, entry 1: unknown precision 'fp8'" in err

@@ -50,6 +50,7 @@ class Verification:
     with_overrides: Check
     all_fp16: Check  # the contrast: the same conversion with nothing pinned
     strict: list[Check] = field(default_factory=list)  # [with overrides, all FP16] under --verify strict
+    label: str = "FP16"  # the low precision, as messages say it (BF16 for a BF16 file)
 
     @property
     def passed(self) -> bool:
@@ -70,7 +71,8 @@ def verify_mixed(graph: Graph, mixed: onnx.ModelProto, inputs: list[str], refere
     result = Verification(
         tolerance,
         verify(mixed, samples, tolerance, outputs, "the mixed-precision model"),
-        verify(contrast, samples, tolerance, outputs, "the all-FP16 model"),
+        verify(contrast, samples, tolerance, outputs, f"the all-{graph.precision.label} model"),
+        label=graph.precision.label,
     )
     if strict_mode:
         result.strict = [strict(graph.model, m, samples, tolerance, outputs) for m in (mixed, contrast)]

@@ -13,6 +13,7 @@ An optional ``defaults`` table applies to every entry; each entry
     backend     "emulate", "tensorrt" or "auto"                  (default "auto")
     overrides   check: keep this override file's nodes in FP32
     headroom    as --headroom F (search: forced nodes; check: fails a tensor lacking it)   (default: off)
+    precision   "fp16" or "bf16", as --precision                 (default "fp16")
     min_shapes, opt_shapes, max_shapes
                 the deployment's input shape profile, as --min-shapes ... take it: trtexec's text
                 ("x:1x3x224x224") or a table {input name = "1x3x224x224" or [1, 3, 224, 224]}
@@ -42,7 +43,7 @@ from fp16bisect.errors import UsageError
 SCHEMA = "fp16bisect.batch/1"
 ACTIONS = ("check", "search")
 KEYS = {"model", "inputs", "references", "action", "atol", "rtol", "min_cosine", "max_mismatch", "backend",
-        "overrides", "output", "name", "headroom", "min_shapes", "opt_shapes", "max_shapes"}
+        "overrides", "output", "name", "headroom", "min_shapes", "opt_shapes", "max_shapes", "precision"}
 SHAPE_KEYS = ("min_shapes", "opt_shapes", "max_shapes")
 TOLERANCE_KEYS = ("atol", "rtol", "min_cosine", "max_mismatch")
 
@@ -140,11 +141,14 @@ def _entry(raw, number: int, base: Path, manifest: str) -> dict:
 
 
 def _coverage(entry: dict, where: str) -> None:
-    """``headroom`` and the shape profile, checked as the command line checks its flags (one check each:
-    ``model.headroom.factor``, ``model.shapes.profile_of``); the profile kept as ``profile``."""
+    """``precision``, ``headroom`` and the shape profile, checked as the command line checks its flags (one check
+    each: ``model.precision.precision_of``, ``model.headroom.factor``, ``model.shapes.profile_of``); the profile
+    kept as ``profile``."""
     from fp16bisect.model import headroom, shapes
+    from fp16bisect.model.precision import precision_of
 
     try:
+        entry["precision"] = precision_of(entry.get("precision"))
         entry["headroom"] = headroom.factor(entry.get("headroom"))
         entry["profile"] = shapes.profile_of(*(entry.pop(k, None) for k in SHAPE_KEYS))
     except UsageError as exc:
@@ -152,12 +156,12 @@ def _coverage(entry: dict, where: str) -> None:
 
 
 def _options(entry: dict, tolerance, **more):
-    """The entry's ``SearchOptions``: its tolerance, backend, headroom and shape profile."""
+    """The entry's ``SearchOptions``: its tolerance, backend, precision, headroom and shape profile."""
     from fp16bisect.backends.base import Options
     from fp16bisect.run.options import SearchOptions
 
     return SearchOptions(tolerance, entry["backend"], Options.of(input_shapes=entry.get("profile")),
-                         headroom=entry.get("headroom"), **more)
+                         headroom=entry.get("headroom"), precision=entry["precision"], **more)
 
 
 def _result(entry: dict, *, verdict: str, seconds: float | None, error: str) -> dict:

@@ -127,6 +127,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
     result = outcome.result
     fp16 = outcome.fp16.worst() if outcome.fp16 is not None else {}
     final = outcome.final.worst()
+    low = outcome.graph.precision.label  # FP16, or BF16
     console.print(
         f"fp16bisect on {outcome.graph.path} ({outcome.backend} backend; {outcome.tolerance})",
         highlight=False, soft_wrap=True,
@@ -134,7 +135,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
     if fp16 or final:
         table = Table()
         table.add_column("output")
-        table.add_column("all FP16: max error" + (" (emulated)" if outcome.fp16_backend != outcome.backend else ""))
+        table.add_column(f"all {low}: max error" + (" (emulated)" if outcome.fp16_backend != outcome.backend else ""))
         table.add_column("with overrides: max error")
         table.add_column("pass")
         for name in outcome.oracle.outputs:
@@ -142,14 +143,14 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
             passed = m.passed if m else outcome.final.passed  # no metrics: the command's exit code judged
             table.add_row(name, _error_cell(fp16.get(name)), _error_cell(m), "yes" if passed else "[red]no[/red]")
         console.print(table)
-    judged = [(label, e) for label, e in (("all FP16", outcome.fp16), ("with overrides", outcome.final))
+    judged = [(label, e) for label, e in ((f"all {low}", outcome.fp16), ("with overrides", outcome.final))
               if e is not None and e.verdict_from == EXIT_CODE]
     if judged:
         console.print("judged by the command's exit code (it wrote no outputs to compare): " + "; ".join(
             f"{label} {'passes' if e.passed else 'fails'} ({e.detail})" for label, e in judged),
             highlight=False, soft_wrap=True)
     if result.status == "fp16_passes":
-        console.print("All-FP16 already meets the tolerance: nothing needs to stay in FP32.")
+        console.print(f"All-{low} already meets the tolerance: nothing needs to stay in FP32.")
     else:
         forced = f" beyond the {len(outcome.forced)} node(s) --headroom forces" if outcome.forced else ""  # kept by rule
         minimal = f"1-minimal{forced}" if result.minimal else "[red]NOT minimal[/red]"
@@ -242,10 +243,11 @@ def print_verification(v, console: Console | None = None) -> None:
     table.add_column("cosine")
     table.add_column("inf/NaN")
     table.add_column("pass")
-    rows = [("with overrides (FP16 storage)", v.with_overrides), ("all FP16 (FP16 storage)", v.all_fp16)]
+    low = v.label
+    rows = [(f"with overrides ({low} storage)", v.with_overrides), (f"all {low} ({low} storage)", v.all_fp16)]
     if v.strict:
-        rows += [("with overrides (onnx.reference FP16 math)", v.strict[0]),
-                 ("all FP16 (onnx.reference FP16 math)", v.strict[1])]
+        rows += [(f"with overrides (onnx.reference {low} math)", v.strict[0]),
+                 (f"all {low} (onnx.reference {low} math)", v.strict[1])]
     for label, check in rows:
         if check.error:
             table.add_row(label, "-", "-", "-", "-", "-", f"[yellow]{check.error}[/yellow]")

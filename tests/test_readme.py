@@ -402,3 +402,8 @@ def test_a_wrong_example_fails(right, wrong, named, tmp_path, searched):
     with pytest.raises(BaseException) as failed:
         KINDS[broken.kind](broken, tmp_path / "work", searched)
     assert failed.type.__name__ not in ("Skipped", "Failed") and named in str(failed.value), failed.value
+
+
+def test_the_readme_is_a_front_page_of_at_most_15_kb():
+    """The README is read once: what, install, quick start, the three uses, links; the rest is in docs/."""
+    assert len((ROOT / "README.md").read_bytes()) <= 15_000

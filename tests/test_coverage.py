@@ -308,3 +308,32 @@ def test_a_bad_headroom_is_the_same_one_line_from_the_flag_the_api_and_a_manifes
     manifest.write_text(json.dumps({"entries": [{"model": str(MODEL), "inputs": str(QUIET8[0]), "headroom": value}]}))
     code, _, err = run(capsys, "batch", manifest)
     assert code == 2 and one_line_error(err) == f"fp16bisect: error: manifest {str(manifest)!r}, entry 1: {said}"
+
+
+def test_a_search_reads_each_small_sample_from_disk_once(capsys, tmp_path, monkeypatch):
+    """Recent sample files are kept up to a budget: 48 frames of 256 KB are read once each for the whole search
+    (validation, profile, every plan), and the references written are not read back."""
+    from fp16bisect.model import npz
+
+    npz.forget()
+    reads = []
+    real = npz._read
+    monkeypatch.setattr(npz, "_read", lambda path: reads.append(Path(path).name) or real(path))
+    data, _ = search(capsys, tmp_path, FRAMES, "-q")
+    assert sorted(n["name"] for n in data["fp32_nodes"]) == CULPRITS
+    assert sorted(reads) == sorted(p.name for p in FRAMES)
+
+
+def test_large_samples_are_not_all_kept(monkeypatch, tmp_path):
+    """Beyond the budget the least recent files go; the last file of each slot always stays."""
+    from fp16bisect.model import npz
+
+    npz.forget()
+    monkeypatch.setattr(npz, "BUDGET", 3 << 20)
+    for i in range(6):
+        npz.write(tmp_path / f"{i}.npz", {"x": np.full(1 << 18, i, np.float32)})  # 1 MB each
+        npz.read(tmp_path / f"{i}.npz", "inputs")
+    npz.write(tmp_path / "r.npz", {"y": np.zeros(1 << 20, np.float32)}, "reference")  # 4 MB: over budget alone
+    kept = {Path(key[0]).name for key in npz._KEPT}
+    assert kept == {"5.npz", "r.npz"}  # the last of each slot; 0..4 went to stay within the budget
+    npz.forget()

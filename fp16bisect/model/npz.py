@@ -1,8 +1,10 @@
-"""``.npz`` files of named arrays: read (checked before numpy allocates), written, and the last one read kept.
+"""``.npz`` files of named arrays: read (checked before numpy allocates), written, and recent ones kept.
 
 A sample's arrays are read from their file each time they are used (``model/samples.py``), so that a search over
-many samples holds about one sample in memory. ``read`` keeps the last file read per ``slot`` (inputs,
-reference): code that asks for the same sample's arrays several times in a row reads the file once.
+many samples holds only a few of them in memory. ``read`` keeps the files it read last, up to ``BUDGET`` bytes of
+arrays (and always the last one per ``slot``: inputs, reference), and returns them again while the file is
+unchanged: a plan judged on the most stressing sample first reads it once for the whole search, and a data set
+of small samples is read from disk once. Large samples (a 10 MB image) still stream: a few are kept, never all.
 """
 
 from __future__ import annotations
@@ -11,51 +13,77 @@ import math
 import os
 import threading
 import zipfile
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
 
 from fp16bisect.errors import UsageError
 
-_LAST: dict[str, tuple] = {}  # slot -> (path, mtime_ns, size, arrays): the last file read for that slot
+BUDGET = 64 << 20  # bytes of arrays kept from recent reads, beyond the last file of each slot
+_KEPT: OrderedDict = OrderedDict()  # (path, mtime_ns, size) -> (slot, bytes, arrays), least recently used first
 _LOCK = threading.Lock()
 
 
 def read(path: str | Path, slot: str = "") -> dict[str, np.ndarray]:
     """The arrays of the ``.npz`` at ``path``; a file that is not one is a ``UsageError`` that says how to write
-    one. With ``slot``, the last file read for that slot is kept and returned again while it is unchanged."""
+    one. With ``slot``, the file is kept among the recent ones and returned again while it is unchanged."""
     if not slot:
         return _read(path)
     try:
-        st = os.stat(path)
-        key = (str(path), st.st_mtime_ns, st.st_size)
+        key = _key(path)
     except OSError:
         return _read(path)  # says it is missing
     with _LOCK:
-        last = _LAST.get(slot)
-        if last is not None and last[:3] == key:
-            return dict(last[3])
-        _LAST.pop(slot, None)  # freed before the next file is read: one file per slot in memory
+        kept = _KEPT.get(key)
+        if kept is not None:
+            _KEPT.move_to_end(key)
+            return dict(kept[2])
     arrays = _read(path)
-    with _LOCK:
-        _LAST[slot] = (*key, arrays)
+    _keep(key, slot, arrays)
     return dict(arrays)
+
+
+def _key(path: str | Path) -> tuple:
+    st = os.stat(path)
+    return (str(path), st.st_mtime_ns, st.st_size)
+
+
+def _keep(key: tuple, slot: str, arrays: dict) -> None:
+    """Keep ``arrays`` as the most recent file of ``slot``; drop the least recent ones beyond the budget, except
+    the last file of each slot."""
+    with _LOCK:
+        _KEPT[key] = (slot, sum(a.nbytes for a in arrays.values()), arrays)
+        _KEPT.move_to_end(key)
+        last = {}
+        for k, (kept_slot, _, _) in _KEPT.items():
+            last[kept_slot] = k
+        total = sum(size for _, size, _ in _KEPT.values())
+        for k in list(_KEPT):
+            if total <= BUDGET:
+                break
+            if k not in last.values():
+                total -= _KEPT.pop(k)[1]
 
 
 def forget() -> None:
     """Drop the kept files (a command ends; a test measures memory)."""
     with _LOCK:
-        _LAST.clear()
+        _KEPT.clear()
 
 
-def write(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write ``arrays`` to ``path`` (its folder made), through a temporary name: a reader never sees half a file."""
+def write(path: str | Path, arrays: dict[str, np.ndarray], slot: str = "") -> None:
+    """Write ``arrays`` to ``path`` (its folder made), through a temporary name: a reader never sees half a file.
+    With ``slot``, they are kept as a recent file of that slot, as if just read (a reference written now is read
+    back soon)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     with partial.open("wb") as f:
         np.savez(f, **arrays)
     os.replace(partial, path)
+    if slot:
+        _keep(_key(str(path)), slot, {k: np.asarray(v) for k, v in arrays.items()})
 
 
 def _read(path: str | Path) -> dict[str, np.ndarray]:

@@ -56,7 +56,7 @@ class Sample:
     def reference(self, value: dict[str, np.ndarray] | None) -> None:
         self._reference, self.reference_file = None, None
         if value is not None and self.spill:
-            npz.write(self.spill, value)
+            npz.write(self.spill, value, "reference")
             self.reference_file = self.spill
         else:
             self._reference = value
@@ -160,14 +160,14 @@ def _sample(graph: Graph, name: str, arrays: dict | None, folder: Path | None, i
     """A checked sample: an .npz read lazily, or arrays written to ``folder`` (held without one)."""
     spill = str(folder / f"{index}.fp32.npz") if folder is not None else None
     if arrays is None:
-        arrays = npz.read(name)
+        arrays = npz.read(name, "inputs")  # kept among the recent files: the profile reads it next
         _check_inputs(graph, arrays, name)
         return Sample(name, inputs_file=name, spill=spill, shapes={k: v.shape for k, v in arrays.items()})
     _check_inputs(graph, arrays, name)
     shapes = {k: v.shape for k, v in arrays.items()}
     if folder is None:
         return Sample(name, arrays, spill=spill, shapes=shapes)
-    npz.write(folder / f"{index}.inputs.npz", arrays)
+    npz.write(folder / f"{index}.inputs.npz", arrays, "inputs")
     return Sample(name, inputs_file=str(folder / f"{index}.inputs.npz"), spill=spill, shapes=shapes)
 
 
@@ -179,7 +179,7 @@ def _attach(graph: Graph, made: list[Sample], refs: list, folder: Path | None, s
             continue
         sample = made[count - 1]
         if arrays is None:
-            _check_reference(graph, npz.read(name), name)
+            _check_reference(graph, npz.read(name, "reference"), name)
             sample.reference_file = name
             continue
         _check_reference(graph, arrays, name)
@@ -187,7 +187,7 @@ def _attach(graph: Graph, made: list[Sample], refs: list, folder: Path | None, s
             sample.reference = arrays
         else:
             sample.reference_file = str(folder / f"{start + count - 1}.reference.npz")
-            npz.write(sample.reference_file, arrays)
+            npz.write(sample.reference_file, arrays, "reference")
     if count != len(made):
         said = ", ".join(map(str, refs))
         raise UsageError(f"--reference {said} gives {count} sample(s) but the inputs give {len(made)}: pass one "

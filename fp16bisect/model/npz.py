@@ -83,7 +83,7 @@ def write(path: str | Path, arrays: dict[str, np.ndarray], slot: str = "") -> No
         np.savez(f, **arrays)
     os.replace(partial, path)
     if slot:
-        _keep(_key(str(path)), slot, {k: np.asarray(v) for k, v in arrays.items()})
+        _keep(_key(str(path)), slot, {k: np.array(v) for k, v in arrays.items()})  # copies: a view keeps its base
 
 
 def _read(path: str | Path) -> dict[str, np.ndarray]:

@@ -12,6 +12,10 @@ Runtime's CPU provider has no FP16 arithmetic kernels and would silently compute
 model is first rewritten (``fp16bisect.artifacts.verify.storage_emulation``) into an FP32 graph where every FP16
 tensor goes through an explicit Cast(FLOAT16) -> Cast(FLOAT) round trip: FP16 storage, FP32 arithmetic.
 
+``--fingerprint`` (fp16bisect asks it once, ``python scripts/judge_onnxruntime.py --provider cpu --fingerprint``)
+prints where it judges as JSON: ONNX Runtime's version, the provider, and the device for a GPU provider; the
+override JSON records it, and ``check`` says when it changed.
+
 Exit codes, as fp16bisect reads them: 0 outputs written (fp16bisect compares them); 125 ONNX Runtime could not
 load or run this plan's model (the plan is recorded as not evaluable); 255 the provider asked for is not
 available (an environment problem, not the plan's: fp16bisect stops instead of recording every plan as failing).
@@ -29,7 +33,27 @@ PROVIDERS = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProv
 CANNOT_EVALUATE, ABORT = 125, 255
 
 
+def fingerprint(argv: list[str]) -> int:
+    """Where this judge judges, as one JSON object (what ``--fingerprint`` prints)."""
+    import json
+
+    import onnxruntime as ort
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--provider", choices=sorted(PROVIDERS), default="cuda")
+    p.add_argument("--device", type=int, default=0)
+    args, _ = p.parse_known_args(argv)
+    found = {"onnxruntime": ort.__version__, "provider": PROVIDERS[args.provider]}
+    if args.provider != "cpu":
+        found["device"] = str(args.device)
+    print(json.dumps(found))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--fingerprint" in argv:
+        return fingerprint([a for a in argv if a != "--fingerprint"])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model", help="the plan's mixed-precision ONNX ({model})")
     p.add_argument("inputs", help="the directory of sample_<i>.npz ({inputs})")

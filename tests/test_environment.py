@@ -248,3 +248,14 @@ def test_a_fingerprint_is_a_json_object_or_key_value_lines(text, parsed):
 def test_a_fingerprint_that_hangs_or_fails_is_none(tmp_path):
     assert fingerprint.ask("sh -c 'sleep 30; echo gpu: L4' {model}", PLACEHOLDERS, seconds=0.3) is None
     assert fingerprint.ask("false {model}", PLACEHOLDERS) is None
+
+
+def test_the_shipped_onnxruntime_judge_prints_a_fingerprint_the_search_records(tmp_path, capsys):
+    script = SAMPLES.parent / "scripts" / "judge_onnxruntime.py"
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} --provider cpu {{model}} {{inputs}} {{outputs}}"
+    out = tmp_path / "o.json"
+    code, _, err = run(capsys, "search", LN, "--inputs", LN_IN, "--backend", "command", "--check", command,
+                       "-o", out, "-q")
+    assert code == 0, err
+    assert read(str(out))["environment"]["fingerprint"] == {"onnxruntime": ort.__version__,
+                                                            "provider": "CPUExecutionProvider"}

@@ -4,7 +4,7 @@ The planted model computes ``y = Relu(Sub(Add(x, 64), 64) * 1)``: ``x + 64`` in 
 step of 0.5 between 64 and 128) loses up to 0.25 of ``x``, in FP16 (a step of 1/16) up to 0.03. With atol 0.1 the
 all-FP16 plan passes, the all-BF16 plan fails, and the answer is {add, sub} by construction: ``add`` rounds its
 output, ``sub`` rounds the same value when it reads it in BF16; ``scale`` and ``relu`` read values near 1, whose
-BF16 rounding (2^-9 relative) is far inside the tolerance.
+BF16 rounding (up to 2^-8 relative) is far inside the tolerance.
 """
 
 from __future__ import annotations

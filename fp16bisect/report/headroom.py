@@ -61,5 +61,5 @@ def scan_header(path, precision: str) -> list[str]:
     if precision == "fp16":
         return said
     return said + ["--precision bf16: BF16 keeps FP32's range (|x| <= 3.39e38) but 8 significant bits: its risk is relative "
-            "rounding (2^-9 per value), not the FP16 limits above; the suspicion order ranks the candidates that "
+            "rounding (up to 2^-8 per value), not the FP16 limits above; the suspicion order ranks the candidates that "
             "amplify it most (cancellation, exponentials)"]

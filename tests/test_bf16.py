@@ -308,3 +308,16 @@ def test_a_batch_manifest_takes_precision_as_the_flag_does(tmp_path, capsys):
     manifest.write_text(json.dumps({"entries": [{**entry, "precision": "fp8"}]}))
     code, _, err = run(capsys, "batch", manifest, "-q")
     assert code == 2 and f"manifest {str(manifest)!r}, entry 1: unknown precision 'fp8'" in err
+
+
+def test_a_bf16_report_says_bf16(tmp_path, capsys):
+    model, data = tmp_path / "m.onnx", tmp_path / "x.npz"
+    onnx.save(planted(), model)
+    np.savez(data, **sample())
+    report = tmp_path / "r.html"
+    code, _, err = run(capsys, "search", model, "--inputs", data, "--atol", "0.1", "--rtol", "0", "-o",
+                       tmp_path / "o.json", "--precision", "bf16", "--report", report, "-q")
+    assert code == 0, err
+    page = report.read_text()
+    assert '<th colspan="5">all BF16</th>' in page and "<th>all BF16: max abs</th>" in page
+    assert "all FP16" not in page

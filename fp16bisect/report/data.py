@@ -34,6 +34,7 @@ def heading(title: str, graph: Graph, backend: str, tolerance, summary: str, not
         "title": title,
         "command": command_line(),
         "model": {"path": str(graph.path), "sha256": graph.sha256},
+        "precision": graph.precision.label,  # FP16 or BF16: what "all FP16" says
         "backend": backend,
         "tolerance": str(tolerance),
         "summary": summary,

@@ -147,7 +147,7 @@ def _outputs_section(data: dict) -> str:
         out.append(f'<p id="{OUTPUTS_TABLE}" class="empty">no outputs compared</p>')
     else:
         out.append(f'<table id="{OUTPUTS_TABLE}">')
-        out.append('<tr><th rowspan="2">output</th><th colspan="5">all FP16</th>'
+        out.append(f'<tr><th rowspan="2">output</th><th colspan="5">all {esc(data.get("precision", "FP16"))}</th>'
                    '<th colspan="5">with overrides</th></tr>')
         out.append(f"<tr>{_METRIC_HEADS}{_METRIC_HEADS}</tr>")
         for o in outputs:
@@ -173,16 +173,16 @@ def _node_error_section(data: dict) -> str:
     else:
         svg, caption = node_error.plot(data)
         out.append(_figure(PLOT_NODE_ERROR, svg, caption))
-        out.append(_node_table(nodes))
+        out.append(_node_table(nodes, esc(data.get("precision", "FP16"))))
     out.append("</section>")
     return "\n".join(out)
 
 
-def _node_table(nodes: list[dict]) -> str:
+def _node_table(nodes: list[dict], low: str = "FP16") -> str:
     plan = any(n.get("with_overrides") is not None for n in nodes)
     head = "<tr><th>#</th><th>node</th><th>op</th><th>FP32</th>" + "".join(
         f"<th>{label}: max abs</th><th>/ max |FP32|</th><th>cosine</th><th>inf/NaN</th><th>pass</th>"
-        for label in (["all FP16", "with overrides"] if plan else ["all FP16"])) + "</tr>"
+        for label in ([f"all {low}", "with overrides"] if plan else [f"all {low}"])) + "</tr>"
     rows = []
     for i, n in enumerate(nodes):
         cells = ""

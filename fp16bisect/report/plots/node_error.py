@@ -57,7 +57,7 @@ class _NodeErrorPlot:
     def __init__(self, data: dict):
         self.nodes = data["nodes"]
         self.n = len(self.nodes)
-        self.series = [("fp16", "all FP16", COLOR_FP16, "o")]
+        self.series = [("fp16", f"all {data.get('precision', 'FP16')}", COLOR_FP16, "o")]
         if any(node.get("with_overrides") is not None for node in self.nodes):
             self.series.append(("with_overrides", "with overrides", COLOR_PLAN, "s"))
         self.first = data.get("first_failing") or {}

@@ -321,3 +321,14 @@ def test_a_bf16_report_says_bf16(tmp_path, capsys):
     page = report.read_text()
     assert '<th colspan="5">all BF16</th>' in page and "<th>all BF16: max abs</th>" in page
     assert "all FP16" not in page
+
+
+def test_a_failing_bf16_check_gives_the_search_to_run_with_its_precision_and_tolerance(tmp_path, capsys):
+    model, data = tmp_path / "m.onnx", tmp_path / "x.npz"
+    onnx.save(planted(), model)
+    np.savez(data, **sample())
+    code, stdout, _ = run(capsys, "check", model, "--inputs", data, "--atol", "0.1", "--rtol", "0",
+                          "--precision", "bf16", "-q")
+    assert code == 1
+    assert stdout.strip().splitlines()[-1].startswith("FAIL in all-BF16: ")
+    assert f"'fp16bisect search {model} --inputs {data} --atol 0.1 --rtol 0 --precision bf16'" in stdout

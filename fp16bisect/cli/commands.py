@@ -67,12 +67,23 @@ def write_report(path: str, data: dict) -> None:
 
 
 def search_hint(args) -> str:
-    """The search command for the model a check found failing."""
+    """The search command for the model a check found failing: its samples, references, judge, precision,
+    headroom and the tolerance flags given."""
     import shlex
 
+    from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
+
     judge = ["--backend", "command", "--check", args.check_command] if args.backend == "command" else []
-    return shlex.join(["fp16bisect", "search", args.model, *[x for i in args.inputs for x in ("--inputs", i)],
-                       *judge])
+    given = [(flag, getattr(args, key, None)) for flag, key in (
+        ("--atol", "atol"), ("--rtol", "rtol"), ("--min-cosine", "min_cosine"), ("--max-mismatch", "max_mismatch"),
+        ("--headroom", "headroom"))]
+    defaults = {"--atol": DEFAULT_ATOL, "--rtol": DEFAULT_RTOL, "--max-mismatch": 0.0}
+    more = [x for flag, value in given if value is not None and value != defaults.get(flag) for x in (flag, f"{value:g}")]
+    if getattr(args, "precision", None) is not None and str(getattr(args.precision, "name", args.precision)) != "fp16":
+        more += ["--precision", str(getattr(args.precision, "name", args.precision))]
+    refs = [x for r in (getattr(args, "reference", None) or []) for x in ("--reference", str(r))]
+    return shlex.join(["fp16bisect", "search", args.model, *[x for i in args.inputs for x in ("--inputs", str(i))],
+                       *refs, *judge, *more])
 
 
 def cmd_check(args) -> int:
@@ -153,7 +164,8 @@ def cmd_compare(args) -> int:
                                        listener, precision=PrecisionArgs.parse(args))
     finally:
         listener.close()
-    print_compare(result, args.csv, outputs_against(runner, result.plan, tolerance), tolerance)
+    print_compare(result, args.csv, outputs_against(runner, result.plan, tolerance), tolerance,
+                  low=runner.graph.precision.label)
     if args.csv:
         write_csv(args.csv, result)
     if args.report:

@@ -199,7 +199,7 @@ def _source(samples, index: int) -> str:
 def verdict(o: CheckOutcome, command_hint: str) -> str:
     """One line: what the check found and what to do."""
     use = o.overrides
-    with_what = f" with {len(use.nodes)} override node(s) in FP32" if use else " in all-FP16"
+    with_what = f" with {len(use.nodes)} override node(s) in FP32" if use else f" in all-{o.graph.precision.label}"
     if o.evaluation.error:
         what = "the plan could not be evaluated" if o.backend == "command" else "the engine could not be built"
         return f"FAIL: {what}{with_what}: {o.evaluation.error}"

@@ -233,7 +233,7 @@ def print_mixed(mixed, output_path: str, console: Console | None = None) -> None
 
 
 def print_verification(v, console: Console | None = None) -> None:
-    """``apply --verify``: the written model and the all-FP16 contrast, per output."""
+    """``apply --verify``: the written model and the all-FP16 (or all-BF16) contrast, per output."""
     console = console or _console()
     table = Table(title=f"verification of the written model ({v.tolerance})")
     table.add_column("model")
@@ -257,8 +257,8 @@ def print_verification(v, console: Console | None = None) -> None:
     console.print(table)
     if v.passed:
         console.print("verified: the written model meets the tolerance on every sample"
-                      + ("; all-FP16 does not" if not v.all_fp16.passed else
-                         "; note: all-FP16 meets it too, so the overrides may be unnecessary"),
+                      + (f"; all-{v.label} does not" if not v.all_fp16.passed else
+                         f"; note: all-{v.label} meets it too, so the overrides may be unnecessary"),
                       highlight=False, soft_wrap=True)
     else:
         bad = [m for m in v.with_overrides.metrics if not m.passed]
@@ -324,12 +324,13 @@ def print_scan(graph, data: dict, top: int, console: Console | None = None) -> N
         console.print(f"  {r['name']}  [dim]{r['op_type']}; {r['reason']}[/dim]", highlight=False, soft_wrap=True)
 
 
-def print_compare(result, csv_path: str | None, outputs=None, tolerance=None, console: Console | None = None) -> None:
+def print_compare(result, csv_path: str | None, outputs=None, tolerance=None, console: Console | None = None,
+                  low: str = "FP16") -> None:
     """``compare``: the first failing node, then every failing node in topological order; then the model's outputs
-    against the tolerance (``outputs``, an ``Evaluation``: --atol/--rtol judge them)."""
+    against the tolerance (``outputs``, an ``Evaluation``: --atol/--rtol judge them). ``low``: FP16 or BF16."""
     console = console or _console()
     first = result.first_failing
-    with_what = f"{len(result.plan)} node(s) in FP32" if result.plan else "all-FP16"
+    with_what = f"{len(result.plan)} node(s) in FP32" if result.plan else f"all-{low}"
     console.print(f"layer-wise comparison, {with_what}, against FP32 ({result.thresholds})", highlight=False,
                   soft_wrap=True)
     failing = result.failing

@@ -106,7 +106,8 @@ def _override_rows(graph: Graph, plan) -> list[dict]:
 def search_summary(outcome) -> str:
     r = outcome.result
     if r.status == "fp16_passes":
-        return f"all-FP16 meets the tolerance: nothing to keep in FP32; {r.evaluations} evaluation(s)"
+        return (f"all-{outcome.graph.precision.label} meets the tolerance: nothing to keep in FP32; "
+                f"{r.evaluations} evaluation(s)")
     minimal = "1-minimal" if r.minimal else "NOT minimal"
     return (f"{len(r.fp32)} of {len(outcome.graph.candidates)} candidate node(s) kept in FP32 ({minimal}); "
             f"{r.evaluations} evaluation(s) in {outcome.seconds:.1f} s on the {outcome.backend} backend")
@@ -136,6 +137,6 @@ def compare_report(runner: LayerwiseRunner, result: Layerwise, tolerance, runs: 
     graph, plan = runner.graph, result.plan
     first = result.first_failing
     summary = (f"first failing node: {first.node} ({first.op_type})" if first else "no node fails") + (
-        f" with {len(plan)} node(s) in FP32" if plan else " in all-FP16")
+        f" with {len(plan)} node(s) in FP32" if plan else f" in all-{graph.precision.label}")
     head = heading(f"fp16bisect compare: {graph.path.name}", graph, "emulate", tolerance, summary)
     return pack(head, graph, runs, _override_rows(graph, plan))

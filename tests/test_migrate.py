@@ -82,3 +82,19 @@ def test_trtexec_flags_take_their_value_after_an_equals_sign_or_a_blank():
     assert not pins_from_trtexec("--layerPrecisions=a:fp32").low_precision
     with pytest.raises(UsageError, match="cannot be split"):
         pins_from_trtexec("--layerPrecisions='a:fp32")
+
+
+def test_a_verified_migration_records_where_it_was_verified_and_check_compares_it(tmp_path, capsys):
+    import onnxruntime
+
+    mixed, overrides = tmp_path / "m.onnx", tmp_path / "m.overrides.json"
+    pins = "--fp16 --layerPrecisions=ln1_square:fp32,ln1_var:fp32"
+    assert run(capsys, "migrate", LN, "--trtexec-args", pins, "-o", mixed, "-q")[0] == 0
+    assert "environment" not in json.loads(overrides.read_text())  # nothing verified it
+    assert run(capsys, "migrate", LN, "--trtexec-args", pins, "-o", mixed, "--verify", "--inputs", LN_IN, "-q")[0] == 0
+    data = json.loads(overrides.read_text())
+    assert data["environment"]["backend"] == "emulate"
+    assert data["environment"]["onnxruntime"] == onnxruntime.__version__
+    assert list(data).index("environment") == list(data).index("backend") + 1  # in the builder's order
+    code, _, err = run(capsys, "check", LN, "--inputs", LN_IN, "--overrides", overrides, "--strict-environment", "-q")
+    assert code == 0, err

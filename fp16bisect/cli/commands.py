@@ -236,6 +236,15 @@ def cmd_migrate(args) -> int:
     result = apply(args.model, overrides, args.output, verify=args.verify or False, samples=args.inputs,
                    reference=args.reference, fp16_io=args.fp16_io, progress=ConsoleListener(quiet=args.quiet),
                    shown=lambda m: print_mixed(m, args.output))
+    if result.verification is not None and result.passed:  # verified here: the file says where
+        from fp16bisect.artifacts.overrides import read
+        from fp16bisect.backends.emulate.backend import environment_here
+
+        from fp16bisect.artifacts.override_json import SECTIONS
+
+        data = {**read(overrides), "environment": environment_here()}
+        write_json(overrides, {k: data[k] for k in sorted(data, key=lambda k: SECTIONS.index(k) if k in SECTIONS
+                                                         else len(SECTIONS))})
     return _verified(result)
 
 

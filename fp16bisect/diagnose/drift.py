@@ -10,7 +10,8 @@ some changes fail the check (exit 1), decided here once:
 - for a file verified on the emulator: the ONNX Runtime version (the emulator's kernels are the judge there);
 - for a file verified by a command: the command, or anything its ``--fingerprint`` printed (fp16bisect cannot
   tell which of its keys matter, so all do);
-- a file that records no environment (written before fp16bisect recorded one): "no environment recorded",
+- a file that records no environment (written before fp16bisect recorded one, or by ``migrate`` without
+  ``--verify``): "no environment recorded",
   since nothing says where it was verified.
 
 Other changes (the CUDA driver and runtime, onnx, NumPy, Python, the CPU, the OS) are reported, never failed.
@@ -78,7 +79,7 @@ class Drift:
         """What the console says: the changes and the command to verify again (none when nothing changed)."""
         if self.recorded is None:
             return [f"environment: {self.overrides} records no environment (written before fp16bisect recorded "
-                    "one): cannot compare where it was verified with here; to record it, verify it again: "
+                    "one, or by migrate without --verify): cannot compare where it was verified with here; to record it, verify it again: "
                     f"{self.again}"]
         if not self.changes:
             return []

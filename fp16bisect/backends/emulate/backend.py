@@ -64,7 +64,7 @@ class EmulateBackend(Backend):
 
     def environment(self) -> dict:
         """The runtime's versions (ONNX Runtime, onnx, NumPy) and the machine (Python, CPU, OS)."""
-        return {**super().environment(), "numpy": np.__version__, **host()}
+        return environment_here()
 
     def mask(self, plan) -> np.ndarray:
         """One bool per candidate, True when the plan keeps it in FP32."""
@@ -80,3 +80,9 @@ class EmulateBackend(Backend):
         feed[MASK] = self.emulation.mask(self.mask(plan))
         values = run(self.session, self.output_names, feed, "the FP16 emulation of the model")
         return dict(zip(self.output_names, values))
+
+
+def environment_here() -> dict:
+    """Where an emulated run (or ``apply --verify``'s ONNX Runtime run) evaluates: the emulate backend's
+    ``environment``, known without building one."""
+    return {"backend": EmulateBackend.name, **EmulateBackend.versions(), "numpy": np.__version__, **host()}

@@ -102,8 +102,8 @@ def test_the_tensorrt_double_records_gpu_tensorrt_and_cuda(trt, engines_run_as_b
 def test_without_a_device_what_cuda_cannot_tell_is_unknown(monkeypatch):
     """TensorRT-RTX on a CPU-only machine: cuda-python imports, the runtime answers, the device calls fail."""
     fake_tensorrt.install_cuda(monkeypatch, fake_tensorrt.make_cuda(devices=0, runtime=13000))
-    assert device.device() == {"gpu": "unknown", "compute_capability": "unknown", "cuda_driver": "unknown",
-                               "cuda_runtime": "13.0"}
+    assert device.device() == {"gpu": "unknown", "compute_capability": "unknown", "driver": "unknown",
+                               "cuda_driver": "unknown", "cuda_runtime": "13.0"}
     for name in ("cuda", "cuda.bindings", "cuda.bindings.runtime"):  # no cuda-python at all
         monkeypatch.setitem(sys.modules, name, None)
     assert set(device.device().values()) == {"unknown"} and device.gpu_count() == 0
@@ -259,3 +259,16 @@ def test_the_shipped_onnxruntime_judge_prints_a_fingerprint_the_search_records(t
     assert code == 0, err
     assert read(str(out))["environment"]["fingerprint"] == {"onnxruntime": ort.__version__,
                                                             "provider": "CPUExecutionProvider"}
+
+
+def test_the_driver_release_is_what_nvidia_smi_says_and_unknown_without_it(monkeypatch, tmp_path):
+    """nvidia-smi's scripting query, for the device CUDA uses; its change is said, never failed on."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n[ \"$1 $2 $3 $4\" = \"--query-gpu=driver_version --format=csv,noheader -i 0\" ] "
+                   "&& echo 550.54.15 && exit 0\nexit 9\n")
+    smi.chmod(0o755)
+    fake_tensorrt.install_cuda(monkeypatch, fake_tensorrt.make_cuda())
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert device.device()["driver"] == "550.54.15"
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    assert device.device()["driver"] == "unknown"

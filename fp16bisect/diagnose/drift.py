@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from fp16bisect.tolerance import Tolerance
 
 # (key, label, a version: "label a -> b", else "label: a -> b"), in the order changes are said
-FIELDS = (("cuda_driver", "CUDA driver", True), ("cuda_runtime", "CUDA runtime", True),
+FIELDS = (("driver", "NVIDIA driver", True), ("cuda_driver", "CUDA driver", True), ("cuda_runtime", "CUDA runtime", True),
           ("onnxruntime", "ONNX Runtime", True), ("onnx", "onnx", True), ("numpy", "NumPy", True),
           ("polygraphy", "Polygraphy", True), ("python", "Python", True), ("cpu", "CPU", False),
           ("machine", "machine", False), ("os", "OS", False), ("command", "command", False))

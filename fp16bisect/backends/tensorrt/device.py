@@ -14,6 +14,10 @@ first item is a ``cudaError_t``:
 
 What CUDA cannot tell (no cuda-python, no driver, no device: TensorRT-RTX imports and builds on a CPU-only
 machine) is ``"unknown"``.
+
+The NVIDIA driver's own release (550.54.15, not the CUDA version it supports) is asked of ``nvidia-smi``, which
+the driver installs, through its scripting query: ``nvidia-smi --query-gpu=driver_version --format=csv,noheader
+-i DEVICE`` (``nvidia-smi --help-query-gpu``); "unknown" without it.
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ def cuda_version(encoded) -> str:
 
 def device() -> dict[str, str]:
     """The current device's name and compute capability, the driver's and the runtime's CUDA versions."""
-    found = {"gpu": UNKNOWN, "compute_capability": UNKNOWN, "cuda_driver": UNKNOWN, "cuda_runtime": UNKNOWN}
+    found = {"gpu": UNKNOWN, "compute_capability": UNKNOWN, "driver": UNKNOWN, "cuda_driver": UNKNOWN,
+             "cuda_runtime": UNKNOWN}
     try:
         cudart = cuda_runtime()
     except ImportError:
@@ -65,7 +70,25 @@ def device() -> dict[str, str]:
         name = props.name.decode("utf-8", "replace") if isinstance(props.name, bytes) else str(props.name)
         found["gpu"] = name.split("\x00")[0].strip() or UNKNOWN
         found["compute_capability"] = f"{props.major}.{props.minor}"
+        found["driver"] = driver_release(current if current is not None else 0)
     return found
+
+
+def driver_release(index: int) -> str:
+    """The NVIDIA driver's release for device ``index`` as ``nvidia-smi`` says it; "unknown" when it cannot."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return UNKNOWN
+    try:
+        done = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader", "-i", str(index)],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return UNKNOWN
+    lines = done.stdout.strip().splitlines()
+    return lines[0].strip() if done.returncode == 0 and lines and lines[0].strip() else UNKNOWN
 
 
 def gpu_count() -> int:

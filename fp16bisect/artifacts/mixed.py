@@ -50,6 +50,7 @@ from fp16bisect.errors import UsageError, shown
 from fp16bisect.model import weights
 from fp16bisect.model.fp16 import Conversion, constant_to_fp16
 from fp16bisect.model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, Graph, Node
+from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.subgraphs import outer_reads, subgraphs
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
@@ -65,6 +66,7 @@ class Mixed:
     fp16_constants: int = 0
     notes: list[str] = field(default_factory=list)
     conversions: list[Conversion] = field(default_factory=list)  # constants the FP16 rule changed beyond rounding
+    precision: Precision = FP16  # the low precision it is written in (the graph's)
 
 
 def mixed_model(graph: Graph, fp32: Iterable[str], *, fp16_io: bool = False) -> onnx.ModelProto:
@@ -269,7 +271,7 @@ class _Converter:
         for t in self.constants:
             if self.half in wants.get(t, ()):
                 half_name[t] = t if wants[t] == {self.half} and t not in {o.name for o in g.output} else fresh_t(f"{t}_fp16")
-        mixed = Mixed(model, pinned=[n.id for n in self.graph.nodes if n.id in self.plan])
+        mixed = Mixed(model, pinned=[n.id for n in self.graph.nodes if n.id in self.plan], precision=self.graph.precision)
         mixed.conversions = self.conversions(wants, readers)
         self._write_constants(out, half_name, readers, mixed)
 

@@ -23,13 +23,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fp16bisect.model import weights
 from fp16bisect.model.graph import Graph
-from fp16bisect.model.precision import BF16
+from fp16bisect.model.precision import PRECISIONS
 from fp16bisect.model.subgraphs import subgraphs
 from fp16bisect.model.runtime import first_line, run, session
 from fp16bisect.tolerance import OutputMetrics, Tolerance, compare, worst_per_output
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
-LOW = {TensorProto.FLOAT16: np.float16, TensorProto.BFLOAT16: BF16.dtype}  # the half-width types a file may hold
+LOW = {p.onnx_type: p.dtype for p in PRECISIONS.values()}  # the half-width types a file may hold
 _PREFIX = "fp16bisect_storage/"
 
 

@@ -79,8 +79,8 @@ def search_hint(args) -> str:
         ("--headroom", "headroom"))]
     defaults = {"--atol": DEFAULT_ATOL, "--rtol": DEFAULT_RTOL, "--max-mismatch": 0.0}
     more = [x for flag, value in given if value is not None and value != defaults.get(flag) for x in (flag, f"{value:g}")]
-    if getattr(args, "precision", None) is not None and str(getattr(args.precision, "name", args.precision)) != "fp16":
-        more += ["--precision", str(getattr(args.precision, "name", args.precision))]
+    if getattr(args, "precision", None) not in (None, "fp16"):
+        more += ["--precision", args.precision]
     refs = [x for r in (getattr(args, "reference", None) or []) for x in ("--reference", str(r))]
     return shlex.join(["fp16bisect", "search", args.model, *[x for i in args.inputs for x in ("--inputs", str(i))],
                        *refs, *judge, *more])

@@ -38,10 +38,8 @@ import numpy as np
 import onnx
 import onnx.numpy_helper
 
-from fp16bisect.model.precision import FP16, Precision
+from fp16bisect.model.precision import FP16, Precision, precision_of
 
-FP16_MAX = 65504.0
-FP16_MIN_SUBNORMAL = 2.0**-24
 RULE = ("finite values beyond +-65504 saturate to +-65504, non-zero values below 2^-24 become +-2^-24 "
         "(TensorRT's conversion of FP32 weights), +-inf and NaN are kept, the rest rounds to nearest even")
 BF16_RULE = ("finite values beyond +-3.39e38 (BF16's max) saturate to it, non-zero values below 2^-133 become "
@@ -50,7 +48,7 @@ BF16_RULE = ("finite values beyond +-3.39e38 (BF16's max) saturate to it, non-ze
 
 def rule(precision: Precision = FP16) -> str:
     """The conversion rule of constants stored in ``precision``, as the override JSON's ``conversions`` says it."""
-    return RULE if precision is FP16 else BF16_RULE
+    return {"fp16": RULE, "bf16": BF16_RULE}[precision.name]
 
 
 def constant_to_fp16(values, precision: Precision = FP16) -> np.ndarray:
@@ -120,7 +118,8 @@ class Conversion:
 
     def __str__(self) -> str:
         said = []
-        top, bottom = ("65504", "2^-24") if self.precision == "fp16" else ("3.39e38", "2^-133")
+        stored = precision_of(self.precision)
+        top, bottom = stored.max_text, stored.tiny_text
         if self.saturated:
             said.append(f"{self.saturated} value(s) beyond +-{top} (e.g. {self.extreme:.3g}) saturated to +-{top}")
         if self.lifted:

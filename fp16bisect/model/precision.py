@@ -33,6 +33,8 @@ class Precision:
     trtexec_flag: str  # trtexec's weak-typing flag
     layer_precision: str  # trtexec's --layerPrecisions spelling
     min_opset: int  # first default-domain opset whose Cast takes this type
+    max_text: str = ""  # the largest finite value as messages write it: 65504, 3.39e38
+    tiny_text: str = ""  # the smallest subnormal as messages write it: 2^-24, 2^-133
 
     @property
     def onnx_type_str(self) -> str:
@@ -54,10 +56,10 @@ class Precision:
 
 
 FP16 = Precision("fp16", "FP16", TensorProto.FLOAT16, np.dtype(np.float16), 65504.0, 2.0**-14, 2.0**-24, 11,
-                 "HALF", "--fp16", "fp16", 1)
+                 "HALF", "--fp16", "fp16", 1, "65504", "2^-24")
 BF16 = Precision("bf16", "BF16", TensorProto.BFLOAT16, np.dtype(ml_dtypes.bfloat16),
                  float(ml_dtypes.finfo(ml_dtypes.bfloat16).max), 2.0**-126, 2.0**-133, 8, "BF16", "--bf16", "bf16",
-                 13)
+                 13, "3.39e38", "2^-133")
 PRECISIONS = {p.name: p for p in (FP16, BF16)}
 NAMES = tuple(PRECISIONS)
 

@@ -12,7 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from fp16bisect.model.fp16 import BF16_RULE, RULE
+from fp16bisect.model.fp16 import rule
+from fp16bisect.model.precision import precision_of
 from fp16bisect.report.conversions import conversion_lines
 from fp16bisect.model.shapes import said as shapes_said
 from fp16bisect.evaluation.oracle import EXIT_CODE
@@ -115,7 +116,7 @@ def _print_coverage(data: dict, console: Console) -> None:
     covered, untested = shapes_said(data.get("shapes") or {})
     for line in [escape(t) for t in covered] + [f"[yellow]warning:[/yellow] {escape(t)}" for t in untested]:
         console.print(line, highlight=False, soft_wrap=True)
-    for line in headroom_lines(data.get("headroom")):
+    for line in headroom_lines(data.get("headroom"), low=precision_of(data.get("precision")).label):
         console.print(line, highlight=False, soft_wrap=True)
 
 
@@ -176,7 +177,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
         console.print(
             f"[yellow]kept, not verified:[/yellow] {escape(entry['node'])} (its removal could not be evaluated: "
             f"{escape(entry['reason']['kind'])})", highlight=False, soft_wrap=True)
-    for line in conversion_lines(outcome.data.get("conversions")):
+    for line in conversion_lines(outcome.data.get("conversions"), precision=outcome.graph.precision):
         console.print(line, highlight=False, soft_wrap=True)
     for note in outcome.data.get("notes", []):
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
@@ -226,9 +227,8 @@ def print_mixed(mixed, output_path: str, console: Console | None = None) -> None
     )
     for note in mixed.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
-    said = {"rule": BF16_RULE if any(c.precision == "bf16" for c in mixed.conversions) else RULE,
-            "all_fp16": [c.to_json() for c in mixed.conversions]}
-    for line in conversion_lines(said, "this file stores"):
+    said = {"rule": rule(mixed.precision), "all_fp16": [c.to_json() for c in mixed.conversions]}
+    for line in conversion_lines(said, "this file stores", mixed.precision):
         console.print(line, highlight=False, soft_wrap=True)
 
 

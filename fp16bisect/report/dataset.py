@@ -32,5 +32,5 @@ def dataset_lines(outcome) -> list[str]:
                 errors = ", ".join(f"{escape(k)} {v:.3g}" for k, v in e["max_abs"].items())  # inf prints as inf
                 label = "[red]fails[/red]" if not e["passed"] else "worst"
                 lines.append(f"  {label}: sample {e['index']} ({escape(e['source'])}): max abs error {errors}")
-    lines += headroom_lines(outcome.headroom, command="check")
+    lines += headroom_lines(outcome.headroom, command="check", low=outcome.graph.precision.label)
     return lines

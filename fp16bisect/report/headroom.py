@@ -10,15 +10,15 @@ from fp16bisect.model.statistics import FP16_MAX
 SHOWN = 3
 
 
-def headroom_lines(section: dict | None, command: str = "search") -> list[str]:
+def headroom_lines(section: dict | None, command: str = "search", low: str = "FP16") -> list[str]:
     """Lines (rich markup) for the override JSON's (or a check's) ``headroom`` section: the three tightest FP16
     tensors, each with its peak, the share of 65504 and the sample that reached it; a warning naming those with
-    less than 2x headroom and the flag that would keep them in FP32."""
+    less than 2x headroom and the flag that would keep them in FP32. ``low``: the precision's label (BF16's
+    headroom is against its own maximum, the section's ``limit``)."""
     if not section:
         return []
     tensors = section.get("tensors", [])
     limit = section.get("limit", FP16_MAX)
-    low = "FP16" if limit == FP16_MAX else "BF16"
     lines = []
     if tensors:
         lines.append(f"headroom of the {section.get('fp16_tensors', len(tensors))} tensor(s) computed in {low} "

@@ -49,9 +49,6 @@ class SearchOptions:
     def beside_output(self) -> SearchOptions:
         """With the timing cache and the plans directory beside ``output`` where the backend options left them at
         their defaults (``overrides.json`` -> ``overrides.timing.cache``, ``overrides.plans/``)."""
-        if self.backend_options.precision != self.precision.name:
-            return replace(self, backend_options=replace(self.backend_options, precision=self.precision.name)
-                           ).beside_output()
         if not self.output:
             return self
         chosen = self.backend_options

@@ -288,6 +288,8 @@ def test_a_bf16_run_says_bf16_where_it_said_fp16(tmp_path, capsys):
     code, stdout, err = run(capsys, "apply", model, out, "-o", tmp_path / "m.mixed.onnx", "--verify", "--inputs", data)
     assert code == 0, err
     assert "with overrides (BF16 storage)" in stdout and "all BF16 (BF16 storage)" in stdout
+    said = " ".join(stdout.split())
+    assert "node(s) compute in BF16" in said and "constant(s) stored in BF16" in said and "FP16" not in said
     code, stdout, _ = run(capsys, "search", model, "--inputs", data, *tolerance, "-o", tmp_path / "f.json")
     assert "All-FP16 already meets the tolerance" in stdout  # FP16's wording unchanged
 

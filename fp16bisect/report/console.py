@@ -219,9 +219,11 @@ def print_mixed(mixed, output_path: str, console: Console | None = None) -> None
     console = console or _console()
     pinned = mixed.pinned
     console.print(
-        f"wrote {output_path}: {len(mixed.fp16_nodes)} node(s) compute in FP16, {len(pinned)} pinned in FP32"
+        f"wrote {output_path}: {len(mixed.fp16_nodes)} node(s) compute in {mixed.precision.label}, {len(pinned)} "
+        "pinned in FP32"
         + (f" ({', '.join(pinned[:8])}{', ...' if len(pinned) > 8 else ''})" if pinned else "")
-        + f"; {mixed.casts} Cast(s) at precision boundaries, {mixed.fp16_constants} constant(s) stored in FP16; "
+        + f"; {mixed.casts} Cast(s) at precision boundaries, {mixed.fp16_constants} constant(s) stored in "
+        f"{mixed.precision.label}; "
         "passes onnx.checker (full check)",
         highlight=False, soft_wrap=True,
     )

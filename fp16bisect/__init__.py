@@ -15,9 +15,9 @@ __version__ = "0.1.0"
 # name -> the module of fp16bisect.api that defines it (PEP 562: imported when first asked for)
 _LAZY = {name: "fp16bisect.api.functions" for name in ("search", "check", "scan", "apply")}
 _LAZY.update({name: "fp16bisect.api.results" for name in ("SearchResult", "CheckResult", "ScanResult",
-                                                         "ApplyResult", "Node")})
+                                                         "ApplyResult", "Node", "ScanRow")})
 
-__all__ = ["ApplyResult", "CheckFailed", "CheckResult", "Error", "Node", "ScanResult", "SearchResult",
+__all__ = ["ApplyResult", "CheckFailed", "CheckResult", "Error", "Node", "ScanResult", "ScanRow", "SearchResult",
            "ToleranceUnreachable", "UsageError", "__version__", "apply", "check", "scan", "search"]
 
 

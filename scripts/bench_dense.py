@@ -97,7 +97,7 @@ def bench(label: str, which, make, work: Path) -> list[dict]:
     outcome = search_model(str(path), [str(inputs)],
                            options=SearchOptions(tol, "emulate", output=str(out), restart=True))
     seconds = time.perf_counter() - begin
-    write_json(str(out), outcome.data)
+    write_json(str(out), outcome.overrides.to_json())
     result = outcome.result
     ranked = any(s.phase == "grow" for s in result.trace) and result.status == "found"
     judge = Oracle(emulator, samples, tol, outputs)

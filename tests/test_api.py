@@ -4,6 +4,7 @@ samples it takes; the file ``write`` makes against the command line's; bad input
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import json
 import subprocess
@@ -155,7 +156,8 @@ def test_check_passes_with_the_found_overrides_and_fails_without(tmp_path, array
     assert without.verdict.startswith("FAIL in all-FP16: max abs error 7.72")
     for overrides in (found, found.write(tmp_path / "o.json"), found.to_dict()):
         checked = fp16bisect.check(onnx.load(str(LN)), arrays, overrides=overrides)
-        assert checked.passed and set(checked.nodes) == CULPRITS, checked.verdict
+        assert checked.passed and {n.name for n in checked.nodes} == CULPRITS, checked.verdict
+        assert checked.nodes[0] == found.fp32_nodes[0]  # one Node type: a check's nodes are a search's
     data = checked.to_dict()
     assert data["schema"] == "fp16bisect.check/1" and data["passed"] is True and data["verdict"].startswith("PASS")
 
@@ -164,7 +166,7 @@ def test_apply_writes_a_model_onnx_checker_accepts_and_verifies_it(tmp_path):
     found = fp16bisect.search(LN, LN_IN)
     applied = fp16bisect.apply(onnx.load(str(LN)), found, tmp_path / "mixed.onnx", verify=True, samples=LN_IN)
     onnx.checker.check_model(str(tmp_path / "mixed.onnx"), full_check=True)
-    assert applied.path == tmp_path / "mixed.onnx" and set(applied.fp32_nodes) == CULPRITS
+    assert applied.path == tmp_path / "mixed.onnx" and applied.fp32_nodes == found.fp32_nodes
     assert applied.passed and applied.check.passed and not applied.verification.all_fp16.passed
     plain = fp16bisect.apply(LN, found.write(tmp_path / "o.json"), tmp_path / "plain.onnx")
     assert plain.verification is None and plain.passed is None
@@ -174,7 +176,8 @@ def test_apply_writes_a_model_onnx_checker_accepts_and_verifies_it(tmp_path):
 def test_scan_ranks_the_culprits_first(arrays):
     found = fp16bisect.scan(LN, arrays)
     assert {n["name"] for n in found.nodes[:found.suspects]} == CULPRITS
-    assert found.rows[0]["name"] == "ln1_sq" and found.rows[0]["risk"] == "overflow"
+    assert found.rows[0].name == "ln1_sq" and found.rows[0].risk == "overflow"
+    assert [row.to_json() for row in found.rows] == found.to_dict()["tensors"]  # scan --json's rows, unchanged
     assert found.to_dict()["schema"].startswith("fp16bisect.scan/")
 
 
@@ -196,3 +199,31 @@ def test_the_docstring_examples_run(tmp_path, monkeypatch):
     for module in (functions, results):
         failed, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS, verbose=False)
         assert tried >= 4 and failed == 0, module.__name__
+
+
+def test_results_print_as_one_short_line(tmp_path, monkeypatch):
+    """repr of each result is a one-line summary (at most 200 characters), not its every field."""
+    found = fp16bisect.search(LN, LN_IN)
+    assert repr(found) == "SearchResult(2 FP32 nodes: ln1_square, ln1_var; minimal; 4 evaluations on emulate; passed)"
+    checked = fp16bisect.check(LN, LN_IN)
+    assert repr(checked) == ("CheckResult(FAILED; 0 FP32 nodes; emulate; atol 0.01, rtol 0.01; all-FP32 passes)")
+    scanned = fp16bisect.scan(LN, LN_IN)
+    assert repr(scanned).startswith("ScanResult(") and "the riskiest ln1_sq (overflow)" in repr(scanned)
+    monkeypatch.chdir(tmp_path)
+    applied = fp16bisect.apply(LN, found, "mixed.onnx")
+    assert repr(applied) == "ApplyResult(mixed.onnx: 2 FP32 nodes: ln1_square, ln1_var; not verified)"
+    many = dataclasses.replace(found, fp32_nodes=[fp16bisect.Node(f"/encoder/layers.{i}/attention/Softmax", "Softmax",
+                                                                  ()) for i in range(40)])
+    for result in (found, checked, scanned, applied, many):
+        assert "\n" not in repr(result) and len(repr(result)) <= 200, repr(result)
+    assert repr(many).startswith("SearchResult(40 FP32 nodes: /encoder/layers.0/attention/Softmax, ...")
+    assert "(38 more)" in repr(many) or "(39 more)" in repr(many)
+
+
+def test_apply_result_nodes_are_the_search_result_nodes(tmp_path):
+    """One Node type: ApplyResult.fp32_nodes are Node records (not ids), equal to the search's."""
+    found = fp16bisect.search(LN, LN_IN)
+    applied = fp16bisect.apply(LN, found, tmp_path / "mixed.onnx", keep_fp32=["ln1_add_eps"])
+    assert all(isinstance(n, fp16bisect.Node) for n in applied.fp32_nodes)
+    assert [n.name for n in applied.fp32_nodes] == ["ln1_square", "ln1_var", "ln1_add_eps"]
+    assert applied.fp32_nodes[:2] == found.fp32_nodes and applied.fp32_nodes[2].op_type == "Add"

@@ -68,7 +68,7 @@ def test_an_emulator_search_records_the_runtime_and_the_machine(searched):
 
 
 def test_a_file_without_environment_still_validates(searched, tmp_path):
-    assert "environment" not in read(edited(tmp_path, searched, "old.json"))
+    assert read(edited(tmp_path, searched, "old.json")).environment is None
 
 
 def test_the_tensorrt_double_records_gpu_tensorrt_and_cuda(trt, engines_run_as_built, tmp_path, monkeypatch,  # noqa: F811
@@ -78,7 +78,7 @@ def test_the_tensorrt_double_records_gpu_tensorrt_and_cuda(trt, engines_run_as_b
     out = tmp_path / "o.json"
     code, _, err = run(capsys, "search", TRANSFORMER, "--inputs", LN_IN, "--backend", "tensorrt", "-o", out, "-q")
     assert code == 0, err
-    env = read(str(out))["environment"]
+    env = read(str(out)).environment
     assert {k: env[k] for k in ("backend", "tensorrt_flavour", "tensorrt", "gpu", "compute_capability",
                                 "cuda_driver", "cuda_runtime")} == {
         "backend": "tensorrt", "tensorrt_flavour": "tensorrt", "tensorrt": trt.__version__, "gpu": "NVIDIA L4",
@@ -204,7 +204,7 @@ def test_the_command_fingerprint_is_recorded_verbatim_and_compared(tmp_path, cap
     code, _, err = run(capsys, "search", LN, "--inputs", LN_IN, "--backend", "command", "--check", command,
                        "-o", out, "-q")
     assert code == 0, err
-    env = read(str(out))["environment"]
+    env = read(str(out)).environment
     assert env["backend"] == "command" and env["command"] == command
     assert env["fingerprint"] == {"gpu": "Fake GPU 9", "tensorrt": "11.0.0"}
 
@@ -222,7 +222,7 @@ def test_a_command_without_fingerprint_records_the_command_only(tmp_path, capsys
     code, _, err = run(capsys, "search", LN, "--inputs", LN_IN, "--backend", "command", "--check", command,
                        "-o", out, "-q")
     assert code == 0, err
-    env = read(str(out))["environment"]
+    env = read(str(out)).environment
     assert env["command"] == command and "fingerprint" not in env
 
 
@@ -257,7 +257,7 @@ def test_the_shipped_onnxruntime_judge_prints_a_fingerprint_the_search_records(t
     code, _, err = run(capsys, "search", LN, "--inputs", LN_IN, "--backend", "command", "--check", command,
                        "-o", out, "-q")
     assert code == 0, err
-    assert read(str(out))["environment"]["fingerprint"] == {"onnxruntime": ort.__version__,
+    assert read(str(out)).environment["fingerprint"] == {"onnxruntime": ort.__version__,
                                                             "provider": "CPUExecutionProvider"}
 
 

@@ -57,13 +57,13 @@ def test_round_trip_and_hash_check(tmp_path):
     }
     path = tmp_path / "o.json"
     write_json(path, data)
-    assert read(path, model) == data
+    assert read(path, model).to_json() == data
     assert not list(tmp_path.glob(".o.json.*"))  # no temp file left behind
     other = tmp_path / "other.onnx"
     other.write_bytes(b"retrained model")
     with pytest.raises(UsageError, match="another model"):
         read(path, other)
-    assert read(path, other, force=True) == data
+    assert read(path, other, force=True).to_json() == data
 
 
 def test_write_refuses_nan_and_keeps_the_old_file(tmp_path):
@@ -121,9 +121,9 @@ def test_the_schema_requires_the_sections_the_builder_always_writes():
     g = graph()
     plan = overrides_file(g, {"add": ""}, backend={"name": "command"}, tolerance={"atol": 0.01, "rtol": 0.01},
                           search={"status": "plan", "plan": "0" * 12, "repeat": 0}, metrics={})
-    assert list(plan) == schema()["required"]
+    assert list(plan.to_json()) == schema()["required"]
     assert list(schema()["properties"]) == list(SECTIONS)
-    assert problems(plan) == ""
+    assert problems(plan.to_json()) == ""
     with pytest.raises(ValueError, match="not a section"):
         overrides_file(g, {}, backend={}, tolerance={}, search={}, metrics={}, more={"extra": 1})
 
@@ -167,3 +167,53 @@ def test_a_file_with_a_wrong_type_is_refused_in_one_line_naming_the_key(tmp_path
     for word in (*words, "run 'fp16bisect search' again"):
         assert word in line, (word, line)
     assert not (tmp_path / "m.onnx").exists()
+
+
+# -- the file's one type (artifacts/overrides.py Overrides): read and written through it
+
+def test_a_search_result_round_trips_through_the_type_unchanged(tmp_path, capsys):
+    """write -> read -> write is byte-identical; the typed fields are what the file says."""
+    from conftest import LN, LN_IN, run
+
+    from fp16bisect.artifacts.overrides import Node, Pinned
+    from fp16bisect.tolerance import Tolerance
+
+    out, again = tmp_path / "o.json", tmp_path / "again.json"
+    code, _, err = run(capsys, "search", LN, "--inputs", LN_IN, "-o", out, "-q", "--atol", "0.02")
+    assert code == 0, err
+    overrides = read(out)
+    write_json(again, overrides.to_json())
+    assert again.read_bytes() == out.read_bytes()
+    data = json.loads(out.read_text())
+    assert overrides.model_path == data["model"]["path"] and overrides.model_sha256 == data["model"]["sha256"]
+    assert overrides.tolerance == Tolerance(0.02, 0.01) and overrides.precision == "fp16"
+    assert overrides.pinned[0] == Pinned(Node("ln1_square", "Mul", ("ln1_sq",)), data["fp32_nodes"][0]["fp32_profile"])
+    assert overrides.names == ["ln1_square", "ln1_var"] and overrides.search["evaluations"] == 4
+    changed = overrides.replaced(environment={"backend": "emulate"})
+    assert changed.environment == {"backend": "emulate"} and list(changed.to_json()) == list(data)
+    assert overrides.environment == data["environment"]  # the record itself is not changed
+
+
+def test_a_file_that_fails_the_schema_is_one_usage_line(tmp_path, capsys):
+    """Read through the type: a file the schema refuses is a UsageError of one line naming the key; check and
+    apply exit 2 with that line, no traceback."""
+    from conftest import LN, LN_IN, run
+
+    from fp16bisect.artifacts.overrides import Overrides
+
+    out = tmp_path / "o.json"
+    assert run(capsys, "search", LN, "--inputs", LN_IN, "-o", out, "-q")[0] == 0
+    data = json.loads(out.read_text())
+    data["fp32_nodes"][1]["outputs"] = "ln1_var_out"  # a string, not a list
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(UsageError) as caught:
+        read(bad)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(repr(str(bad)) + " has an invalid 'fp32_nodes'")
+    assert "[1].outputs 'ln1_var_out' is not a list" in message
+    with pytest.raises(UsageError, match="^the override data has an invalid 'fp32_nodes'"):
+        Overrides.from_json(data)
+    for command in (["check", LN, "--inputs", LN_IN, "--overrides", bad], ["apply", LN, bad, "-o", tmp_path / "m.onnx"]):
+        code, stdout, err = run(capsys, *command)
+        assert code == 2 and "Traceback" not in err and f"{bad}" in err and "'fp32_nodes'" in err

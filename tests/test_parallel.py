@@ -48,7 +48,7 @@ def test_four_workers_find_the_same_minimal_set_as_one(known, tmp_path):
         # every evaluation was journaled as it completed: a rerun replays them all
         lines = [line for line in journal_of(out).read_text().splitlines()[1:]
                  if line.startswith('{"plan"')]  # the done lines (each has a started line before it)
-        assert len(lines) == parallel.result.evaluations == parallel.data["search"]["evaluations_run"]
+        assert len(lines) == parallel.result.evaluations == parallel.overrides.search["evaluations_run"]
 
 
 def test_the_command_line_with_two_jobs_finds_the_serial_set(known, tmp_path, capsys):
@@ -71,8 +71,8 @@ def test_an_interrupted_parallel_search_resumes_from_its_journal(known, tmp_path
     journal.write_text("".join(lines[:sixth]) + lines[sixth][: len(lines[sixth]) // 2])  # killed mid-write
     again = _search("two_branches", known, Parallel(jobs=2), out)  # after five evaluations were done
     assert again.result.fp32 == first.result.fp32 and again.result.minimal
-    assert again.data["search"]["evaluations_run"] == again.result.evaluations - 5
-    assert again.data["search"]["build_failures"] == []  # the torn line's plan ran again: it had finished
+    assert again.overrides.search["evaluations_run"] == again.result.evaluations - 5
+    assert again.overrides.search["build_failures"] == []  # the torn line's plan ran again: it had finished
 
 
 def test_check_with_two_jobs_gives_the_serial_verdict(known):

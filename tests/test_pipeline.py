@@ -74,7 +74,7 @@ def test_a_plan_that_fails_to_build_counts_as_failing_and_is_reported(known, fak
     fake_backend(fails=myelin(lambda p: not p))
     outcome = searched("transformer_block", known)  # the all-FP16 engine cannot be built
     assert sorted(outcome.result.fp32) == ["ln1_square", "ln1_var"]
-    assert outcome.data["search"]["build_failures"] == [
+    assert outcome.overrides.search["build_failures"] == [
         {"fp32": [], "error": "Error Code 1: Myelin (cannot compile a plan of 0 FP32 node(s))"}]
 
 
@@ -106,7 +106,7 @@ def test_the_override_file_keeps_contradictions_and_failures_short(known, monkey
     outcome = search_model(str(SAMPLES / "transformer_block.onnx"), [str(SAMPLES / "transformer_block.npz")],
                            options=SearchOptions(Tolerance(atol=spec["atol"], rtol=spec["rtol"]), output=str(out)))
     failures = outcome.oracle.build_failures
-    search = outcome.data["search"]
+    search = outcome.overrides.search
     assert len(failures) > override_json.EXAMPLES and search["build_failures_total"] == len(failures)
     assert len(search["build_failures"]) == override_json.EXAMPLES
     for entry, failed in zip(search["build_failures"], failures):

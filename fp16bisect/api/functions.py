@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Union
 
 from fp16bisect.api import inputs
-from fp16bisect.api.results import ApplyResult, CheckResult, Node, ScanResult, SearchResult
+from fp16bisect.api.results import ApplyResult, CheckResult, Node, ScanResult, ScanRow, SearchResult
 from fp16bisect.errors import UsageError
 from fp16bisect.model import shapes, weights
 from fp16bisect.model.headroom import factor
@@ -125,7 +125,7 @@ def run_search(model: Model, samples: Samples, options: SearchOptions, *, refere
         if not inputs.is_path(model):
             _name_in_memory_model(outcome)
     if options.output:
-        write_json(options.output, outcome.data)
+        write_json(options.output, outcome.overrides.to_json())
     return _search_result(outcome)
 
 
@@ -139,21 +139,22 @@ def _name_in_memory_model(outcome) -> None:
     """The override JSON of a model given in memory names it ``model.onnx``, not the temporary file."""
     from fp16bisect.artifacts.exports import exports_json
 
-    graph = outcome.graph
+    graph, overrides = outcome.graph, outcome.overrides
     graph.path = Path(inputs.IN_MEMORY_MODEL)
-    outcome.data["model"]["path"] = inputs.IN_MEMORY_MODEL
-    outcome.data["exports"] = exports_json(graph, [graph.by_id[i] for i in outcome.result.fp32], outcome.output)
+    outcome.overrides = overrides.replaced(
+        model={**overrides.data["model"], "path": inputs.IN_MEMORY_MODEL},
+        exports=exports_json(graph, [graph.by_id[i] for i in outcome.result.fp32], outcome.output))
 
 
 def _search_result(outcome) -> SearchResult:
     graph, result = outcome.graph, outcome.result
     fp16 = outcome.fp16
     return SearchResult(
-        fp32_nodes=[Node(n.id, n.op_type, tuple(n.outputs)) for n in (graph.by_id[i] for i in result.fp32)],
+        fp32_nodes=[Node.of(graph.by_id[i]) for i in result.fp32],
         minimal=result.minimal, evaluations=result.evaluations, passed=outcome.final.passed, status=result.status,
         backend=outcome.backend, tolerance=outcome.tolerance, with_overrides=outcome.final.worst(),
         all_fp16=fp16.worst() if fp16 is not None else {}, seconds=outcome.seconds, output=outcome.output,
-        outcome=outcome, _data=outcome.data)
+        outcome=outcome, overrides=outcome.overrides)
 
 
 def check(model: Model, samples: Samples, overrides=None, *, reference: Samples | None = None,
@@ -245,7 +246,8 @@ def run_check(model: Model, samples: Samples, options: SearchOptions, *, overrid
     return CheckResult(
         passed=outcome.passed, outputs=outcome.evaluation.worst(), metrics=list(outcome.evaluation.metrics),
         fp32_passes=None if outcome.fp32 is None else outcome.fp32.passed,
-        nodes=list(use.nodes) if use else [], missing=list(use.missing) if use else [], backend=outcome.backend,
+        nodes=[Node.of(outcome.graph.by_id[n]) for n in use.nodes] if use else [],
+        missing=list(use.missing) if use else [], backend=outcome.backend,
         tolerance=outcome.tolerance, verdict=verdict(outcome, hint or "fp16bisect.search(model, samples)"),
         drift=outcome.drift, outcome=outcome)
 
@@ -276,7 +278,8 @@ def scan(model: Model, samples: Samples, *, precision: str = "fp16", progress: P
     entries = inputs.sample_entries(samples)
     with _own_work_directories(), inputs.model_file(model) as path:
         graph, data = scan_model(path, entries, inputs.listener(progress), precision=precision_of(precision))
-    return ScanResult(rows=data["tensors"], nodes=data["nodes"], suspects=data["suspects"], _data=data, graph=graph)
+    return ScanResult(rows=[ScanRow.from_json(row) for row in data["tensors"]], nodes=data["nodes"],
+                      suspects=data["suspects"], _data=data, graph=graph)
 
 
 def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = False, samples: Samples | None = None,
@@ -344,8 +347,9 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
         tolerance=lambda recorded: inputs.tolerance(atol, rtol, min_cosine, max_mismatch,
                                                     fallback=Tolerance() if given else recorded()))
     with _own_work_directories(), inputs.model_file(model) as path, inputs.overrides_file(overrides) as file:
-        mixed, verification = apply_to_file(file, path, str(output), inputs.listener(progress), options, shown=shown)
-    return ApplyResult(path=Path(output), fp32_nodes=list(mixed.pinned), verification=verification, mixed=mixed)
+        written = apply_to_file(file, path, str(output), inputs.listener(progress), options, shown=shown)
+    return ApplyResult(path=Path(output), fp32_nodes=list(written.fp32_nodes), verification=written.verification,
+                       mixed=written.mixed)
 
 
 class _own_work_directories:

@@ -1,33 +1,50 @@
 """What the Python API returns: typed results of ``search``, ``check``, ``scan`` and ``apply``.
 
-Each result holds plain values (node names, metrics, verdicts) to read and assert on, and ``to_dict()``: the JSON
-the command line writes for the same run. The pipeline's own record stays reachable (``outcome``) for the console
-and the HTML report; it is not part of the stable interface.
+Each result holds typed values (``Node`` records, metrics, verdicts) to read and assert on, ``to_dict()``: the JSON
+the command line writes for the same run, and a short ``repr`` (one line). The pipeline's own record stays
+reachable (``outcome``) for the console and the HTML report; it is not part of the stable interface.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Iterable
 
+from fp16bisect.artifacts.overrides import Node, Overrides
 from fp16bisect.tolerance import OutputMetrics, Tolerance
 
+if TYPE_CHECKING:  # the records behind the results, typed without loading them at import
+    from fp16bisect.artifacts.apply import Verification
+    from fp16bisect.artifacts.mixed import Mixed
+    from fp16bisect.artifacts.verify import Check
+    from fp16bisect.diagnose.drift import Drift
+    from fp16bisect.diagnose.preflight import CheckOutcome
+    from fp16bisect.model.graph import Graph
+    from fp16bisect.run.outcome import Outcome
 
-@dataclass(frozen=True)
-class Node:
-    """One ONNX node kept in FP32.
+__all__ = ["ApplyResult", "CheckResult", "Node", "ScanResult", "ScanRow", "SearchResult"]
 
-    Attributes:
-        name: fp16bisect's node id: the ONNX node name when it is non-empty and unique, else its first output
-            tensor's name.
-        op_type: The ONNX operator, e.g. ``"Mul"``.
-        outputs: The node's output tensor names, to find it in the original model.
-    """
+NAMES_SHOWN = 60  # characters of node names a repr shows before "..."
 
-    name: str
-    op_type: str
-    outputs: tuple[str, ...]
+
+def _names(names: Iterable[str]) -> str:
+    """Node names for a one-line repr: as many as fit in ``NAMES_SHOWN`` characters, then how many more."""
+    names = list(names)
+    shown, used = [], 0
+    for name in names:
+        if shown and used + len(name) > NAMES_SHOWN:
+            break
+        shown.append(name if len(name) <= NAMES_SHOWN else name[:NAMES_SHOWN - 3] + "...")
+        used += len(shown[-1]) + 2
+    more = len(names) - len(shown)
+    return ", ".join(shown) + (f", ... ({more} more)" if more else "")
+
+
+def _nodes(nodes: list[Node] | list[str]) -> str:
+    """``2 FP32 nodes: a, b`` (``0 FP32 nodes``)."""
+    names = [n if isinstance(n, str) else n.name for n in nodes]
+    return f"{len(names)} FP32 node{'' if len(names) == 1 else 's'}" + (f": {_names(names)}" if names else "")
 
 
 @dataclass
@@ -69,8 +86,14 @@ class SearchResult:
     all_fp16: dict[str, OutputMetrics]
     seconds: float
     output: str | None = None
-    outcome: Any = field(default=None, repr=False, compare=False)  # the pipeline's Outcome (console, report)
-    _data: dict = field(default_factory=dict, repr=False, compare=False)
+    outcome: Outcome | None = field(default=None, repr=False, compare=False)  # the pipeline's (console, report)
+    overrides: Overrides | None = field(default=None, repr=False, compare=False)  # the override file, typed
+
+    def __repr__(self) -> str:
+        """One line: ``SearchResult(2 FP32 nodes: a, b; minimal; 4 evaluations on emulate; passed)``."""
+        found = "all-FP16 passes" if self.status == "fp16_passes" else "minimal" if self.minimal else "NOT minimal"
+        return (f"SearchResult({_nodes(self.fp32_nodes)}; {found}; {self.evaluations} evaluation"
+                f"{'' if self.evaluations == 1 else 's'} on {self.backend}; {'passed' if self.passed else 'FAILED'})")
 
     @property
     def names(self) -> list[str]:
@@ -87,16 +110,16 @@ class SearchResult:
         Returns:
             A new dict, safe to change.
         """
-        import copy
-
-        data = copy.deepcopy(self._data)
+        if self.overrides is None:
+            raise ValueError("this SearchResult holds no override file (made by hand, not by fp16bisect.search)")
         where = str(output) if output is not None else self.output
         if where != self.output and self.outcome is not None:
             from fp16bisect.artifacts.exports import exports_json
 
             graph = self.outcome.graph
-            data["exports"] = exports_json(graph, [graph.by_id[n.name] for n in self.fp32_nodes], where)
-        return data
+            exports = exports_json(graph, [graph.by_id[n.name] for n in self.fp32_nodes], where)
+            return self.overrides.replaced(exports=exports).to_json()
+        return self.overrides.to_json()
 
     def write(self, path: str | Path) -> Path:
         """Write the override JSON to ``path`` (atomically): the same content as ``fp16bisect search -o path``.
@@ -127,8 +150,9 @@ class CheckResult:
         metrics: Every (sample, output) metric, in sample order.
         fp32_passes: Whether the all-FP32 plan passes, evaluated only when the check fails (else None): False
             means no override set can pass at this tolerance.
-        nodes: The override nodes kept in FP32 (those of the override file present in this model).
-        missing: Override nodes not in this model (an override file made for another version of it).
+        nodes: The override nodes kept in FP32 (those of the override file present in this model), as ``Node``
+            records.
+        missing: The ids of override nodes not in this model (an override file made for another version of it).
         backend: The backend that judged.
         tolerance: The tolerance checked.
         verdict: One line: what the check found and what to do.
@@ -150,13 +174,20 @@ class CheckResult:
     outputs: dict[str, OutputMetrics]
     metrics: list[OutputMetrics]
     fp32_passes: bool | None
-    nodes: list[str]
+    nodes: list[Node]
     missing: list[str]
     backend: str
     tolerance: Tolerance
     verdict: str
-    drift: Any = None
-    outcome: Any = field(default=None, repr=False, compare=False)  # the pipeline's CheckOutcome (console, report)
+    drift: Drift | None = None
+    outcome: CheckOutcome | None = field(default=None, repr=False, compare=False)  # the pipeline's (console, report)
+
+    def __repr__(self) -> str:
+        """One line: ``CheckResult(FAILED; 0 FP32 nodes; emulate; atol 0.01, rtol 0.01; all-FP32 passes)``."""
+        missing = f" ({len(self.missing)} not in this model)" if self.missing else ""
+        fp32 = "" if self.fp32_passes is None else "; all-FP32 passes" if self.fp32_passes else "; all-FP32 FAILS too"
+        return (f"CheckResult({'passed' if self.passed else 'FAILED'}; {_nodes(self.nodes)}{missing}; "
+                f"{self.backend}; {self.tolerance}{fp32})")
 
     @property
     def reachable(self) -> bool:
@@ -165,7 +196,55 @@ class CheckResult:
 
     def to_dict(self) -> dict:
         """The JSON ``fp16bisect check --json`` writes (schema ``fp16bisect.check/1``), with the verdict line."""
+        if self.outcome is None:
+            raise ValueError("this CheckResult holds no outcome (made by hand, not by fp16bisect.check)")
         return {**self.outcome.data(), "verdict": self.verdict}
+
+
+@dataclass(frozen=True)
+class ScanRow:
+    """A tensor or weight near the low precision's limits (a row of ``scan``).
+
+    Attributes:
+        name: The tensor's name.
+        kind: ``"activation"`` or ``"weight"``.
+        risk: What the low precision does to it: its tier's word, e.g. ``"overflow"``.
+        tier: The risk tier, higher is riskier (3: overflow).
+        max_abs: Its largest magnitude in FP32 over the samples.
+        min_nonzero_abs: Its smallest non-zero magnitude (0.0 when it has none).
+        reason: What happens, with numbers, e.g. ``"max |x| 1.644e+05 > 65504 (4 element(s) become inf)"``.
+        written_by: The node id that writes it (``""`` for a weight or a graph input).
+        overflow: Elements beyond the precision's max; ``flushed``: elements that become 0; ``subnormal``:
+            elements that lose precision.
+        read_by: The node ids that read it.
+    """
+
+    name: str
+    kind: str
+    risk: str
+    tier: int
+    max_abs: float
+    min_nonzero_abs: float
+    reason: str
+    written_by: str
+    overflow: int = 0
+    flushed: int = 0
+    subnormal: int = 0
+    read_by: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, row: dict) -> ScanRow:
+        """The row of ``scan --json``'s ``tensors``."""
+        return cls(row["name"], row["kind"], row["risk"], row["tier"], row["max_abs"], row["min_nonzero_abs"],
+                   row["reason"], row["written_by"], row.get("overflow", 0), row.get("flushed", 0),
+                   row.get("subnormal", 0), tuple(row.get("read_by", ())))
+
+    def to_json(self) -> dict:
+        """The row as ``scan --json`` writes it (its keys in that order)."""
+        return {"name": self.name, "kind": self.kind, "tier": self.tier, "risk": self.risk, "max_abs": self.max_abs,
+                "min_nonzero_abs": self.min_nonzero_abs, "overflow": self.overflow, "flushed": self.flushed,
+                "subnormal": self.subnormal, "reason": self.reason, "written_by": self.written_by,
+                "read_by": list(self.read_by)}
 
 
 @dataclass
@@ -173,8 +252,8 @@ class ScanResult:
     """Where a model is at risk in FP16, from one FP32 run (``fp16bisect.scan``); no search.
 
     Attributes:
-        rows: The tensors and weights near FP16's limits, riskiest first: dicts with ``name``, ``kind``, ``risk``,
-            ``tier``, ``max_abs``, ``min_nonzero_abs``, ``reason``, ``written_by``.
+        rows: The tensors and weights near FP16's limits, riskiest first (``ScanRow``: ``name``, ``kind``,
+            ``risk``, ``tier``, ``max_abs``, ``min_nonzero_abs``, ``reason``, ``written_by``, ...).
         nodes: Every candidate node in suspicion order: dicts with ``name``, ``op_type``, ``tier``, ``risk``,
             ``reason``.
         suspects: How many of ``nodes`` the search would try first.
@@ -182,15 +261,23 @@ class ScanResult:
     Examples:
         >>> import fp16bisect
         >>> scan = fp16bisect.scan("sample_models/transformer_block.onnx", "sample_models/transformer_block.npz")
-        >>> scan.rows[0]["name"], scan.rows[0]["risk"], scan.rows[0]["written_by"]
+        >>> scan.rows[0].name, scan.rows[0].risk, scan.rows[0].written_by
         ('ln1_sq', 'overflow', 'ln1_square')
     """
 
-    rows: list[dict]
+    rows: list[ScanRow]
     nodes: list[dict]
     suspects: int
     _data: dict = field(default_factory=dict, repr=False, compare=False)
-    graph: Any = field(default=None, repr=False, compare=False)  # the loaded model (console)
+    graph: Graph | None = field(default=None, repr=False, compare=False)  # the loaded model (console)
+
+    def __repr__(self) -> str:
+        """One line: ``ScanResult(5 tensors at risk, the riskiest ln1_sq (overflow); 2 suspect nodes: a, b)``."""
+        riskiest = f", the riskiest {self.rows[0].name[:NAMES_SHOWN]} ({self.rows[0].risk})" if self.rows else ""
+        suspects = [n["name"] for n in self.nodes[:self.suspects]]
+        return (f"ScanResult({len(self.rows)} tensor{'' if len(self.rows) == 1 else 's'} at risk{riskiest}; "
+                f"{self.suspects} suspect node{'' if self.suspects == 1 else 's'}"
+                + (f": {_names(suspects)})" if suspects else ")"))
 
     def to_dict(self) -> dict:
         """The JSON ``fp16bisect scan --json`` writes (schema ``fp16bisect.scan/1``)."""
@@ -205,7 +292,7 @@ class ApplyResult:
 
     Attributes:
         path: The ONNX file written.
-        fp32_nodes: The node ids kept in FP32 in it.
+        fp32_nodes: The nodes kept in FP32 in it (``Node`` records, graph order).
         verification: With ``verify``: the written model and the all-FP16 one run on the samples against the
             references (``None`` without); ``check`` is the written model's part, ``passed`` its verdict.
 
@@ -213,14 +300,20 @@ class ApplyResult:
         >>> import fp16bisect
         >>> model, data = "sample_models/transformer_block.onnx", "sample_models/transformer_block.npz"
         >>> applied = fp16bisect.apply(model, fp16bisect.search(model, data), "mixed.onnx")
-        >>> str(applied.path), applied.fp32_nodes, applied.verification
+        >>> str(applied.path), [n.name for n in applied.fp32_nodes], applied.verification
         ('mixed.onnx', ['ln1_square', 'ln1_var'], None)
     """
 
     path: Path
-    fp32_nodes: list[str]
-    verification: Any = None  # artifacts.apply.Verification
-    mixed: Any = field(default=None, repr=False, compare=False)  # artifacts.mixed.Mixed (console)
+    fp32_nodes: list[Node]
+    verification: Verification | None = None
+    mixed: Mixed | None = field(default=None, repr=False, compare=False)  # what the console says was written
+
+    def __repr__(self) -> str:
+        """One line: ``ApplyResult(mixed.onnx: 2 FP32 nodes: a, b; not verified)``."""
+        verified = "not verified" if self.verification is None else f"verified: {'passed' if self.passed else 'FAILED'}"
+        where = str(self.path) if len(str(self.path)) <= NAMES_SHOWN else "..." + str(self.path)[3 - NAMES_SHOWN:]
+        return f"ApplyResult({where}: {_nodes(self.fp32_nodes)}; {verified})"
 
     @property
     def passed(self) -> bool | None:
@@ -228,7 +321,7 @@ class ApplyResult:
         return None if self.verification is None else self.verification.passed
 
     @property
-    def check(self):
+    def check(self) -> Check | None:
         """With ``verify``: the written model's check (``passed``, per (sample, output) ``metrics``); else None."""
         return None if self.verification is None else self.verification.with_overrides
 

@@ -12,7 +12,7 @@ from fp16bisect.artifacts.verify import Check, strict, verify
 from fp16bisect.model.graph import Graph
 from fp16bisect.artifacts.mixed import Mixed, convert
 from fp16bisect.artifacts.files import write_atomic
-from fp16bisect.artifacts.overrides import file_precision, read, recorded_tolerance
+from fp16bisect.artifacts.overrides import Node, Overrides, file_precision, read, recorded_tolerance
 from fp16bisect.errors import UsageError
 from fp16bisect.model import weights
 from fp16bisect.model.precision import precision_of
@@ -21,15 +21,15 @@ from fp16bisect.tolerance import Tolerance
 
 
 def apply(overrides: str | Path, model: str | Path, *, fp16_io: bool = False, force: bool = False,
-          keep_fp32: tuple = (), graph: Graph | None = None) -> tuple[Mixed, dict]:
-    """The mixed model an override file describes, plus ``keep_fp32`` nodes (and the file's data).
+          keep_fp32: tuple = (), graph: Graph | None = None) -> tuple[Mixed, Overrides]:
+    """The mixed model an override file describes, plus ``keep_fp32`` nodes (and the file, read).
 
     Refuses an override file made for another version of the model unless ``force``, and one none of whose
     nodes is in the model always (``overrides.refuse_foreign``).
     """
     graph = graph or Graph.load(model)
     data = read(overrides, model, force=force, graph=graph)  # another model's file: refused even with --force
-    mixed = convert(graph, [n["name"] for n in data["fp32_nodes"]] + list(keep_fp32), fp16_io=fp16_io)
+    mixed = convert(graph, [n.name for n in data.fp32_nodes] + list(keep_fp32), fp16_io=fp16_io)
     try:
         onnx.checker.check_model(weights.checkable(mixed.model), full_check=True)
     except onnx.checker.ValidationError as exc:  # our bug, not the user's input
@@ -95,11 +95,20 @@ class ApplyOptions:
     tolerance: Callable[[Callable[[], Tolerance]], Tolerance] | None = None
 
 
+@dataclass(frozen=True)
+class Written:
+    """What ``apply_to_file`` wrote: the mixed model, the nodes it keeps in FP32 (graph order), and with
+    ``inputs`` its verification (else None)."""
+
+    mixed: Mixed
+    fp32_nodes: tuple[Node, ...]
+    verification: Verification | None = None
+
+
 def apply_to_file(overrides: str, model: str, output: str, listener, options: ApplyOptions = ApplyOptions(),
-                  shown=None):
+                  shown=None) -> Written:
     """``apply``: the mixed-precision model of ``overrides`` written to ``output`` (external data when the model has
-    it), then, with ``options.inputs``, verified on them: (mixed, verification or None). ``shown(mixed)``: said
-    once it is written."""
+    it), then, with ``options.inputs``, verified on them. ``shown(mixed)``: said once it is written."""
     inputs, references, keep_fp32 = options.inputs, options.references, options.keep_fp32
     made = file_precision(overrides)
     if options.precision is not None and options.precision != made:
@@ -115,8 +124,9 @@ def apply_to_file(overrides: str, model: str, output: str, listener, options: Ap
         save(mixed.model, output, external=graph.external_data)
     if shown is not None:
         shown(mixed)
+    nodes = tuple(Node.of(graph.by_id[i]) for i in mixed.pinned)
     if not inputs:
-        return mixed, None
+        return Written(mixed, nodes)
 
     def recorded():
         return recorded_tolerance(data, overrides)
@@ -125,4 +135,4 @@ def apply_to_file(overrides: str, model: str, output: str, listener, options: Ap
     with listener.timed("verifying the written model and the all-FP16 one on the samples"):
         verification = verify_mixed(graph, mixed.model, inputs, references, chosen, fp16_io=options.fp16_io,
                                      strict_mode=options.strict_mode, keep_fp32=keep_fp32)
-    return mixed, verification
+    return Written(mixed, nodes, verification)

@@ -149,4 +149,4 @@ def migration(graph: Graph, pins: Pins, mapping: Mapping, tolerance: dict, outpu
                 "migrated_from": {"source": pins.source, "fp32_layers": list(pins.fp32), "mapped": mapping.layers,
                                   "unmapped": mapping.unmapped, "not_candidates": mapping.not_candidates,
                                   "other_precisions": [f"{layer}:{p}" for layer, p in pins.other]}},
-        metrics={}, output=output)
+        metrics={}, output=output).to_json()

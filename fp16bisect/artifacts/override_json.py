@@ -3,7 +3,7 @@
 A search's result file (``run/override_json.py`` turns its ``Outcome`` into these values) and the file the
 command backend writes for each plan it judges (``{overrides}``) are both built here, so a judge reads a plan
 as a pipeline reads a result. ``overrides.schema.json`` beside this module declares the file; the sections are
-written in the order of ``SECTIONS``.
+written in the order of ``SECTIONS``; the result is the file's one type, ``overrides.Overrides``.
 """
 
 from __future__ import annotations
@@ -11,14 +11,10 @@ from __future__ import annotations
 from typing import Mapping
 
 from fp16bisect.artifacts.exports import exports_json
-from fp16bisect.artifacts.overrides import SCHEMA
+from fp16bisect.artifacts.overrides import SCHEMA, SECTIONS, Overrides, problems
 from fp16bisect.model.graph import Graph, Node, notes
 
-# Every top-level key, in the file's order (overrides.schema.json's "properties"). A plan's file (command backend)
-# has the required ones only; a search's result adds where it was verified (environment), the precision, the prior
-# and what the graph holds beyond the search.
-SECTIONS = ("schema", "model", "backend", "environment", "precision", "tolerance", "fp32_nodes", "search", "prior",
-            "metrics", "shapes", "samples", "headroom", "skipped_nodes", "notes", "conversions", "exports")
+__all__ = ["SECTIONS", "graph_sections", "node_entry", "overrides_file"]
 
 
 def node_entry(node: Node, fp32_profile: str = "", forced: bool = False) -> dict:
@@ -40,7 +36,7 @@ def graph_sections(graph: Graph, fp32) -> dict:
 
 
 def overrides_file(graph: Graph, fp32: Mapping[str, str], *, backend: dict, tolerance: dict, search: dict,
-                   metrics: dict, output: str | None = None, more: Mapping | None = None) -> dict:
+                   metrics: dict, output: str | None = None, more: Mapping | None = None) -> Overrides:
     """The whole file. ``fp32``: each node kept in FP32 (its id) with what the FP32 profile saw there ('' for
     nothing), in the file's order; ``backend``, ``tolerance``, ``search``, ``metrics``: those sections as they
     are written; ``output``: where the file goes (named in the strongly typed export's command); ``more``: the
@@ -62,4 +58,8 @@ def overrides_file(graph: Graph, fp32: Mapping[str, str], *, backend: dict, tole
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         raise ValueError(f"not a section of the override file: {', '.join(sorted(unknown))}")
-    return {key: sections[key] for key in SECTIONS if key in sections}
+    data = {key: sections[key] for key in SECTIONS if key in sections}
+    problem = problems(data)
+    if problem:  # fp16bisect's bug, not the user's input (exit 4, not 2)
+        raise RuntimeError(f"the override file fp16bisect built {problem}")
+    return Overrides(data)

@@ -19,19 +19,160 @@ line naming the key and what is wrong, any file that does not match (``jsonschem
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
 import math
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
 
 from fp16bisect.errors import UsageError
-from fp16bisect.model.graph import Graph
 from fp16bisect.tolerance import Tolerance
+
+if TYPE_CHECKING:  # the record reads and writes JSON without loading ONNX
+    from fp16bisect.model.graph import Graph
 
 SCHEMA = "fp16bisect.overrides/1"
 AGAIN = "run 'fp16bisect search' again to write a new one"
+# Every top-level key, in the file's order (overrides.schema.json's "properties"). A plan's file (command backend)
+# has the required ones only; a search's result adds where it was verified (environment), the precision, the prior
+# and what the graph holds beyond the search.
+SECTIONS = ("schema", "model", "backend", "environment", "precision", "tolerance", "fp32_nodes", "search", "prior",
+            "metrics", "shapes", "samples", "headroom", "skipped_nodes", "notes", "conversions", "exports")
+
+
+@dataclass(frozen=True)
+class Node:
+    """One ONNX node kept in FP32: the one node record of the file, the API's results and the console.
+
+    Attributes:
+        name: fp16bisect's node id: the ONNX node name when it is non-empty and unique, else its first output
+            tensor's name.
+        op_type: The ONNX operator, e.g. ``"Mul"`` (``""`` when a hand-written file leaves it out).
+        outputs: The node's output tensor names, to find it in the original model.
+    """
+
+    name: str
+    op_type: str
+    outputs: tuple[str, ...]
+
+    @classmethod
+    def of(cls, node) -> Node:
+        """The record of a graph's node (``model.graph.Node``: its id, op type and outputs)."""
+        return cls(node.id, node.op_type, tuple(node.outputs))
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """An entry of the file's ``fp32_nodes``: the node, what the FP32 run saw there (why it was suspected, not
+    proof it is needed; ``''`` for nothing), and whether ``--headroom`` kept it (not the search)."""
+
+    node: Node
+    fp32_profile: str = ""
+    forced: bool = False
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """An override file (schema ``fp16bisect.overrides/1``): the one way it is read (``read``, ``from_json``) and
+    written (``to_json``). Made only from JSON that validates against the declared schema, so every field below
+    is typed and present; the JSON itself is kept whole (a copy), so keys this type does not model (and a
+    hand-written file's spellings) pass through unchanged: ``from_json(d).to_json() == d``.
+
+    Attributes:
+        model_path: The model's path as the search was given it.
+        model_sha256: The model file's SHA-256 (``''`` when the file gives none).
+        precision: The low precision searched for, ``"fp16"`` or ``"bf16"`` (``"fp16"`` when the file does not
+            say: files written before the key existed).
+        tolerance: The tolerance searched with; None when the file's is incomplete (``recorded_tolerance``).
+        pinned: The ``fp32_nodes`` entries, in the file's order.
+        backend, search, metrics, exports: Those sections (read-only copies).
+        environment: Where the answer was verified (``None`` when the file records none).
+        headroom: The answer's headroom section (``None`` when the file has none).
+    """
+
+    data: Mapping[str, Any] = field(repr=False)
+    model_path: str = field(init=False)
+    model_sha256: str = field(init=False)
+    precision: str = field(init=False)
+    tolerance: Tolerance | None = field(init=False)
+    pinned: tuple[Pinned, ...] = field(init=False)
+    backend: Mapping[str, Any] = field(init=False, repr=False)
+    search: Mapping[str, Any] = field(init=False, repr=False)
+    metrics: Mapping[str, Any] = field(init=False, repr=False)
+    exports: Mapping[str, Any] = field(init=False, repr=False)
+    environment: Mapping[str, Any] | None = field(init=False, repr=False)
+    headroom: Mapping[str, Any] | None = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        data = copy.deepcopy(dict(self.data))
+        typed = {
+            "data": data, "model_path": str(data["model"].get("path", "")),
+            "model_sha256": str(data["model"].get("sha256", "")), "precision": str(data.get("precision", "fp16")),
+            "tolerance": _tolerance(data["tolerance"]),
+            "pinned": tuple(Pinned(Node(n["name"], n.get("op_type", ""), tuple(n.get("outputs", ()))),
+                                   n.get("fp32_profile", ""), bool(n.get("forced", False)))
+                            for n in data["fp32_nodes"]),
+            "backend": data["backend"], "search": data["search"], "metrics": data["metrics"],
+            "exports": data["exports"], "environment": data.get("environment"), "headroom": data.get("headroom")}
+        for name, value in typed.items():
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def from_json(cls, data, where: str = "the override data") -> Overrides:
+        """The record of ``data`` (the parsed file); a ``UsageError`` (one line: ``where``, the key, what is wrong
+        and the fix) when it does not validate against the schema."""
+        problem = problems(data)
+        if problem:
+            raise UsageError(f"{where} {problem}")
+        return cls(data)
+
+    def to_json(self) -> dict:
+        """The file's JSON, sections in the schema's order (a new dict, safe to change)."""
+        return copy.deepcopy(dict(self.data))
+
+    def replaced(self, **sections) -> Overrides:
+        """A copy with these top-level sections replaced (e.g. ``environment=``, ``exports=``, ``model=``), each
+        in its place in the file's order."""
+        data = {**self.data, **sections}
+        return Overrides.from_json({k: data[k] for k in sorted(data, key=_order)}, "the changed override data")
+
+    @property
+    def fp32_nodes(self) -> tuple[Node, ...]:
+        """The nodes kept in FP32, in the file's order."""
+        return tuple(p.node for p in self.pinned)
+
+    @property
+    def names(self) -> list[str]:
+        """The node ids kept in FP32, in the file's order, each once."""
+        return list(dict.fromkeys(p.node.name for p in self.pinned))
+
+    def section(self, key: str, default: Any = None) -> Any:
+        """A section this type does not model (``prior``, ``shapes``, ``samples``, ``notes``, ``conversions``,
+        ``skipped_nodes``): a copy, or ``default`` when the file has none."""
+        return copy.deepcopy(self.data.get(key, default))
+
+    @property
+    def notes(self) -> list[str]:
+        """Notes on the model (a search's result), else empty."""
+        return list(self.data.get("notes") or [])
+
+
+def _order(key: str) -> int:
+    return SECTIONS.index(key) if key in SECTIONS else len(SECTIONS)
+
+
+def _tolerance(t) -> Tolerance | None:
+    """The file's tolerance, or None when it lacks atol or rtol (the schema allows null)."""
+    try:
+        return Tolerance(float(t["atol"]), float(t["rtol"]),
+                         None if t.get("min_cosine") is None else float(t["min_cosine"]),
+                         float(t.get("max_mismatch", 0.0)))
+    except (TypeError, KeyError, ValueError, UsageError):
+        return None
 
 
 @functools.cache
@@ -53,27 +194,24 @@ def _validator():
 
 
 def read(path: str | Path, model_path: str | Path | None = None, force: bool = False,
-         graph: Graph | None = None) -> dict:
+         graph: Graph | None = None) -> Overrides:
     """Read and validate an override file; refuse one made for another model unless ``force``.
 
     With ``graph``, also refuse (whatever ``force``) a file none of whose nodes is in that model: see
     ``refuse_foreign``."""
     path = Path(path)
-    data = _load(path)
-    problem = problems(data)
-    if problem:
-        raise UsageError(f"{str(path)!r} {problem}")
+    overrides = Overrides.from_json(_load(path), repr(str(path)))
     if graph is not None:
-        refuse_foreign(data, path, graph)
+        refuse_foreign(overrides, path, graph)
     if model_path is not None and not force:
         digest = graph.sha256 if graph is not None and graph.sha256 else \
             hashlib.sha256(Path(model_path).read_bytes()).hexdigest()
-        if digest != data["model"].get("sha256"):
+        if digest != overrides.data["model"].get("sha256"):
             raise UsageError(
-                f"{str(path)!r} was made for another model (sha256 {str(data['model'].get('sha256'))[:12]}..., "
-                f"this one is {digest[:12]}...): rerun 'fp16bisect search' on this model, or pass --force"
+                f"{str(path)!r} was made for another model (sha256 {str(overrides.data['model'].get('sha256'))[:12]}"
+                f"..., this one is {digest[:12]}...): rerun 'fp16bisect search' on this model, or pass --force"
             )
-    return data
+    return overrides
 
 
 def _load(path: Path):
@@ -143,13 +281,13 @@ def _shown(value) -> str:
     return shown if len(shown) <= 40 else shown[:37] + "..."
 
 
-def refuse_foreign(data: dict, path: str | Path, graph: Graph) -> None:
+def refuse_foreign(overrides: Overrides, path: str | Path, graph: Graph) -> None:
     """The one rule for an override file whose model hash differs from ``graph``'s (``check --overrides``,
     ``compare --overrides`` and ``apply`` all read through here): if it names nodes and none of them is in the
     model, it was made for another model, not another version of this one (retrained: same nodes, new weights),
     and is refused, even with ``--force``. A retrained model's file passes here; each command then says so."""
-    names = list(dict.fromkeys(n["name"] for n in data["fp32_nodes"]))
-    if not names or data["model"].get("sha256", "") == graph.sha256:
+    names = overrides.names
+    if not names or overrides.model_sha256 == graph.sha256:
         return  # an empty file fits any model; a same-hash file naming absent nodes is the caller's (damaged) case
     if any(n in graph.by_id for n in names):
         return
@@ -160,33 +298,24 @@ def refuse_foreign(data: dict, path: str | Path, graph: Graph) -> None:
     )
 
 
-def recorded_precision(data: dict) -> str:
-    """The precision an override file was searched for: its ``precision`` key, ``fp16`` for files written before
-    it existed (and for FP16 files, which do not write it)."""
-    return str(data.get("precision", "fp16"))
-
-
 def file_precision(path: str | Path) -> str:
-    """``recorded_precision`` of the file at ``path`` (read before its model is loaded: the model's graph depends
-    on it); a file that is no override file says so when it is read."""
+    """The precision the file at ``path`` was searched for (read before its model is loaded: the model's graph
+    depends on it): its ``precision`` key, ``fp16`` for files without one; a file that is no override file says
+    so when it is read."""
     data = _load(Path(path))
-    return recorded_precision(data) if isinstance(data, dict) else "fp16"
+    return str(data.get("precision", "fp16")) if isinstance(data, dict) else "fp16"
 
 
-def refuse_other_precision(data: dict, path: str | Path, precision: str, command: str) -> None:
+def refuse_other_precision(overrides: Overrides, path: str | Path, precision: str, command: str) -> None:
     """A usage error when the file was searched for another precision than ``command`` runs in."""
-    made = recorded_precision(data)
+    made = overrides.precision
     if made != precision:
         raise UsageError(f"{str(path)!r} was searched for {made.upper()}, but this {command} runs "
                          f"{precision.upper()}: add --precision {made} (or search again with --precision {precision})")
 
 
-def recorded_tolerance(data: dict, path: str) -> Tolerance:
-    """The tolerance an override file was searched with."""
-    t = data.get("tolerance")
-    try:
-        return Tolerance(float(t["atol"]), float(t["rtol"]),
-                         None if t.get("min_cosine") is None else float(t["min_cosine"]),
-                         float(t.get("max_mismatch", 0.0)))
-    except (TypeError, KeyError, ValueError):
-        raise UsageError(f"{path!r} has no valid 'tolerance': pass --atol and --rtol, or rerun 'fp16bisect search'") from None
+def recorded_tolerance(overrides: Overrides, path: str) -> Tolerance:
+    """The tolerance an override file was searched with; a usage error when it records none."""
+    if overrides.tolerance is None:
+        raise UsageError(f"{path!r} has no valid 'tolerance': pass --atol and --rtol, or rerun 'fp16bisect search'")
+    return overrides.tolerance

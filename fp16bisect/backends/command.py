@@ -230,7 +230,7 @@ class CommandBackend(Backend):
         nodes = sorted((self.graph.by_id[i] for i in plan), key=lambda n: n.index)
         return overrides_file(self.graph, {n.id: "" for n in nodes}, backend={"name": self.name, **self.describe()},
                               tolerance=self.tolerance, metrics={},
-                              search={"status": "plan", "plan": plan_key(plan), "repeat": repeat})
+                              search={"status": "plan", "plan": plan_key(plan), "repeat": repeat}).to_json()
 
     def _execute(self, line: str, workdir: Path) -> int:
         with open(workdir / "stdout.txt", "wb") as out, open(workdir / "stderr.txt", "wb") as err:

@@ -227,10 +227,11 @@ def _search(entry: dict, tolerance, result: dict) -> None:
     outcome = search_model(entry["model"], entry["inputs"], entry["references"] or None, options)
     r = outcome.result
     ok = r.passed and r.minimal
+    data = outcome.overrides.to_json()
     if output:
-        write_json(output, outcome.data)
+        write_json(output, data)
     result.update(passed=ok, verdict="FOUND" if ok else "NOT MINIMAL", fp32_nodes=list(r.fp32),
-                  set_size=len(r.fp32), evaluations=r.evaluations, result=outcome.data,
+                  set_size=len(r.fp32), evaluations=r.evaluations, result=data,
                   error="" if ok else r.minimality)
 
 

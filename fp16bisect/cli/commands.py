@@ -48,7 +48,7 @@ def cmd_search(args) -> int:
     finally:
         listener.close()
     print_summary(result.outcome, args.output)  # run_search wrote the override JSON to args.output
-    steps = next_steps(result.outcome.data, args.output, args.inputs, args.reference)
+    steps = next_steps(result.to_dict(), args.output, args.inputs, args.reference)
     if not args.quiet:
         print_next(steps)
     if args.report:
@@ -240,11 +240,7 @@ def cmd_migrate(args) -> int:
         from fp16bisect.artifacts.overrides import read
         from fp16bisect.backends.emulate.backend import environment_here
 
-        from fp16bisect.artifacts.override_json import SECTIONS
-
-        data = {**read(overrides), "environment": environment_here()}
-        write_json(overrides, {k: data[k] for k in sorted(data, key=lambda k: SECTIONS.index(k) if k in SECTIONS
-                                                         else len(SECTIONS))})
+        write_json(overrides, read(overrides).replaced(environment=environment_here()).to_json())
     return _verified(result)
 
 

@@ -114,9 +114,9 @@ def use_overrides(graph: Graph, path: str) -> OverrideUse:
     that names a node it does not have is damaged or hand-edited: refused."""
     data = read(path, graph=graph)  # schema checked; another model's file refused; the hash compared here
     refuse_other_precision(data, path, graph.precision.name, "run")
-    names = list(dict.fromkeys(n["name"] for n in data["fp32_nodes"]))
+    names = data.names
     usable = [n for n in names if n in graph.by_id and graph.float_outputs(graph.by_id[n])]
-    made_for = str(data["model"].get("sha256", ""))
+    made_for = data.model_sha256
     same_model = made_for == graph.sha256
     missing = [n for n in names if n not in usable]
     if same_model and missing:
@@ -125,7 +125,7 @@ def use_overrides(graph: Graph, path: str) -> OverrideUse:
             f"{path!r} was made for this model (same sha256) but names {len(missing)} node(s) that it lacks or "
             f"that compute no float: {lacking}; the file is damaged or was edited: rerun 'fp16bisect search'"
         )
-    return OverrideUse(str(path), made_for, same_model, usable, missing, data.get("environment"))
+    return OverrideUse(str(path), made_for, same_model, usable, missing, data.environment)
 
 
 def check_model(model: str, inputs: list[str], references: list[str] | None = None, overrides: str | None = None,

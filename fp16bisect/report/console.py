@@ -17,7 +17,9 @@ from fp16bisect.model.precision import precision_of
 from fp16bisect.report.conversions import conversion_lines
 from fp16bisect.model.shapes import said as shapes_said
 from fp16bisect.evaluation.oracle import EXIT_CODE
+from fp16bisect.artifacts.overrides import Overrides
 from fp16bisect.run.outcome import Listener, Outcome
+from fp16bisect.run.override_json import alternatives_json
 from fp16bisect.report.dataset import dataset_lines, table_metrics
 from fp16bisect.report.headroom import headroom_lines, scan_header, scan_headroom_lines
 from fp16bisect.algorithm.search import Step
@@ -111,21 +113,23 @@ def _error_cell(m) -> str:
     return text if m.passed else f"[red]{text}[/red]"
 
 
-def _print_coverage(data: dict, console: Console) -> None:
+def _print_coverage(overrides: Overrides, console: Console) -> None:
     """Where the answer was verified: the input shapes the samples covered, and the headroom left in FP16."""
-    covered, untested = shapes_said(data.get("shapes") or {})
+    covered, untested = shapes_said(overrides.section("shapes") or {})
     for line in [escape(t) for t in covered] + [f"[yellow]warning:[/yellow] {escape(t)}" for t in untested]:
         console.print(line, highlight=False, soft_wrap=True)
-    for line in headroom_lines(data.get("headroom"), low=precision_of(data.get("precision")).label):
+    for line in headroom_lines(overrides.headroom, low=precision_of(overrides.precision).label):
         console.print(line, highlight=False, soft_wrap=True)
 
 
 def print_summary(outcome: Outcome, output_path: str | None, console: Console | None = None) -> None:
+    """After a search: the per-output table, the nodes kept in FP32, and what the search met; printed from the
+    ``Outcome``'s typed parts and its override file (``outcome.overrides``)."""
     if console is None:
         console = Console()
         if not console.is_terminal:  # a log file or pipe: do not cut output names at 80 columns
             console = Console(width=160)
-    result = outcome.result
+    result, overrides = outcome.result, outcome.overrides
     fp16 = outcome.fp16.worst() if outcome.fp16 is not None else {}
     final = outcome.final.worst()
     low = outcome.graph.precision.label  # FP16, or BF16
@@ -158,13 +162,14 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
         console.print(
             f"{len(result.fp32)} of {len(outcome.graph.candidates)} candidate node(s) kept in FP32 ({minimal}; "
             f"{result.minimality}):", soft_wrap=True)
-        for entry in outcome.data["fp32_nodes"]:
+        for pinned in overrides.pinned:
             console.print(
-                f"  {escape(entry['name'])}  [dim]{escape(entry['op_type'])}; FP32 run: {escape(entry['fp32_profile'])}[/dim]",
+                f"  {escape(pinned.node.name)}  [dim]{escape(pinned.node.op_type)}; FP32 run: "
+                f"{escape(pinned.fp32_profile)}[/dim]",
                 highlight=False,
                 soft_wrap=True,
             )
-    _print_coverage(outcome.data, console)
+    _print_coverage(overrides, console)
     failures = outcome.oracle.build_failures
     if failures:
         what = "evaluated" if outcome.backend == "command" else "built"
@@ -173,30 +178,36 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
             f"({len(failures[0].plan)} node(s) in FP32): {escape(failures[0].error)}",
             highlight=False, soft_wrap=True,
         )
-    for entry in outcome.data["search"].get("unverified", []):
+    for node, reason in outcome.unverified():
         console.print(
-            f"[yellow]kept, not verified:[/yellow] {escape(entry['node'])} (its removal could not be evaluated: "
-            f"{escape(entry['reason']['kind'])})", highlight=False, soft_wrap=True)
-    for line in conversion_lines(outcome.data.get("conversions"), precision=outcome.graph.precision):
+            f"[yellow]kept, not verified:[/yellow] {escape(node)} (its removal could not be evaluated: "
+            f"{escape(reason.kind if reason is not None else 'unknown')})", highlight=False, soft_wrap=True)
+    for line in conversion_lines(overrides.section("conversions"), precision=outcome.graph.precision):
         console.print(line, highlight=False, soft_wrap=True)
-    for note in outcome.data.get("notes", []):
+    for note in overrides.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
-    prior = outcome.data.get("prior")
-    if prior:
-        how = "agreed" if prior["agreed"] else "disagreed"
-        changes = "; ".join(f"{what} {len(prior[what])}: {escape(', '.join(prior[what][:5]))}"
-                            + (", ..." if len(prior[what]) > 5 else "") for what in ("added", "dropped") if prior[what])
-        console.print(
-            f"prior: the emulator's {len(prior['fp32'])} node(s) after {prior['evaluations']} emulated evaluation(s)"
-            f"{' (read from the journal)' if prior['replayed'] else ''}; the {outcome.backend} backend {how}"
-            + (f" ({changes})" if changes else "") + _alternatives(prior.get("alternatives")),
-            highlight=False, soft_wrap=True,
-        )
+    _print_prior(outcome, console)
     console.print(
         f"{result.evaluations} evaluation(s) on the {outcome.backend} backend in {outcome.seconds:.1f} s"
         + (f" ({result.rounds} round(s), up to {outcome.oracle.width} at once)" if outcome.oracle.width > 1 else "")
         + (f"; overrides written to {output_path}" if output_path else ""),
         highlight=False,
+    )
+
+
+def _print_prior(outcome: Outcome, console: Console) -> None:
+    """On an expensive backend: the emulator's set the search started from, and how the judge took it."""
+    prior, result = outcome.prior, outcome.result
+    if prior is None:
+        return
+    how = "agreed" if result.agreed else "disagreed"
+    changes = "; ".join(f"{what} {len(nodes)}: {escape(', '.join(nodes[:5]))}" + (", ..." if len(nodes) > 5 else "")
+                        for what, nodes in (("added", list(result.added)), ("dropped", list(result.dropped))) if nodes)
+    console.print(
+        f"prior: the emulator's {len(prior.fp32)} node(s) after {prior.evaluations} emulated evaluation(s)"
+        f"{' (read from the journal)' if prior.replayed else ''}; the {outcome.backend} backend {how}"
+        + (f" ({changes})" if changes else "") + _alternatives(alternatives_json(prior, result)),
+        highlight=False, soft_wrap=True,
     )
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import shlex
 import sys
+from typing import Sequence
 
+from fp16bisect.artifacts.overrides import Node, Pinned
 from fp16bisect.diagnose.layerwise import Layerwise, LayerwiseRunner
 from fp16bisect.diagnose.report_runs import ReportRuns
 from fp16bisect.model.graph import Graph
@@ -42,7 +44,7 @@ def heading(title: str, graph: Graph, backend: str, tolerance, summary: str, not
     }
 
 
-def pack(head: dict, graph: Graph, runs: ReportRuns, overrides: list[dict] | None = None, trace=()) -> dict:
+def pack(head: dict, graph: Graph, runs: ReportRuns, overrides: Sequence[Pinned] = (), trace=()) -> dict:
     """The report's data: ``head`` (``heading``), the outputs, the per-node errors, the FP32 magnitudes,
     the search's trace (none outside a search) and the nodes kept in FP32 (``overrides``)."""
     return {
@@ -51,9 +53,9 @@ def pack(head: dict, graph: Graph, runs: ReportRuns, overrides: list[dict] | Non
         "trace": [{"index": i + 1, "fp32": len(s.plan), "passed": s.passed, "phase": s.phase}
                   for i, s in enumerate(trace)],
         "overrides": [
-            {"name": o["name"], "op_type": o.get("op_type", ""), "outputs": list(o.get("outputs", [])),
-             "fp32_profile": o.get("fp32_profile", "")}
-            for o in (overrides or [])
+            {"name": p.node.name, "op_type": p.node.op_type, "outputs": list(p.node.outputs),
+             "fp32_profile": p.fp32_profile}
+            for p in overrides
         ],
     }
 
@@ -98,9 +100,8 @@ def layer_metrics(node) -> dict | None:
     return m
 
 
-def _override_rows(graph: Graph, plan) -> list[dict]:
-    return [{"name": n, "op_type": graph.by_id[n].op_type, "outputs": list(graph.by_id[n].outputs)}
-            for n in sorted(plan, key=lambda n: graph.by_id[n].index)]
+def _override_rows(graph: Graph, plan) -> list[Pinned]:
+    return [Pinned(Node.of(graph.by_id[n])) for n in sorted(plan, key=lambda n: graph.by_id[n].index)]
 
 
 def search_summary(outcome) -> str:
@@ -116,12 +117,12 @@ def search_summary(outcome) -> str:
 def search_report(outcome, runs: ReportRuns, next_steps: list[tuple] = ()) -> dict:
     """``runs``: ``diagnose.report_runs.search_runs(outcome)``; ``next_steps``: (what, command) pairs
     (``report/next_steps.py``), shown last."""
-    graph = outcome.graph
+    graph, overrides = outcome.graph, outcome.overrides
     head = heading(f"fp16bisect search: {graph.path.name}", graph, outcome.backend, outcome.tolerance,
-                   search_summary(outcome), outcome.data["notes"])
-    return {**pack(head, graph, runs, outcome.data["fp32_nodes"], outcome.result.trace),
+                   search_summary(outcome), overrides.notes)
+    return {**pack(head, graph, runs, overrides.pinned, outcome.result.trace),
             "next": [list(step) for step in next_steps],
-            "headroom": outcome.data.get("headroom", {}).get("tensors", [])}
+            "headroom": (overrides.headroom or {}).get("tensors", [])}
 
 
 def check_report(outcome, line: str, runs: ReportRuns) -> dict:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fp16bisect.artifacts.overrides import Overrides
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.profile import Profile
-from fp16bisect.evaluation.oracle import Evaluation, Oracle
+from fp16bisect.evaluation.oracle import Evaluation, Oracle, Reason
 from fp16bisect.strategy.prior import LABEL, Prior
 from fp16bisect.algorithm.search import SearchResult, Step
 from fp16bisect.timing import timed
@@ -34,7 +35,7 @@ class Outcome:
     oracle: Oracle
     profile: Profile
     seconds: float
-    data: dict = field(default_factory=dict)  # the override JSON
+    overrides: Overrides | None = None  # the override file (its JSON: overrides.to_json()); set when the search ends
     prior: Prior | None = None  # the emulator's search the search on an expensive backend started from
     output: str | None = None  # where the override JSON goes (named in its exports)
     backend_info: dict = field(default_factory=dict)  # versions, and what the backend says of itself (JSON "backend")
@@ -59,4 +60,11 @@ class Outcome:
     @property
     def final(self) -> Evaluation:
         return self.oracle.memo[frozenset(self.result.fp32)]
+
+    def unverified(self) -> list[tuple[str, Reason | None]]:
+        """The members of the answer whose removal could not be evaluated, each with the reason that evaluation
+        gave (None: unknown)."""
+        plan = frozenset(self.result.fp32)
+        return [(member, getattr(self.oracle.memo.get(plan - {member}), "reason", None))
+                for member in self.result.unverified]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from fp16bisect import __version__
 from fp16bisect.algorithm.search import SearchResult
 from fp16bisect.artifacts.override_json import graph_sections, overrides_file
+from fp16bisect.artifacts.overrides import Overrides
 from fp16bisect.evaluation.oracle import EXIT_CODE, Oracle
 from fp16bisect.run.coverage import answer_headroom, samples_json
 from fp16bisect.strategy.prior import Prior
@@ -65,12 +66,8 @@ def ignored_pins(oracle: Oracle) -> list[dict]:
 
 def unverified(o) -> list[dict]:
     """The members of the answer whose removal could not be evaluated, each with the reason."""
-    found = []
-    for member in o.result.unverified:
-        evaluation = o.oracle.memo.get(frozenset(o.result.fp32) - {member})
-        reason = evaluation.reason if evaluation is not None and evaluation.reason is not None else None
-        found.append({"node": member, "reason": reason.to_json() if reason else {"kind": "unknown", "message": ""}})
-    return found
+    return [{"node": member, "reason": reason.to_json() if reason else {"kind": "unknown", "message": ""}}
+            for member, reason in o.unverified()]
 
 
 def search_json(o) -> dict:
@@ -122,8 +119,8 @@ def metrics_json(o) -> dict:
             "with_overrides": worst(o.result.fp32)}
 
 
-def overrides_json(o) -> dict:
-    """The whole file for ``o`` (an ``outcome.Outcome``)."""
+def overrides_json(o) -> Overrides:
+    """The whole file for ``o`` (an ``outcome.Outcome``), as the file's type."""
     graph, result = o.graph, o.result
     sources = [s.source for s in o.oracle.samples]
     reasons = {r.node: r.reason for r in o.profile.risks}

@@ -174,7 +174,7 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
                           environment=chosen.environment(),
                           headroom=options.headroom,
                           shapes=shapes.coverage(graph, oracle.samples, options.backend_options.input_shapes))
-        outcome.data = overrides_json(outcome)
+        outcome.overrides = overrides_json(outcome)
         return outcome
 
 

@@ -317,7 +317,7 @@ def refs_from(overrides) -> list[NodeRef]:
     if isinstance(overrides, (str, Path)):
         from fp16bisect.artifacts.overrides import read
 
-        overrides = read(overrides)
+        overrides = read(overrides).to_json()
     if isinstance(overrides, Mapping):
         nodes = overrides.get("fp32_nodes")
         if not isinstance(nodes, list) or not all(isinstance(n, Mapping) and isinstance(n.get("name"), str) for n in nodes):

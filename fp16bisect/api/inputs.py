@@ -81,6 +81,7 @@ def overrides_file(overrides) -> Iterator[str | None]:
         yield None if overrides is None else str(overrides)
         return
     data = overrides.to_dict() if hasattr(overrides, "to_dict") else overrides
+    data = data.to_json() if hasattr(data, "to_json") else data  # an Overrides record (artifacts/overrides.py)
     if not isinstance(data, Mapping):
         raise UsageError(f"overrides is a {type(overrides).__name__}: pass an override JSON path, a search result "
                          "or its to_dict()")

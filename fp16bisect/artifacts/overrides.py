@@ -140,6 +140,13 @@ class Overrides:
         data = {**self.data, **sections}
         return Overrides.from_json({k: data[k] for k in sorted(data, key=_order)}, "the changed override data")
 
+    def __repr__(self) -> str:
+        """One line: ``Overrides(m.onnx: 2 FP32 nodes: a, b; fp16; atol 0.01, rtol 0.01)``."""
+        names = self.names
+        shown = ", ".join(names[:3]) + (f", ... ({len(names) - 3} more)" if len(names) > 3 else "")
+        return (f"Overrides({Path(self.model_path).name}: {len(names)} FP32 node{'' if len(names) == 1 else 's'}"
+                f"{': ' + shown if names else ''}; {self.precision}; {self.tolerance or 'no valid tolerance'})")
+
     @property
     def fp32_nodes(self) -> tuple[Node, ...]:
         """The nodes kept in FP32, in the file's order."""

@@ -141,9 +141,8 @@ def _name_in_memory_model(outcome) -> None:
 
     graph, overrides = outcome.graph, outcome.overrides
     graph.path = Path(inputs.IN_MEMORY_MODEL)
-    outcome.overrides = overrides.replaced(
-        model={**overrides.data["model"], "path": inputs.IN_MEMORY_MODEL},
-        exports=exports_json(graph, [graph.by_id[i] for i in outcome.result.fp32], outcome.output))
+    outcome.overrides = overrides.for_model(
+        inputs.IN_MEMORY_MODEL, exports_json(graph, [graph.by_id[i] for i in outcome.result.fp32], outcome.output))
 
 
 def _search_result(outcome) -> SearchResult:

@@ -31,7 +31,8 @@ NAMES_SHOWN = 60  # characters of node names a repr shows before "..."
 def _names(names: Iterable[str]) -> str:
     """Node names for a one-line repr: as many as fit in ``NAMES_SHOWN`` characters, then how many more."""
     names = list(names)
-    shown, used = [], 0
+    shown: list[str] = []
+    used = 0
     for name in names:
         if shown and used + len(name) > NAMES_SHOWN:
             break
@@ -86,8 +87,8 @@ class SearchResult:
     all_fp16: dict[str, OutputMetrics]
     seconds: float
     output: str | None = None
-    outcome: Outcome | None = field(default=None, repr=False, compare=False)  # the pipeline's (console, report)
-    overrides: Overrides | None = field(default=None, repr=False, compare=False)  # the override file, typed
+    outcome: Outcome = field(kw_only=True, repr=False, compare=False)  # the pipeline's (console, report)
+    overrides: Overrides = field(kw_only=True, repr=False, compare=False)  # the override file, typed
 
     def __repr__(self) -> str:
         """One line: ``SearchResult(2 FP32 nodes: a, b; minimal; 4 evaluations on emulate; passed)``."""
@@ -110,10 +111,8 @@ class SearchResult:
         Returns:
             A new dict, safe to change.
         """
-        if self.overrides is None:
-            raise ValueError("this SearchResult holds no override file (made by hand, not by fp16bisect.search)")
         where = str(output) if output is not None else self.output
-        if where != self.output and self.outcome is not None:
+        if where != self.output:
             from fp16bisect.artifacts.exports import exports_json
 
             graph = self.outcome.graph
@@ -180,7 +179,7 @@ class CheckResult:
     tolerance: Tolerance
     verdict: str
     drift: Drift | None = None
-    outcome: CheckOutcome | None = field(default=None, repr=False, compare=False)  # the pipeline's (console, report)
+    outcome: CheckOutcome = field(kw_only=True, repr=False, compare=False)  # the pipeline's (console, report)
 
     def __repr__(self) -> str:
         """One line: ``CheckResult(FAILED; 0 FP32 nodes; emulate; atol 0.01, rtol 0.01; all-FP32 passes)``."""
@@ -196,8 +195,6 @@ class CheckResult:
 
     def to_dict(self) -> dict:
         """The JSON ``fp16bisect check --json`` writes (schema ``fp16bisect.check/1``), with the verdict line."""
-        if self.outcome is None:
-            raise ValueError("this CheckResult holds no outcome (made by hand, not by fp16bisect.check)")
         return {**self.outcome.data(), "verdict": self.verdict}
 
 
@@ -269,7 +266,7 @@ class ScanResult:
     nodes: list[dict]
     suspects: int
     _data: dict = field(default_factory=dict, repr=False, compare=False)
-    graph: Graph | None = field(default=None, repr=False, compare=False)  # the loaded model (console)
+    graph: Graph = field(kw_only=True, repr=False, compare=False)  # the loaded model (console)
 
     def __repr__(self) -> str:
         """One line: ``ScanResult(5 tensors at risk, the riskiest ln1_sq (overflow); 2 suspect nodes: a, b)``."""
@@ -307,7 +304,7 @@ class ApplyResult:
     path: Path
     fp32_nodes: list[Node]
     verification: Verification | None = None
-    mixed: Mixed | None = field(default=None, repr=False, compare=False)  # what the console says was written
+    mixed: Mixed = field(kw_only=True, repr=False, compare=False)  # what the console says was written
 
     def __repr__(self) -> str:
         """One line: ``ApplyResult(mixed.onnx: 2 FP32 nodes: a, b; not verified)``."""

@@ -89,7 +89,7 @@ class Overrides:
             say: files written before the key existed).
         tolerance: The tolerance searched with; None when the file's is incomplete (``recorded_tolerance``).
         pinned: The ``fp32_nodes`` entries, in the file's order.
-        backend, search, metrics, exports: Those sections (read-only copies).
+        backend, search, metrics, exports: Those sections (the record's own: read them, do not change them).
         environment: Where the answer was verified (``None`` when the file records none).
         headroom: The answer's headroom section (``None`` when the file has none).
     """
@@ -100,12 +100,12 @@ class Overrides:
     precision: str = field(init=False)
     tolerance: Tolerance | None = field(init=False)
     pinned: tuple[Pinned, ...] = field(init=False)
-    backend: Mapping[str, Any] = field(init=False, repr=False)
-    search: Mapping[str, Any] = field(init=False, repr=False)
-    metrics: Mapping[str, Any] = field(init=False, repr=False)
-    exports: Mapping[str, Any] = field(init=False, repr=False)
-    environment: Mapping[str, Any] | None = field(init=False, repr=False)
-    headroom: Mapping[str, Any] | None = field(init=False, repr=False)
+    backend: dict[str, Any] = field(init=False, repr=False)
+    search: dict[str, Any] = field(init=False, repr=False)
+    metrics: dict[str, Any] = field(init=False, repr=False)
+    exports: dict[str, Any] = field(init=False, repr=False)
+    environment: dict[str, Any] | None = field(init=False, repr=False)
+    headroom: dict[str, Any] | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         data = copy.deepcopy(dict(self.data))

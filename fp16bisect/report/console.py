@@ -125,10 +125,7 @@ def _print_coverage(overrides: Overrides, console: Console) -> None:
 def print_summary(outcome: Outcome, output_path: str | None, console: Console | None = None) -> None:
     """After a search: the per-output table, the nodes kept in FP32, and what the search met; printed from the
     ``Outcome``'s typed parts and its override file (``outcome.overrides``)."""
-    if console is None:
-        console = Console()
-        if not console.is_terminal:  # a log file or pipe: do not cut output names at 80 columns
-            console = Console(width=160)
+    console = console or _console()  # a log file or pipe: output names not cut at 80 columns
     result, overrides = outcome.result, outcome.overrides
     fp16 = outcome.fp16.worst() if outcome.fp16 is not None else {}
     final = outcome.final.worst()

@@ -35,7 +35,8 @@ class Outcome:
     oracle: Oracle
     profile: Profile
     seconds: float
-    overrides: Overrides | None = None  # the override file (its JSON: overrides.to_json()); set when the search ends
+    # the override file (its JSON: overrides.to_json()), made from the rest: set by the pipeline right after the rest
+    overrides: Overrides = field(init=False, repr=False, compare=False)
     prior: Prior | None = None  # the emulator's search the search on an expensive backend started from
     output: str | None = None  # where the override JSON goes (named in its exports)
     backend_info: dict = field(default_factory=dict)  # versions, and what the backend says of itself (JSON "backend")

@@ -1,8 +1,10 @@
-"""Reads an override file (schema ``fp16bisect.overrides/1``): validated against its declared JSON Schema.
+"""The override file (schema ``fp16bisect.overrides/1``) as one type, ``Overrides``: read, validated, written.
 
 The file is a public interface that build pipelines read; ``overrides.schema.json`` beside this module
-declares it (keys, types, ranges), ``artifacts/override_json.py`` builds it, and this module refuses, with one
-line naming the key and what is wrong, any file that does not match (``jsonschema``, draft 2020-12). Sections:
+declares it (keys, types, ranges), ``artifacts/override_json.py`` builds it (an ``Overrides``), ``read`` reads
+it (an ``Overrides``), and ``Overrides.to_json`` is what every writer writes. A file that does not match the
+schema is refused with one line naming the key and what is wrong (``jsonschema``, draft 2020-12). ``Node`` is the
+node record the file, the API's results and the console share. Sections:
 
     schema      "fp16bisect.overrides/1"
     model       {path, sha256}
@@ -131,7 +133,8 @@ class Overrides:
         return cls(data)
 
     def to_json(self) -> dict:
-        """The file's JSON, sections in the schema's order (a new dict, safe to change)."""
+        """The file's JSON, exactly as it was built (sections in the schema's order) or read (a new dict, safe to
+        change): what every writer of the file writes."""
         return copy.deepcopy(dict(self.data))
 
     def for_model(self, path: str, exports: Mapping[str, Any]) -> Overrides:

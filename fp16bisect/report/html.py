@@ -231,10 +231,10 @@ def _headroom_section(data: dict) -> str:
     if not tensors:
         out.append(_figure(PLOT_HEADROOM, None, "No tensor is computed in FP16.", "no FP16 tensors"))
     else:
-        svg, caption = headroom_plot.plot(tensors)
+        svg, caption = headroom_plot.plot(tensors, data.get("precision", "FP16"))
         out.append(_figure(PLOT_HEADROOM, svg, caption))
         out.append("<details><summary>Peaks (" + plural(len(tensors), "tensor") + ")</summary>\n"
-                   + headroom_plot.table(tensors) + "\n</details>")
+                   + headroom_plot.table(tensors, data.get("precision", "FP16")) + "\n</details>")
     out.append("</section>")
     return "\n".join(out)
 

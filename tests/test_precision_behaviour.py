@@ -138,3 +138,15 @@ def test_a_tensor_just_under_4x_is_never_printed_as_4x_in_a_line_saying_it_lacks
     verdict = " ".join(stdout.split())
     assert code == 1 and "lack 4x headroom: 'power_out'" in verdict
     assert "(4x headroom)" not in verdict and "25.0% of" not in verdict and "(3.998x headroom)" in verdict
+
+
+def test_a_bf16_report_draws_bf16s_limits_never_fp16s(capsys, tmp_path):
+    model, data = LOUD
+    report = tmp_path / "r.html"
+    code, _, err = run(capsys, "search", model, "--inputs", data, "--precision", "bf16", "--atol", "0.001", "-o",
+                       tmp_path / "o.json", "--report", report, "-q")
+    assert code == 0, err
+    page = report.read_text()
+    assert fp16_numbers_in(page) == []
+    assert "<h2>FP32 magnitudes against the BF16 range</h2>" in page and "Dashed lines are the BF16 limits" in page
+    assert "<h2>Headroom of the tensors computed in BF16</h2>" in page and "<th>of 3.39e+38</th>" in page

@@ -46,14 +46,15 @@ def scaled_error(max_abs: float, scale: float, low: Precision = FP16) -> float:
 @dataclass(frozen=True)
 class Thresholds:
     """The per-node pass rule of ``compare`` and of the report's per-node plot (one implementation), in the
-    precision ``low`` (``max_error`` None: the precision's own, ``Precision.max_error``)."""
+    precision ``low``: ``given`` (``--max-error``), or None for the precision's own (``Precision.max_error``)."""
 
-    max_error: float | None = None
+    given: float | None = None
     low: Precision = FP16
 
-    def __post_init__(self) -> None:
-        if self.max_error is None:
-            object.__setattr__(self, "max_error", self.low.max_error)
+    @property
+    def max_error(self) -> float:
+        """The largest error a node may have, as a fraction of its tensor's own scale."""
+        return self.low.max_error if self.given is None else self.given
 
     def error(self, max_abs: float, scale: float) -> float:
         """What the rule judges: max abs error as a fraction of ``scale``."""

@@ -34,8 +34,8 @@ def plot(tensors: list[dict], low: str = "FP16") -> tuple[str, str]:
     ax.set_yticks(positions)
     ax.set_yticklabels([_label(t["tensor"]) for t in rows], fontsize=8)
     ax.set_xscale("log")
-    low = min([*fractions, 0.01]) / 2
-    ax.set_xlim(low, max([*fractions, 1.0]) * 2)
+    left = min([*fractions, 0.01]) / 2
+    ax.set_xlim(left, max([*fractions, 1.0]) * 2)
     ax.axvline(1.0, color=_COLOR_OVER, linewidth=1.2)
     ax.axvline(1 / TIGHT, color=_COLOR_TIGHT, linewidth=1.0, linestyle="--")
     ax.text(1.0, 1.01, f" {limit}", transform=ax.get_xaxis_transform(), fontsize=8, color=_COLOR_OVER)

@@ -9,7 +9,7 @@ relative rounding (about 0.4 % per value), not overflow.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import ml_dtypes
 import numpy as np
@@ -56,8 +56,9 @@ class Precision:
     max_text: str = ""  # the largest finite value as messages write it: 65504, 3.39e38
     tiny_text: str = ""  # the smallest subnormal as messages write it: 2^-24, 2^-133
     normal_text: str = ""  # the smallest normal as messages write it: 6.1e-05, 1.18e-38
-    ranked_by: str = "range"  # what the suspicion order ranks (model/profile.py): "range" (overflow,
-    # underflow: FP16) or "rounding" (relative rounding amplified: BF16, which has FP32's range)
+    # what the suspicion order ranks (model/profile.py): "range" (overflow, underflow: FP16) or "rounding"
+    # (relative rounding amplified: BF16, which has FP32's range)
+    ranked_by: Literal["range", "rounding"] = "range"
 
     @property
     def overflow_at(self) -> float:

@@ -133,10 +133,10 @@ def test_check_headroom_fails_a_file_whose_fp16_tensors_lack_it(capsys, tmp_path
                "--headroom", "1.2")[0] == 0  # 74% of 65504 leaves more than 1.2x
 
 
-def test_the_console_names_a_tensor_with_less_than_2x_headroom_and_the_flag(capsys, tmp_path):
+def test_the_console_names_a_tensor_with_less_than_4x_headroom_and_the_flag(capsys, tmp_path):
     _, stdout = search(capsys, tmp_path, FRAMES)
-    assert "less than 2x headroom: 'energy_eps'" in " ".join(stdout.split())
-    assert "--headroom 2" in stdout
+    assert "less than 4x headroom: 'energy_eps' (1.34x)" in " ".join(stdout.split())
+    assert "'--headroom 4' keeps" in stdout
 
 
 @pytest.mark.parametrize("value", ["1", "0.5", "nan", "x"])

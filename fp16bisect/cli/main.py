@@ -20,6 +20,7 @@ from fp16bisect.cli.args import (BackendArgs, HeadroomArgs, OutputArgs, Parallel
 from fp16bisect.cli.commands import COMMANDS, INTERRUPTED
 from fp16bisect.errors import Error, UsageError
 from fp16bisect.model import npz, weights
+from fp16bisect.model.precision import BF16, FP16
 from fp16bisect.strategy.prior_choice import CHOICES
 
 INTERNAL_ERROR = Error.exit_code  # a bug of ours: one line, the traceback in a file it names
@@ -161,7 +162,8 @@ def _compare(sub) -> None:
                              "large error for its own scale)")
     t.add_argument("--max-error", type=nonnegative, default=None, metavar="FRACTION",
                    help="fail when a tensor's max abs error exceeds this fraction of its max |FP32 value| "
-                        "(default 0.125: 256 x FP16's unit roundoff 2^-11)")
+                        f"(default: 256 unit roundoffs of --precision, {FP16.max_error:g} for FP16, "
+                        f"{BF16.max_error:g} for BF16)")
 
 
 def _apply(sub) -> None:

@@ -8,11 +8,12 @@ output fails is where the error is born; later ones mostly inherit it.
 A node fails when any of its float outputs, on any sample, has NaN/inf where
 FP32 is finite, or when its error is large for its own scale: the largest
 |FP16 - FP32| over the tensor, divided by the largest |FP32| value of that
-tensor (at least 2^-14, FP16's smallest normal), exceeds ``max_error``
-(default 1/8: 256 times FP16's unit roundoff 2^-11; rounding a tensor's own
-values costs at most 2^-11 of its scale, and the drift inherited through a
-whole network stays far below 1/8: 0.034 at worst over the 374 nodes of
-PP-OCRv4 rec in all-FP16, whose outputs meet atol = rtol = 1e-2). An
+tensor (at least the precision's smallest normal), exceeds ``max_error``
+(default ``Precision.max_error``, 256 unit roundoffs: for FP16 1/8, 256 x
+2^-11; rounding a tensor's own values costs at most 2^-11 of its scale, and
+the drift inherited through a whole network stays far below 1/8: 0.034 at
+worst over the 374 nodes of PP-OCRv4 rec in all-FP16, whose outputs meet
+atol = rtol = 1e-2; for BF16, whose unit roundoff is 8x FP16's, 1). An
 absolute bound would fail every large-valued tensor: FP16 rounds 300 to the
 nearest 0.25, so a tensor in the hundreds has absolute errors near 1 without
 any fault.
@@ -36,25 +37,32 @@ from fp16bisect.diagnose.preflight import use_overrides
 from fp16bisect.tolerance import OutputMetrics, Tolerance, compare
 
 
-FP16_MIN_NORMAL = 2.0**-14
-FP16_UNIT_ROUNDOFF = 2.0**-11
-DEFAULT_MAX_ERROR = 256 * FP16_UNIT_ROUNDOFF  # 1/8
-
-
-def scaled_error(max_abs: float, scale: float) -> float:
-    """max |FP16 - FP32| over a tensor as a fraction of the tensor's own scale, max |FP32| (at least 2^-14)."""
-    return max_abs / max(scale, FP16_MIN_NORMAL)
+def scaled_error(max_abs: float, scale: float, low: Precision = FP16) -> float:
+    """max |low - FP32| over a tensor as a fraction of the tensor's own scale, max |FP32| (at least ``low``'s
+    smallest normal)."""
+    return max_abs / max(scale, low.smallest_normal)
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """The per-node pass rule of ``compare`` and of the report's per-node plot (one implementation)."""
+    """The per-node pass rule of ``compare`` and of the report's per-node plot (one implementation), in the
+    precision ``low``: ``given`` (``--max-error``), or None for the precision's own (``Precision.max_error``)."""
 
-    max_error: float = DEFAULT_MAX_ERROR
+    given: float | None = None
+    low: Precision = FP16
+
+    @property
+    def max_error(self) -> float:
+        """The largest error a node may have, as a fraction of its tensor's own scale."""
+        return self.low.max_error if self.given is None else self.given
+
+    def error(self, max_abs: float, scale: float) -> float:
+        """What the rule judges: max abs error as a fraction of ``scale``."""
+        return scaled_error(max_abs, scale, self.low)
 
     def fails(self, m: OutputMetrics, scale: float) -> bool:
         """``scale``: max |FP32 value| of the tensor ``m`` measures."""
-        return bool(m.nonfinite or scaled_error(m.max_abs, scale) > self.max_error)
+        return bool(m.nonfinite or self.error(m.max_abs, scale) > self.max_error)
 
     def __str__(self) -> str:
         return (f"fail: inf/NaN where FP32 is finite, or max abs error > {self.max_error:g} x the tensor's max "
@@ -69,11 +77,12 @@ class NodeError:
     metrics: OutputMetrics  # the worst output and sample of this node
     failed: bool
     scale: float = 0.0  # max |FP32 value| of that output on that sample
+    low: Precision = FP16  # the precision the node ran in
 
     @property
     def error(self) -> float:
         """What the rule judges: max abs error as a fraction of ``scale``."""
-        return scaled_error(self.metrics.max_abs, self.scale)
+        return scaled_error(self.metrics.max_abs, self.scale, self.low)
 
     def row(self) -> dict:
         m = self.metrics
@@ -109,8 +118,10 @@ class LayerwiseRunner:
         self.fp32 = [self.backend.run(everything, s.inputs) for s in samples]
         self.scales = [{t: _max_abs(v) for t, v in run.items()} for run in self.fp32]
 
-    def run(self, plan=frozenset(), thresholds: Thresholds = Thresholds()) -> Layerwise:
+    def run(self, plan=frozenset(), thresholds: Thresholds | None = None) -> Layerwise:
+        """The plan's layer-wise errors, judged by ``thresholds`` (None: the precision's own)."""
         plan = frozenset(plan)
+        thresholds = thresholds or Thresholds(low=self.graph.precision)
         got = [self.backend.run(plan, s.inputs) for s in self.samples]
         loose = Tolerance(atol=float("inf"), rtol=0.0)  # the metrics only; the thresholds judge
         result = Layerwise(plan, thresholds)
@@ -120,7 +131,8 @@ class LayerwiseRunner:
                 for t in self.tensors[node.id]:
                     m = compare(fp16[t], fp32[t], loose, t, i)
                     scale = self.scales[i][t]
-                    here = NodeError(node.id, node.op_type, node.id in plan, m, thresholds.fails(m, scale), scale)
+                    here = NodeError(node.id, node.op_type, node.id in plan, m, thresholds.fails(m, scale), scale,
+                                     self.graph.precision)
                     if worst is None or _rank(here) > _rank(worst):
                         worst = here
             if worst is not None:
@@ -164,7 +176,7 @@ def compare_model(model: str, inputs: list[str], references, overrides: str | No
     if use and not use.same_model:
         listener.stage(f"note: {overrides} was made for another version of this model: comparing anyway")
     plan = frozenset(use.nodes) if use else frozenset()
-    thresholds = Thresholds() if max_error is None else Thresholds(max_error)
+    thresholds = Thresholds(max_error, graph.precision)
     listener.stage(f"running {len(graph.candidates)} candidate node(s) in FP32 and in FP16 (emulated)")
     runner = LayerwiseRunner(graph, samples)
     return runner, runner.run(plan, thresholds)

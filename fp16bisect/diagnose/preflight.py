@@ -182,7 +182,7 @@ def _headroom(graph: Graph, samples, plan, factor: float | None, listener) -> tu
             raise
         return None, []
     found = fp16_tensors(graph, prof, plan)
-    section = headroom_json(found, [s.source for s in samples], factor, [], graph.precision.max)
+    section = headroom_json(found, [s.source for s in samples], factor, [], graph.precision)
     return section, tight(found, factor) if factor else []
 
 
@@ -211,9 +211,9 @@ def verdict(o: CheckOutcome, command_hint: str) -> str:
             return text + f"; it judges all-FP32 failing too ({o.fp32.detail}): check the command"
         return text if o.passed else text + f"; find the nodes to keep in FP32 with '{command_hint}'"
     if o.evaluation.passed and o.lacking:
-        names = ", ".join(h.describe([s.source for s in o.samples]) for h in o.lacking[:3])
-        more = f" and {len(o.lacking) - 3} more" if len(o.lacking) > 3 else ""
         factor = o.headroom["flag"] if o.headroom else 0
+        names = ", ".join(h.describe([s.source for s in o.samples], factor) for h in o.lacking[:3])
+        more = f" and {len(o.lacking) - 3} more" if len(o.lacking) > 3 else ""
         return (f"FAIL{with_what}: every sample meets the tolerance, but {len(o.lacking)} tensor(s) computed in FP16 "
                 f"lack {factor:g}x headroom: {names}{more}; keep their nodes in FP32 with "
                 f"'{command_hint} --headroom {factor:g}'")

@@ -65,8 +65,9 @@ def compare_runs(runner: LayerwiseRunner, result: Layerwise, tolerance) -> Repor
 
 
 def _layer_runs(runner: LayerwiseRunner, plan: frozenset, fp16: Evaluation, with_overrides: Evaluation | None,
-                prof: Profile | None = None, thresholds: Thresholds = Thresholds()) -> ReportRuns:
+                prof: Profile | None = None, thresholds: Thresholds | None = None) -> ReportRuns:
     prof = prof or profile(runner.graph, runner.samples)
+    thresholds = thresholds or Thresholds(low=runner.graph.precision)  # None: the precision's own
     layer_fp16 = runner.run(frozenset(), thresholds)
     layer_plan = runner.run(plan, thresholds) if with_overrides is not None else None
     return ReportRuns(plan, fp16, with_overrides, layer_fp16, layer_plan, prof, thresholds)

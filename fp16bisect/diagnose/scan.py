@@ -1,4 +1,5 @@
-"""``scan``: where a model is at risk in FP16 (the FP32 profile's risky tensors and suspicion order), no search.
+"""``scan``: where a model is at risk in the low precision (the FP32 profile's risky tensors and suspicion order),
+no search.
 
 Its rows of tensors (``tensor_rows``) are also what the HTML report shows."""
 
@@ -9,7 +10,7 @@ from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.headroom import LIMIT, fp16_tensors
 from fp16bisect.model.profile import Profile, profile
 from fp16bisect.model.samples import load_samples
-from fp16bisect.model.statistics import FP16_MAX, FP16_MIN_NORMAL, TIERS
+from fp16bisect.model.statistics import TIERS
 
 SCAN_SCHEMA = "fp16bisect.scan/1"
 
@@ -27,8 +28,9 @@ def scan_model(model: str, inputs: list[str], listener, precision: Precision = F
 
 
 def headroom_rows(graph: Graph, prof: Profile, sources) -> list[dict]:
-    """The activations written by candidates, least headroom first (FP32 peak over every sample against
-    65504, with the sample that reached it), up to ``model.headroom.LIMIT``: what ``scan`` ranks by headroom."""
+    """The activations written by candidates, least headroom first (FP32 peak over every sample against the
+    precision's largest finite value, with the sample that reached it), up to ``model.headroom.LIMIT``: what
+    ``scan`` ranks by headroom."""
     found = fp16_tensors(graph, prof, ())
     return [h.to_json(sources) for h in found[:LIMIT]]
 
@@ -68,11 +70,14 @@ def tensor_rows(graph: Graph, prof: Profile, min_tier: int = 0) -> list[dict]:
 
 
 def scan_json(graph: Graph, prof: Profile) -> dict:
-    """``scan``'s JSON: risky tensors (weights and activations) and the suspicion order of candidates."""
+    """``scan``'s JSON: risky tensors (weights and activations) and the suspicion order of candidates; its
+    ``limits`` are the precision's, named after it (``fp16_max``, ``bf16_max``...)."""
+    low = graph.precision
     return {
         "schema": SCAN_SCHEMA,
         "model": {"path": str(graph.path), "sha256": graph.sha256},
-        "limits": {"fp16_max": FP16_MAX, "fp16_min_normal": FP16_MIN_NORMAL, "fp16_min_subnormal": 2.0**-24},
+        "limits": {f"{low.name}_max": low.max, f"{low.name}_min_normal": low.smallest_normal,
+                   f"{low.name}_min_subnormal": low.smallest_subnormal},
         "tensors": tensor_rows(graph, prof, min_tier=1),
         "nodes": [{"name": r.node, "op_type": r.op_type, "tier": r.tier, "risk": TIERS[r.tier], "reason": r.reason}
                   for r in prof.risks],

@@ -1,15 +1,22 @@
-"""Headroom: how close each tensor computed in FP16 comes to FP16's limits on the samples, and ``--headroom F``.
+"""Headroom: how close each tensor computed in the low precision comes to its limits on the samples, and
+``--headroom F``.
 
-A tensor's headroom is 65504 over its FP32 peak |x| over every sample (the FP32 profile's): how many times its
-values could still grow before FP16 overflows. Its smallest non-zero |x| is set against FP16's smallest normal
-(6.1e-5). Each comes with the sample that reached it. The tensors computed in FP16 under a plan are the float
-outputs of the candidates the plan leaves in FP16 (a transparent node's output holds its producer's values).
+A tensor's headroom is the precision's largest finite value (FP16: 65504) over its FP32 peak |x| over every
+sample (the FP32 profile's): how many times its values could still grow before they overflow. Its smallest
+non-zero |x| is set against the precision's smallest normal (FP16: 6.1e-5). Each comes with the sample that
+reached it. The tensors computed in the low precision under a plan are the float outputs of the candidates the
+plan leaves there (a transparent node's output holds its producer's values).
 
-``--headroom F``: a tensor whose FP32 peak on any sample exceeds 65504/F counts as an overflow: the candidate
+``--headroom F``: a tensor whose FP32 peak on any sample exceeds max/F counts as an overflow: the candidate
 that writes it and the candidates that read it are forced to FP32 in every plan (``forced_nodes``).
 
-For BF16 (``--precision bf16``) the limit is BF16's largest finite value (about 3.39e38, FP32's range), not 65504:
-BF16 does not overflow where FP16 does, so its headroom is against its own maximum (``Graph.precision.max``).
+``TIGHT`` (4x) is the headroom below which a tensor of an answer is named, with the ``--headroom`` value that
+would keep it in FP32: the activations of real inputs routinely reach 2-4x the peak of a few calibration
+samples (a louder recording, a brighter image, a longer sequence; docs/precision.md argues the value), so an
+answer whose tightest tensor has less than 4x was verified on samples that do not cover its deployment.
+
+For BF16 (``--precision bf16``) the limit is BF16's largest finite value (about 3.39e38, FP32's range): BF16
+does not overflow where FP16 does, so its headroom is against its own maximum (``Graph.precision.max``).
 """
 
 from __future__ import annotations
@@ -19,10 +26,11 @@ from dataclasses import dataclass
 
 from fp16bisect.errors import UsageError
 from fp16bisect.model.graph import Graph
+from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.profile import Profile
-from fp16bisect.model.statistics import FP16_MAX, FP16_MIN_NORMAL, TensorStats
+from fp16bisect.model.statistics import TensorStats
 
-TIGHT = 2.0  # an FP16 tensor of the answer with less headroom than this is named, with --headroom suggested
+TIGHT = 4.0  # a tensor of the answer with less headroom than this is named, with --headroom suggested (see above)
 LISTED = 16.0  # the JSON lists every FP16 tensor with less headroom than this (at least SHOWN, at most LIMIT)
 SHOWN, LIMIT = 3, 100
 
@@ -37,19 +45,42 @@ def factor(value) -> float | None:
     except (TypeError, ValueError):
         number = math.nan
     if not (number > 1 and math.isfinite(number)):
-        raise UsageError(f"--headroom {value} must be a finite number above 1 (e.g. 2: a peak above 65504/2 counts "
-                         "as an overflow)")
+        raise UsageError(f"--headroom {value} must be a finite number above 1 (e.g. 4: a peak above a quarter of "
+                         "the precision's largest value counts as an overflow)")
     return number
+
+
+def said(value: float, threshold: float | None = None, spec: str = ".3g") -> str:
+    """``value`` formatted by ``spec`` (``.3g``: significant digits, ``.1f``: decimals), with more digits where
+    fewer would put it on the other side of ``threshold`` than it is: 3.98 against 4 is "3.98", 3.9996 is
+    "3.9996", never "4" in a line that says it lacks 4x."""
+    digits, kind = int(spec[1:-1]), spec[-1]
+    text = format(value, spec)
+    while threshold is not None and math.isfinite(value) and digits < 17 and \
+            _side(float(text), threshold) != _side(value, threshold):
+        digits += 1
+        text = format(value, f".{digits}{kind}")
+    return text
+
+
+def _side(value: float, threshold: float) -> int:
+    return (value > threshold) - (value < threshold)
 
 
 @dataclass(frozen=True)
 class Headroom:
-    """One tensor computed in FP16: its peak against 65504 and its smallest non-zero |x| against 6.1e-5."""
+    """One tensor computed in the low precision: its peak against the largest finite value and its smallest
+    non-zero |x| against the smallest normal (FP16: 65504 and 6.1e-5)."""
 
     tensor: str
     node: str  # the candidate that writes it
     stats: TensorStats
-    limit: float = FP16_MAX  # the low precision's largest finite value
+    low: Precision = FP16  # the low precision
+
+    @property
+    def limit(self) -> float:
+        """The low precision's largest finite value."""
+        return self.low.max
 
     @property
     def factor(self) -> float:
@@ -65,14 +96,16 @@ class Headroom:
         return {"tensor": self.tensor, "node": self.node, "peak": s.max_abs, "peak_fraction": round(self.peak_fraction, 6),
                 "headroom": round(self.factor, 4) if math.isfinite(self.factor) else None,
                 "peak_sample": _source(sources, s.peak_sample),
-                "min_nonzero": small, "min_vs_normal": None if small is None else round(small / FP16_MIN_NORMAL, 6),
+                "min_nonzero": small, "min_vs_normal": None if small is None else round(small / self.low.smallest_normal, 6),
                 "min_sample": _source(sources, s.min_sample) if small is not None else None}
 
-    def describe(self, sources=()) -> str:
+    def describe(self, sources=(), against: float = TIGHT) -> str:
+        """The tensor, its peak and headroom, never printed on the other side of ``against`` (a --headroom)."""
         where = _source(sources, self.stats.peak_sample)
         on = f" on {where['source']}" if where else ""
         return (f"{self.tensor!r} (written by {self.node}): peak |x| {self.stats.max_abs:.4g}, "
-                f"{100 * self.peak_fraction:.1f}% of {limit_text(self.limit)} ({self.factor:.2g}x headroom){on}")
+                f"{said(100 * self.peak_fraction, 100 / against, '.1f')}% of {limit_text(self.limit)} "
+                f"({said(self.factor, against)}x headroom){on}")
 
 
 def limit_text(limit: float) -> str:
@@ -96,43 +129,43 @@ def fp16_tensors(graph: Graph, prof: Profile, fp32) -> list[Headroom]:
         for t in graph.float_outputs(node):
             s = prof.tensors.get(t)
             if s is not None and not s.sentinel:
-                found.append(Headroom(t, node.id, s, graph.precision.max))
+                found.append(Headroom(t, node.id, s, graph.precision))
     return sorted(found, key=lambda h: (-h.stats.max_abs, h.tensor))
 
 
 def tight(found: list[Headroom], factor: float = TIGHT) -> list[Headroom]:
-    """Those with less than ``factor`` headroom (peak above 65504/factor)."""
+    """Those with less than ``factor`` headroom (peak above max/factor)."""
     return [h for h in found if h.stats.max_abs > h.limit / factor]
 
 
 def headroom_json(found: list[Headroom], sources, factor: float | None, forced: list[Forced],
-                  limit: float = FP16_MAX) -> dict:
+                  low: Precision = FP16) -> dict:
     """The override JSON's ``headroom``: bounded on any model (every tensor below LISTED x, at least SHOWN);
-    ``limit``: the low precision's largest finite value."""
+    ``limit`` and ``min_normal``: the low precision's largest finite value and smallest normal."""
     listed = [h for i, h in enumerate(found) if i < SHOWN or h.factor < LISTED][:LIMIT]
-    return {"limit": limit, "min_normal": FP16_MIN_NORMAL, "flag": factor, "fp16_tensors": len(found),
+    return {"limit": low.max, "min_normal": low.smallest_normal, "flag": factor, "fp16_tensors": len(found),
             "listed_below": LISTED, "tensors": [h.to_json(sources) for h in listed],
             "forced": [f.to_json(sources) for f in forced]}
 
 
 @dataclass(frozen=True)
 class Forced:
-    """A node ``--headroom F`` keeps in FP32: it writes or reads ``tensor``, whose peak exceeds 65504/F."""
+    """A node ``--headroom F`` keeps in FP32: it writes or reads ``tensor``, whose peak exceeds max/F."""
 
     node: str
     tensor: str
     role: str  # writes | reads
     stats: TensorStats
     factor: float
-    limit: float = FP16_MAX
+    limit: float = FP16.max  # the low precision's largest finite value
 
     def reason(self, sources=()) -> str:
         where = _source(sources, self.stats.peak_sample)
         on = f" on {where['source']}" if where else ""
+        share = said(100 * self.stats.max_abs / self.limit, 100 / self.factor, ".1f")
         return (f"forced by --headroom {self.factor:g}: {self.role} tensor {self.tensor!r}, peak |x| "
-                f"{self.stats.max_abs:.4g} > {limit_text(self.limit)}/{self.factor:g} "
-                f"({100 * self.stats.max_abs / self.limit:.1f}% of {limit_text(self.limit)})"
-                f"{on}")
+                f"{said(self.stats.max_abs, self.limit / self.factor, '.4g')} > {limit_text(self.limit)}/"
+                f"{self.factor:g} ({share}% of {limit_text(self.limit)}){on}")
 
     def to_json(self, sources) -> dict:
         return {"node": self.node, "tensor": self.tensor, "role": self.role, "peak": self.stats.max_abs,

@@ -39,16 +39,35 @@ import onnx
 from onnx import TensorProto, helper
 
 from fp16bisect.model.graph import Graph
-from fp16bisect.model.statistics import FLOAT32_MAX, FP16_FLUSHED, FP16_MIN_NORMAL, FP16_OVERFLOW, TensorStats
+from fp16bisect.model.precision import Precision
+from fp16bisect.model.statistics import FLOAT32_MAX, FP32_MIN_NORMAL, TensorStats
 
-ABOVE_FLUSHED = float(np.nextafter(np.float32(FP16_FLUSHED), np.float32(1)))  # |x| <= 2^-25 as |x| < this
-# HardSigmoid(v) = clip(-s v + s t, 0, 1) = clip(s (t - v), 0, 1) is 1 for v < t (t - v is at least the spacing
-# 1 / s of the float32 just below t, and s a power of 2: exact) and 0 for v >= t: a row sum of it counts v < t
-BELOW = {"subnormal": (FP16_MIN_NORMAL, 2.0**38), "flushed": (ABOVE_FLUSHED, 2.0**48),  # bound t, scale s
-         "finite16": (FP16_OVERFLOW, 2.0**8)}  # |x| < 65520: not inf in FP16 (s (t - v) is -inf for v near 3e38: 0)
 # c / |x| is finite (at most FLOAT32_MAX) for |x| >= 2^-126 and inf below, 0 and FP32 denormals (c = 4 - 2^-22:
 # c / 2^-126 = FLOAT32_MAX exactly, c / (2^-126 - 2^-149) rounds past it)
 OVERFLOWS_BELOW_NORMAL = float(np.nextafter(np.float32(4), np.float32(0)))
+
+
+def below(low: Precision) -> dict[str, tuple[float, float]]:
+    """The bounds t the counts are taken below, each with its scale s, for the precision ``low``.
+
+    HardSigmoid(v) = clip(-s v + s t, 0, 1) = clip(s (t - v), 0, 1) is 1 for v < t (t - v is at least the
+    spacing 1 / s of the float32 just below t, and s a power of 2: exact) and 0 for v >= t: a row sum of it
+    counts v < t. For FP16: subnormal below 2^-14 (s = 2^38), flushed at most 2^-25 (as below the float32
+    after it, s = 2^48), finite below 65520 (s = 2^8; s (t - v) is -inf for v near 3e38: 0). A bound at or
+    below 2^-126 (BF16's normal range and flush bound: FP32's) counts nothing on values lifted to 2^-126 or
+    above: its scale only has to be finite."""
+    flushed = float(np.nextafter(np.float32(low.flushed_at), np.float32(1)))  # |x| <= bound as |x| < this
+    return {"subnormal": (low.smallest_normal, _scale(low.smallest_normal)), "flushed": (flushed, _scale(flushed)),
+            "finite16": (low.overflow_at, _scale(low.overflow_at))}
+
+
+def _scale(bound: float) -> float:
+    """1 / the spacing of the float32 just below ``bound`` (a power of 2), or 1 where the bound is at most
+    2^-126 (nothing counted is below it; the spacing's inverse would overflow float32)."""
+    if bound <= FP32_MIN_NORMAL:
+        return 1.0
+    below_bound = np.float32(bound)
+    return float(1.0 / (float(below_bound) - float(np.nextafter(below_bound, np.float32(0)))))
 EXACT_COUNT = 1 << 24  # float32 sums of 0 and 1 are exact up to here: the longest row counted in the run
 STATISTICS = ("row_max", "row_sum", "row_min", "row_subnormal", "row_flushed", "row_finite16", "shape")  # see with_statistics
 GROUP_TENSOR = 1 << 18  # elements: tensors up to this size are measured in groups (one Loop for many tensors)
@@ -76,7 +95,8 @@ def with_statistics(graph: Graph, names: list[str], sizes: dict[str, tuple] | No
     model = graph.runnable_copy()
     nodes = list(model.graph.node)
     producer = {o: p for p, node in enumerate(nodes) for o in node.output}
-    first, after, units = _placed(_StatisticsNodes(model, opsets[0]), graph, names, sizes or {}, producer)
+    first, after, units = _placed(_StatisticsNodes(model, opsets[0], below(graph.precision)), graph, names,
+                                  sizes or {}, producer)
     ordered = list(first)
     for p, node in enumerate(nodes):
         ordered.append(node)
@@ -125,9 +145,10 @@ class _StatisticsNodes:
     """Makes the nodes that measure a tensor (``rows``) or a group of tensors (``loop``) for ``model`` at
     ``opset``, adding the constants they read to its initializers."""
 
-    def __init__(self, model: onnx.ModelProto, opset: int):
+    def __init__(self, model: onnx.ModelProto, opset: int, bounds: dict[str, tuple[float, float]]):
         self.model = model
         self.opset = opset
+        self.bounds = bounds  # ``below``
         self.k = {c: f"{PREFIX}_{c}" for c in ("overflow", "first", "axis")}
         model.graph.initializer.extend([
             helper.make_tensor(self.k["overflow"], TensorProto.FLOAT, [], [OVERFLOWS_BELOW_NORMAL]),
@@ -144,8 +165,8 @@ class _StatisticsNodes:
         return helper.make_node(op, [x], [out], axes=[1], keepdims=0)
 
     def count(self, lifted: str, v: str, below: str, out: str) -> list[onnx.NodeProto]:
-        """Per row: how many of ``lifted`` are below the bound ``BELOW[below]``."""
-        bound, scale = BELOW[below]
+        """Per row: how many of ``lifted`` are below the bound ``self.bounds[below]``."""
+        bound, scale = self.bounds[below]
         return [helper.make_node("HardSigmoid", [lifted], [f"{v}_{below}"], alpha=-scale, beta=scale * bound),
                 self.reduce("ReduceSum", f"{v}_{below}", out)]
 

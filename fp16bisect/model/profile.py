@@ -1,12 +1,13 @@
 """The FP32 profile of a model: every float tensor measured in one FP32 run per sample, and the candidates
-ranked by FP16 risk.
+ranked by their risk in the low precision.
 
-A candidate's risk is the worst tier (``model/statistics.py``) of the tensors it
-reads (in FP16 it would read them rounded) and writes. The suspicion order sorts
-candidates by risk, worst first, ties in topological order; candidates of tier 2
-and 3 are the suspects the search tries first. This one ranking is what ``scan``
-prints and what the search uses. A BF16 graph (``--precision bf16``) is ranked by
-relative rounding instead (``model/relative_rounding.py``): BF16 has FP32's range.
+The precision says what its risk is (``Precision.ranked_by``). By range (FP16): a
+candidate's risk is the worst tier (``Precision.tier``) of the tensors it reads (in
+FP16 it would read them rounded) and writes. The suspicion order sorts candidates
+by risk, worst first, ties in topological order; candidates of tier 2 and 3 are
+the suspects the search tries first. This one ranking is what ``scan`` prints and
+what the search uses. By rounding (BF16, which has FP32's range): how much each
+candidate amplifies relative rounding (``model/relative_rounding.py``).
 
 How the statistics are gathered (the results are those of ``TensorStats.add`` on
 every whole tensor): a Constant node's tensor is measured from the model file;
@@ -35,6 +36,7 @@ from fp16bisect.errors import UsageError
 from fp16bisect.model import weights
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.instrument import add_rows, split_units, tensor_sizes, with_statistics
+from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.relative_rounding import rank_relative
 from fp16bisect.model.runtime import nothing_to_fold, run, session
 from fp16bisect.model.statistics import TensorStats, stress_order
@@ -71,46 +73,47 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
     """Run the model in FP32 on every sample, recording every float tensor (see the module's docstring)."""
     names = [t for n in graph.nodes for t in n.outputs if graph.is_float(t)]
     names = list(dict.fromkeys([*graph.float_output_names(), *names]))
-    stats = {t: TensorStats(t) for t in names}
+    low = graph.precision
+    stats = {t: TensorStats(t, low=low) for t in names}
     for init in graph.model.graph.initializer:
         if init.data_type == onnx.TensorProto.FLOAT:
-            s = stats.setdefault(init.name, TensorStats(init.name, initializer=True))
+            s = stats.setdefault(init.name, TensorStats(init.name, initializer=True, low=low))
             s.initializer = True
             s.add(weights.array(init))  # a view of the weight's file
     constants = _constant_values(graph, names)  # the same every run: measured here, once per sample
     for value in constants.values():
-        measured = TensorStats(value.name)
+        measured = TensorStats(value.name, low=low)
         measured.add(value.array)
         for index in range(len(samples)):
             stats[value.name].merge(measured, index)
     same = _same_values(graph, [t for t in names if t not in constants and t not in graph.initializers])
     computed = [t for t in names if t not in constants and t not in same]
-    per = _PerSample(computed, len(samples))
+    per = _PerSample(computed, len(samples), low)
     built = with_statistics(graph, computed, tensor_sizes(graph, samples[0].inputs) if samples else {})
     fold = not nothing_to_fold(graph.model)  # the statistics nodes read activations: never foldable
     sess = None if built is None else _session(built[0], "the model with statistics nodes", fold,
                                                arena=not graph.large_activations)
-    whole = None if sess is None else _in_run(sess, *built, samples, stats, per)
+    whole = None if sess is None else _in_run(sess, built[0], built[1], samples, stats, per)
     del sess  # its memory (ONNX Runtime keeps the run's buffers until the session goes) before any other run's
     if whole is None:
         for t in computed:
-            stats[t] = TensorStats(t)
-        per = _PerSample(computed, len(samples))
-        _fetch(graph.runnable_copy(), computed, list(enumerate(samples)), per.into(stats), chunk)
+            stats[t] = TensorStats(t, low=low)
+        per = _PerSample(computed, len(samples), low)
+        _fetch(graph.runnable_copy(), computed, list(enumerate(samples)), per.into(stats), chunk, low)
     for index, sample, tensors in whole or []:  # from the same instrumented model: the same fusions, values
-        _fetch(built[0], tensors, [(index, sample)], per.into(stats), chunk)
+        _fetch(built[0], tensors, [(index, sample)], per.into(stats), chunk, low)
     for t, source in same.items():
         stats[t] = replace(stats[source], name=t, initializer=False)
-    risks = rank(graph, stats) if graph.precision.name == "fp16" else \
-        [NodeRisk(*row) for row in rank_relative(graph, stats)]  # BF16: relative rounding, not range
-    return Profile(stats, risks, stress_order(per.peaks, per.smallest))
+    risks = RANKINGS[low.ranked_by](graph, stats)
+    return Profile(stats, risks, stress_order(per.peaks, per.smallest, low=low))
 
 
 class _PerSample:
     """Each sample's peak and smallest non-zero |x| of every computed tensor (a few floats per tensor and
     sample): what orders the samples most stressing first (``statistics.stress_order``)."""
 
-    def __init__(self, names: list[str], count: int):
+    def __init__(self, names: list[str], count: int, low: Precision):
+        self.low = low  # what the fresh measures count against
         self.index = {t: j for j, t in enumerate(names)}
         self.peaks = np.zeros((count, len(names)), dtype=np.float32)
         self.smallest = np.full((count, len(names)), np.inf, dtype=np.float32)
@@ -125,6 +128,10 @@ class _PerSample:
 
     def into(self, stats: dict[str, TensorStats]):
         return lambda fresh, sample: self.add(stats, fresh, sample)
+
+    def fresh(self, name: str) -> TensorStats:
+        """Empty measures of tensor ``name``, to take one sample's."""
+        return TensorStats(name, low=self.low)
 
 
 def _in_run(sess, instrumented: onnx.ModelProto, units: list, samples, stats: dict[str, TensorStats],
@@ -148,7 +155,7 @@ def _in_run(sess, instrumented: onnx.ModelProto, units: list, samples, stats: di
         for members, outs in units:
             got = [values.pop(o) for o in outs]
             for t, row_stats in zip(members, split_units(*got)):
-                fresh = TensorStats(t)
+                fresh = per.fresh(t)
                 if add_rows(fresh, *row_stats):
                     per.add(stats, fresh, index)
                 else:
@@ -202,9 +209,10 @@ def _session(model: onnx.ModelProto, what: str, fold_constants: bool = True, are
         return None
 
 
-def _fetch(model: onnx.ModelProto, names: list[str], samples, add, chunk: int) -> None:
-    """Fetch the tensors themselves, ``chunk`` per run, and measure each whole (``TensorStats.add``) on each of
-    ``samples`` ([(index, sample)]); ``add(fresh, index)`` takes one sample's measures of one tensor."""
+def _fetch(model: onnx.ModelProto, names: list[str], samples, add, chunk: int, low: Precision = FP16) -> None:
+    """Fetch the tensors themselves, ``chunk`` per run, and measure each whole (``TensorStats.add``, counted
+    against ``low``) on each of ``samples`` ([(index, sample)]); ``add(fresh, index)`` takes one sample's
+    measures of one tensor."""
     model = _copy(model)
     declared = {o.name for o in model.graph.output}
     model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in names if t not in declared)
@@ -214,7 +222,7 @@ def _fetch(model: onnx.ModelProto, names: list[str], samples, add, chunk: int) -
             part = names[start : start + chunk]
             values = run(sess, part, sample.inputs, "the model in FP32")
             for t, v in zip(part, values):
-                fresh = TensorStats(t)
+                fresh = TensorStats(t, low=low)
                 if isinstance(v, np.ndarray) and v.dtype == np.float32:
                     fresh.add(v)
                 add(fresh, index)
@@ -251,3 +259,10 @@ def rank(graph: Graph, stats: dict[str, TensorStats]) -> list[NodeRisk]:
     position = {n.id: i for i, n in enumerate(graph.candidates)}
     risks.sort(key=lambda r: (-r.tier, -r.severity if r.tier >= 2 else 0.0, position[r.node]))
     return risks
+
+
+def _rank_rounding(graph: Graph, stats: dict[str, TensorStats]) -> list[NodeRisk]:
+    return [NodeRisk(*row) for row in rank_relative(graph, stats)]
+
+
+RANKINGS = {"range": rank, "rounding": _rank_rounding}  # by ``Precision.ranked_by``

@@ -1,4 +1,5 @@
-"""What hurts BF16: how much each candidate amplifies relative rounding, ranked from the FP32 profile.
+"""What hurts BF16 (a precision ranked by rounding, ``Precision.ranked_by``): how much each candidate amplifies
+relative rounding, ranked from the FP32 profile.
 
 BF16 keeps FP32's range, so the FP16 suspects (peaks near 65504, values near 6e-8) say nothing about it. What
 it loses is precision: every value rounds to 8 significant bits, a relative error up to 2^-8. A candidate in
@@ -30,12 +31,13 @@ def amplification(graph, node, stats) -> tuple[float, str, str]:
         return 0.0, "", "no float tensor recorded"
     tensor, widest = max(ins, key=lambda item: item[1].max_abs)
     out = max(s.max_abs for s in outs)
+    low = graph.precision.label
     if node.op_type in EXPONENTIAL:
         found = widest.max_abs
-        why = f"an exponential reads |x| up to {widest.max_abs:.4g}: BF16's rounding of x grows {found:.3g}x in it"
+        why = f"an exponential reads |x| up to {widest.max_abs:.4g}: {low}'s rounding of x grows {found:.3g}x in it"
     else:
         found = widest.max_abs / out if out > 0 else (float("inf") if widest.max_abs > 0 else 0.0)
-        why = (f"reads |x| up to {widest.max_abs:.4g} and writes |y| up to {out:.4g}: BF16's relative rounding of "
+        why = (f"reads |x| up to {widest.max_abs:.4g} and writes |y| up to {out:.4g}: {low}'s relative rounding of "
                f"its inputs grows {found:.3g}x in its output")
     return found, tensor, why
 
@@ -47,6 +49,6 @@ def rank_relative(graph, stats) -> list[tuple]:
     for position, node in enumerate(graph.candidates):
         found, tensor, why = amplification(graph, node, stats)
         tier = 2 if found >= SUSPECT else 1 if found >= NOTED else 0
-        rows.append((position, (node.id, node.op_type, tier, found, tensor, f"BF16: {why}")))
+        rows.append((position, (node.id, node.op_type, tier, found, tensor, f"{graph.precision.label}: {why}")))
     rows.sort(key=lambda r: (-r[1][2], -r[1][3] if r[1][2] >= 2 else 0.0, r[0]))
     return [row for _, row in rows]

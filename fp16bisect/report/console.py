@@ -315,10 +315,11 @@ def print_scan(graph, data: dict, top: int, console: Console | None = None) -> N
     for line in scan_header(graph.path, graph.precision.name):
         console.print(line, highlight=False, soft_wrap=True)
     if not tensors:
-        console.print("No tensor or weight comes near FP16's limits on these inputs.")
+        console.print(f"No tensor or weight comes near {graph.precision.label}'s limits on these inputs.")
     else:
         table = Table(title=f"tensors at risk ({len(tensors)}; riskiest first)")
-        for column in ("tensor", "kind", "risk", "max |x|", "min nonzero |x|", "what FP16 does", "written by"):
+        for column in ("tensor", "kind", "risk", "max |x|", "min nonzero |x|", f"what {graph.precision.label} does",
+                       "written by"):
             table.add_column(column)
         for row in tensors[:top]:
             risk = row["risk"] if row["tier"] < 3 else f"[red]{row['risk']}[/red]"

@@ -202,7 +202,8 @@ def _node_table(nodes: list[dict], low: str = "FP16") -> str:
 
 def _magnitudes_section(data: dict) -> str:
     tensors = data.get("tensors") or []
-    out = ["<section>", "<h2>FP32 magnitudes against the FP16 range</h2>"]
+    low = esc(data.get("precision", "FP16"))
+    out = ["<section>", f"<h2>FP32 magnitudes against the {low} range</h2>"]
     if not tensors:
         out.append(_figure(PLOT_MAGNITUDES, None, "No FP32 profile.", "no float tensors recorded"))
     else:
@@ -215,7 +216,7 @@ def _magnitudes_section(data: dict) -> str:
                 f"<td class=\"num\">{int(t.get('tier', 0))}</td><td class=\"num\">{num(t.get('max_abs'))}</td>"
                 f"<td class=\"num\">{num(t.get('min_nonzero_abs'))}</td><td>{esc(t.get('reason', ''))}</td></tr>"
                 for t in risky)
-            out.append("<details><summary>Tensors outside the comfortable FP16 range (" + plural(len(risky), "tensor")
+            out.append(f"<details><summary>Tensors outside the comfortable {low} range (" + plural(len(risky), "tensor")
                        + ")</summary>\n<table><tr><th>tensor</th><th>kind</th><th>tier</th><th>max |x|</th>"
                        "<th>min nonzero |x|</th><th>why</th></tr>\n" + rows + "</table>\n</details>")
     out.append("</section>")
@@ -227,14 +228,15 @@ def _headroom_section(data: dict) -> str:
     tensors = data.get("headroom")
     if tensors is None:
         return ""
-    out = ["<section>", "<h2>Headroom of the tensors computed in FP16</h2>"]
+    low = esc(data.get("precision", "FP16"))
+    out = ["<section>", f"<h2>Headroom of the tensors computed in {low}</h2>"]
     if not tensors:
-        out.append(_figure(PLOT_HEADROOM, None, "No tensor is computed in FP16.", "no FP16 tensors"))
+        out.append(_figure(PLOT_HEADROOM, None, f"No tensor is computed in {low}.", f"no {low} tensors"))
     else:
-        svg, caption = headroom_plot.plot(tensors)
+        svg, caption = headroom_plot.plot(tensors, data.get("precision", "FP16"))
         out.append(_figure(PLOT_HEADROOM, svg, caption))
         out.append("<details><summary>Peaks (" + plural(len(tensors), "tensor") + ")</summary>\n"
-                   + headroom_plot.table(tensors) + "\n</details>")
+                   + headroom_plot.table(tensors, data.get("precision", "FP16")) + "\n</details>")
     out.append("</section>")
     return "\n".join(out)
 

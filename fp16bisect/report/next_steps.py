@@ -1,25 +1,65 @@
-"""What to do with a search's answer: the commands that apply, verify and build it (console and HTML report)."""
+"""What to do with a search's answer: the commands that apply, verify and build it (console and HTML report),
+and, first, the search again with ``--headroom`` when a tensor the answer leaves in the low precision has less
+than ``model.headroom.TIGHT`` headroom."""
 
 from __future__ import annotations
 
 import shlex
 
+from fp16bisect.model.headroom import TIGHT, said
+from fp16bisect.model.precision import precision_of
+from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
+
 
 def next_steps(data: dict, output: str, inputs: list[str], references: list[str] | None = None) -> list[tuple]:
     """(what, command) pairs for the override JSON ``data`` written to ``output``, searched on ``inputs``: the
-    mixed-precision model written and verified on those samples, its strongly typed build (TensorRT 10 with
-    --stronglyTyped, 11, RTX), and the weakly typed trtexec line of TensorRT 10 (the JSON's exports)."""
+    search again with ``--headroom`` if the answer's headroom is tight (``headroom_step``), the mixed-precision
+    model written and verified on those samples, its strongly typed build (TensorRT 10 with --stronglyTyped, 11,
+    RTX), and the weakly typed trtexec line of TensorRT 10 (the JSON's exports)."""
     model = data["model"]["path"]
+    first = headroom_step(data, output, inputs, references)
     if not data["fp32_nodes"]:
-        return [("nothing needs FP32: build the model in FP16", shlex.join(["trtexec", f"--onnx={model}", "--fp16"]))]
+        return first + [("nothing needs FP32: build the model in FP16",
+                         shlex.join(["trtexec", f"--onnx={model}", "--fp16"]))]
     exports = data["exports"]
     strong = exports["strongly_typed"]["trtexec"]
     mixed = next(a.split("=", 1)[1] for a in shlex.split(strong) if a.startswith("--onnx="))
     samples = [x for i in inputs for x in ("--inputs", i)] + [x for r in references or () for x in ("--reference", r)]
-    return [
+    return first + [
         ("write the mixed-precision model and verify it on the samples",
          shlex.join(["fp16bisect", "apply", model, output, "-o", mixed, "--verify", *samples])),
         ("build it strongly typed (TensorRT 10 and 11, TensorRT-RTX)", strong),
         ("or build the original weakly typed (TensorRT 10; the flags are in the JSON's exports.trtexec)",
          exports["trtexec"]["command"]),
     ]
+
+
+def headroom_step(data: dict, output: str, inputs: list[str], references: list[str] | None = None) -> list[tuple]:
+    """The search again with ``--headroom TIGHT``, naming the tensors of the answer with less headroom (each with
+    its own), or nothing when none has less."""
+    section = data.get("headroom") or {}
+    tight = [t for t in section.get("tensors", []) if t.get("headroom") is not None and t["headroom"] < TIGHT]
+    if not tight:
+        return []
+    low = precision_of(data.get("precision")).label
+    named = ", ".join(f"{t['tensor']!r} ({said(t['headroom'], TIGHT)}x)" for t in tight[:3])
+    more = f" and {len(tight) - 3} more" if len(tight) > 3 else ""
+    what = (f"{len(tight)} tensor(s) left in {low} have less than {TIGHT:g}x headroom: {named}{more}; real inputs "
+            f"may overflow them: search again with --headroom {TIGHT:g} (and your other flags) to keep them in FP32")
+    return [(what, shlex.join(_search_command(data, output, inputs, references)))]
+
+
+def _search_command(data: dict, output: str, inputs: list[str], references: list[str] | None) -> list[str]:
+    """The search that wrote ``data``, as far as the file says (model, samples, precision, tolerance), with
+    ``--headroom TIGHT``."""
+    command = ["fp16bisect", "search", data["model"]["path"], *[x for i in inputs for x in ("--inputs", str(i))],
+               *[x for r in references or () for x in ("--reference", str(r))], "-o", str(output)]
+    tolerance = data.get("tolerance") or {}
+    defaults = {"atol": DEFAULT_ATOL, "rtol": DEFAULT_RTOL, "min_cosine": None, "max_mismatch": 0.0}
+    for key, default in defaults.items():
+        value = tolerance.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value != default:
+            command += [f"--{key.replace('_', '-')}", f"{value:g}"]
+    if data.get("precision") not in (None, "fp16"):
+        command += ["--precision", str(data["precision"])]
+    return command + ["--headroom", f"{TIGHT:g}"]

@@ -74,4 +74,4 @@ def samples_json(oracle: Oracle, stress: list[int]) -> dict:
 
 def answer_headroom(graph, prof: Profile, fp32, sources, factor: float | None, forced: list[Forced]) -> dict:
     """The ``headroom`` section for the answer ``fp32``."""
-    return headroom_json(fp16_tensors(graph, prof, fp32), sources, factor, forced, graph.precision.max)
+    return headroom_json(fp16_tensors(graph, prof, fp32), sources, factor, forced, graph.precision)

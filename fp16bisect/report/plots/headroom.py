@@ -1,12 +1,15 @@
-"""The headroom plot: each tensor computed in FP16, its FP32 peak over the samples against FP16's limit.
+"""The headroom plot: each tensor computed in the low precision, its FP32 peak over the samples against that
+precision's largest finite value (FP16: 65504).
 
-One horizontal bar per tensor (the tightest first, at most ``SHOWN``), its length the peak as a share of 65504
-on a log axis; the limit (100%) and the 2x-headroom line (50%) drawn across; bars past the limit in red,
-within 2x of it in orange.
+One horizontal bar per tensor (the tightest first, at most ``SHOWN``), its length the peak as a share of the
+limit on a log axis; the limit (100%) and the ``TIGHT`` headroom line (4x: 25%) drawn across; bars past the
+limit in red, with less than ``TIGHT`` headroom in orange.
 """
 
 from __future__ import annotations
 
+from fp16bisect.model.headroom import TIGHT, limit_text, said
+from fp16bisect.model.precision import precision_of
 from fp16bisect.report.formatting import esc
 from fp16bisect.report.plots import PLOT_HEADROOM
 from fp16bisect.report.plots.figure import inline_svg, new_figure
@@ -15,30 +18,35 @@ SHOWN = 25
 _COLOR_OVER, _COLOR_TIGHT, _COLOR_FINE = "#d62728", "#ff7f0e", "#1f77b4"
 
 
-def plot(tensors: list[dict]) -> tuple[str, str]:
-    """The peaks of ``tensors`` (the override JSON's ``headroom.tensors`` rows) against 65504, and the caption."""
+def plot(tensors: list[dict], low: str = "FP16") -> tuple[str, str]:
+    """The peaks of ``tensors`` (the override JSON's ``headroom.tensors`` rows) against the largest finite value
+    of ``low`` (a precision's label or name), and the caption."""
+    precision = precision_of(low)
+    limit = limit_text(precision.max)
     rows = [t for t in tensors if t.get("peak_fraction")][:SHOWN]
     height = 1.0 + 0.28 * max(len(rows), 1)
     fig = new_figure(10.0, height, {"left": 3.2, "right": 0.4, "top": 0.35, "bottom": 0.55})
     ax = fig.add_subplot(1, 1, 1) if not fig.axes else fig.axes[0]
     fractions = [float(t["peak_fraction"]) for t in rows]
-    colors = [_COLOR_OVER if f > 1 else _COLOR_TIGHT if f > 0.5 else _COLOR_FINE for f in fractions]
+    colors = [_COLOR_OVER if f > 1 else _COLOR_TIGHT if f > 1 / TIGHT else _COLOR_FINE for f in fractions]
     positions = list(range(len(rows)))[::-1]
     ax.barh(positions, fractions, color=colors, height=0.6)
     ax.set_yticks(positions)
     ax.set_yticklabels([_label(t["tensor"]) for t in rows], fontsize=8)
     ax.set_xscale("log")
-    low = min([*fractions, 0.01]) / 2
-    ax.set_xlim(low, max([*fractions, 1.0]) * 2)
+    left = min([*fractions, 0.01]) / 2
+    ax.set_xlim(left, max([*fractions, 1.0]) * 2)
     ax.axvline(1.0, color=_COLOR_OVER, linewidth=1.2)
-    ax.axvline(0.5, color=_COLOR_TIGHT, linewidth=1.0, linestyle="--")
-    ax.text(1.0, 1.01, " 65504", transform=ax.get_xaxis_transform(), fontsize=8, color=_COLOR_OVER)
-    ax.text(0.5, 1.01, "2x ", transform=ax.get_xaxis_transform(), fontsize=8, color=_COLOR_TIGHT, ha="right")
-    ax.set_xlabel("FP32 peak |x| over the samples, as a fraction of 65504 (log)")
+    ax.axvline(1 / TIGHT, color=_COLOR_TIGHT, linewidth=1.0, linestyle="--")
+    ax.text(1.0, 1.01, f" {limit}", transform=ax.get_xaxis_transform(), fontsize=8, color=_COLOR_OVER)
+    ax.text(1 / TIGHT, 1.01, f"{TIGHT:g}x ", transform=ax.get_xaxis_transform(), fontsize=8, color=_COLOR_TIGHT,
+            ha="right")
+    ax.set_xlabel(f"FP32 peak |x| over the samples, as a fraction of {limit} (log)")
     over = sum(f > 1 for f in fractions)
-    tight = sum(0.5 < f <= 1 for f in fractions)
-    caption = (f"The {len(rows)} tightest tensor(s) computed in FP16: {over} past FP16's limit, {tight} within 2x of "
-               "it (a peak above 65504/F counts as an overflow with <code>--headroom F</code>).")
+    tight = sum(1 / TIGHT < f <= 1 for f in fractions)
+    caption = (f"The {len(rows)} tightest tensor(s) computed in {precision.label}: {over} past {precision.label}'s "
+               f"limit, {tight} with less than {TIGHT:g}x headroom (a peak above {limit}/F counts as an overflow "
+               "with <code>--headroom F</code>).")
     return inline_svg(fig, PLOT_HEADROOM), caption
 
 
@@ -46,11 +54,12 @@ def _label(name: str) -> str:
     return name if len(name) <= 40 else name[:18] + "..." + name[-18:]
 
 
-def table(tensors: list[dict]) -> str:
-    """The rows behind the plot, as an HTML table."""
+def table(tensors: list[dict], low: str = "FP16") -> str:
+    """The rows behind the plot, as an HTML table (``low``: the precision's label or name)."""
     rows = "\n".join(
         f"<tr><td><code>{esc(t['tensor'])}</code></td><td><code>{esc(t['node'])}</code></td>"
-        f"<td class=\"num\">{t['peak']:.4g}</td><td class=\"num\">{100 * t['peak_fraction']:.1f}%</td>"
+        f"<td class=\"num\">{t['peak']:.4g}</td>"
+        f"<td class=\"num\">{said(100 * t['peak_fraction'], 100 / TIGHT, '.1f')}%</td>"
         f"<td>{esc((t.get('peak_sample') or {}).get('source', ''))}</td></tr>" for t in tensors)
-    return ("<table><tr><th>tensor</th><th>written by</th><th>peak |x|</th><th>of 65504</th><th>sample</th></tr>\n"
-            + rows + "</table>")
+    return ("<table><tr><th>tensor</th><th>written by</th><th>peak |x|</th>"
+            f"<th>of {limit_text(precision_of(low).max)}</th><th>sample</th></tr>\n" + rows + "</table>")

@@ -1,20 +1,21 @@
-"""The magnitude plot: every float tensor's FP32 magnitude (max |x|, min nonzero |x|) against the FP16 limits.
+"""The magnitude plot: every float tensor's FP32 magnitude (max |x|, min nonzero |x|) against the low precision's
+limits (``data["precision"]``: FP16 or BF16).
 
-Tensors sorted by their largest magnitude, activations and weights apart; FP16's overflow, subnormal and
-flush-to-zero ranges shaded; the riskiest tensors labelled by name where a label hides nothing.
+Tensors sorted by their largest magnitude, activations and weights apart; the precision's overflow, subnormal
+and flush-to-zero ranges shaded; the riskiest tensors labelled by name where a label hides nothing. A precision
+with FP32's range (BF16) draws its limits only where they fall within the tensors' magnitudes: its risk is
+rounding, not range, and its limits are 80 decades apart.
 """
 
 from __future__ import annotations
 
 import math
 
-from fp16bisect.model.statistics import FP16_MAX, FP16_MIN_NORMAL
+from fp16bisect.model.precision import NEAR, Precision, precision_of
 from fp16bisect.report.formatting import finite, num, plural, short
 from fp16bisect.report.plots import PLOT_MAGNITUDES
 from fp16bisect.report.plots.figure import (decade_ticks, inline_svg, legend_above, log_floor, new_figure,
                                             place_labels, text_renderer)
-
-FP16_MIN_SUBNORMAL = 2.0**-24  # 5.96e-08; nonzero |x| below half of it rounds to 0 in FP16
 
 _MAX_NAME_LABELS = 15  # tensors labelled by name
 # where a tensor's name may go around its marker (points), tried in order
@@ -25,8 +26,8 @@ _COLOR_WEIGHT = "#9467bd"
 
 
 def plot(data: dict) -> tuple[str, str]:
-    """The FP32 magnitudes of ``data["tensors"]`` against the FP16 limits, and its caption."""
-    plot = _MagnitudePlot(data["tensors"])
+    """The FP32 magnitudes of ``data["tensors"]`` against the limits of ``data["precision"]``, and its caption."""
+    plot = _MagnitudePlot(data["tensors"], precision_of(data.get("precision")))
     svg = plot.draw()
     return svg, plot.caption()
 
@@ -40,11 +41,13 @@ def _size(t) -> float:
 
 
 class _MagnitudePlot:
-    """``magnitudes`` in steps: its scale, the FP16 limits, one series per kind of tensor, the axes, the names
-    of the risky tensors, then the caption (which counts what the series could not draw)."""
+    """``magnitudes`` in steps: its scale, the precision's limits, one series per kind of tensor, the axes, the
+    names of the risky tensors, then the caption (which counts what the series could not draw)."""
 
-    def __init__(self, tensors: list[dict]):
+    def __init__(self, tensors: list[dict], low: Precision):
         self.tensors = tensors
+        self.low = low
+        self.by_range = low.ranked_by == "range"  # its limits are where it fails: always drawn
         self.order = sorted(tensors, key=_size, reverse=True)
         self.n = len(self.order)
         self.floor, self.ceiling = self._scale()
@@ -58,8 +61,9 @@ class _MagnitudePlot:
         order = self.order
         values = [float(t["max_abs"]) for t in order if finite(t.get("max_abs"))]
         values += [float(t["min_nonzero_abs"]) for t in order if finite(t.get("min_nonzero_abs"))]
-        floor = min(log_floor(values), FP16_MIN_SUBNORMAL / 100)
-        top_finite = max([v for v in values if v > 0] + [FP16_MAX])
+        low = self.low
+        floor = min(log_floor(values), low.smallest_subnormal / 100) if self.by_range else log_floor(values)
+        top_finite = max([v for v in values if v > 0] + ([low.max] if self.by_range else [1.0]))
         return floor, 10.0 ** (math.floor(math.log10(top_finite)) + 2)
 
     def draw(self) -> str:
@@ -75,16 +79,19 @@ class _MagnitudePlot:
         return inline_svg(fig, PLOT_MAGNITUDES)
 
     def _draw_limits(self, ax) -> None:
-        """FP16's overflow, subnormal and flush-to-zero ranges, shaded, and their limits, labelled."""
-        ax.axhspan(FP16_MAX, self.ceiling * 100, color="#d62728", alpha=0.07, lw=0, zorder=0)
-        ax.axhspan(FP16_MIN_SUBNORMAL, FP16_MIN_NORMAL, color="#ffbf00", alpha=0.10, lw=0, zorder=0)
-        ax.axhspan(self.floor / 100, FP16_MIN_SUBNORMAL, color="#888", alpha=0.10, lw=0, zorder=0)
+        """The precision's overflow, subnormal and flush-to-zero ranges, shaded, and their limits, labelled (those
+        within the plot's scale)."""
+        low = self.low
+        ax.axhspan(low.max, self.ceiling * 100, color="#d62728", alpha=0.07, lw=0, zorder=0)
+        ax.axhspan(low.smallest_subnormal, low.smallest_normal, color="#ffbf00", alpha=0.10, lw=0, zorder=0)
+        ax.axhspan(self.floor / 100, low.smallest_subnormal, color="#888", alpha=0.10, lw=0, zorder=0)
         limits = [
-            (FP16_MAX, "#d62728", "65504 FP16 max\n(above: inf)"),
-            (FP16_MIN_NORMAL, "#b8860b", "6.1e-05 smallest normal\n(below: subnormal)"),
-            (FP16_MIN_SUBNORMAL, "#555", "6.0e-08 smallest subnormal\n(below 3e-08: 0)"),
+            (low.max, "#d62728", f"{low.max_text} {low.label} max\n(above: inf)"),
+            (low.smallest_normal, "#b8860b", f"{low.normal_text} smallest normal\n(below: subnormal)"),
+            (low.smallest_subnormal, "#555", f"{low.smallest_subnormal:.1e} smallest subnormal\n"
+                                             f"(below {low.flushed_at:.0e}: 0)"),
         ]
-        for y, color, text in limits:
+        for y, color, text in [limit for limit in limits if self.floor <= limit[0] <= self.ceiling]:
             ax.axhline(y, color=color, lw=1.1, ls="--", zorder=1)
             ax.text(1.006, y, text, transform=ax.get_yaxis_transform(), fontsize=8, color=color, ha="left",
                     va="center", linespacing=1.1)
@@ -147,7 +154,7 @@ class _MagnitudePlot:
                 continue
             if math.isinf(float(mx)):
                 y = self.ceiling
-            elif float(mx) >= FP16_MAX / 2 or not (finite(mn) and float(mn) > 0):
+            elif float(mx) >= self.low.max / NEAR or not (finite(mn) and float(mn) > 0):
                 y = max(float(mx), self.floor)
             else:  # near the bottom: the values that flush to zero
                 y = float(mn)
@@ -160,15 +167,14 @@ class _MagnitudePlot:
         caption = [f"Every float tensor of the FP32 run ({plural(n - weights, 'activation')}, "
                    f"{plural(weights, 'weight')}), sorted by its largest magnitude: a filled marker is max |x|, the "
                    "hollow one below it the smallest nonzero |x| (circles: activations, diamonds: weights). "
-                   "Dashed lines are the FP16 limits: above 65504 a value becomes inf; between 5.96e-08 and "
-                   "6.10e-05 it is subnormal and loses precision; below about 2.98e-08 it becomes 0."]
+                   + self._limits_said()]
         tier2 = len(self.risky)
         if tier2:
             caption.append(f"{plural(tier2, 'tensor')} at risk tier 2 or 3 (overflow, or near a limit); "
                            f"{self.labelled} labelled by name"
                            + (" (the table below lists them all)." if self.labelled < tier2 else "."))
         else:
-            caption.append("No tensor is near an FP16 limit.")
+            caption.append(f"No tensor is near a {self.low.label} limit.")
         if self.zero_count:
             caption.append(f"{plural(self.zero_count, 'all-zero tensor')} drawn at the floor {num(self.floor)}.")
         if self.inf_count:
@@ -176,3 +182,11 @@ class _MagnitudePlot:
         if self.nan_count:
             caption.append(f"{plural(self.nan_count, 'tensor')} with NaN magnitude not drawn.")
         return " ".join(caption)
+
+    def _limits_said(self) -> str:
+        low = self.low
+        said = (f"Dashed lines are the {low.label} limits: above {low.max_text} a value becomes inf; between "
+                f"{low.smallest_subnormal:.2e} and {low.smallest_normal:.2e} it is subnormal and loses precision; "
+                f"below about {low.flushed_at:.2e} it becomes 0.")
+        return said if self.by_range else (said + f" {low.label} has FP32's range: limits outside these magnitudes "
+                                           "are not drawn; its risk is relative rounding.")

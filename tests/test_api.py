@@ -196,3 +196,12 @@ def test_the_docstring_examples_run(tmp_path, monkeypatch):
     for module in (functions, results):
         failed, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS, verbose=False)
         assert tried >= 4 and failed == 0, module.__name__
+
+
+def test_search_removes_its_journal_once_written_unless_keep_journal(tmp_path):
+    fp16bisect.search(LN, LN_IN, output=tmp_path / "o.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.json"]
+    kept = fp16bisect.search(LN, LN_IN, output=tmp_path / "k.json", keep_journal=True)
+    journal, = tmp_path.glob("k.journal-*.jsonl")
+    assert json.loads((tmp_path / "k.json").read_text())["search"]["journal"] == str(journal)
+    assert kept.evaluations == len([line for line in journal.read_text().splitlines() if line.startswith('{"plan"')])

@@ -96,6 +96,9 @@ def _search(sub) -> None:
                         "ONNX Runtime CPU")
     s.add_argument("--restart", action="store_true",
                    help="discard the journal of an earlier run of this search instead of resuming it")
+    s.add_argument("--keep-journal", action="store_true",
+                   help="keep the journal once the search has finished (by default it is removed when the "
+                        "override JSON is written; an interrupted search keeps it, to resume)")
     s.add_argument("--retry-crashed", action="store_true",
                    help="when resuming, evaluate again the plans an earlier run died evaluating (a crash or a kill; "
                         "by default they count as could-not-evaluate, so a plan that crashes the build is not "

@@ -7,9 +7,11 @@ internal error (one line, the traceback in a file it names); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import textwrap
+from pathlib import PurePath
 
 from rich_argparse import RawDescriptionRichHelpFormatter
 
@@ -26,8 +28,42 @@ INTERNAL_ERROR = Error.exit_code  # a bug of ours: one line, the traceback in a 
 
 
 class _Parser(argparse.ArgumentParser):
+    def parse_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)  # for the hint on an expanded glob
+        return super().parse_args(args, namespace)
+
     def error(self, message: str):  # one line, exit 2 (argparse prints usage too)
-        raise UsageError(f"{message} (see '{self.prog} --help')")
+        raise UsageError(expanded_glob(getattr(self, "_argv", []), message) or f"{message} (see '{self.prog} --help')")
+
+
+SAMPLE_FLAGS = ("--inputs", "--reference")  # flags whose value an unquoted glob turns into several words
+
+
+def expanded_glob(argv: list[str], message: str) -> str | None:
+    """The one-line hint for ``--inputs data/*.npz`` unquoted: the shell passes every file, argparse takes the first
+    as the value and calls the others unrecognized. None when the unrecognized words are not such files (the same
+    suffix as the flag's value, right after it)."""
+    if not message.startswith("unrecognized arguments: "):
+        return None
+    extra = set(message.removeprefix("unrecognized arguments: ").split())
+    for k, word in enumerate(argv):
+        flag, _, value = word.partition("=")
+        if flag not in SAMPLE_FLAGS:
+            continue
+        values = [value] if value else []
+        values += itertools.takewhile(lambda w: not w.startswith("-"), argv[k + 1:])
+        if not values:
+            continue
+        suffix = PurePath(values[0]).suffix
+        files = [values[0], *itertools.takewhile(lambda w: PurePath(w).suffix == suffix, values[1:])]
+        if suffix and len(files) > 1 and set(files[1:]) <= extra:
+            parents = {str(PurePath(f).parent) for f in files}
+            folder = parents.pop() if len(parents) == 1 else "DIR"
+            pattern = f"'{PurePath(folder, '*' + suffix).as_posix()}'"
+            return (f"{flag} got {len(files)} files ({files[0]} {files[1]}{' ...' if len(files) > 2 else ''}): the "
+                    f"shell expanded an unquoted glob; quote it ({flag} {pattern}) or pass the directory "
+                    f"({flag} {folder})")
+    return None
 
 
 class _Removed(argparse.Action):

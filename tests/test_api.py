@@ -227,3 +227,12 @@ def test_apply_result_nodes_are_the_search_result_nodes(tmp_path):
     assert all(isinstance(n, fp16bisect.Node) for n in applied.fp32_nodes)
     assert [n.name for n in applied.fp32_nodes] == ["ln1_square", "ln1_var", "ln1_add_eps"]
     assert applied.fp32_nodes[:2] == found.fp32_nodes and applied.fp32_nodes[2].op_type == "Add"
+
+
+def test_search_removes_its_journal_once_written_unless_keep_journal(tmp_path):
+    fp16bisect.search(LN, LN_IN, output=tmp_path / "o.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.json"]
+    kept = fp16bisect.search(LN, LN_IN, output=tmp_path / "k.json", keep_journal=True)
+    journal, = tmp_path.glob("k.journal-*.jsonl")
+    assert json.loads((tmp_path / "k.json").read_text())["search"]["journal"] == str(journal)
+    assert kept.evaluations == len([line for line in journal.read_text().splitlines() if line.startswith('{"plan"')])

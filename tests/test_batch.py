@@ -74,6 +74,8 @@ def test_bad_entries_fail_alone_and_the_batch_is_exit_1(tmp_path, capsys, known)
     ('{"entries": [{"model": "m.onnx", "inputs": "x.npz", "action": "fix"}]}', "neither 'check' nor 'search'"),
     ('{"entries": [{"model": "m.onnx", "inputs": "x.npz", "atool": 1}]}', "unknown key(s) atool"),
     ('{"entries": [{"model": "m.onnx", "inputs": "x.npz", "atol": "big"}]}', "'atol' must be a number"),
+    ('{"entries": [{"model": "m.onnx", "inputs": "x.npz", "keep_journal": "yes"}]}',
+     "'keep_journal' must be true or false"),
 ])
 def test_a_bad_manifest_is_exit_2_and_runs_nothing(tmp_path, capsys, text, says):
     manifest = tmp_path / "zoo.json"
@@ -89,3 +91,17 @@ def test_bad_toml_and_a_missing_manifest_are_exit_2(tmp_path, capsys):
     assert "not valid TOML" in capsys.readouterr().err
     assert cli.main(["batch", str(tmp_path / "nope.toml")]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_a_search_entry_removes_its_journal_unless_keep_journal(tmp_path, capsys, known):
+    """As search does: a finished search entry leaves its override JSON alone; keep_journal = true keeps the
+    journal beside it."""
+    atol = known["two_branches"]["atol"]
+    manifest = tmp_path / "zoo.json"
+    manifest.write_text(json.dumps({"entries": [
+        {**entry("two_branches", "search", atol=atol), "output": "plain.json"},
+        {**entry("two_branches", "search", atol=atol), "output": "kept.json", "keep_journal": True},
+    ]}))
+    assert cli.main(["batch", str(manifest), "-q"]) == 0, capsys.readouterr()
+    journal, = tmp_path.glob("kept.journal-*.jsonl")
+    assert {p.name for p in tmp_path.iterdir()} == {"zoo.json", "plain.json", "kept.json", journal.name}

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import shutil
 
 import numpy as np
 import onnx
@@ -261,3 +262,23 @@ def test_the_removed_check_minimal_flag_is_exit_2_with_a_hint(capsys):
     err = capsys.readouterr().err
     assert code == 2 and "--check-minimal was removed" in err and "drop it" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_shell_expanded_glob_gets_a_one_line_hint(tmp_path, capsys, monkeypatch):
+    """``--inputs data/*.npz`` unquoted: the shell passes every file; argparse would call all but the first
+    unrecognized. The hint says to quote the glob or pass the directory (exit 2)."""
+    model = SAMPLES / "two_branches.onnx"
+    (tmp_path / "data").mkdir()
+    for name in ("a", "b", "c"):
+        shutil.copy(SAMPLES / "two_branches.npz", tmp_path / "data" / f"{name}.npz")
+    monkeypatch.chdir(tmp_path)
+    files = ["data/a.npz", "data/b.npz", "data/c.npz"]  # what bash makes of data/*.npz
+    code, _, err = run(capsys, "search", model, "--inputs", *files, "-o", "o.json")
+    assert code == 2 and one_line_error(err) == (
+        "fp16bisect: error: --inputs got 3 files (data/a.npz data/b.npz ...): the shell expanded an unquoted glob; "
+        "quote it (--inputs 'data/*.npz') or pass the directory (--inputs data)")
+    code, _, err = run(capsys, "check", model, "--inputs", "data/a.npz", f"--reference={files[0]}", *files[1:])
+    assert code == 2 and "--reference got 3 files" in one_line_error(err) and "'data/*.npz'" in err
+    code, _, err = run(capsys, "search", model, "--inputs", "data/a.npz", "stray")  # not a glob: argparse's words
+    assert code == 2 and "unrecognized arguments: stray" in one_line_error(err)
+    assert run(capsys, "search", "--inputs", "data/*.npz", model, "-q", "-o", "o.json")[0] == 0  # quoted: works

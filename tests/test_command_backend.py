@@ -260,14 +260,14 @@ def test_an_abort_exits_2_keeps_the_journal_and_a_rerun_resumes(culprit_judge, t
     assert kinds == ["prior", "started", "plan", "started", "plan", "started", "abandoned"]  # then the abort
     assert json.loads(journal[3])["verdict_from"] == EXIT_CODE
     (tmp_path / "runs").write_text("-100")  # the judge is fixed: the same command no longer aborts
-    code, _, err = run(capsys, *SEARCH, "--check", check, "-o", out)
+    code, _, err = run(capsys, *SEARCH, "--check", check, "-o", out, "--keep-journal")
     assert code == 0 and "resuming: 2 evaluation(s) replayed" in err
     data = json.loads(out.read_text())
     assert {n["name"] for n in data["fp32_nodes"]} == CULPRITS
     assert data["search"]["evaluations_run"] == data["search"]["evaluations"] - 2
     assert int((tmp_path / "runs").read_text()) == -100 + data["search"]["evaluations_run"]
     # another command is another judge: its journal is not replayed, it journals beside it
-    code, _, err = run(capsys, *SEARCH, "--check", check + " ", "-o", out)
+    code, _, err = run(capsys, *SEARCH, "--check", check + " ", "-o", out, "--keep-journal")
     assert code == 0 and "resuming" not in err and len(list(tmp_path.glob("o.journal-*.jsonl"))) == 2
 
 
@@ -416,7 +416,7 @@ def test_a_failing_plan_runs_the_command_once_on_one_sample_when_the_stressing_s
     out = tmp_path / "o.json"
     check = f"{PY} {judge} {{overrides}} {{inputs}} {log}"
     code, _, err = run(capsys, "search", SAMPLES / "loudness.onnx", *[x for f in frames for x in ("--inputs", f)],
-                       "--backend", "command", "--check", check, "-o", out, "--prior", "none", "-q")
+                       "--backend", "command", "--check", check, "-o", out, "--prior", "none", "-q", "--keep-journal")
     assert code == 0, err
     data = json.loads(out.read_text())
     assert sorted(n["name"] for n in data["fp32_nodes"]) == ["energy", "power"]

@@ -46,7 +46,7 @@ def test_the_quiet_frames_peak_at_a_quarter_of_the_limit_and_only_the_loud_ones_
 
 
 def test_a_failing_plan_runs_one_sample_when_the_stressing_sample_goes_first(capsys, tmp_path):
-    data, _ = search(capsys, tmp_path, FRAMES)
+    data, _ = search(capsys, tmp_path, FRAMES, "--keep-journal")
     assert sorted(n["name"] for n in data["fp32_nodes"]) == CULPRITS
     samples = data["samples"]
     assert samples["count"] == 48 and samples["stop_early"] is True
@@ -71,7 +71,7 @@ def test_the_answer_on_every_sample_is_the_answer_on_the_loud_ones(capsys, tmp_p
 
 
 def test_a_resumed_and_a_parallel_search_give_the_same_answer(capsys, tmp_path):
-    first, _ = search(capsys, tmp_path, FRAMES, "-q")
+    first, _ = search(capsys, tmp_path, FRAMES, "-q", "--keep-journal")
     again, _ = search(capsys, tmp_path, FRAMES, "-q")  # every evaluation replayed from the journal
     assert again["search"]["evaluations_run"] == 0
     parallel, _ = search(capsys, tmp_path, FRAMES, "-q", "--jobs", "2", name="p.json")
@@ -240,7 +240,7 @@ def test_a_search_with_another_headroom_or_shape_profile_never_resumes_the_verdi
     With --headroom 4 then without, the second search evaluates afresh in a journal of its own; the same --headroom
     again resumes every verdict; a shape profile is another search again."""
     out = tmp_path / "o.json"
-    argv = ["search", MODEL, *inputs(QUIET8), "-o", out]
+    argv = ["search", MODEL, *inputs(QUIET8), "-o", out, "--keep-journal"]
     code, _, err = run(capsys, *argv, "--headroom", "4")
     assert code == 0 and "resuming" not in err
     first = json.loads(out.read_text())

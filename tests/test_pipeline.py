@@ -104,7 +104,8 @@ def test_the_override_file_keeps_contradictions_and_failures_short(known, monkey
     monkeypatch.setattr(override_json, "PLAN_IDS", 3)
     out = tmp_path / "o.json"
     outcome = search_model(str(SAMPLES / "transformer_block.onnx"), [str(SAMPLES / "transformer_block.npz")],
-                           options=SearchOptions(Tolerance(atol=spec["atol"], rtol=spec["rtol"]), output=str(out)))
+                           options=SearchOptions(Tolerance(atol=spec["atol"], rtol=spec["rtol"]), output=str(out),
+                                                 keep_journal=True))
     failures = outcome.oracle.build_failures
     search = outcome.overrides.search
     assert len(failures) > override_json.EXAMPLES and search["build_failures_total"] == len(failures)

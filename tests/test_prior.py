@@ -356,6 +356,9 @@ def test_an_interrupted_engine_search_resumes_without_running_the_prior_again(en
     assert [n["name"] for n in data["fp32_nodes"]] == ["ln1_square"]
     assert data["prior"]["replayed"] is True and data["search"]["evaluations_run"] == data["search"]["evaluations"] - 1
     assert len(engine.runs) == len(set(engine.runs))  # no engine evaluation repeated over the two runs
+    # finished: its journal and the prior's are removed (no --keep-journal), and the file names neither
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.json"]
+    assert data["search"]["journal"] is None and data["prior"]["journal"] == ""
 
 
 # --------------------------------------------------------------------------- the measured-effect ranking
@@ -396,7 +399,7 @@ def test_a_resumed_search_treats_the_headroom_forced_nodes_as_a_fresh_one_does(e
     out = tmp_path / "o.json"
     answers = []
     for _ in ("fresh", "resumed"):
-        code, stdout, err = run(capsys, *ACC, "-o", out, "--headroom", "400", "-q")
+        code, stdout, err = run(capsys, *ACC, "-o", out, "--headroom", "400", "-q", "--keep-journal")
         assert code == 0, err
         answers.append(read(out))
     fresh, resumed = answers

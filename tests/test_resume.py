@@ -18,7 +18,8 @@ from doubles import Fake
 from fp16bisect.evaluation.journal import CRASHED, Journal
 from fp16bisect.evaluation.oracle import Oracle, Reason, evaluate_plan
 
-TWO = ["search", str(LN.parent / "two_branches.onnx"), "--inputs", str(LN.parent / "two_branches.npz")]
+PLAIN = ["search", str(LN.parent / "two_branches.onnx"), "--inputs", str(LN.parent / "two_branches.npz")]
+TWO = [*PLAIN, "--keep-journal"]  # most tests below read or resume the journal of a finished search
 
 
 @pytest.fixture
@@ -59,6 +60,43 @@ def test_ctrl_c_then_rerun_continues_without_repeating_an_evaluation(counting, t
     assert max(counting.runs.values()) == 1  # no plan was evaluated twice over the two runs
     code, _, _ = run(capsys, *TWO, "-o", out, "-q")  # a finished search, rerun: all replayed
     assert code == 0 and searched(out)[1]["evaluations_run"] == 0 and searched(out)[0] == found
+
+
+def test_a_finished_search_removes_its_journal_unless_kept(tmp_path, capsys):
+    """The journal is for resuming: a finished search (its override JSON written) removes it, and the file names no
+    journal; --keep-journal keeps it, named in the file."""
+    out = tmp_path / "o.json"
+    assert run(capsys, *PLAIN, "-o", out, "-q")[0] == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.json"]
+    assert searched(out)[1]["journal"] is None
+    assert run(capsys, *PLAIN, "-o", out, "-q", "--keep-journal")[0] == 0
+    assert searched(out)[1]["journal"] == str(journal_of(out)) and len(finished(journal_of(out))) > 0
+
+
+def test_an_interrupted_search_keeps_its_journal_and_the_finished_resume_removes_it(counting, tmp_path, capsys):
+    out = tmp_path / "o.json"
+    counting.stop_at = 4
+    code, _, err = run(capsys, *PLAIN, "-o", out, "-q")
+    assert code == 130 and journal_of(out).name in err and len(finished(journal_of(out))) == 3
+    counting.stop_at = None
+    code, _, err = run(capsys, *PLAIN, "-o", out)
+    assert code == 0 and "resuming: 3 evaluation(s) replayed" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.json"]
+
+
+def test_a_search_that_fails_keeps_its_journal(tmp_path, capsys):
+    """exit 3 (references FP32 itself misses by 1): no override JSON, the journal of what was evaluated stays."""
+    import numpy as np
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(LN), providers=["CPUExecutionProvider"])
+    with np.load(LN_IN) as d:
+        got = session.run(None, {k: d[k] for k in d.files})
+    np.savez(tmp_path / "ref.npz", **{o.name: v + 1.0 for o, v in zip(session.get_outputs(), got)})
+    out = tmp_path / "o.json"
+    code, _, err = run(capsys, "search", LN, "--inputs", LN_IN, "--reference", tmp_path / "ref.npz", "-o", out, "-q")
+    assert code == 3 and "unreachable even in FP32" in err and not out.exists()
+    assert finished(journal_of(out))
 
 
 def die_in_evaluation(out, call: int, how: str) -> list:
@@ -125,7 +163,7 @@ def test_another_search_at_the_same_output_journals_beside_the_first(counting, t
     looser = json.loads(out.read_text())["search"]
     assert looser["evaluations_run"] == looser["evaluations"] and looser["journal"] != str(first)
     assert sorted(p.name for p in tmp_path.glob("o.journal-*.jsonl")) == sorted({first.name, Path(looser["journal"]).name})
-    assert run(capsys, "search", LN, "--inputs", LN_IN, "-o", out, "-q")[0] == 0  # another model: a third journal
+    assert run(capsys, "search", LN, "--inputs", LN_IN, "-o", out, "-q", "--keep-journal")[0] == 0  # a third journal
     assert len(list(tmp_path.glob("o.journal-*.jsonl"))) == 3
     code, _, err = run(capsys, *TWO, "-o", out)  # the first search again: resumed from its own journal
     assert code == 0 and "resuming" in err and searched(out)[1]["evaluations_run"] == 0

@@ -3,6 +3,7 @@ test_resume.py), non-finite metrics, what to do next, batch, progress, --help, t
 
 from __future__ import annotations
 
+import argparse
 import html
 import json
 import re
@@ -106,6 +107,26 @@ def test_every_subcommand_s_help_has_a_description_an_example_and_the_model_firs
         assert "\x1b[" not in out  # not a terminal: plain text
         if command == "search":  # square brackets are text, not rich markup
             assert "'fp16bisect[ray]'" in " ".join(out.split())
+
+
+def test_search_help_is_one_screen_one_line_a_flag_pointing_to_the_docs(capsys, monkeypatch):
+    """At 100 columns: at most 60 lines, every flag still listed, each on one line with its help, and the page that
+    has them in detail named."""
+    from fp16bisect.cli.main import build_parser
+
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit):
+        run(capsys, "search", "--help")
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert len(lines) <= 60 and max(map(len, lines)) <= 100, out
+    assert "Every flag in detail: docs/commands/search.md" in lines
+    search = build_parser()._subparsers._group_actions[0].choices["search"]
+    flags = [a.option_strings[0] for a in search._actions if a.option_strings and a.help != argparse.SUPPRESS]
+    listed = [line for line in lines if line.startswith("  -")]
+    assert len(listed) == len(flags) and all(len(line.split("  ")) > 1 and line.split()[-1] for line in listed)
+    assert all(any(line.split()[0].rstrip(",") == flag for line in listed) for flag in flags), out
+    assert all(re.match(r"  \S.*?\S  +\S", line) for line in listed), out  # the help on the flag's line
 
 
 def test_apply_takes_the_model_first_and_the_old_order_still_works(tmp_path, capsys):

@@ -37,7 +37,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
            ray: str | None = None, repeats: int = 1, prior: str = "auto", restart: bool = False,
            retry_crashed: bool = False, headroom: float | None = None, min_shapes: Shapes = None,
            opt_shapes: Shapes = None, max_shapes: Shapes = None, precision: str = "fp16",
-           progress: Progress = None) -> SearchResult:
+           progress: Progress = None, keep_journal: bool = False) -> SearchResult:
     """Find the smallest set of nodes to keep in FP32 so that the model, the rest in FP16, meets the tolerance.
 
     Args:
@@ -66,6 +66,8 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         prior: ``"auto"``, ``"emulate"`` or ``"none"``: search on the emulator first, then certify on ``backend``.
         restart: Discard the journal of an earlier run of this search instead of resuming it.
         retry_crashed: When resuming, evaluate again the plans an earlier run died evaluating.
+        keep_journal: Keep the journal once the search has finished (by default it is removed when the override
+            JSON is written; an interrupted or failed search always keeps it, to resume).
         headroom: As ``--headroom F``: a tensor whose FP32 peak on any sample exceeds 65504/F counts as an
             overflow; its writer and readers stay in FP32 in every plan, and the search minimises the rest.
         min_shapes: As ``--min-shapes``: the deployment's smallest input shapes, trtexec's text
@@ -98,7 +100,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
                                timing_cache=timing_cache,
                                input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes)),
         noise_ok=noise_ok, output=None if output is None else str(output), repeats=repeats, restart=restart,
-        retry_crashed=retry_crashed, parallel=inputs.parallel(jobs, devices, ray), prior=prior,
+        retry_crashed=retry_crashed, keep_journal=keep_journal, parallel=inputs.parallel(jobs, devices, ray), prior=prior,
         headroom=factor(headroom), precision=precision_of(precision))
     with _own_work_directories():
         result = run_search(model, samples, options, reference=reference, progress=progress)
@@ -111,10 +113,12 @@ def run_search(model: Model, samples: Samples, options: SearchOptions, *, refere
                progress: Progress = None) -> SearchResult:
     """``search`` with its options typed (``SearchOptions``), as the command line builds them.
 
-    With ``options.output``, the override JSON is written there once the search ends.
+    With ``options.output``, the override JSON is written there once the search ends (then its journals are
+    removed, unless ``options.keep_journal``).
     """
     from fp16bisect.artifacts.files import check_writable, write_json
     from fp16bisect.run import pipeline
+    from fp16bisect.run.paths import remove_journals
 
     if options.output:
         check_writable(options.output)  # before the search, not after an hour of it
@@ -126,6 +130,7 @@ def run_search(model: Model, samples: Samples, options: SearchOptions, *, refere
             _name_in_memory_model(outcome)
     if options.output:
         write_json(options.output, outcome.overrides.to_json())
+        remove_journals(outcome)
     return _search_result(outcome)
 
 

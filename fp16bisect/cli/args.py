@@ -66,29 +66,21 @@ class Samples:
             g.add_argument("model", metavar="MODEL", help="the ONNX model (FP32)")
         # not required by argparse: --data-loader-script also gives inputs (no sample at all is said when loading)
         g.add_argument("--inputs", action="append", metavar="X.npz|DIR|'GLOB'|X.json",
-                       help="samples: an .npz with one array per model input, a directory (every *.npz in it, by "
-                            "name), a quoted glob ('data/*.npz'), or Polygraphy JSON (polygraphy run "
-                            "--save-inputs; needs Polygraphy); repeat for more"
+                       help="samples: .npz, directory, quoted glob, Polygraphy JSON"
                             + ("" if self.required else " (optional)"))
         g.add_argument("--data-loader-script", action="append", dest="inputs", type=loader_script,
                        metavar="FILE.py[:FUNC]",
-                       help="samples from a Python script, as polygraphy run takes it: FUNC (default load_data) "
-                            "yields one dict of input name -> array per sample")
+                       help="samples from a Polygraphy data loader (FUNC: load_data)")
         if self.references:
             g.add_argument("--reference", action="append", metavar="R.npz|DIR|'GLOB'|R.json",
-                           help="expected outputs (default: an FP32 ONNX Runtime run): as --inputs, matched to the "
-                                "inputs by position for lists of files, by file name for a directory or glob; "
-                                "Polygraphy JSON from polygraphy run --save-outputs (FILE.json:RUNNER picks a "
-                                "runner)")
+                           help="expected outputs, as --inputs (default: FP32 ONNX Runtime)")
         if self.profile:
             # checked with the other flags (model/shapes.profile_of: the one check of the API and manifests too)
             g.add_argument("--max-shapes", default=None, metavar="NAME:AxB,...",
-                           help="the deployment's largest input shapes, as trtexec takes them "
-                                "(name:1x3x224x224,other:1x8): the tensorrt backend builds this optimisation profile "
-                                "instead of the samples' span, and the result warns when no sample reaches a maximum")
+                           help="the deployment's largest shapes (tensorrt's profile)")
             for flag, which in (("--min-shapes", "smallest"), ("--opt-shapes", "most frequent")):
                 g.add_argument(flag, default=None, metavar="NAME:AxB,...",
-                               help=f"the deployment's {which} input shapes (trtexec's syntax, see --max-shapes)")
+                               help=f"the deployment's {which} shapes (as --max-shapes)")
 
     @staticmethod
     def check(args) -> None:
@@ -128,7 +120,7 @@ class ToleranceArgs:
                        help=f"relative tolerance ({said.format(f'{DEFAULT_RTOL:g}')})")
         g.add_argument("--min-cosine", type=cosine, default=None, help="also require this cosine similarity per output")
         g.add_argument("--max-mismatch", type=nonnegative, default=dflt(0.0),
-                       help=f"fraction of elements allowed outside atol + rtol*|b| ({said.format(0)})")
+                       help=f"fraction of elements allowed outside it ({said.format(0)})")
 
     @staticmethod
     def parse(args, fallback: Tolerance | None = None) -> Tolerance:
@@ -147,33 +139,20 @@ class BackendArgs:
     @staticmethod
     def add_to(parser: argparse.ArgumentParser) -> None:
         g = parser.add_argument_group("backend")
-        g.add_argument("--backend", default="auto", choices=BACKENDS,
-                       help="emulate: FP16 emulated on ONNX Runtime CPU; tensorrt: real engine builds of each plan's "
-                            "mixed-precision ONNX, strongly typed (needs an NVIDIA GPU); "
-                            "command: your own command judges each plan (--check); "
-                            "auto (default): tensorrt when TensorRT, Polygraphy and a GPU are present, else emulate")
+        g.add_argument("--backend", default="auto", choices=BACKENDS, metavar="NAME",
+                       help="emulate | tensorrt | command | auto (default)")
         g.add_argument("--check", default=None, metavar="'CMD'", dest="check_command",
-                       help="with --backend command: the shell command that judges a plan, run with "
-                            "{model} (the plan's mixed-precision ONNX), {overrides} (the plan as an override JSON), "
-                            "{original}, {inputs} (sample_<i>.npz) and {outputs} (write sample_<i>.npz there to "
-                            "have them compared) replaced by quoted paths; a search runs it on the most stressing "
-                            "sample first, then on the others if the plan passed; exit 0 pass, 1-127 fail, 125 "
-                            "cannot evaluate, other codes abort (as git bisect run)")
+                       help="--backend command: the shell command judging a plan")
         g.add_argument("--keep-plans", action="store_true",
-                       help="with --backend command: keep each plan's files (model, overrides, inputs, outputs, "
-                            "stdout/stderr) under <output>.plans/ instead of removing them after each evaluation")
+                       help="--backend command: keep each plan's files (*.plans/)")
         g.add_argument("--typing", default="strong", choices=("strong", "weak"),
-                       help="tensorrt: strong (default) builds each plan's mixed-precision ONNX strongly typed "
-                            "(TensorRT 9.0+, so every 10.x, 11.x, RTX); weak (TensorRT 10.x only) builds the "
-                            "original model with FP16 and FP32 layer precisions, and checks each engine for pins "
-                            "TensorRT ignored")
+                       help="tensorrt: strong (default) or weak (10.x: layer pins)")
         g.add_argument("--opt-level", type=int, choices=range(6), default=None, metavar="0-5",
-                       help="TensorRT builder optimisation level for search builds (lower builds faster; default "
-                            "TensorRT's, 3)")
+                       help="tensorrt: builder optimisation level (default 3)")
         g.add_argument("--timing-cache", default=None, metavar="FILE",
-                       help="TensorRT timing cache shared by every build (default: beside -o, *.timing.cache)")
+                       help="tensorrt: timing cache (default: beside -o)")
         g.add_argument("--noise-ok", action="store_true",
-                       help="search even if two builds of the all-FP16 engine differ beyond the tolerance")
+                       help="tensorrt: search even if two all-FP16 builds disagree")
 
     @staticmethod
     def parse(args, plans_dir: str | None = None) -> Options:
@@ -200,14 +179,11 @@ class ParallelArgs:
     def add_to(parser: argparse.ArgumentParser) -> None:
         g = parser.add_argument_group("parallel evaluation")
         g.add_argument("--jobs", "-j", type=jobs, default=1, metavar="N",
-                       help="evaluate up to N plans at once (emulate: N worker processes, each with its own ONNX "
-                            "Runtime session; command: N commands; default 1)")
+                       help="evaluate up to N plans at once (default 1)")
         g.add_argument("--devices", default=None, metavar="0,1,...",
-                       help="GPUs to use, one worker each (tensorrt: each sees only its GPU; command: the value of "
-                            "{device}; default with --jobs N: the first N GPUs CUDA sees)")
+                       help="GPUs, one worker each (default: the first --jobs GPUs)")
         g.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                       help="evaluate as Ray tasks: on the cluster at ADDRESS ('auto': the one this machine is part "
-                            "of), or on a local Ray instance without ADDRESS (needs pip install 'fp16bisect[ray]')")
+                       help="evaluate as Ray tasks (pip install 'fp16bisect[ray]')")
 
     @staticmethod
     def parse(args):
@@ -304,8 +280,7 @@ class PrecisionArgs:
         said = "default fp16" if self.default else "default: the override file's, else fp16"
         parser.add_argument_group("precision").add_argument(
             "--precision", choices=NAMES, default=self.default,
-            help=f"the low precision: fp16 (IEEE half: overflows past 65504) or bf16 (bfloat16: FP32's range, 8 "
-                 f"significant bits; TensorRT builds it strongly typed) ({said})")
+            help=f"fp16 (max 65504) or bf16 (FP32's range), {said}")
 
     @staticmethod
     def parse(args):

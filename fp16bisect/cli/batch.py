@@ -20,6 +20,7 @@ An optional ``defaults`` table applies to every entry; each entry
     output      search: where to write the override JSON (its journal goes beside it)
                 (default: beside the manifest, <name>.overrides.json; <name>-<number>.overrides.json
                 when names repeat)
+    keep_journal  search: keep the journal once the search has finished, as --keep-journal  (default false)
     name        a label for the table                            (default: the model's file name)
 
 Relative paths are relative to the manifest. A manifest that cannot be read
@@ -43,7 +44,8 @@ from fp16bisect.errors import UsageError
 SCHEMA = "fp16bisect.batch/1"
 ACTIONS = ("check", "search")
 KEYS = {"model", "inputs", "references", "action", "atol", "rtol", "min_cosine", "max_mismatch", "backend",
-        "overrides", "output", "name", "headroom", "min_shapes", "opt_shapes", "max_shapes", "precision"}
+        "overrides", "output", "name", "headroom", "min_shapes", "opt_shapes", "max_shapes", "precision",
+        "keep_journal"}
 SHAPE_KEYS = ("min_shapes", "opt_shapes", "max_shapes")
 TOLERANCE_KEYS = ("atol", "rtol", "min_cosine", "max_mismatch")
 
@@ -127,6 +129,8 @@ def _entry(raw, number: int, base: Path, manifest: str) -> dict:
         value = entry.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value != value):
             raise UsageError(f"{where}: '{key}' must be a number, not {value!r}")
+    if not isinstance(entry.get("keep_journal", False), bool):
+        raise UsageError(f"{where}: 'keep_journal' must be true or false, not {entry['keep_journal']!r}")
     _coverage(entry, where)
     for key in ("model", "overrides", "output"):
         if entry.get(key) is not None:
@@ -218,18 +222,20 @@ def outcome_evaluations(outcome) -> int:
 
 def _search(entry: dict, tolerance, result: dict) -> None:
     from fp16bisect.artifacts.files import check_writable, write_json
+    from fp16bisect.run.paths import remove_journals
     from fp16bisect.run.pipeline import search_model
 
     output = entry.get("output")
     if output:
         check_writable(output)
-    options = _options(entry, tolerance, output=output)
+    options = _options(entry, tolerance, output=output, keep_journal=entry.get("keep_journal", False))
     outcome = search_model(entry["model"], entry["inputs"], entry["references"] or None, options)
     r = outcome.result
     ok = r.passed and r.minimal
     data = outcome.overrides.to_json()
     if output:
         write_json(output, data)
+        remove_journals(outcome)
     result.update(passed=ok, verdict="FOUND" if ok else "NOT MINIMAL", fp32_nodes=list(r.fp32),
                   set_size=len(r.fp32), evaluations=r.evaluations, result=data,
                   error="" if ok else r.minimality)

@@ -7,9 +7,11 @@ internal error (one line, the traceback in a file it names); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import textwrap
+from pathlib import PurePath
 
 from rich_argparse import RawDescriptionRichHelpFormatter
 
@@ -27,8 +29,42 @@ INTERNAL_ERROR = Error.exit_code  # a bug of ours: one line, the traceback in a 
 
 
 class _Parser(argparse.ArgumentParser):
+    def parse_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)  # for the hint on an expanded glob
+        return super().parse_args(args, namespace)
+
     def error(self, message: str):  # one line, exit 2 (argparse prints usage too)
-        raise UsageError(f"{message} (see '{self.prog} --help')")
+        raise UsageError(expanded_glob(getattr(self, "_argv", []), message) or f"{message} (see '{self.prog} --help')")
+
+
+SAMPLE_FLAGS = ("--inputs", "--reference")  # flags whose value an unquoted glob turns into several words
+
+
+def expanded_glob(argv: list[str], message: str) -> str | None:
+    """The one-line hint for ``--inputs data/*.npz`` unquoted: the shell passes every file, argparse takes the first
+    as the value and calls the others unrecognized. None when the unrecognized words are not such files (the same
+    suffix as the flag's value, right after it)."""
+    if not message.startswith("unrecognized arguments: "):
+        return None
+    extra = set(message.removeprefix("unrecognized arguments: ").split())
+    for k, word in enumerate(argv):
+        flag, _, value = word.partition("=")
+        if flag not in SAMPLE_FLAGS:
+            continue
+        values = [value] if value else []
+        values += itertools.takewhile(lambda w: not w.startswith("-"), argv[k + 1:])
+        if not values:
+            continue
+        suffix = PurePath(values[0]).suffix
+        files = [values[0], *itertools.takewhile(lambda w: PurePath(w).suffix == suffix, values[1:])]
+        if suffix and len(files) > 1 and set(files[1:]) <= extra:
+            parents = {str(PurePath(f).parent) for f in files}
+            folder = parents.pop() if len(parents) == 1 else "DIR"
+            pattern = f"'{PurePath(folder, '*' + suffix).as_posix()}'"
+            return (f"{flag} got {len(files)} files ({files[0]} {files[1]}{' ...' if len(files) > 2 else ''}): the "
+                    f"shell expanded an unquoted glob; quote it ({flag} {pattern}) or pass the directory "
+                    f"({flag} {folder})")
+    return None
 
 
 class _Removed(argparse.Action):
@@ -46,6 +82,18 @@ class _Formatter(RawDescriptionRichHelpFormatter):
     group_name_formatter = str
     help_markup = text_markup = False  # help is plain text: "pip install 'fp16bisect[ray]'" must keep its [ray]
 
+    def __init__(self, prog: str, **kwargs):
+        # one line a flag on a terminal of 100 columns or more: the helps start at column 39, after the longest
+        # flag with its value (--data-loader-script FILE.py[:FUNC]); narrower, argparse's column 24
+        kwargs.setdefault("max_help_position", 39 if _columns() >= 100 else 24)
+        super().__init__(prog, **kwargs)
+
+
+def _columns() -> int:
+    import shutil
+
+    return shutil.get_terminal_size().columns  # $COLUMNS first, as argparse's width
+
 
 def _compose(parser: argparse.ArgumentParser, *groups) -> argparse.ArgumentParser:
     for group in groups:
@@ -53,11 +101,15 @@ def _compose(parser: argparse.ArgumentParser, *groups) -> argparse.ArgumentParse
     return parser
 
 
+DOCS = "docs/commands/{}.md"  # each command's page: every flag in detail (--help gives each one line)
+
+
 def _command(sub, name: str, summary: str, usage: str, description: str, *examples: str) -> argparse.ArgumentParser:
-    """A subcommand: its one-line summary (in 'fp16bisect --help'), usage with the model first, what it does, and
-    examples (its -h comes last, see ``_help_last``)."""
+    """A subcommand: its one-line summary (in 'fp16bisect --help'), usage with the model first, what it does and
+    where its page is, and examples (its -h comes last, see ``_help_last``)."""
     shown = "\n".join(f"  $ {e}" for e in examples)
-    return sub.add_parser(name, help=summary, usage=f"%(prog)s {usage}", description=textwrap.fill(description, 78),
+    description = f"{textwrap.fill(description, 78)}\nEvery flag in detail: {DOCS.format(name)}"
+    return sub.add_parser(name, help=summary, usage=f"%(prog)s {usage}", description=description,
                           epilog=f"example{'s' if len(examples) > 1 else ''}:\n{shown}", add_help=False,
                           formatter_class=_Formatter)
 
@@ -75,32 +127,30 @@ def _help_last(name: str, parser: argparse.ArgumentParser) -> None:
 def _search(sub) -> None:
     s = _compose(_command(sub, "search", "search the smallest set of nodes to keep in FP32, write the override JSON",
                           "MODEL --inputs X.npz [--inputs ...] [-o overrides.json] [options]",
-                          "Finds the smallest set of ONNX nodes that must stay in FP32 for the model's outputs to meet "
-                          "the tolerance in FP16 on these samples, and writes it as an override JSON (-o); a rerun of "
-                          "the same command resumes from its journal beside -o.",
+                          "Finds the smallest set of ONNX nodes to keep in FP32 for the model to meet the tolerance in "
+                          "FP16 on these samples and writes it to -o; a rerun resumes.",
                           "fp16bisect search model.onnx --inputs x.npz -o overrides.json",
                           "fp16bisect search model.onnx --inputs a.npz --inputs b.npz --atol 0.05 --report search.html"),
-                 Samples(profile=True), ToleranceArgs(), BackendArgs(), PrecisionArgs(), ParallelArgs(),
-                 HeadroomArgs("a tensor whose FP32 peak on any sample exceeds 65504/F counts as an overflow: its "
-                              "writer and readers stay in FP32 in every plan (default: off)"),
+                 # the most used first: what is searched, where it goes, the tolerance; then how it runs
+                 Samples(profile=True),
                  OutputArgs(output=dict(default="overrides.json", metavar="FILE",
-                                        help="where to write the override JSON (default overrides.json)"),
-                            report=True))
+                                        help="the override JSON (default overrides.json)"),
+                            report=True),
+                 ToleranceArgs(),
+                 HeadroomArgs("a peak above 65504/F counts as an overflow (default: off)"),
+                 PrecisionArgs(), BackendArgs(), ParallelArgs())
     s.add_argument("--check-minimal", action=_Removed, nargs=0, help=argparse.SUPPRESS,
                    default=None)  # removed in 0.x: exit 2 with a hint, for one release
     s.add_argument("--repeats", type=int, default=1, metavar="N",
-                   help="evaluate each plan N times (on TensorRT: N builds); all must pass (default 1)")
+                   help="evaluate each plan N times; all must pass (default 1)")
     s.add_argument("--prior", choices=CHOICES, default="auto",
-                   help="emulate: search on the emulator (CPU) first, then certify its set on --backend (k+2 "
-                        "evaluations there when they agree) or continue from it; none: search on --backend "
-                        "alone; auto (default): emulate whenever --backend is not emulate and the model runs on "
-                        "ONNX Runtime CPU")
+                   help="the emulator searches first (auto: on other backends)")
     s.add_argument("--restart", action="store_true",
-                   help="discard the journal of an earlier run of this search instead of resuming it")
+                   help="discard this search's journal instead of resuming it")
+    s.add_argument("--keep-journal", action="store_true",
+                   help="keep the journal once the search has finished")
     s.add_argument("--retry-crashed", action="store_true",
-                   help="when resuming, evaluate again the plans an earlier run died evaluating (a crash or a kill; "
-                        "by default they count as could-not-evaluate, so a plan that crashes the build is not "
-                        "retried forever)")
+                   help="evaluate again the plans an earlier run died evaluating")
 
 
 def _check(sub) -> None:

@@ -15,7 +15,11 @@ measured before searching (a ``noise`` line) and, on an expensive backend, the
 result of the emulator's search that served as the prior (a ``prior`` line:
 its set, the order it handed on, its counts), so that a resumed search neither
 reruns the prior nor needs the emulator at all. The prior's own evaluations
-have their own journal (``*.prior.journal.jsonl``).
+have their own journal (``*.prior.journal-<key>.jsonl``).
+
+A journal is for resuming: once the search has finished and its override JSON is written, it is removed
+(``run.paths.remove_journals``, the prior's with it) unless the search keeps it (``keep``: ``--keep-journal``).
+A search interrupted, refused or failed keeps its journal, so the same command resumes.
 
 An evaluation is marked before it runs (a ``started`` line, the plan's sorted ids, with ``recheck`` k for a
 recheck) and written after (its ``plan`` line). An evaluation the process unwinds from (Ctrl-C, an exception) is
@@ -85,12 +89,15 @@ def _torn_plan(tail: bytes) -> frozenset | None:
 class Journal:
     """``retry_crashed``: plans a process died evaluating (started, never finished: module docstring) are
     evaluated again, and so are those recorded as such by an earlier resume; by default they are recorded as could
-    not evaluate (reason ``died``) and never run again."""
+    not evaluate (reason ``died``) and never run again. ``keep``: the journal outlives its finished search
+    (else it is removed once the override JSON is written)."""
 
-    def __init__(self, path: str | Path, header: dict, restart: bool = False, retry_crashed: bool = False):
+    def __init__(self, path: str | Path, header: dict, restart: bool = False, retry_crashed: bool = False,
+                 keep: bool = True):
         self.path = Path(path)
         self.header = {"schema": SCHEMA, **header}
         self.retry_crashed = retry_crashed
+        self.keep = keep
         self.entries: list[dict] = []  # evaluations
         self.noise: dict | None = None  # the build-to-build noise measured before searching (TensorRT)
         self.prior: dict | None = None  # the emulator's result that the search on this backend started from

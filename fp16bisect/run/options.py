@@ -28,8 +28,9 @@ class SearchOptions:
     TensorRT timing cache and the command backend's plan files go beside it unless ``backend_options`` names
     them. ``noise_ok``: search even if two builds differ beyond the tolerance. ``repeats``: evaluations per
     plan, all must pass. ``restart``: discard the journal of an earlier run instead of resuming it;
-    ``retry_crashed``: evaluate again the plans an earlier run died evaluating. ``parallel``: the oracle
-    evaluates independent plans on worker processes or Ray tasks. ``prior``: ``auto`` (the emulator's search
+    ``retry_crashed``: evaluate again the plans an earlier run died evaluating; ``keep_journal``: keep the
+    journals once the search has finished (else removed when the override JSON is written). ``parallel``: the
+    oracle evaluates independent plans on worker processes or Ray tasks. ``prior``: ``auto`` (the emulator's search
     first whenever the backend is not the emulator and the model runs there), ``emulate`` or ``none``.
     A check uses the tolerance, the backend, its options and ``parallel`` only."""
 
@@ -41,6 +42,7 @@ class SearchOptions:
     repeats: int = 1
     restart: bool = False
     retry_crashed: bool = False
+    keep_journal: bool = False
     parallel: Parallel | None = None
     prior: PriorChoice = "auto"
     headroom: float | None = None  # --headroom F: a peak above 65504/F counts as an overflow (run/coverage.py)

@@ -43,7 +43,8 @@ def prior_json(o) -> dict | None:
         return None
     return {"backend": "emulate", "status": p.status, "fp32": list(p.fp32), "evaluations": p.evaluations,
             "seconds": round(p.seconds, 3), "minimal": p.minimal, "agreed": bool(r.agreed),
-            "added": list(r.added), "dropped": list(r.dropped), "journal": p.journal, "replayed": p.replayed,
+            "added": list(r.added), "dropped": list(r.dropped), "replayed": p.replayed,
+            "journal": p.journal if o.oracle.journal is None or o.oracle.journal.keep else "",  # removed: ""
             "alternatives": alternatives_json(p, r)}
 
 
@@ -96,8 +97,8 @@ def search_json(o) -> dict:
         **capped("build_failures", [{"fp32": plan_json(e.plan), "error": e.error}
                                     for e in oracle.build_failures]),
         **capped("ignored_pins", ignored_pins(oracle)),
-        # every evaluation in full (plans, verdicts, errors, metrics): the journal, when -o was given
-        "journal": str(oracle.journal.path) if oracle.journal is not None else None,
+        # every evaluation in full (plans, verdicts, errors, metrics): the journal, when -o and --keep-journal
+        "journal": str(oracle.journal.path) if oracle.journal is not None and oracle.journal.keep else None,
     }
 
 

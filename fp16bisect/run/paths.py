@@ -7,7 +7,8 @@
 
 ``<key>`` is a short digest of what the search is (``evaluation.journal.journal_key``): another search at the
 same ``-o`` journals beside the old one, the same search resumes its own. ``overrides.journal.jsonl`` (no key)
-is where searches journaled before keys existed; a search resumes it when it is its own.
+is where searches journaled before keys existed; a search resumes it when it is its own. A finished search
+removes its journals once the override JSON is written, unless it keeps them (``remove_journals``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,22 @@ def latest_journal(output: str) -> str:
     if not found:
         return journal_path(output, "*")
     return str(max(found, key=lambda p: p.stat().st_mtime_ns))
+
+
+def remove_journals(outcome) -> list[str]:
+    """A finished search's journals (its own and its prior's), removed once its override JSON is written, unless
+    the search keeps them (``SearchOptions.keep_journal``: the journal's ``keep``); the paths removed. An
+    interrupted or failed search never gets here: its journal stays for the rerun that resumes it."""
+    journal = outcome.oracle.journal
+    if journal is None or journal.keep:
+        return []
+    prior = outcome.prior.journal if outcome.prior is not None else ""
+    removed = []
+    for path in (str(journal.path), prior):
+        if path and Path(path).is_file():
+            Path(path).unlink()
+            removed.append(path)
+    return removed
 
 
 def plans_dir(output: str) -> str:

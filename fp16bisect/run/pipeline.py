@@ -114,7 +114,8 @@ def _journal(graph, chosen, given: str, options: SearchOptions, listener: Listen
     path = journal_path(options.output, journal_key(header))
     if not Path(path).exists() and Journal.belongs(journal_path(options.output), header):
         path = journal_path(options.output)
-    journal = Journal(path, header, restart=options.restart, retry_crashed=options.retry_crashed)
+    journal = Journal(path, header, restart=options.restart, retry_crashed=options.retry_crashed,
+                      keep=options.keep_journal)
     if journal.entries:
         listener.stage(f"resuming: {len(journal.entries)} evaluation(s) replayed from {path}")
     if journal.crashed and not options.retry_crashed:

@@ -1,0 +1,50 @@
+"""The documentation site as a reader at 1280 px meets it (mkdocs.yml, docs/stylesheets/extra.css): the API page
+gives each function a short heading and its signature as a code block with defaults as values; code blocks wrap
+instead of being cut off. Checked by looking at the pages in headless Chromium (the commit that made it says
+how); here, the built HTML that look depends on."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+pytest.importorskip("mkdocstrings_handlers.python", reason="the docs extra: pip install '.[docs]'")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    where = tmp_path_factory.mktemp("site")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(where)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return where
+
+
+def heading(page: str, anchor: str) -> str:
+    """The text of the heading with this id."""
+    found = re.search(rf'<h(\d) id="{re.escape(anchor)}"[^>]*>(.*?)</h\1>', page, re.S)
+    assert found, anchor
+    return found.group(1) + ":" + " ".join(re.sub(r"<[^>]+>|&para;", " ", found.group(2)).split())
+
+
+def test_the_api_page_names_each_function_and_shows_its_signature_with_values_below(site):
+    page = (site / "api" / "index.html").read_text()
+    for name in ("search", "check", "scan", "apply"):
+        level, text = heading(page, f"fp16bisect.api.functions.{name}").split(":", 1)
+        assert level == "3" and text.split()[-1] == name, text  # the name alone, no parameters
+    signature = re.search(r'class="doc-signature[^"]*".*?</div>', page[page.index('id="fp16bisect.api.functions'
+                                                                                  '.search"'):], re.S).group(0)
+    text = re.sub(r"<[^>]+>", "", signature)
+    assert "atol: float = 0.01" in text and "rtol: float = 0.01" in text
+    assert "DEFAULT_ATOL" not in page and "DEFAULT_RTOL" not in page
+
+
+def test_code_blocks_wrap_and_the_contents_leave_the_text_its_width():
+    css = (ROOT / "docs" / "stylesheets" / "extra.css").read_text()
+    assert re.search(r"pre > code \{[^}]*white-space: pre-wrap", css)
+    assert "- toc.integrate" in (ROOT / "mkdocs.yml").read_text()

@@ -5,6 +5,7 @@ layers as they are; modules and functions stay small."""
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import re
 import shutil
 import subprocess
@@ -103,6 +104,17 @@ def test_the_architecture_page_follows_the_layers():
     assert [p for p in documented(text) if p] == packages, list(documented(text))
     stated = re.search(r"^ +(cli > .*?\))$", text, re.M | re.S)
     assert stated and re.findall(r"\w+", stated.group(1)) == layers, stated and stated.group(1)
+
+
+def test_the_type_marker_and_the_schema_ship():
+    """py.typed (PEP 561: a user's type checker reads our annotations) and the override file's schema are package
+    data, declared in pyproject.toml; installed from a wheel (as .ci/run installs it), they are among its files."""
+    tomllib = pytest.importorskip("tomllib")
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "py.typed" in declared.get("fp16bisect", []) and (PACKAGE / "py.typed").is_file(), declared
+    installed = {f.as_posix() for f in importlib.metadata.files("fp16bisect") or []}
+    if "fp16bisect/__init__.py" in installed:  # not an editable install: the wheel's files
+        assert {"fp16bisect/py.typed", "fp16bisect/artifacts/overrides.schema.json"} <= installed
 
 
 def test_the_public_tensorrt_entry_still_imports():

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from fp16bisect.errors import UsageError
 from fp16bisect.model.graph import Graph
@@ -51,9 +51,9 @@ def make_backend(name: BackendName | Literal["auto"], graph: Graph, options: Opt
     if name == "tensorrt":
         from fp16bisect.backends.tensorrt.backend import TensorRTBackend
 
-        own = options.tensorrt
-        chosen = {"timing_cache": own.timing_cache_file, "opt_level": own.opt_level, "typing": own.typing,
-                  "input_shapes": options.input_shapes, "notify": options.notify}
+        trt = options.tensorrt
+        chosen: dict[str, Any] = {"timing_cache": trt.timing_cache_file, "opt_level": trt.opt_level,
+                                  "typing": trt.typing, "input_shapes": options.input_shapes, "notify": options.notify}
         return TensorRTBackend(graph, **{k: v for k, v in chosen.items() if v is not None})
     from fp16bisect.backends.emulate import EmulateBackend
 

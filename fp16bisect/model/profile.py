@@ -90,7 +90,7 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
     fold = not nothing_to_fold(graph.model)  # the statistics nodes read activations: never foldable
     sess = None if built is None else _session(built[0], "the model with statistics nodes", fold,
                                                arena=not graph.large_activations)
-    whole = None if sess is None else _in_run(sess, *built, samples, stats, per)
+    whole = None if sess is None or built is None else _in_run(sess, *built, samples, stats, per)
     del sess  # its memory (ONNX Runtime keeps the run's buffers until the session goes) before any other run's
     if whole is None:
         for t in computed:
@@ -98,6 +98,7 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
         per = _PerSample(computed, len(samples))
         _fetch(graph.runnable_copy(), computed, list(enumerate(samples)), per.into(stats), chunk)
     for index, sample, tensors in whole or []:  # from the same instrumented model: the same fusions, values
+        assert built is not None  # whole comes from it
         _fetch(built[0], tensors, [(index, sample)], per.into(stats), chunk)
     for t, source in same.items():
         stats[t] = replace(stats[source], name=t, initializer=False)

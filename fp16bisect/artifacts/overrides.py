@@ -25,7 +25,6 @@ import json
 import math
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from fp16bisect.errors import UsageError
 from fp16bisect.model.graph import Graph
@@ -184,7 +183,7 @@ def refuse_other_precision(data: dict, path: str | Path, precision: str, command
 
 def recorded_tolerance(data: dict, path: str) -> Tolerance:
     """The tolerance an override file was searched with."""
-    t: Any = data.get("tolerance")  # anything: what is not a valid tolerance is said below
+    t = data.get("tolerance")
     try:
         return Tolerance(float(t["atol"]), float(t["rtol"]),
                          None if t.get("min_cosine") is None else float(t["min_cosine"]),

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from fp16bisect.errors import UsageError
 from fp16bisect.model.graph import Graph
@@ -52,8 +52,8 @@ def make_backend(name: BackendName | Literal["auto"], graph: Graph, options: Opt
         from fp16bisect.backends.tensorrt.backend import TensorRTBackend
 
         trt = options.tensorrt
-        chosen: dict[str, Any] = {"timing_cache": trt.timing_cache_file, "opt_level": trt.opt_level,
-                                  "typing": trt.typing, "input_shapes": options.input_shapes, "notify": options.notify}
+        chosen: dict = {"timing_cache": trt.timing_cache_file, "opt_level": trt.opt_level, "typing": trt.typing,
+                        "input_shapes": options.input_shapes, "notify": options.notify}
         return TensorRTBackend(graph, **{k: v for k, v in chosen.items() if v is not None})
     from fp16bisect.backends.emulate import EmulateBackend
 

@@ -1,9 +1,12 @@
 """The architecture as checks: the layering is import-linter's contract (pyproject.toml), run here; the search
-loads no ONNX or NumPy; every package says what lives there; modules and functions stay small."""
+loads no ONNX or NumPy; every package says what lives there; docs/architecture.md names every module and the
+layers as they are; modules and functions stay small."""
 
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import re
 import shutil
 import subprocess
 import sys
@@ -57,6 +60,61 @@ def test_every_package_says_what_lives_there(package):
     init = PACKAGE / package / "__init__.py"
     doc = ast.get_docstring(ast.parse(init.read_text()))
     assert doc and len(doc.strip().splitlines()) <= 3 and "TODO" not in doc, init
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def documented(text: str) -> dict[str, list[str]]:
+    """The page's sections under "Why each folder exists" ("### `cli/`", "### Root ..." as "") -> the modules its
+    lines name ("- `args.py`: what it does"; "- `emulate/rewrite.py`: ..." in a sub-folder), as paths in the package."""
+    sections: dict[str, list[str]] = {}
+    why = text[text.index("## Why each folder exists"):]
+    for line in why.splitlines():
+        if heading := re.fullmatch(r"### (?:`(\w+)/`|Root\b).*", line):
+            package = heading.group(1) or ""
+            sections[package] = []
+        elif (entry := re.match(r"- `([\w/]+\.py)`", line)) and sections:
+            sections[package].append(f"{package}/{entry.group(1)}".lstrip("/"))
+    return sections
+
+
+def test_the_architecture_page_names_every_module():
+    """Every module (every .py under fp16bisect/ but __init__.py and __main__.py, which the page's prose names) has
+    its line in docs/architecture.md, under its top folder's heading; no line names a module that is gone."""
+    modules = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+               if p.name not in ("__init__.py", "__main__.py")}
+    named = [m for found in documented(ARCHITECTURE.read_text()).values() for m in found]
+    missing, gone = sorted(modules - set(named)), sorted(set(named) - modules)
+    twice = sorted({m for m in named if named.count(m) > 1})
+    assert not (missing or gone or twice), (
+        f"docs/architecture.md, 'Why each folder exists': add a line \"- `module.py`: its one job\" under the "
+        f"heading of its folder (\"### `cli/`\", a sub-folder's module as `plots/trace.py`) for {missing}; "
+        f"remove the lines of {gone}; named twice: {twice}")
+
+
+def test_the_architecture_page_follows_the_layers():
+    """The page's folders come in the import-linter contract's layer order (pyproject.toml), and so does the line
+    stating the layers."""
+    tomllib = pytest.importorskip("tomllib")
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = [name.strip().removeprefix("fp16bisect.") for layer in contracts[0]["layers"] for name in layer.split("|")]
+    packages = [name for name in layers if (PACKAGE / name).is_dir()]
+    text = ARCHITECTURE.read_text()
+    assert [p for p in documented(text) if p] == packages, list(documented(text))
+    stated = re.search(r"^ +(cli > .*?\))$", text, re.M | re.S)
+    assert stated and re.findall(r"\w+", stated.group(1)) == layers, stated and stated.group(1)
+
+
+def test_the_type_marker_and_the_schema_ship():
+    """py.typed (PEP 561: a user's type checker reads our annotations) and the override file's schema are package
+    data, declared in pyproject.toml; installed from a wheel (as .ci/run installs it), they are among its files."""
+    tomllib = pytest.importorskip("tomllib")
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "py.typed" in declared.get("fp16bisect", []) and (PACKAGE / "py.typed").is_file(), declared
+    installed = {f.as_posix() for f in importlib.metadata.files("fp16bisect") or []}
+    if "fp16bisect/__init__.py" in installed:  # not an editable install: the wheel's files
+        assert {"fp16bisect/py.typed", "fp16bisect/artifacts/overrides.schema.json"} <= installed
 
 
 def test_the_public_tensorrt_entry_still_imports():

@@ -205,6 +205,20 @@ def test_strict_check_reports_instead_of_crashing_when_onnx_reference_cannot_run
     assert not check.passed and check.error.startswith("onnx.reference could not run this model")
 
 
+def test_strict_check_names_an_error_without_a_message(monkeypatch):
+    """An exception with no text is said by its type (it said "MemoryError: str": the text of the text)."""
+    import onnx.reference
+
+    def fails(*_):
+        raise MemoryError()
+
+    monkeypatch.setattr(onnx.reference, "ReferenceEvaluator", fails)
+    g = Graph(make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [("x", F, [2])], [("y", F, [2])]))
+    check = strict(g.model, convert(g, []).model, load_samples_from({"x": np.ones(2, np.float32)}, g), Tolerance(),
+                   ["y"])
+    assert check.error == "onnx.reference could not run this model: MemoryError: MemoryError", check.error
+
+
 def load_samples_from(arrays, graph):
     from fp16bisect.model.samples import Sample
 

@@ -30,6 +30,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import fake_tensorrt
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -55,10 +56,11 @@ PLACEHOLDERS = {  # and O.json (the override file of a search) are written first
     "FILE.html": "report.html", ("--json", "FILE"): "result.json", ("--csv", "FILE"): "nodes.csv",
     ("--timing-cache", "FILE"): "timing.cache", ("--atol", "A"): "0.01", ("--rtol", "R"): "0.01",
     ("--min-cosine", "C"): "0.99", ("--max-mismatch", "F"): "0.0", ("--repeats", "N"): "2", ("--jobs", "N"): "2",
-    ("--headroom", "H"): "4", ("--top", "N"): "5", ("--opt-level", "N"): "1", ("--opt-level", "0-5"): "1", ("--devices", "0,1,..."): "0,1",
-}
+    ("--headroom", "H"): "4", ("--top", "N"): "5", ("--opt-level", "N"): "1", ("--opt-level", "0-5"): "1",
+    ("--devices", "0,1,..."): "0,1"}
 CHOICES = {"--backend": "command", "--typing": "strong", "--prior": "auto"}  # a|b|c after these flags, in full
 LEFT_OUT = {"--ray", "ADDRESS"}  # out of full runs: a Ray instance (6 s; the batch transcript starts one), a cluster
+HELP: dict[str, set] = {}  # subcommand -> the flags its --help names (check_flags asks each once)
 
 
 @dataclass
@@ -84,8 +86,7 @@ def words(line: str) -> list[str]:
 
 
 def command_lines(text: str) -> list[tuple[int, str]]:
-    """(line offset, command): a line ending in a backslash, or followed by an indented one, goes on; a line that
-    is a comment alone is none."""
+    """(line offset, command): a line ending in a backslash, or followed by an indented one, goes on; comments none."""
     found: list[tuple[int, str]] = []
     for k, line in enumerate(text.splitlines()):
         if found and (found[-1][1].endswith("\\") or line[:1].isspace()):
@@ -165,8 +166,7 @@ def substitute(synopsis: list[str]) -> list[str]:
 
 
 def workdir(path: Path) -> Path:
-    """A directory with the repository's scripts and, file by file, its sample models: what a command writes
-    beside them (a batch's override files, beside its manifest) stays here."""
+    """scripts/ and, file by file, sample_models/ linked: what a command writes beside them (a batch) stays here."""
     path.mkdir(parents=True, exist_ok=True)
     (path / "scripts").symlink_to(ROOT / "scripts", target_is_directory=True)
     (path / "sample_models").mkdir()
@@ -242,9 +242,6 @@ def check_outcome(argv: list[str], where: Path, out: str, err: str, code: int) -
         assert "--json" not in argv or written("--json")["schema"] == "fp16bisect.batch/1"
 
 
-HELP: dict[str, set] = {}  # subcommand -> the flags its --help names
-
-
 def check_flags(command: list[str]) -> None:
     if command[:1] != ["fp16bisect"] or len(command) < 2:
         return
@@ -262,19 +259,16 @@ def run_command(example: Example, where: Path, searched: Path) -> None:
     why = next((why.strip() for text, why in skips.items() if text.strip() in " ".join(example.words)), None)
     if example.kind == "flags" or why or example.words[0] == "pip":
         pytest.skip(why or example.args or "installs packages: test_the_extras_named_exist checks the extras")
-    tree = parse(iter(example.words))[0]
-    forms = [substitute(expand(tree, False)), substitute(expand(tree, True))]  # a synopsis: minimal and full
+    forms = [substitute(expand(parse(iter(example.words))[0], full)) for full in (False, True)]  # minimal, full
     for k, argv in enumerate(forms[:1] if forms[0] == forms[1] else forms):
         argv = prepare(workdir(where / str(k)), argv, searched)
         done = shell(where / str(k), shlex.join(argv))
         context = f"{example.id}: {shlex.join(argv)}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
-        # 0; check: 1 when the model misses the tolerance (the sample in all-FP16 does; with the overrides not);
-        # tensorrt missing, or no GPU: 2, saying how to fix it
+        # 0; check without --overrides 1 (the sample misses the tolerance in all-FP16); no tensorrt or GPU: 2, a fix
         no_gpu = value(argv, "--backend") == "tensorrt" and not tensorrt_usable()
         assert done.returncode == (2 if no_gpu else int(argv[1] == "check" and "--overrides" not in argv)), context
-        if no_gpu:
-            assert "--backend emulate" in done.stderr or "pip install" in done.stderr, context
-        else:
+        assert not no_gpu or "--backend emulate" in done.stderr or "pip install" in done.stderr, context
+        if not no_gpu:
             check_outcome(argv, where / str(k), done.stdout, done.stderr, done.returncode)
 
 
@@ -303,7 +297,7 @@ def run_python(example: Example, where: Path, searched: Path) -> None:
         done = subprocess.run([sys.executable, "-c", example.text], cwd=where, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         return
-    import fake_tensorrt
+    trt = fake_tensorrt.make(weak=True)  # TensorRT 10 with weak typing; no GPU needed
 
     def said(code: str) -> re.Pattern:  # the comment's quoted text on the line of ``code`` (any number for one)
         quoted = re.search(r'#\s*"([^"]+)"', next((ln for ln in example.text.splitlines() if code in ln), ""))
@@ -311,13 +305,11 @@ def run_python(example: Example, where: Path, searched: Path) -> None:
         return re.compile(re.sub(r"\d+", r"\\d+", re.escape(quoted.group(1)).replace(r"\.\.\.", ".*")))
 
     def given() -> dict:
-        builder = trt.Builder(None)
-        network = builder.create_network(0)
+        network = (builder := trt.Builder(None)).create_network(0)
         return {"builder": builder, "network": network, "parser": trt.OnnxParser(network, None),
                 "config": builder.create_builder_config(), "runtime": trt.Runtime(None),
                 "onnx_bytes": (SAMPLES / f"{MODEL}.onnx").read_bytes()}
 
-    trt = fake_tensorrt.make(weak=True)  # TensorRT 10 with weak typing; no GPU needed
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(io.StringIO()) as printed:
         patch.setitem(sys.modules, "tensorrt", trt)
         patch.chdir(where)
@@ -361,7 +353,6 @@ def check_ci(example: Example, *_) -> None:
 KINDS = {"run": run_command, "flags": run_command, "output": run_output, "python": run_python, "file": check_file,
          "layout": check_layout, "ci": check_ci, "none": None}
 
-
 EXAMPLES = [e for path in DOCS for e in examples(path) if e.kind and e.kind != "none"]
 SLOW = ("--ray", "command")  # a Ray instance; a judge command started per plan
 
@@ -395,8 +386,7 @@ WRONG = [("fp16bisect scan MODEL.onnx --inputs X.npz", "fp16bisect scan MODEL.on
 def test_a_wrong_example_fails(right, wrong, named, tmp_path, searched):
     text = README.read_text(encoding="utf-8")
     assert right in text, f"README no longer holds {right!r}: pick another line to break"
-    bad = tmp_path / "README.md"
-    bad.write_text(text.replace(right, wrong, 1), encoding="utf-8")
+    (bad := tmp_path / "README.md").write_text(text.replace(right, wrong, 1), encoding="utf-8")
     line = text[:text.index(right)].count("\n") + 1
     broken = max((e for e in examples(bad) if e.kind and e.line <= line), key=lambda e: e.line)
     with pytest.raises(BaseException) as failed:

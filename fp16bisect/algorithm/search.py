@@ -142,8 +142,11 @@ def search(
         if unknown:
             raise SearchError(f"start holds {len(unknown)} id(s) that are not candidates, e.g. {unknown[0]!r}")
 
+    reorder = hooks.reorder
+
     def ranked() -> list:
-        return _permutation(ids, hooks.reorder(), "reorder()")
+        assert reorder is not None  # handed on below only when there is one
+        return _permutation(ids, reorder(), "reorder()")
 
     def algorithm(ask: lookahead.Ask) -> _Answer:
         return _answer(ask, order, max(0, min(int(suspects), len(order))), start,
@@ -195,7 +198,7 @@ def _answer(ask, order: list, suspects: int, start, reorder, alternatives, rank:
     """Steps 1 to 4 of the module docstring."""
     if ask(frozenset(), "precondition", expect=False):
         return _Answer("fp16_passes")
-    distrusted = frozenset()
+    distrusted: frozenset = frozenset()
     if start is None:
         found = _grow_and_explain(ask, order, suspects, reorder)
     else:

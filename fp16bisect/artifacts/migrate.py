@@ -100,7 +100,7 @@ def pins_from_list(text: str, source: str) -> Pins:
 
 def _layer_names(graph: Graph) -> dict[str, str]:
     """Every name a TensorRT 10 layer of this model can carry for its node -> the node's id."""
-    names = {}
+    names: dict[str, str] = {}
     for node in graph.nodes:
         for name in (node.id, node.name, f"node_of_{node.outputs[0]}" if node.outputs else ""):
             if name:

@@ -116,9 +116,10 @@ class _Constants(Mapping):
     def __getitem__(self, name: str) -> np.ndarray:
         if name in self.initializers:
             return weights.array(self.initializers[name])
-        if name in self.known:
-            return self.graph.constant_value(name)
-        raise KeyError(name)
+        value = self.graph.constant_value(name) if name in self.known else None
+        if value is None:
+            raise KeyError(name)
+        return value
 
     def __contains__(self, name) -> bool:
         return name in self.known
@@ -181,8 +182,8 @@ class _Converter:
 
     def _slots(self, node: Node, p: int) -> tuple[list[int | None], list[int | None]]:
         """Required precision of each input and resulting precision of each output (None: not float)."""
-        ins = [FLOAT if self.graph.is_float(t) else None for t in node.inputs]
-        outs = [FLOAT if self.graph.is_float(t) else None for t in node.outputs]
+        ins: list[int | None] = [FLOAT if self.graph.is_float(t) else None for t in node.inputs]
+        outs: list[int | None] = [FLOAT if self.graph.is_float(t) else None for t in node.outputs]
         schema = _schema(node, self.opset)
         if schema is None or node.op_type in CONTROL_FLOW:
             return ins, outs  # everything float in FP32

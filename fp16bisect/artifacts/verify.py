@@ -149,5 +149,5 @@ def strict(original: onnx.ModelProto, mixed: onnx.ModelProto, samples, tolerance
                 )
     except Exception as exc:  # the evaluator does not support every model: say so, do not crash
         check.metrics.clear()
-        check.error = f"onnx.reference could not run this model: {type(exc).__name__}: {first_line(str(exc))}"
+        check.error = f"onnx.reference could not run this model: {type(exc).__name__}: {first_line(exc)}"
     return check

@@ -51,9 +51,9 @@ def make_backend(name: BackendName | Literal["auto"], graph: Graph, options: Opt
     if name == "tensorrt":
         from fp16bisect.backends.tensorrt.backend import TensorRTBackend
 
-        own = options.tensorrt
-        chosen = {"timing_cache": own.timing_cache_file, "opt_level": own.opt_level, "typing": own.typing,
-                  "input_shapes": options.input_shapes, "notify": options.notify}
+        trt = options.tensorrt
+        chosen: dict = {"timing_cache": trt.timing_cache_file, "opt_level": trt.opt_level, "typing": trt.typing,
+                        "input_shapes": options.input_shapes, "notify": options.notify}
         return TensorRTBackend(graph, **{k: v for k, v in chosen.items() if v is not None})
     from fp16bisect.backends.emulate import EmulateBackend
 

@@ -115,7 +115,7 @@ class CommandBackend(Backend):
         self.command = command
         self.plans_dir = Path(plans_dir).absolute()
         self.keep_plans = keep_plans
-        self.progress = progress or (lambda text: None)
+        self.progress: Callable[[str], None] = progress or (lambda text: None)
         self.tolerance = dict(tolerance or {})
         self.outputs = [o.name for o in graph.outputs]
         self.float_outputs = graph.float_output_names()

@@ -247,7 +247,7 @@ def model_then_overrides(first: str, second: str) -> tuple[str, str]:
     return first, second
 
 
-def headroom_factor(text: str) -> float:
+def headroom_factor(text: str) -> float | None:
     """``--headroom F``, checked by ``model.headroom.factor`` (the API's and manifests' check too): its
     ``UsageError`` passes through argparse, the same one line."""
     from fp16bisect.model.headroom import factor

@@ -107,9 +107,9 @@ def changes(recorded: dict, here: dict) -> list[Change]:
     found = []
     if verified_on != here.get("backend"):
         found.append(Change("backend", verified_on or "unknown", str(here.get("backend")), True))
-    gpu = [_gpu(side) for side in (recorded, here)]
-    if None not in gpu and gpu[0] != gpu[1]:
-        found.append(Change("GPU", *gpu, True))
+    gpu_then, gpu_now = (_gpu(side) for side in (recorded, here))
+    if gpu_then is not None and gpu_now is not None and gpu_then != gpu_now:
+        found.append(Change("GPU", gpu_then, gpu_now, True))
     trt = _tensorrt(recorded, here)
     if trt is not None:
         found.append(trt)
@@ -121,7 +121,7 @@ def changes(recorded: dict, here: dict) -> list[Change]:
     for key in dict.fromkeys([*printed[0], *printed[1]]):
         values = [str(p[key]) if key in p else "absent" for p in printed]
         if values[0] != values[1]:
-            found.append(Change(f"fingerprint {key}", *values, True))
+            found.append(Change(f"fingerprint {key}", values[0], values[1], True))
     return found
 
 
@@ -137,8 +137,9 @@ def _tensorrt(recorded: dict, here: dict) -> Change | None:
     flavours = [side.get("tensorrt_flavour", "tensorrt") for side in (recorded, here)]
     versions = [str(side["tensorrt"]) for side in (recorded, here)]
     if flavours == [flavours[0]] * 2:
-        return None if versions[0] == versions[1] else Change("TensorRT", *versions, True, version=True)
-    return Change("TensorRT", *(f"{f} {v}" for f, v in zip(flavours, versions)), True)
+        return None if versions[0] == versions[1] else Change("TensorRT", versions[0], versions[1], True, version=True)
+    then, now = (f"{f} {v}" for f, v in zip(flavours, versions))
+    return Change("TensorRT", then, now, True)
 
 
 def again_line(drift: Drift, model: str, inputs: list, references: list | None, tolerance: Tolerance) -> str:

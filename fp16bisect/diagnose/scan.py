@@ -44,7 +44,7 @@ def tensor_rows(graph: Graph, prof: Profile, min_tier: int = 0) -> list[dict]:
             readers.setdefault(t, []).append(node.id)
         for t in node.outputs:
             writer[t] = node.id
-    rows = []
+    rows: list[dict] = []
     for s in prof.tensors.values():
         if s.tier < min_tier:
             continue

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 from fp16bisect.backends.base import Verdict
 from fp16bisect.errors import CouldNotEvaluate, ReasonKind, UsageError
@@ -84,7 +84,7 @@ class Reason:
     def from_json(cls, data) -> Reason:
         if isinstance(data, str):  # journals written before reasons were data
             return cls("build", data)
-        return cls(str(data["kind"]), str(data["message"]), tuple(tuple(p) for p in data.get("pins", ())))
+        return cls(cast(ReasonKind, str(data["kind"])), str(data["message"]), tuple(tuple(p) for p in data.get("pins", ())))
 
     @classmethod
     def of(cls, exc: CouldNotEvaluate) -> Reason:
@@ -293,6 +293,7 @@ class Oracle:
         works = any(e.passed or (not e.plan and e.reason is None) for e in self.history)  # a pass, or all-FP16 judged
         if asked >= UNEVALUABLE_AFTER and 2 * len(lost) > asked and not works:
             first = lost[0]
+            assert first.reason is not None  # build_failures holds the evaluations with a reason
             raise JudgeBroken(
                 f"{len(lost)} of {asked} plans could not be evaluated on the {self.backend.name} backend and none "
                 f"passed, so its verdicts cannot steer a search; the first ({len(first.plan)} node(s) in FP32): "

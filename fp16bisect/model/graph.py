@@ -69,7 +69,7 @@ class Node:
 class TensorSpec:
     name: str
     elem_type: int
-    shape: tuple  # ints, strings for symbolic dims, None for unknown
+    shape: tuple | None  # ints, strings for symbolic dims, None for unknown (the whole shape None: unknown rank)
 
 
 class Graph:
@@ -345,7 +345,7 @@ def _types_from_runtime(model: onnx.ModelProto, tensors: list[str]) -> dict[str,
         outputs = session(probe, "the model").get_outputs()
     except UsageError:
         return {}
-    found = {}
+    found: dict[str, int] = {}
     for out in outputs:
         kind = out.type  # e.g. "tensor(float)"
         if kind.startswith("tensor(") and kind.endswith(")"):

@@ -75,7 +75,8 @@ GROUP_TOTAL = 1 << 22  # elements per group at most: the members stay alive unti
 PREFIX = "__fp16bisect_stat"
 
 
-def with_statistics(graph: Graph, names: list[str], sizes: dict[str, tuple] | None = None):
+def with_statistics(graph: Graph, names: list[str],
+                    sizes: dict[str, tuple] | None = None) -> tuple[onnx.ModelProto, list] | None:
     """The model with six statistics per tensor x of ``names``, computed on the rows of |x| (its last axis),
     each a 1-D float tensor of one number per row: each row's max |x|; its sum of |x| - |x| (NaN exactly when
     the row has NaN or inf); its min |x| over |x| >= 2^-126 (FP32's normal range; inf if none); its count of
@@ -113,7 +114,7 @@ def _placed(build: "_StatisticsNodes", graph: Graph, names: list[str], sizes: di
     inputs); producer position -> the nodes to run right after it; the units, (tensors, output names))."""
     after: dict[int, list] = {}
     first: list = []
-    units = []
+    units: list[tuple[list[str], list[str]]] = []
     group: list[str] = []
 
     def close_group() -> None:
@@ -252,7 +253,8 @@ def tensor_sizes(graph: Graph, feed: dict) -> dict[str, tuple]:
     """(element count, rank) of the tensors as ONNX shape inference finds them with the inputs' shapes of
     ``feed``, the count guessed from the node's inputs when not inferred, the rank None when unknown. Only used to
     decide which tensors to measure in groups: a wrong count costs time or memory, never correctness."""
-    sizes = {name: (int(np.prod(a.shape, dtype=np.int64)), a.ndim) for name, a in feed.items() if hasattr(a, "shape")}
+    sizes: dict[str, tuple[int | None, int | None]] = {
+        name: (int(np.prod(a.shape, dtype=np.int64)), a.ndim) for name, a in feed.items() if hasattr(a, "shape")}
     declared = {v.name: v.shape for v in graph.inputs}
     if all(declared.get(name) == tuple(int(n) for n in a.shape) for name, a in feed.items() if hasattr(a, "shape")):
         # the inputs' shapes are the declared ones: the graph's own shape inference holds (no second one)

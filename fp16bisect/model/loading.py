@@ -21,11 +21,11 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, Path, str]:
         raise UsageError(f"{str(path)!r} is a directory: pass the path of an .onnx file")
     if not path.is_file():
         raise UsageError(f"model file {str(path)!r} not found: pass the path of an .onnx file")
-    digest = hashlib.sha256()
+    hashed = hashlib.sha256()
     with open(path, "rb") as f:  # in pieces: the page cache holds the file, not this process
         for block in iter(lambda: f.read(1 << 24), b""):
-            digest.update(block)
-    digest = digest.hexdigest()
+            hashed.update(block)
+    digest = hashed.hexdigest()
     model = None
     found = wire.skeleton(str(path.resolve()), weights.EXTERNAL_MIN)  # weights referred to where they are
     if found is not None:

@@ -80,7 +80,7 @@ def write(path: str | Path, arrays: dict[str, np.ndarray], slot: str = "") -> No
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     with partial.open("wb") as f:
-        np.savez(f, **arrays)
+        np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stub matches **kwds against allow_pickle: bool
     os.replace(partial, path)
     if slot:
         _keep(_key(str(path)), slot, {k: np.array(v) for k, v in arrays.items()})  # copies: a view keeps its base

@@ -29,6 +29,7 @@ def script_samples(path: str, function: str) -> Iterator[dict[str, np.ndarray]]:
     if not Path(path).is_file():
         raise UsageError(f"{what} not found: pass FILE.py[:FUNC], FUNC (default load_data) yielding feed dicts")
     spec = importlib.util.spec_from_file_location(f"fp16bisect_data_loader_{next(_modules)}", path)
+    assert spec is not None and spec.loader is not None  # a .py file: sources.py lets no other name through
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)

@@ -93,7 +93,7 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
     fold = not nothing_to_fold(graph.model)  # the statistics nodes read activations: never foldable
     sess = None if built is None else _session(built[0], "the model with statistics nodes", fold,
                                                arena=not graph.large_activations)
-    whole = None if sess is None else _in_run(sess, built[0], built[1], samples, stats, per)
+    whole = None if sess is None or built is None else _in_run(sess, built[0], built[1], samples, stats, per)
     del sess  # its memory (ONNX Runtime keeps the run's buffers until the session goes) before any other run's
     if whole is None:
         for t in computed:

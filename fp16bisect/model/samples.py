@@ -13,7 +13,7 @@ workers on other machines).
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +44,10 @@ class Sample:
 
     @property
     def inputs(self) -> dict[str, np.ndarray]:
-        return self._inputs if self._inputs is not None else npz.read(self.inputs_file, "inputs")
+        if self._inputs is not None:
+            return self._inputs
+        assert self.inputs_file is not None  # __init__ refuses a sample with neither
+        return npz.read(self.inputs_file, "inputs")
 
     @property
     def reference(self) -> dict[str, np.ndarray] | None:
@@ -137,7 +140,7 @@ def _read_inputs(source: sources.Source):
     if source.kind == "npz":
         yield source.path, None
     elif source.kind == "memory":
-        yield source.path, {str(k): np.asarray(v) for k, v in source.arrays.items()}
+        yield source.path, {str(k): np.asarray(v) for k, v in (source.arrays or {}).items()}
     elif source.kind == "script":
         for k, arrays in enumerate(polygraphy_data.script_samples(source.path, source.function)):
             yield f"{source}[{k}]", arrays
@@ -150,7 +153,7 @@ def _read_references(source: sources.Source):
     if source.kind == "npz":
         yield source.path, None
     elif source.kind == "memory":
-        yield source.path, {str(k): np.asarray(v) for k, v in source.arrays.items()}
+        yield source.path, {str(k): np.asarray(v) for k, v in (source.arrays or {}).items()}
     else:
         for k, arrays in enumerate(polygraphy_data.json_outputs(source.path, source.function)):
             yield f"{source}[{k}]", arrays
@@ -269,7 +272,7 @@ def _shape_text(shape: tuple) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
-def add_fp32_references(graph: Graph, samples: list[Sample], computed: list[Sample] = ()) -> None:
+def add_fp32_references(graph: Graph, samples: list[Sample], computed: Sequence[Sample] = ()) -> None:
     """Reference outputs from an FP32 ONNX Runtime run of the original model, where none were given; those and
     the ``computed`` ones (the FP32 profile's run gives them) are checked."""
     todo = [s for s in samples if not s.has_reference]
@@ -282,7 +285,7 @@ def add_fp32_references(graph: Graph, samples: list[Sample], computed: list[Samp
             s.reference = outputs
     done = {id(s) for s in todo}
     for s in (c for c in computed if id(c) not in done):
-        _check_computed(s, s.reference)
+        _check_computed(s, s.reference or {})
 
 
 def _check_computed(sample: Sample, reference: dict[str, np.ndarray]) -> None:

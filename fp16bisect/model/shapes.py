@@ -87,6 +87,7 @@ def combine(low: dict | None, opt: dict | None, high: dict | None) -> dict[str, 
         a, b, c = (low.get(name), opt.get(name), high.get(name))
         a, c = (a, c) if a is not None else (b, b)
         b = b if b is not None else c
+        assert a is not None and b is not None and c is not None  # the name is in one of them, so all are set
         if not len(a) == len(b) == len(c):
             raise UsageError(f"input {name!r} has shapes of different ranks in {', '.join(FLAGS)}: "
                              f"{_text(a)}, {_text(b)}, {_text(c)}; give one rank")

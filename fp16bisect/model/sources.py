@@ -115,7 +115,7 @@ def pair(inputs: list, references: list | None) -> list[tuple[list[Source], list
     return [([s], [r]) for s, r in zip(sources, refs)]
 
 
-def _by_name(sources: list[Source], refs: list[Source]) -> list[tuple[Source, Source | None]]:
+def _by_name(sources: list[Source], refs: list[Source]) -> list[tuple[Source, Source]]:
     for side, flag in ((sources, "--inputs"), (refs, "--reference")):
         names = [s.name for s in side]
         twice = sorted({n for n in names if names.count(n) > 1})

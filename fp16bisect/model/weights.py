@@ -120,7 +120,7 @@ class Store:
         """Write ``value`` (default: the tensor's inline data) to the store and make ``tensor`` refer to it."""
         if value is not None and value.dtype.kind == "V":  # ml_dtypes (bfloat16) has no buffer format: its bytes
             value = np.ascontiguousarray(value).view(np.uint8)
-        data = memoryview(np.ascontiguousarray(value).reshape(-1)).cast("B") if value is not None \
+        data = np.ascontiguousarray(value).reshape(-1).data.cast("B") if value is not None \
             else memoryview(_inline_bytes(tensor))  # written from its buffer: no copy
         with self._lock:
             path, offset = self.file(file).append(data)
@@ -246,7 +246,7 @@ def external_initializers(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str 
         path, _, length = reference(t)
         size[os.path.dirname(path)] = size.get(os.path.dirname(path), 0) + length
     stores = [d for d in size if d in _directories()]
-    folder = stores[0] if stores else max(size, key=size.get)
+    folder = stores[0] if stores else max(size, key=size.__getitem__)
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     import onnxruntime as ort
@@ -372,7 +372,7 @@ def _raw(tensor: TensorProto) -> memoryview:
     flat = np.ascontiguousarray(data).reshape(-1)
     if flat.dtype.kind == "V":  # ml_dtypes (bfloat16) has no buffer format: its bytes
         flat = flat.view(np.uint8)
-    return memoryview(flat).cast("B") if data.size else memoryview(b"")
+    return flat.data.cast("B") if data.size else memoryview(b"")
 
 
 def _write(path: Path, fill) -> None:

@@ -24,6 +24,7 @@ import signal
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import wait
+from typing import Any
 
 ATTEMPTS = 2  # a task whose worker dies is run once more, then counted as failed
 
@@ -43,6 +44,7 @@ def _serve(conn, work, setup, shared, device, visible_devices: bool) -> None:
     """A worker's loop: set up once, then one task per message until ``None``."""
     if visible_devices:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
+    state: Any  # what setup made (its caller's to know), or None
     try:
         state, failure = (setup(shared, device) if setup is not None else None), None
     except BaseException as exc:  # reported with the first task, where the caller waits for an answer

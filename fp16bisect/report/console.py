@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
@@ -32,7 +33,7 @@ class ConsoleListener(Listener):
         self.console = console or Console(stderr=True)
         self.quiet = quiet
         self.live = self.console.is_terminal and not quiet
-        self.status = None
+        self.status: Status | None = None
 
     def stage(self, text: str) -> None:
         if self.quiet:

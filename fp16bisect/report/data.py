@@ -93,7 +93,7 @@ def _comparisons(graph: Graph, runs: ReportRuns) -> dict:
 def layer_metrics(node) -> dict | None:
     if node is None:
         return None
-    m = metrics(node.metrics)
+    m = metrics(node.metrics) or {}
     m["passed"] = not node.failed  # the layer-wise rule (diagnose/layerwise.py Thresholds), not the tolerance
     m["fp32_max_abs"] = node.scale
     m["error"] = node.error  # what the rule judges: max abs error / the tensor's max |FP32 value|
@@ -114,7 +114,7 @@ def search_summary(outcome) -> str:
             f"{r.evaluations} evaluation(s) in {outcome.seconds:.1f} s on the {outcome.backend} backend")
 
 
-def search_report(outcome, runs: ReportRuns, next_steps: list[tuple] = ()) -> dict:
+def search_report(outcome, runs: ReportRuns, next_steps: Sequence[tuple] = ()) -> dict:
     """``runs``: ``diagnose.report_runs.search_runs(outcome)``; ``next_steps``: (what, command) pairs
     (``report/next_steps.py``), shown last."""
     graph, overrides = outcome.graph, outcome.overrides

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import math
+from typing import TypeGuard
 
 LABEL_CHARS = 28  # longer names are shortened in plots (tables show them whole)
 
@@ -37,7 +38,7 @@ def short(name: str, limit: int = LABEL_CHARS) -> str:
     return name[:head] + "…" + name[len(name) - (limit - 1 - head):]
 
 
-def finite(x) -> bool:
+def finite(x) -> TypeGuard[float]:  # a finite number (then a float to the type checker)
     return x is not None and math.isfinite(float(x))
 
 

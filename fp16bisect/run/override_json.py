@@ -62,7 +62,7 @@ def ignored_pins(oracle: Oracle) -> list[dict]:
     into, and the plan (not counted as evidence). Read from the evaluations' reasons, so a resumed search
     lists those of the replayed evaluations too."""
     return [{"node": node, "layer": layer, "fp32": plan_json(e.plan)}
-            for e in oracle.build_failures for node, layer in e.reason.pins]
+            for e in oracle.build_failures if e.reason for node, layer in e.reason.pins]
 
 
 def unverified(o) -> list[dict]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from fp16bisect.strategy import prior as priors
 from fp16bisect.strategy import prior_choice, ranking
@@ -90,7 +91,7 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, options
 
 def _shared(options: Options, samples, tolerance: Tolerance, listener: Listener) -> Options:
     """``options`` with what every backend may use, where the caller did not set it."""
-    shared = {
+    shared: dict[str, Any] = {
         "input_shapes": sample_shapes(samples),
         "notify": listener.stage,  # tensorrt: ignored FP32 pins, the typing fallback, said once
         "progress": listener.stage,  # the command backend says which command runs on which plan

@@ -133,6 +133,7 @@ class Alternatives:
         """Greedy: the candidate (not one the emulator needs) in most failed plans, then in most of those it
         misses, ...; ties go to the candidate nearest to those chosen (graph hops), then the prior's order."""
         position = {c: i for i, c in enumerate(self.prior.order)}
+        chosen: list  # candidate ids
         left, chosen = list(failed), []
         while left:
             counts: dict = {}

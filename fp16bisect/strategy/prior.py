@@ -45,7 +45,7 @@ class Prior:
     journal: str = ""
     replayed: bool = False  # read back from the expensive backend's journal: the emulator did not run
     alternatives: dict = field(default_factory=dict)  # when S failed on the judge: how the alternatives were made
-    oracle: object = field(default=None, repr=False, compare=False)  # the emulator's (None when replayed)
+    oracle: Oracle | None = field(default=None, repr=False, compare=False)  # the emulator's (None when replayed)
 
     def to_json(self) -> dict:
         return {"backend": "emulate", "status": self.status, "fp32": list(self.fp32), "order": list(self.order),

@@ -38,6 +38,7 @@ class EmulateBackend(Backend):
     def emulation(self) -> Emulation:
         if self._emulation is None:
             self._set_up()
+        assert self._emulation is not None  # _set_up made it
         return self._emulation
 
     @property

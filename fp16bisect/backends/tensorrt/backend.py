@@ -36,7 +36,7 @@ from fp16bisect.backends.tensorrt import inspection as trt_inspection
 from fp16bisect.backends.tensorrt import load as trt_load
 from fp16bisect.backends.tensorrt import pin as trt_pin
 from fp16bisect.errors import UsageError
-from fp16bisect.backends.base import Backend
+from fp16bisect.backends.base import Backend, Typing
 from fp16bisect.backends.host import host
 from fp16bisect.model.graph import Graph
 from fp16bisect.artifacts.files import write_atomic
@@ -167,7 +167,7 @@ class TensorRTBackend(Backend):
             for node in graph.candidates
         }
 
-    def _typing(self, typing: str) -> str:
+    def _typing(self, typing: str) -> Typing:
         """The typing this TensorRT can do for the one asked: a UsageError for weak typing where it is gone,
         a one-line warning (and weak typing) for strong typing where it does not exist yet."""
         loaded = self.tensorrt
@@ -185,7 +185,7 @@ class TensorRTBackend(Backend):
                 TypingFallbackWarning,
             )
             return "weak"
-        return typing
+        return "weak" if typing == "weak" else "strong"  # one of TYPINGS, as checked above
 
     @property
     def strongly_typed(self) -> bool:

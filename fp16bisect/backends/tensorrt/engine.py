@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +89,7 @@ class EngineBuilder:
     can be checked (``inspection.verify_pins``)."""
 
     tensorrt: TensorRT
-    logger: object = None
+    logger: Any = None  # collecting_logger's ILogger, a class made when TensorRT is loaded
 
     def __post_init__(self):
         if self.logger is None:
@@ -226,7 +227,7 @@ class Engine:
         self.engine_bytes = engine_bytes
         self.logger = logger if logger is not None else collecting_logger(tensorrt.module)
         self.buffers: dict = {}
-        self.stream = None
+        self.stream: Any = None  # a Polygraphy cuda.Stream while entered
 
     def __enter__(self) -> "Engine":
         trt = self.tensorrt.module

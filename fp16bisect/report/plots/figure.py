@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Sequence
 
 from fp16bisect.report.formatting import finite
 
@@ -56,7 +57,7 @@ def place_labels(ax, renderer, points, offsets, fontsize=8, color="#222") -> int
     placed before and stays inside the axes; a label with no free place is left out. Returns how many."""
     from matplotlib.text import Text
 
-    placed = []
+    placed: list = []  # the boxes of the labels placed so far
     axes_box = ax.get_window_extent(renderer)
     count = 0
     for x, y, text in points:
@@ -101,7 +102,7 @@ def legend_above(ax, handles=None, labels=None, ncol: int = 4) -> float:
     return over
 
 
-def decade_ticks(ax, low: float, high: float, extra: list[tuple[float, str]] = ()) -> None:
+def decade_ticks(ax, low: float, high: float, extra: Sequence[tuple[float, str]] = ()) -> None:
     """Major ticks at the powers of ten in [low, high], plus labelled ``extra`` ticks (e.g. the inf/NaN row)."""
     from matplotlib.ticker import NullLocator
 

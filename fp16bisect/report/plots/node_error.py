@@ -177,10 +177,10 @@ class _NodeErrorPlot:
 
     def _note_first_failing(self, ax, renderer) -> None:
         index = {node.get("id"): i for i, node in enumerate(self.nodes)}
-        taken = []  # boxes of the notes placed so far
+        taken: list = []  # boxes of the notes placed so far
         for key, label, color, _ in self.series:
             name = self.first.get(key)
-            if name not in index:
+            if name is None or name not in index:
                 continue
             i = index[name]
             m = self.nodes[i].get(key) or {}

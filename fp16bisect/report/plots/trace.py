@@ -35,7 +35,7 @@ def plot(steps: list[dict]) -> tuple[str, str]:
 
 def _phase_bands(xs: list[int], steps: list[dict]) -> list[list]:
     """Contiguous runs of one phase: [first x, last x, phase]."""
-    bands = []
+    bands: list[list] = []
     for x, s in zip(xs, steps):
         phase = str(s.get("phase") or "")
         if bands and bands[-1][2] == phase:

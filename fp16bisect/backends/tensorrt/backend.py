@@ -25,6 +25,7 @@ import os
 import hashlib
 import warnings
 from collections import OrderedDict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -114,6 +115,14 @@ class TensorRTBackend(Backend):
     """Builds and runs one engine per plan. Use ``close()`` (or ``with``) to free the live engine."""
 
     name = "tensorrt"
+    uses_device = True
+    one_gpu_per_worker = True  # a worker builds and runs on its GPU only
+
+    @classmethod
+    def for_worker(cls, options, device: str):
+        """One timing cache file per worker (``<cache>.<device>``): no write races."""
+        own = options.tensorrt
+        return replace(options, tensorrt=replace(own, timing_cache=f"{own.timing_cache_file}.{device}"))
 
     def __init__(
         self,

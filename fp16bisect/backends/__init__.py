@@ -1,8 +1,6 @@
-"""Backends turn a plan (the candidate ids kept in FP32) into model outputs: `make_backend` picks one by name;
-`emulate` (FP16 storage emulated on ONNX Runtime CPU) works everywhere, `tensorrt/` builds real engines,
-`command` runs any user command on the plan's mixed-precision model (its exit code or its outputs judge).
-Only here (and in argument parsing) is a backend's name turned into what it is: everything else asks what one
-can do (``base.Backend``'s capabilities; ``declared(name)`` for a name read back from a file)."""
+"""Backends turn a plan (the candidate ids kept in FP32) into outputs: `make_backend` picks one by name (only here);
+`emulate` (ONNX Runtime CPU), `tensorrt/` (real engines), `command` (any user command judges); callers ask what
+one can do (``base.Backend``'s capabilities; ``declared(name)`` for a name read back from a file)."""
 
 from __future__ import annotations
 

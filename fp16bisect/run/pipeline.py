@@ -186,10 +186,11 @@ def _prior(graph, oracle, prof, listener, options: SearchOptions) -> Prior | Non
     backend = prior_choice.emulator(graph, options.prior, listener)
     if backend is None:
         return None
-    output = options.output
-    path = (lambda header: journal_path(output, journal_key(header), prior=True)) if output else None
-    found = priors.run(graph, backend, oracle, prof, listener, path=path, restart=options.restart,
-                       retry_crashed=options.retry_crashed)
+    output, journaled = options.output, None
+    if output:
+        journaled = priors.PriorJournal(lambda header: journal_path(output, journal_key(header), prior=True),
+                                        options.restart, options.retry_crashed)
+    found = priors.run(graph, backend, oracle, prof, listener, journaled)
     if found is not None and journal is not None:
         journal.record_prior(found.to_json())
     return found
@@ -208,9 +209,8 @@ def _search(graph, chosen, oracle, listener, prof, prior):
     if prior is not None:
         listener.stage(f"on the {chosen.name} backend: evaluating the emulator's {len(prior.fp32)} node(s), then "
                        "certifying each (or continuing from them if they fail)")
-        result = search(ids, oracle, order=prior.order, start=prior.fp32, hooks=Hooks(alternatives=Alternatives(
-            graph, prior, oracle.samples, oracle.tolerance, oracle.outputs, listener, forced=oracle.forced,
-            stress=oracle.stress), recheck=recheck, on_step=step),
+        result = search(ids, oracle, order=prior.order, start=prior.fp32, hooks=Hooks(
+            alternatives=Alternatives(graph, prior, oracle, listener), recheck=recheck, on_step=step),
             **common)
         listener.stage(agreement(result, chosen.name))
     else:

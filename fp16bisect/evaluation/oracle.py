@@ -54,7 +54,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from fp16bisect.backends.base import PlanJudge, SampleRunner, Verdict
+from fp16bisect.backends.base import Backend, PlanJudge, SampleRunner, Verdict
 from fp16bisect.errors import CouldNotEvaluate, ReasonKind, UsageError
 from fp16bisect.evaluation.whole_plans import judge_stage, stages
 from fp16bisect.tolerance import OutputMetrics, Tolerance, compare, worst_per_output
@@ -334,7 +334,7 @@ class Judging:
         return list(self.order.indices) or list(range(len(self.samples)))
 
 
-def evaluate_plan(backend: SampleRunner | PlanJudge, judging: Judging, plan: frozenset, repeats: range = range(1),
+def evaluate_plan(backend: Backend, judging: Judging, plan: frozenset, repeats: range = range(1),
                   placeholders: dict | None = None) -> Evaluation:
     """Run a plan on ``judging``'s samples once per repeat index in ``repeats``, against its tolerance, in its
     order (by default every sample in turn, stopping at the first that fails). A plan the backend cannot evaluate
@@ -363,24 +363,28 @@ def evaluate_plan(backend: SampleRunner | PlanJudge, judging: Judging, plan: fro
 class _Judge:
     """One plan's evaluation under way: a repeat's metrics and bare verdicts, and the samples run (``ran``)."""
 
-    def __init__(self, backend: SampleRunner | PlanJudge, judging: Judging):
+    def __init__(self, backend: Backend, judging: Judging):
         self.backend, self.judging = backend, judging
-        self.whole_plans = isinstance(backend, PlanJudge)
+        self.plan_judge = backend if isinstance(backend, PlanJudge) else None  # judges whole plans: asked first
+        self.runner = backend if isinstance(backend, SampleRunner) else None
+        if self.plan_judge is None and self.runner is None:
+            raise TypeError(f"the {backend.name} backend neither runs a sample (run) nor judges a plan (run_plan)")
         self.ran: dict[int, None] = {}
 
     def repeat(self, plan: frozenset, repeat: int, placeholders: dict | None) -> tuple[list, list[Verdict]]:
-        if self.whole_plans:
-            return self._whole(plan, repeat, placeholders)
-        samples, backend = self.judging.samples, self.backend
-        return self._compare(lambda i: backend.run(plan, samples[i].inputs, repeat=repeat), self.judging.indices), []
+        if self.plan_judge is not None:
+            return self._whole(self.plan_judge, plan, repeat, placeholders)
+        samples, runner = self.judging.samples, self.runner
+        assert runner is not None
+        return self._compare(lambda i: runner.run(plan, samples[i].inputs, repeat=repeat), self.judging.indices), []
 
-    def _whole(self, plan: frozenset, repeat: int, placeholders: dict | None) -> tuple[list, list[Verdict]]:
+    def _whole(self, judge: PlanJudge, plan: frozenset, repeat: int, placeholders: dict | None) -> tuple[list, list]:
         """A plan judged whole, in stages (``whole_plans.stages``: the first sample alone, then the rest), until a
         stage fails: its metrics and the bare verdicts (exit codes) it got."""
         metrics: list[OutputMetrics] = []
         said: list[Verdict] = []
         for stage in stages(self.judging.indices, self.judging.order.stop_early):
-            judged = judge_stage(self.backend, self.judging.samples, plan, stage, repeat, placeholders)
+            judged = judge_stage(judge, self.judging.samples, plan, stage, repeat, placeholders)
             if isinstance(judged, Verdict):
                 self.ran.update(dict.fromkeys(stage))
                 said.append(judged)
@@ -403,7 +407,7 @@ class _Judge:
                 try:
                     found.append(compare(got[name], sample.reference[name], tolerance, name, i))
                 except ValueError as exc:
-                    if self.whole_plans:  # outputs made outside fp16bisect that do not fit: the plan's problem
+                    if self.plan_judge is not None:  # outputs made outside fp16bisect that do not fit: the plan's problem
                         raise CouldNotEvaluate(f"the {self.backend.name} backend's outputs for sample {i} do not "
                                                f"fit the reference: {exc}", kind="outputs") from None
                     raise UsageError(f"{exc} on {sample.source!r}: pass a reference made for these inputs") \

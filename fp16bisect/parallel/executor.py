@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fp16bisect.backends.base import Backend, Options
 from fp16bisect.errors import UsageError
 from fp16bisect.parallel.processes import Died, LocalPool
 
@@ -122,7 +123,7 @@ def _died(plan, reason: str, seconds: float):
     return Evaluation(frozenset(plan), False, (), seconds, reason=Reason("died", reason))
 
 
-def make_executor(parallel: Parallel, backend, graph, samples, tolerance, outputs, options):
+def make_executor(parallel: Parallel, backend: Backend, graph, samples, tolerance, outputs, options: Options):
     """A ``PlanExecutor`` for ``backend`` (this process's, made with ``options``), or None when serial: what it
     declares says how (threads sharing it, or workers that rebuild it from its name and options; one GPU each)."""
     uses_devices = backend.uses_device and parallel.devices  # the emulator has no use for --devices

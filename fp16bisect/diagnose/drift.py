@@ -151,7 +151,8 @@ def again_line(drift: Drift, model: str, inputs: list, references: list | None, 
     samples += [x for path in references or () if isinstance(path, (str, PathLike)) for x in ("--reference", str(path))]
     judge = ["--backend", backend]
     # the command it was judged with (here's, when here is the same backend and the file does not say)
-    command = recorded.get("command") or (drift.here.get("command") if backend == drift.here.get("backend") else None)
+    same = backend == drift.here.get("backend")
+    command = recorded.get("command") or (drift.here.get("command") if same else None)
     if command:
         judge += ["--check", str(command)]
     t = tolerance.to_json()

@@ -168,8 +168,8 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
     failures = outcome.oracle.build_failures
     if failures:
         console.print(
-            f"[yellow]{len(failures)} plan(s) could not be {outcome.evaluation_word}[/yellow] (not evidence either way); the first "
-            f"({len(failures[0].plan)} node(s) in FP32): {escape(failures[0].error)}",
+            f"[yellow]{len(failures)} plan(s) could not be {outcome.evaluation_word}[/yellow] (not evidence either "
+            f"way); the first ({len(failures[0].plan)} node(s) in FP32): {escape(failures[0].error)}",
             highlight=False, soft_wrap=True,
         )
     for entry in outcome.data["search"].get("unverified", []):

@@ -233,7 +233,8 @@ def _refuse_fp32_fails(graph, chosen, oracle) -> None:
     """The all-FP32 plan failed: bad input (it could not be evaluated), or a tolerance even FP32 misses."""
     everything = oracle.memo[frozenset(n.id for n in graph.candidates)]
     if everything.reason is not None:
-        raise UsageError(f"the all-FP32 plan could not be {chosen.evaluation_word} on the {chosen.name} backend: {everything.error}")
+        raise UsageError(f"the all-FP32 plan could not be {chosen.evaluation_word} on the {chosen.name} backend: "
+                         f"{everything.error}")
     if not everything.metrics:  # judged by a command's exit code: no numbers, only what it said
         raise ToleranceUnreachable(
             f"the command judged even the all-FP32 plan failing ({everything.detail}): check the command "

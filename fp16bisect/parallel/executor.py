@@ -20,6 +20,7 @@ from pathlib import Path
 from fp16bisect.backends.base import Backend, Options
 from fp16bisect.errors import UsageError
 from fp16bisect.parallel.processes import Died, LocalPool
+from fp16bisect.tolerance import Tolerance
 
 
 @dataclass
@@ -44,9 +45,9 @@ class Job:
     model: bytes
     path: str
     sha256: str
-    options: object  # backends.Options, without what writes to this console
+    options: Options  # without what writes to this console
     samples: list
-    tolerance: object
+    tolerance: Tolerance
     outputs: list
     workdir: str = ""  # where a worker's work directory goes: inside this process's, which removes it with its own
 
@@ -74,7 +75,7 @@ def setup_in_process(shared, device: str):
 class WorkerState:
     """A worker's backend, the job it serves and its device (the command backend's ``{device}``)."""
 
-    backend: object
+    backend: Backend
     job: Job
     device: str = "0"
     owned: bool = True  # made for this worker: closed with it

@@ -177,7 +177,7 @@ def test_an_oracle_tries_the_sample_that_failed_last_first():
     from fp16bisect.tolerance import Tolerance
 
     class Backend:
-        name, whole_plans = "fake", False
+        name = "fake"
         seen: list = []
 
         def run(self, plan, inputs, repeat=0):

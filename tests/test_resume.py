@@ -16,7 +16,7 @@ from conftest import LN, LN_IN, journal_of, one_line_error, run
 from doubles import Fake
 
 from fp16bisect.evaluation.journal import CRASHED, Journal
-from fp16bisect.evaluation.oracle import Oracle, Reason, evaluate_plan
+from fp16bisect.evaluation.oracle import Judging, Oracle, Reason, evaluate_plan
 
 PLAIN = ["search", str(LN.parent / "two_branches.onnx"), "--inputs", str(LN.parent / "two_branches.npz")]
 TWO = [*PLAIN, "--keep-journal"]  # most tests below read or resume the journal of a finished search
@@ -316,7 +316,8 @@ class Interrupted:
 
     def evaluate(self, plans, first_repeat=0, repeats=1, order=None):
         self.handed_over_with = lines_of(self.path)  # what the journal held when the plans were submitted
-        yield evaluate_plan(x_judge().backend(), [SimpleNamespace(inputs={})], None, [], plans[0], first_repeat, repeats)
+        yield evaluate_plan(x_judge().backend(), Judging([SimpleNamespace(inputs={})], None, []), plans[0],
+                            range(first_repeat, first_repeat + repeats))
         raise KeyboardInterrupt
 
 

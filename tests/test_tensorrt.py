@@ -522,7 +522,8 @@ def test_backend_reuses_a_saved_timing_cache(trt, backend_factory, tmp_path):
 
 
 def test_backend_keeps_a_bounded_number_of_engines(trt, backend_factory):
-    backend, _runs = backend_factory(max_engines=2)
+    backend, _runs = backend_factory()
+    backend.max_engines = 2
     x = {"x": np.zeros((1, 16, 64), dtype=np.float32)}
     for plan in (["ln1_var"], ["ln2_var"], ["ln1_square"]):
         backend.run(frozenset(plan), x)

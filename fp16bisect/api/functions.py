@@ -216,11 +216,10 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
         >>> fp16bisect.check(model, data, overrides=fp16bisect.search(model, data)).passed
         True
     """
-    plans = "fp16bisect.plans" if backend == "command" else None
     options = SearchOptions(
         inputs.tolerance(atol, rtol, min_cosine, max_mismatch), backend,
         inputs.backend_options(backend, check, keep_plans=keep_plans, typing=typing, opt_level=opt_level,
-                               timing_cache=timing_cache, plans_dir=plans,
+                               timing_cache=timing_cache,
                                input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes)),
         parallel=inputs.parallel(jobs, devices, ray), headroom=factor(headroom), precision=precision_of(precision))
     with _own_work_directories():

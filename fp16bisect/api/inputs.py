@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
-from fp16bisect.backends import NAMES, Options
+from fp16bisect.backends import NAMES, Options, declared
 from fp16bisect.errors import UsageError
 from fp16bisect.report.console import step_line
 from fp16bisect.run.outcome import Listener
@@ -117,13 +117,13 @@ def backend_options(backend: str, check: str | None = None, *, keep_plans: bool 
     the deployment's profile, already checked (``model.shapes.profile_of``)."""
     if backend not in NAMES:
         raise UsageError(f"unknown backend {backend!r}: use one of {', '.join(map(repr, NAMES))}")
-    if backend == "command" and not check:
+    if declared(backend).runs_a_command and not check:
         raise UsageError("backend='command' needs the command that judges a plan: pass check='CMD' "
                          "(e.g. check='python judge.py {model} {inputs} {outputs}')")
-    if check and backend != "command":
+    if check and not declared(backend).runs_a_command:
         raise UsageError(f"check= is the command of backend='command', not of backend={backend!r}: pass "
                          "backend='command', or drop check")
-    if keep_plans and backend != "command":
+    if keep_plans and not declared(backend).runs_a_command:
         raise UsageError("keep_plans keeps the plan files of backend='command': pass backend='command' and check, "
                          "or drop keep_plans")
     if typing not in ("strong", "weak"):

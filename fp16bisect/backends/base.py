@@ -1,18 +1,24 @@
-"""The interface every backend declares (``Backend``) and the typed options one is made with (``Options``).
+"""What every backend declares (``Backend``: its name, its capabilities, where it evaluates), the two ways one
+evaluates (``SampleRunner``, ``PlanJudge``) and the typed options one is made with (``Options``).
 
-A backend turns a plan (the candidate ids kept in FP32) into outputs. Two kinds: most run one sample at a
-time (``run``); one that judges a plan on several samples at once (the command backend: one command for them)
-sets ``whole_plans`` and implements ``run_plan``, which returns every given sample's outputs or a bare verdict
-(the oracle gives it the most stressing sample first, then the rest: ``evaluation/whole_plans.py``).
-Either raises ``errors.CouldNotEvaluate`` (``BuildFailed`` for a build) for a plan it cannot evaluate. The oracle, the executors and the
-pipeline use only what is declared here; the defaults say "nothing to add". A backend holds resources
-(sessions, engines, temporary files) from its making to ``close``; use it as ``with backend: ...``.
+A backend turns a plan (the candidate ids kept in FP32) into outputs, one of two ways, each a Protocol:
+most run one sample at a time (``SampleRunner.run``); one that judges a plan on several samples at once (the
+command backend: one command for them) is a ``PlanJudge``, whose ``run_plan`` returns every given sample's outputs
+or a bare ``Verdict`` (the oracle gives it the most stressing sample first, then the rest:
+``evaluation/whole_plans.py``). The oracle asks which one an object is (``isinstance``), never its name.
+Either raises ``errors.CouldNotEvaluate`` (``BuildFailed`` for a build) for a plan it cannot evaluate.
+
+What callers need to know of a backend is a capability it declares on its class (``Backend``'s class
+attributes: the defaults are those of a new, expensive backend on this machine), so that a new backend needs no
+edit outside its own definition; ``declared(name)`` (``backends/__init__.py``) reads them from a recorded name.
+A backend holds resources (sessions, engines, temporary files) from its making to ``close``; use it as
+``with backend: ...``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable, Literal
+from typing import Callable, Literal, Protocol, runtime_checkable
 
 BackendName = Literal["emulate", "tensorrt", "command"]
 Typing = Literal["strong", "weak"]  # TensorRT: a mixed-precision ONNX per plan, or layer precisions (10.x)
@@ -26,12 +32,49 @@ class Verdict:
     detail: str = ""  # what the verdict rests on, e.g. "exit code 1; stderr: ..."
 
 
+@runtime_checkable
+class SampleRunner(Protocol):
+    """Runs one sample of a plan: that sample's outputs (output name -> array) with ``plan`` in FP32."""
+
+    def run(self, plan: frozenset, inputs: dict, repeat: int = 0) -> dict: ...
+
+
+@runtime_checkable
+class PlanJudge(Protocol):
+    """Judges a whole plan on several samples at once: every given sample's outputs (compared by the oracle), or
+    a ``Verdict``; ``inputs_per_sample`` is a sequence that may read each sample when it is asked for;
+    ``placeholders``: more values for what it runs (``{"device": "1"}``)."""
+
+    def run_plan(self, plan: frozenset, inputs_per_sample, repeat: int = 0,
+                 placeholders: dict | None = None) -> list | Verdict: ...
+
+
 class Backend:
-    name: BackendName
+    """The part every backend shares: its name, what it can do, where it evaluates, its lifetime. A backend is
+    this plus ``SampleRunner`` or ``PlanJudge``."""
+
+    name: str
+    # -- capabilities: what callers ask instead of the name
+    evaluation_word: str = "built"  # what evaluating a plan is called in messages ("could not be built")
+    evaluated_thing: str = "engine"  # what is evaluated ("the engine could not be built")
     deterministic: bool = False  # two runs of one plan give the same outputs (else the final set is run again)
-    whole_plans: bool = False  # judges a plan on several samples at once: ``run_plan``, not ``run``
+    uses_device: bool = False  # --devices means something to it (a GPU per worker, a command's {device})
+    one_gpu_per_worker: bool = False  # each worker process owns one GPU (CUDA_VISIBLE_DEVICES; Ray: num_gpus=1)
+    evaluates_in_threads: bool = False  # concurrent plans are threads of this process sharing it (it waits on
+    # other processes), not workers that rebuild it
+    emulator_prior: bool = True  # the emulator's search is a useful start for it (--prior auto); False: it is the
+    # emulator, or as cheap
+    ranks_by_effect: bool = False  # cheap enough to rank every candidate by its effect alone (ranking.py)
+    runs_a_command: bool = False  # judges with the user's command (--check, --keep-plans belong to it)
+    strict_versions: tuple[str, ...] = ()  # environment keys whose change can change its verdicts (check)
     typing: Typing | None = None  # tensorrt only
     progress: Callable[[str], None] | None = None  # where a backend that reports each evaluation says so
+
+    @classmethod
+    def for_worker(cls, options: Options, device: str) -> Options:
+        """The options a worker process (labelled ``device``) makes its own copy of this backend with: what it
+        needs apart from the other workers (TensorRT: its own timing cache file). By default the same."""
+        return options
 
     @property
     def journal_name(self) -> str:
@@ -51,15 +94,6 @@ class Backend:
     def describe(self) -> dict:
         """More to say in the override JSON's "backend" (the command, the typing), beyond name and versions."""
         return {"typing": self.typing} if self.typing else {}
-
-    def run(self, plan: frozenset, inputs: dict, repeat: int = 0) -> dict:
-        """One sample's outputs (output name -> array) with ``plan`` in FP32."""
-        raise NotImplementedError(f"the {self.name} backend runs whole plans: call run_plan")
-
-    def run_plan(self, plan: frozenset, inputs_per_sample: list, repeat: int = 0, **kwargs):
-        """Every given sample's outputs, or a ``Verdict`` (``whole_plans`` backends only); ``inputs_per_sample``
-        is a sequence that may read each sample when it is asked for."""
-        raise NotImplementedError(f"the {self.name} backend runs one sample at a time: call run")
 
     def noise(self, inputs: dict, plan: frozenset = frozenset()) -> tuple | None:
         """Two fresh builds' outputs of ``plan`` (backends whose builds vary), or None: no build noise."""

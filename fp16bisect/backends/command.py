@@ -105,7 +105,11 @@ class CommandBackend(Backend):
 
     name = "command"
     deterministic = True  # the judge is assumed to repeat itself; --repeats N when its builds vary
-    whole_plans = True  # one command judges several samples of a plan at once
+    evaluation_word, evaluated_thing = "evaluated", "plan"  # no engine of ours: the command evaluates the plan
+    uses_device = True  # {device}: the GPU id of the slot a command runs in
+    evaluates_in_threads = True  # N concurrent commands: threads here, waiting on them (one backend, thread-safe)
+    runs_a_command = True
+    strict_versions = ("command",)  # another command is another judge
 
     def __init__(self, graph: Graph, command: str, *, plans_dir: str | Path = "fp16bisect.plans",
                  keep_plans: bool = False, progress: Callable[[str], None] | None = None,

@@ -24,6 +24,7 @@ import shlex
 from os import PathLike
 from dataclasses import dataclass, field
 
+from fp16bisect.backends import declared
 from fp16bisect.tolerance import Tolerance
 
 # (key, label, a version: "label a -> b", else "label: a -> b"), in the order changes are said
@@ -115,7 +116,7 @@ def changes(recorded: dict, here: dict) -> list[Change]:
         found.append(trt)
     for key, label, version in FIELDS:
         if key in recorded and key in here and str(recorded[key]) != str(here[key]):
-            strict = (key == "onnxruntime" and verified_on == "emulate") or key == "command"
+            strict = key in declared(verified_on).strict_versions
             found.append(Change(label, str(recorded[key]), str(here[key]), strict, version))
     printed = [side.get("fingerprint") or {} for side in (recorded, here)]
     for key in dict.fromkeys([*printed[0], *printed[1]]):
@@ -150,8 +151,10 @@ def again_line(drift: Drift, model: str, inputs: list, references: list | None, 
     samples = [x for path in inputs if isinstance(path, (str, PathLike)) for x in ("--inputs", str(path))]
     samples += [x for path in references or () if isinstance(path, (str, PathLike)) for x in ("--reference", str(path))]
     judge = ["--backend", backend]
-    command = recorded.get("command") or drift.here.get("command")
-    if backend == "command" and command:
+    # the command it was judged with (here's, when here is the same backend and the file does not say)
+    same = backend == drift.here.get("backend")
+    command = recorded.get("command") or (drift.here.get("command") if same else None)
+    if command:
         judge += ["--check", str(command)]
     t = tolerance.to_json()
     flags = ["--atol", repr(t["atol"]), "--rtol", repr(t["rtol"])]

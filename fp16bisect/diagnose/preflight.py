@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from fp16bisect import __version__
+from fp16bisect.backends import declared
 from fp16bisect.diagnose.drift import Drift, again_line, compare
 from fp16bisect.errors import UsageError, shown
 from fp16bisect.model.graph import Graph
@@ -201,7 +202,8 @@ def verdict(o: CheckOutcome, command_hint: str) -> str:
     use = o.overrides
     with_what = f" with {len(use.nodes)} override node(s) in FP32" if use else f" in all-{o.graph.precision.label}"
     if o.evaluation.error:
-        what = "the plan could not be evaluated" if o.backend == "command" else "the engine could not be built"
+        judge = declared(o.backend)
+        what = f"the {judge.evaluated_thing} could not be {judge.evaluation_word}"
         return f"FAIL: {what}{with_what}: {o.evaluation.error}"
     if not o.evaluation.metrics:  # a command's exit code judged: no numbers to show
         verdict = "PASS" if o.passed else "FAIL"

@@ -23,10 +23,10 @@ With an ``executor`` (fp16bisect.parallel: worker processes or Ray tasks), ``eva
 yet known concurrently; each evaluation is memoised and journaled as it completes, in completion order, so an
 interrupted parallel search resumes like a serial one.
 
-Two kinds of backend. Most run one sample at a time: ``run(plan, inputs, repeat=)``
-returns that sample's outputs. A backend that judges a whole plan at once (the
-``command`` backend runs one command for several samples) has ``run_plan(plan,
-inputs_per_sample, repeat=)`` instead, and returns either every given sample's
+Two kinds of backend, told apart by what they are (``backends.base``'s Protocols), never by name. A
+``SampleRunner`` runs one sample at a time: ``run(plan, inputs, repeat=)`` returns that sample's outputs. A
+``PlanJudge`` judges a whole plan at once (the ``command`` backend runs one command for several samples):
+``run_plan(plan, inputs_per_sample, repeat=)`` returns either every given sample's
 outputs (compared here, like any others) or a bare ``Verdict`` (the command's
 exit code): then the evaluation says so (``verdict_from = "exit_code"``) and
 carries no metrics. Outputs such a backend hands over that do not fit the
@@ -54,7 +54,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal, cast
 
-from fp16bisect.backends.base import Verdict
+from fp16bisect.backends.base import Backend, PlanJudge, SampleRunner, Verdict
 from fp16bisect.errors import CouldNotEvaluate, ReasonKind, UsageError
 from fp16bisect.evaluation.whole_plans import judge_stage, stages
 from fp16bisect.tolerance import OutputMetrics, Tolerance, compare, worst_per_output
@@ -253,8 +253,9 @@ class Oracle:
             if self.executor is not None:
                 evaluation, = self.executor.evaluate([plan], recheck * self.repeats, self.repeats, self._order())
             else:
-                evaluation = evaluate_plan(self.backend, self._order().over(self.samples), self.tolerance,
-                                           self.outputs, plan, recheck * self.repeats, self.repeats)
+                first = recheck * self.repeats
+                evaluation = evaluate_plan(self.backend, Judging(self.samples, self.tolerance, self.outputs,
+                                                                 self._order()), plan, range(first, first + self.repeats))
         except BaseException:  # Ctrl-C or an error, unwinding: not a crash, a resumed search runs it again
             self._abandon([plan], recheck)
             raise
@@ -318,95 +319,100 @@ class SampleOrder:
     indices: tuple = ()  # () : every sample, in the given order
     stop_early: bool = True
 
-    def over(self, samples) -> Ordered:
-        """The samples, to be run in this order (what ``evaluate_plan`` takes)."""
-        return Ordered(samples, self)
-
 
 @dataclass(frozen=True)
-class Ordered:
-    """Samples with the order to run them in (``SampleOrder.over``)."""
+class Judging:
+    """What a plan's evaluation is judged on: the samples (inputs and FP32 references), the tolerance, the
+    outputs compared, and the order the samples run in (the same for every plan of a search, but the order)."""
 
     samples: list
-    order: SampleOrder
+    tolerance: Tolerance
+    outputs: list
+    order: SampleOrder = SampleOrder()
+
+    @property
+    def indices(self) -> list[int]:
+        return list(self.order.indices) or list(range(len(self.samples)))
 
 
-def evaluate_plan(backend, samples, tolerance: Tolerance, outputs: list[str], plan: frozenset, first_repeat: int = 0,
-                  repeats: int = 1, placeholders: dict | None = None) -> Evaluation:
-    """Run a plan on the samples, ``repeats`` times (repeat indices from ``first_repeat``), against the
-    tolerance, in their order when ``samples`` is ``SampleOrder.over(samples)`` (default: every sample in turn,
-    stopping at the first that fails). A build failure
+def evaluate_plan(backend: Backend, judging: Judging, plan: frozenset, repeats: range = range(1),
+                  placeholders: dict | None = None) -> Evaluation:
+    """Run a plan on ``judging``'s samples once per repeat index in ``repeats``, against its tolerance, in its
+    order (by default every sample in turn, stopping at the first that fails). A plan the backend cannot evaluate
     is a failing evaluation with the backend's message. Runs wherever the backend lives: in this process, in a
-    thread or in a worker of fp16bisect.parallel. ``placeholders``: for a backend that judges whole plans (the
-    command backend), more values for its command, e.g. ``{"device": "1"}``."""
+    thread or in a worker of fp16bisect.parallel. A ``PlanJudge`` (the command backend) is given the samples in
+    stages (``whole_plans.stages``); ``placeholders``: more values for what it runs, e.g. ``{"device": "1"}``."""
     start = time.perf_counter()
-    order = samples.order if isinstance(samples, Ordered) else SampleOrder()
-    samples = samples.samples if isinstance(samples, Ordered) else samples
-    indices = list(order.indices) or list(range(len(samples)))
-    metrics = []
+    judge = _Judge(backend, judging)
+    metrics: list[OutputMetrics] = []
     verdicts = []
-    bare = []  # the repeats' bare verdicts (exit codes)
-    ran: dict[int, None] = {}
-    compare_stage = lambda outputs_of, stage: _compare(  # noqa: E731
-        backend, samples, tolerance, outputs, outputs_of, stage, order.stop_early, ran)
-    for repeat in range(first_repeat, first_repeat + repeats):
+    bare: list[Verdict] = []  # the repeats' bare verdicts (exit codes)
+    for repeat in repeats:
         try:
-            if backend.whole_plans:
-                run_metrics, said = _judge_whole(backend, samples, plan, repeat, placeholders,
-                                                 stages(indices, order.stop_early), compare_stage, ran)
-                bare += said
-            else:
-                run_metrics, said = _compare(backend, samples, tolerance, outputs,
-                                             lambda i: backend.run(plan, samples[i].inputs, repeat=repeat),
-                                             indices, order.stop_early, ran), []
+            run_metrics, said = judge.repeat(plan, repeat, placeholders)
         except CouldNotEvaluate as exc:
             return Evaluation(plan, False, tuple(metrics), time.perf_counter() - start, reason=Reason.of(exc),
-                              samples=tuple(ran))
+                              samples=tuple(judge.ran))
+        bare += said
         verdicts.append(all(v.passed for v in said) and all(m.passed for m in run_metrics))
         metrics += run_metrics  # every repeat runs (repeats that disagree are reported flaky), each stopping early
     return Evaluation(plan, all(verdicts), tuple(metrics), time.perf_counter() - start,
                       flaky=len(set(verdicts)) > 1, verdict_from=EXIT_CODE if bare else OUTPUTS,
-                      detail="; ".join(dict.fromkeys(v.detail for v in bare if v.detail)), samples=tuple(ran))
+                      detail="; ".join(dict.fromkeys(v.detail for v in bare if v.detail)), samples=tuple(judge.ran))
 
 
-def _judge_whole(backend, samples, plan: frozenset, repeat: int, placeholders: dict | None, staged: list,
-                 compare_stage, ran: dict):
-    """A plan on a backend that judges whole plans, in stages (``whole_plans.stages``: the first sample alone, then
-    the rest), until a stage fails: its metrics (``compare_stage(outputs_of, stage)``) and the bare verdicts (exit
-    codes) it got; ``ran`` notes the samples run."""
-    metrics, said = [], []
-    for stage in staged:
-        judged = judge_stage(backend, samples, plan, stage, repeat, placeholders)
-        if isinstance(judged, Verdict):
-            ran.update(dict.fromkeys(stage))
-            said.append(judged)
-            passed = judged.passed
-        else:
-            found = compare_stage(judged, stage)
-            metrics += found
-            passed = all(m.passed for m in found)
-        if not passed:
-            break
-    return metrics, said
+class _Judge:
+    """One plan's evaluation under way: a repeat's metrics and bare verdicts, and the samples run (``ran``)."""
 
+    def __init__(self, backend: Backend, judging: Judging):
+        self.backend, self.judging = backend, judging
+        self.plan_judge = backend if isinstance(backend, PlanJudge) else None  # judges whole plans: asked first
+        self.runner = backend if isinstance(backend, SampleRunner) else None
+        if self.plan_judge is None and self.runner is None:
+            raise TypeError(f"the {backend.name} backend neither runs a sample (run) nor judges a plan (run_plan)")
+        self.ran: dict[int, None] = {}
 
-def _compare(backend, samples, tolerance: Tolerance, outputs: list[str], outputs_of, indices: list[int],
-             stop_early: bool, ran: dict) -> list[OutputMetrics]:
-    """The metrics of the samples ``indices``, in that order (``ran`` notes each), until one fails when
-    ``stop_early``."""
-    found = []
-    for i in indices:
-        sample, got = samples[i], outputs_of(i)
-        ran[i] = None
-        for name in outputs:
-            try:
-                found.append(compare(got[name], sample.reference[name], tolerance, name, i))
-            except ValueError as exc:
-                if backend.whole_plans:  # outputs made outside fp16bisect that do not fit: the plan's problem
-                    raise CouldNotEvaluate(f"the {backend.name} backend's outputs for sample {i} do not fit "
-                                      f"the reference: {exc}", kind="outputs") from None
-                raise UsageError(f"{exc} on {sample.source!r}: pass a reference made for these inputs") \
-                    from None
-        if stop_early and not all(m.passed for m in found):
-            break
-    return found
+    def repeat(self, plan: frozenset, repeat: int, placeholders: dict | None) -> tuple[list, list[Verdict]]:
+        if self.plan_judge is not None:
+            return self._whole(self.plan_judge, plan, repeat, placeholders)
+        samples, runner = self.judging.samples, self.runner
+        assert runner is not None
+        return self._compare(lambda i: runner.run(plan, samples[i].inputs, repeat=repeat), self.judging.indices), []
+
+    def _whole(self, judge: PlanJudge, plan: frozenset, repeat: int, placeholders: dict | None) -> tuple[list, list]:
+        """A plan judged whole, in stages (``whole_plans.stages``: the first sample alone, then the rest), until a
+        stage fails: its metrics and the bare verdicts (exit codes) it got."""
+        metrics: list[OutputMetrics] = []
+        said: list[Verdict] = []
+        for stage in stages(self.judging.indices, self.judging.order.stop_early):
+            judged = judge_stage(judge, self.judging.samples, plan, stage, repeat, placeholders)
+            if isinstance(judged, Verdict):
+                self.ran.update(dict.fromkeys(stage))
+                said.append(judged)
+                passed = judged.passed
+            else:
+                found = self._compare(judged, stage)
+                metrics += found
+                passed = all(m.passed for m in found)
+            if not passed:
+                break
+        return metrics, said
+
+    def _compare(self, outputs_of, indices: list[int]) -> list[OutputMetrics]:
+        """The metrics of the samples ``indices``, in that order, until one fails when the order stops early."""
+        samples, tolerance, found = self.judging.samples, self.judging.tolerance, []
+        for i in indices:
+            sample, got = samples[i], outputs_of(i)
+            self.ran[i] = None
+            for name in self.judging.outputs:
+                try:
+                    found.append(compare(got[name], sample.reference[name], tolerance, name, i))
+                except ValueError as exc:
+                    if self.plan_judge is not None:  # outputs made outside fp16bisect that do not fit: the plan's problem
+                        raise CouldNotEvaluate(f"the {self.backend.name} backend's outputs for sample {i} do not "
+                                               f"fit the reference: {exc}", kind="outputs") from None
+                    raise UsageError(f"{exc} on {sample.source!r}: pass a reference made for these inputs") \
+                        from None
+            if self.judging.order.stop_early and not all(m.passed for m in found):
+                break
+        return found

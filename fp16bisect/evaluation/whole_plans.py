@@ -1,6 +1,6 @@
 """How a backend that judges whole plans (the command backend) runs a plan's samples: in stages, lazily.
 
-Such a backend takes several samples in one call (``run_plan``: one command, one engine build, for all of
+Such a backend (a ``backends.PlanJudge``) takes several samples in one call (``run_plan``: one command, one engine build, for all of
 them). A plan that fails is known at its first failing sample, so with ``stop_early`` the plan is judged first
 on the first sample of the oracle's order alone (the most stressing one, or the one that failed the last plan),
 and on the rest only if it passes there: a failing plan usually costs one call on one sample, a passing plan two

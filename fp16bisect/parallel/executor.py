@@ -5,7 +5,8 @@ Oracle hands those not yet known to a ``PlanExecutor``, which runs them on a
 pool and yields each ``Evaluation`` as it completes (the Oracle journals it
 then). A worker holds its own backend, built once from the model bytes and
 samples it received once: an ONNX Runtime session per process for
-``emulate``, one GPU per worker for ``tensorrt``.
+``emulate``, one GPU per worker for ``tensorrt`` (``one_gpu_per_worker``); a backend that
+``evaluates_in_threads`` (``command``) is shared by threads of this process instead.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fp16bisect.backends.base import Backend, Options
 from fp16bisect.errors import UsageError
 from fp16bisect.parallel.processes import Died, LocalPool
+from fp16bisect.tolerance import Tolerance
 
 if TYPE_CHECKING:  # workers import the backends when they make one, not with this module
     from fp16bisect.backends.base import Backend, Options
@@ -43,7 +46,7 @@ class Parallel:
 class Job:
     """What every worker needs, sent once: the model, the samples (with references), how to judge."""
 
-    backend: str
+    backend: str  # its name: what a worker makes its own copy of the backend from (with ``options``)
     model: bytes
     path: str
     sha256: str
@@ -55,21 +58,16 @@ class Job:
 
 
 def setup_backend(job: Job, device: str):
-    """In a worker: the backend, built once."""
+    """In a worker: the backend, built once, with what this worker needs of its own (``Backend.for_worker``)."""
     import onnx
 
     from fp16bisect.backends import make_backend
     from fp16bisect.model.graph import Graph
-
     from fp16bisect.model.precision import precision_of
 
     graph = Graph(onnx.load_model_from_string(job.model), Path(job.path) if job.path else None, job.sha256,
                   workdir=job.workdir or None, precision=precision_of(job.options.precision))
-    options = job.options
-    if job.backend == "tensorrt":  # one cache file per worker: no write races
-        options = replace(options, tensorrt=replace(options.tensorrt,
-                                                    timing_cache=f"{options.tensorrt.timing_cache_file}.{device}"))
-    return WorkerState(make_backend(job.backend, graph, options), job, device)
+    return WorkerState(make_backend(job.backend, graph, job.options, device=device), job, device)
 
 
 def setup_in_process(shared, device: str):
@@ -95,13 +93,13 @@ class WorkerState:
 
 def evaluate_task(state: WorkerState, arg):
     """In a worker: one plan's evaluation (every sample, every repeat)."""
-    from fp16bisect.evaluation.oracle import evaluate_plan
+    from fp16bisect.evaluation.oracle import Judging, SampleOrder, evaluate_plan
 
     plan, first_repeat, repeats, *order = arg  # order: which samples, in what order (evaluation.oracle)
     job = state.job
-    samples = order[0].over(job.samples) if order and order[0] is not None else job.samples
-    return evaluate_plan(state.backend, samples, job.tolerance, job.outputs, frozenset(plan), first_repeat,
-                         repeats, placeholders={"device": state.device})
+    judging = Judging(job.samples, job.tolerance, job.outputs, order[0] if order and order[0] else SampleOrder())
+    return evaluate_plan(state.backend, judging, frozenset(plan), range(first_repeat, first_repeat + repeats),
+                         placeholders={"device": state.device})
 
 
 class PlanExecutor:
@@ -131,17 +129,17 @@ def _died(plan, reason: str, seconds: float):
     return Evaluation(frozenset(plan), False, (), seconds, reason=Reason("died", reason))
 
 
-def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, outputs, options, here=None):
-    """A ``PlanExecutor`` for ``backend`` (a resolved name: emulate, tensorrt, command), or None when serial.
-    ``here``: this process's backend (the command backend's threads share it)."""
-    uses_devices = backend in ("tensorrt", "command") and parallel.devices  # emulate has no use for --devices
+def make_executor(parallel: Parallel, backend: Backend, graph, samples, tolerance, outputs, options: Options):
+    """A ``PlanExecutor`` for ``backend`` (this process's, made with ``options``), or None when serial: what it
+    declares says how (threads sharing it, or workers that rebuild it from its name and options; one GPU each)."""
+    uses_devices = backend.uses_device and parallel.devices  # the emulator has no use for --devices
     if parallel.jobs <= 1 and parallel.ray is None and not uses_devices:
         return None
-    gpu = backend == "tensorrt"
-    if backend == "command" and parallel.ray is None:  # N concurrent commands: threads here, waiting on them
-        job = Job(backend, b"", str(graph.path or ""), graph.sha256, options, samples, tolerance, outputs)
-        _one_line_at_a_time(here)
-        pool = ThreadSlots(evaluate_task, setup_in_process, (here, job), jobs=parallel.jobs,
+    gpu = backend.one_gpu_per_worker
+    if backend.evaluates_in_threads and parallel.ray is None:  # it waits on other processes: threads here
+        job = Job(backend.name, b"", str(graph.path or ""), graph.sha256, options, samples, tolerance, outputs)
+        _one_line_at_a_time(backend)
+        pool = ThreadSlots(evaluate_task, setup_in_process, (backend, job), jobs=parallel.jobs,
                            devices=parallel.devices or None)
         return PlanExecutor(pool, f"{pool.width} concurrent command(s)")
     # callables (progress, notify) write to this process's console: they stay here
@@ -153,7 +151,8 @@ def make_executor(parallel: Parallel, backend: str, graph, samples, tolerance, o
     here_dir = str(graph.store.directory) if parallel.ray is None and graph.store is not None else ""
     if parallel.ray is not None:  # other machines cannot read this one's sample files: the arrays go
         samples = [s.held() if hasattr(s, "held") else s for s in samples]
-    job = Job(backend, model, str(graph.path or ""), graph.sha256, remote, samples, tolerance, outputs, here_dir)
+    job = Job(backend.name, model, str(graph.path or ""), graph.sha256, remote, samples, tolerance, outputs,
+              here_dir)
     if parallel.ray is not None:
         from fp16bisect.parallel.ray import RayPool
 

@@ -170,10 +170,9 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
     _print_coverage(overrides, console)
     failures = outcome.oracle.build_failures
     if failures:
-        what = "evaluated" if outcome.backend == "command" else "built"
         console.print(
-            f"[yellow]{len(failures)} plan(s) could not be {what}[/yellow] (not evidence either way); the first "
-            f"({len(failures[0].plan)} node(s) in FP32): {escape(failures[0].error)}",
+            f"[yellow]{len(failures)} plan(s) could not be {outcome.evaluation_word}[/yellow] (not evidence either "
+            f"way); the first ({len(failures[0].plan)} node(s) in FP32): {escape(failures[0].error)}",
             highlight=False, soft_wrap=True,
         )
     for node, reason in outcome.unverified():

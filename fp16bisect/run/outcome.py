@@ -44,6 +44,7 @@ class Outcome:
     shapes: dict = field(default_factory=dict)  # dynamic input dimensions: the range the samples covered (JSON "shapes")
     forced: list = field(default_factory=list)  # model.headroom.Forced: the nodes --headroom kept in FP32
     headroom: float | None = None  # the --headroom factor (None: not given)
+    evaluation_word: str = "built"  # what evaluating a plan is called on its backend (Backend.evaluation_word)
 
     @property
     def fp16(self) -> Evaluation | None:

@@ -19,7 +19,7 @@ from fp16bisect.strategy.alternatives import Alternatives
 from fp16bisect.run.coverage import prepare_samples, searched, with_forced
 from fp16bisect.run.override_json import overrides_json
 from fp16bisect.run.paths import journal_path
-from fp16bisect.backends import Options, make_backend
+from fp16bisect.backends import Options, PlanJudge, make_backend
 from fp16bisect.strategy.build_noise import build_noise
 from fp16bisect.errors import ToleranceUnreachable, UsageError
 from fp16bisect.evaluation.journal import Journal, journal_key, samples_digest
@@ -78,8 +78,7 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, options
         if parallel is not None and not parallel.serial:
             from fp16bisect.parallel import make_executor
 
-            executor = make_executor(parallel, chosen.name, graph, samples, tolerance, outputs, backend_options,
-                                     chosen)
+            executor = make_executor(parallel, chosen, graph, samples, tolerance, outputs, backend_options)
             if executor is not None:
                 listener.stage(f"evaluating up to {executor.width} plan(s) at once on {executor.where}")
     except BaseException:
@@ -164,7 +163,7 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
         forced = prepare_samples(graph, oracle, prof, options.headroom, listener)
         order = searched(prof, forced)  # the candidates the search orders: the forced nodes are not searched
         found = None
-        if prior_choice.wanted(options.prior, chosen.name):
+        if prior_choice.wanted(options.prior, chosen):
             found = _prior(graph, oracle, order, listener, options)
         # with a prior, the noise is measured on its set, the first plan the search evaluates (its build is kept)
         noise = build_noise(chosen, oracle.samples, options.tolerance, options.noise_ok, listener, oracle.journal,
@@ -173,7 +172,7 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
         info = _backend_info(chosen, oracle, noise)
         outcome = Outcome(graph, options.tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start,
                           prior=found, output=options.output, backend_info=info, forced=forced,
-                          environment=chosen.environment(),
+                          environment=chosen.environment(), evaluation_word=chosen.evaluation_word,
                           headroom=options.headroom,
                           shapes=shapes.coverage(graph, oracle.samples, options.backend_options.input_shapes))
         outcome.overrides = overrides_json(outcome)
@@ -189,10 +188,11 @@ def _prior(graph, oracle, prof, listener, options: SearchOptions) -> Prior | Non
     backend = prior_choice.emulator(graph, options.prior, listener)
     if backend is None:
         return None
-    output = options.output
-    path = (lambda header: journal_path(output, journal_key(header), prior=True)) if output else None
-    found = priors.run(graph, backend, oracle, prof, listener, path=path, restart=options.restart,
-                       retry_crashed=options.retry_crashed)
+    output, journaled = options.output, None
+    if output:
+        journaled = priors.PriorJournal(lambda header: journal_path(output, journal_key(header), prior=True),
+                                        options.restart, options.retry_crashed)
+    found = priors.run(graph, backend, oracle, prof, listener, journaled)
     if found is not None and journal is not None:
         journal.record_prior(found.to_json())
     return found
@@ -211,9 +211,8 @@ def _search(graph, chosen, oracle, listener, prof, prior):
     if prior is not None:
         listener.stage(f"on the {chosen.name} backend: evaluating the emulator's {len(prior.fp32)} node(s), then "
                        "certifying each (or continuing from them if they fail)")
-        result = search(ids, oracle, order=prior.order, start=prior.fp32, hooks=Hooks(alternatives=Alternatives(
-            graph, prior, oracle.samples, oracle.tolerance, oracle.outputs, listener, forced=oracle.forced,
-            stress=oracle.stress), recheck=recheck, on_step=step),
+        result = search(ids, oracle, order=prior.order, start=prior.fp32, hooks=Hooks(
+            alternatives=Alternatives(graph, prior, oracle, listener), recheck=recheck, on_step=step),
             **common)
         listener.stage(agreement(result, chosen.name))
     else:
@@ -236,8 +235,8 @@ def _refuse_fp32_fails(graph, chosen, oracle) -> None:
     """The all-FP32 plan failed: bad input (it could not be evaluated), or a tolerance even FP32 misses."""
     everything = oracle.memo[frozenset(n.id for n in graph.candidates)]
     if everything.reason is not None:
-        what = "evaluated" if chosen.name == "command" else "built"
-        raise UsageError(f"the all-FP32 plan could not be {what} on the {chosen.name} backend: {everything.error}")
+        raise UsageError(f"the all-FP32 plan could not be {chosen.evaluation_word} on the {chosen.name} backend: "
+                         f"{everything.error}")
     if not everything.metrics:  # judged by a command's exit code: no numbers, only what it said
         raise ToleranceUnreachable(
             f"the command judged even the all-FP32 plan failing ({everything.detail}): check the command "
@@ -258,7 +257,7 @@ def _refuse_fp32_fails(graph, chosen, oracle) -> None:
 def _backend_info(chosen, oracle, noise) -> dict:
     """The override JSON's "backend", beyond its name: versions, what it says of itself, build noise."""
     info = {"versions": chosen.versions(), **chosen.describe()}
-    if chosen.name == "command":  # how its verdicts came: from outputs compared here, or its exit code
+    if isinstance(chosen, PlanJudge):  # how its verdicts came: from outputs compared here, or bare (an exit code)
         judged = [e for e in oracle.history if not e.error]
         info["verdicts_from"] = {kind: sum(e.verdict_from == kind for e in judged) for kind in (OUTPUTS, EXIT_CODE)}
     if noise:

@@ -39,13 +39,13 @@ class Alternatives:
     ROUNDS = 3  # the one-member round, then two guesses: each costs an evaluation on the judge
     RETRIES = 3  # guesses the emulator cannot pass with (or answers as before) in a round, before giving up
 
-    def __init__(self, graph, prior: Prior, samples, tolerance, outputs, listener, *, forced=frozenset(),
-                 stress=()):
-        """``forced``: the nodes the judge keeps in FP32 in every plan (``--headroom``), never searched; ``stress``:
-        the judge's sample order. A resumed search's emulator gets both, as the fresh prior's had them."""
+    def __init__(self, graph, prior: Prior, judge: Oracle, listener):
+        """From the ``judge`` (the expensive backend's oracle): its samples, tolerance and outputs; the nodes it
+        keeps in FP32 in every plan (``--headroom``), never searched; its sample order. A resumed search's
+        emulator gets the last two, as the fresh prior's had them."""
         self.graph, self.prior, self.listener = graph, prior, listener
-        self.samples, self.tolerance, self.outputs = samples, tolerance, outputs
-        self.forced, self.stress = frozenset(forced), list(stress)
+        self.samples, self.tolerance, self.outputs = judge.samples, judge.tolerance, judge.outputs
+        self.forced, self.stress = frozenset(judge.forced), list(judge.stress)
         self.needed: set = set()  # members the emulator cannot do without: not suspected
         self.offered: set = {frozenset(prior.fp32)}
         self.rounds = 0

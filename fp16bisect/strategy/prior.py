@@ -59,15 +59,23 @@ class Prior:
                    str(data.get("journal", "")), replayed=True)
 
 
-def run(graph, backend, judge: Oracle, prof, listener, *, path: Callable[[dict], str] | None = None,
-        restart: bool = False, retry_crashed: bool = False) -> Prior | None:
+@dataclass(frozen=True)
+class PriorJournal:
+    """Where the prior journals: at ``path(header)`` (its header is the judge's, with the emulator); ``restart``
+    discards a journal found there, ``retry_crashed`` evaluates again the plans a process died evaluating."""
+
+    path: Callable[[dict], str]
+    restart: bool = False
+    retry_crashed: bool = False
+
+
+def run(graph, backend, judge: Oracle, prof, listener, journaled: PriorJournal | None = None) -> Prior | None:
     """The search on the emulator (``backend``), as a prior for the search ``judge`` evaluates for: the same
-    samples, tolerance and outputs; journaled (when ``path`` is given) under the judge's journal header, with
-    this backend, at ``path(header)``. None when even all-FP32 misses the tolerance there (the expensive backend may still
-    reach it: it searches alone then)."""
+    samples, tolerance and outputs; journaled as ``journaled`` says (None: not journaled). None when even all-FP32
+    misses the tolerance there (the expensive backend may still reach it: it searches alone then)."""
     start = time.perf_counter()
     samples, tolerance, outputs = judge.samples, judge.tolerance, judge.outputs
-    journal = _journal(judge, backend, listener, path, restart, retry_crashed)
+    journal = _journal(judge, backend, listener, journaled)
     oracle = Oracle(backend, samples, tolerance, outputs, journal=journal)
     oracle.prefer(judge.stress)  # the same samples, most stressing first; the same nodes forced (--headroom)
     oracle.forced = judge.forced
@@ -97,16 +105,17 @@ def run(graph, backend, judge: Oracle, prof, listener, *, path: Callable[[dict],
     return prior
 
 
-def _journal(judge: Oracle, backend, listener, path: Callable[[dict], str] | None, restart: bool,
-             retry_crashed: bool):
-    """The prior's own journal at ``path(header)`` (None: not journaled), replayed when it holds evaluations; its
-    header is the judge's (the same model, samples and tolerance), with the emulator and one run per plan."""
-    if not path:
+def _journal(judge: Oracle, backend, listener, journaled: PriorJournal | None):
+    """The prior's own journal at ``journaled.path(header)`` (None: not journaled), replayed when it holds
+    evaluations; its header is the judge's (the same model, samples and tolerance), with the emulator and one run
+    per plan."""
+    if journaled is None:
         return None
     header = dict(judge.journal.header) if judge.journal is not None else {}
     header.pop("schema", None)
     header = {**header, "backend": backend.name, "repeats": 1}
-    journal = Journal(path(header), header, restart=restart, retry_crashed=retry_crashed)
+    journal = Journal(journaled.path(header), header, restart=journaled.restart,
+                      retry_crashed=journaled.retry_crashed)
     if journal.entries:
         listener.stage(f"prior: {len(journal.entries)} emulator evaluation(s) replayed from {journal.path}")
     return journal

@@ -1,7 +1,7 @@
 """``--prior``: whether the prior runs (auto, emulate, none) and the emulate backend it runs on.
 
-``auto``, the default, runs the prior whenever the judging backend is not the emulator itself and the
-model runs on ONNX Runtime CPU; ``emulate`` insists (an error when it cannot run); ``none`` searches on
+``auto``, the default, runs the prior whenever the judging backend declares the emulator a useful start
+(``Backend.emulator_prior``: not the emulator itself) and the model runs on ONNX Runtime CPU; ``emulate`` insists (an error when it cannot run); ``none`` searches on
 the judge alone. What the prior is and does: ``prior.py``.
 """
 
@@ -15,16 +15,17 @@ PriorChoice = Literal["auto", "emulate", "none"]
 CHOICES: tuple[PriorChoice, ...] = get_args(PriorChoice)
 
 
-def wanted(choice: PriorChoice, backend_name: str) -> bool:
-    """``--prior``: auto (the default) means emulate whenever the judging backend is not the emulator itself."""
+def wanted(choice: PriorChoice, backend) -> bool:
+    """``--prior``: auto (the default) means emulate whenever the judging backend takes the emulator's search as
+    a start (``backend.emulator_prior``: not the emulator itself); asked for one that does not, a usage error."""
     if choice not in CHOICES:
         raise UsageError(f"unknown --prior {choice!r}: use one of {', '.join(CHOICES)}")
     if choice == "none":
         return False
-    if backend_name == "emulate":
-        if choice == "emulate":
-            raise UsageError("--prior emulate is for another backend: on --backend emulate the search already "
-                             "runs on the emulator; drop --prior")
+    if not backend.emulator_prior:
+        if choice != "auto":
+            raise UsageError(f"--prior {choice} is for another backend: on --backend {backend.name} the search "
+                             "already runs on the emulator; drop --prior")
         return False
     return True
 
@@ -37,7 +38,7 @@ def emulator(graph, choice: PriorChoice, listener):
     try:
         return EmulateBackend(graph)
     except (UsageError, RuntimeError) as exc:
-        if choice == "emulate":
-            raise UsageError(f"--prior emulate: {exc}") from None
+        if choice != "auto":  # asked for explicitly
+            raise UsageError(f"--prior {choice}: {exc}") from None
         listener.stage(f"no prior: the model does not run on the emulator ({exc}); searching on the backend alone")
         return None

@@ -50,12 +50,12 @@ def prior_order(found: list, prof, measured: dict[str, float]) -> list:
 
 
 def reorder_by_effect(graph, backend, oracle, prof, listener):
-    """On the emulate backend: a function ranking every candidate by the output error each causes alone in FP16,
+    """On a backend that ``ranks_by_effect`` (the emulator): a function ranking every candidate by the output error each causes alone in FP16,
     which the search calls only when no suspect prefix explains the failure (accumulated rounding). None on other
     backends (there the prior brings the ranking)."""
     from fp16bisect.backends.emulate import EmulateBackend
 
-    if backend.name != "emulate":
+    if not backend.ranks_by_effect:
         return None
 
     def ranked() -> list:

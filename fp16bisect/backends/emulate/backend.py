@@ -19,6 +19,9 @@ class EmulateBackend(Backend):
     """Runs plans on one ONNX Runtime session; a plan is a set of candidate ids kept in FP32."""
 
     name = "emulate"
+    emulator_prior = False  # it is the emulator: the search already runs on it
+    ranks_by_effect = True  # a plan is one run of one session: ranking every candidate costs no build
+    strict_versions = ("onnxruntime",)  # its arithmetic is ONNX Runtime's
 
     def __init__(self, graph: Graph, extra_outputs=(), progress=None):
         """``extra_outputs``: inner tensors to return too (the layer-wise comparison reads every candidate's).

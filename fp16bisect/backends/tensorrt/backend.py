@@ -25,6 +25,7 @@ import os
 import hashlib
 import warnings
 from collections import OrderedDict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -114,6 +115,16 @@ class TensorRTBackend(Backend):
     """Builds and runs one engine per plan. Use ``close()`` (or ``with``) to free the live engine."""
 
     name = "tensorrt"
+    uses_device = True
+    one_gpu_per_worker = True  # a worker builds and runs on its GPU only
+    max_engines = 4  # serialized engines kept in memory, by plan (the oldest go first)
+    max_results = 256  # outputs kept in memory, by plan and inputs
+
+    @classmethod
+    def for_worker(cls, options, device: str):
+        """One timing cache file per worker (``<cache>.<device>``): no write races."""
+        own = options.tensorrt
+        return replace(options, tensorrt=replace(own, timing_cache=f"{own.timing_cache_file}.{device}"))
 
     def __init__(
         self,
@@ -122,8 +133,6 @@ class TensorRTBackend(Backend):
         timing_cache: Path,
         opt_level: int | None = None,
         input_shapes: dict | None = None,
-        max_engines: int = 4,
-        max_results: int = 256,
         typing: str = "strong",
         notify=None,
     ):
@@ -148,8 +157,6 @@ class TensorRTBackend(Backend):
         self.timing_cache_path = Path(timing_cache)
         self.opt_level = opt_level
         self.input_shapes = input_shapes or {}  # input -> (min, opt, max), for dynamic dimensions
-        self.max_engines = max_engines
-        self.max_results = max_results
         self.builder = trt_engine.EngineBuilder(self.tensorrt)
         self.engines: OrderedDict[str, bytes] = OrderedDict()  # plan key -> serialized engine
         self.results: OrderedDict[tuple, dict] = OrderedDict()  # (plan key, inputs key) -> outputs

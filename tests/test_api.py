@@ -125,7 +125,12 @@ def test_bad_samples_raise_the_command_lines_one_line_usage_error(tmp_path, caps
     (lambda: fp16bisect.search(LN, 3), "samples is a int: pass an .npz path"),
     (lambda: fp16bisect.search(LN, []), "no samples given"),
     (lambda: fp16bisect.search(LN, {"y": np.zeros(3)}), "has no array for model input(s) 'x'"),
-    (lambda: fp16bisect.search(LN, LN_IN, atol=-1), "atol=-1: give a finite number >= 0"),
+    (lambda: fp16bisect.search(LN, LN_IN, atol=-1), "atol -1: give a finite number >= 0"),
+    (lambda: fp16bisect.search(LN, LN_IN, atol=float("inf")), "atol inf: give a finite number >= 0"),
+    (lambda: fp16bisect.check(LN, LN_IN, rtol=float("nan")), "rtol nan: give a finite number >= 0"),
+    (lambda: fp16bisect.check(LN, LN_IN, min_cosine=2), "min_cosine 2: give a cosine similarity from -1 to 1"),
+    (lambda: fp16bisect.search(LN, LN_IN, keep_plans=True), "keep_plans keeps the plan files of backend='command'"),
+    (lambda: fp16bisect.search(LN, LN_IN, opt_level=9), "opt_level=9: give a TensorRT builder optimisation level"),
     (lambda: fp16bisect.search(LN, LN_IN, backend="command"), "backend='command' needs the command"),
     (lambda: fp16bisect.search(LN, LN_IN, backend="gpu"), "unknown backend 'gpu'"),
     (lambda: fp16bisect.search(LN_IN, LN_IN), "transformer_block.npz"),
@@ -196,3 +201,24 @@ def test_the_docstring_examples_run(tmp_path, monkeypatch):
     for module in (functions, results):
         failed, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS, verbose=False)
         assert tried >= 4 and failed == 0, module.__name__
+
+
+def test_the_command_backend_without_output_runs_its_plans_beside_the_working_directory(tmp_path, monkeypatch):
+    # was a bare TypeError (the plan files' directory was None without output=); a judge that passes every plan
+    monkeypatch.chdir(tmp_path)
+    judge = f"{sys.executable} -c 'import sys; sys.exit(0)' {{model}}"
+    result = fp16bisect.search(LN, LN_IN, backend="command", check=judge, prior="none")
+    assert result.fp32_nodes == [] and result.backend == "command"
+    assert not (tmp_path / "fp16bisect.plans").exists()  # removed: no keep_plans
+
+
+def test_check_judges_with_the_override_files_tolerance_unless_given(tmp_path):
+    found = fp16bisect.search(LN, LN_IN, atol=10, output=tmp_path / "o.json")
+    assert found.fp32_nodes == []  # at atol 10 all-FP16 passes
+    gate = fp16bisect.check(LN, LN_IN, overrides=tmp_path / "o.json")
+    assert gate.passed and gate.tolerance.atol == 10 and gate.tolerance_from == f"from {tmp_path / 'o.json'}"
+    assert gate.to_dict()["tolerance_from"] == gate.tolerance_from
+    tighter = fp16bisect.check(LN, LN_IN, overrides=tmp_path / "o.json", atol=0.01)
+    assert not tighter.passed and tighter.tolerance.atol == 0.01
+    assert tighter.tolerance_from == f"from {tmp_path / 'o.json'}; atol given"
+    assert fp16bisect.check(LN, LN_IN).tolerance_from == "defaults"

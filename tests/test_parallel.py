@@ -267,7 +267,7 @@ def test_a_local_ray_cluster_finds_the_same_sets(known, ray_cluster, tmp_path):
     assert on_ray.result.fp32 == serial.result.fp32 and on_ray.result.minimal
     assert on_ray.result.rounds < on_ray.result.evaluations  # plans went out together
 
-    from fp16bisect.cli.batch import read_manifest, run_batch
+    from fp16bisect.api.batch import read_manifest, run_batch
 
     manifest = tmp_path / "m.json"
     manifest.write_text(json.dumps({"defaults": {"backend": "emulate", "action": "search"}, "entries": [

@@ -97,8 +97,32 @@ def test_another_models_override_file_is_refused_by_check_compare_and_apply(sear
 def test_check_exit_codes_for_bad_input_and_unreachable_tolerance(tmp_path, capsys):
     code, _, err = run(capsys, "check", LN, "--inputs", LN_IN, "--overrides", tmp_path / "none.json")
     assert code == 2 and "not found" in one_line_error(err)
-    code, out, _ = run(capsys, "check", LN, "--inputs", LN_IN, "--atol", "0", "--rtol", "0", "-q")
-    assert code == 3 and "FP32 misses the tolerance too" in out
+
+
+def test_a_zero_tolerance_behaves_the_same_in_search_and_check(tmp_path, capsys):
+    # both judge against the FP32 profile's references: FP32 meets atol 0 in both (the check exited 3, the
+    # search 0 with every node in FP32)
+    zero = ["--atol", "0", "--rtol", "0", "-q"]
+    code, _, _ = run(capsys, "search", LN, "--inputs", LN_IN, "-o", tmp_path / "o.json", *zero)
+    assert code == 0
+    code, out, _ = run(capsys, "check", LN, "--inputs", LN_IN, *zero)
+    assert code == 1 and "FAIL in all-FP16" in out
+    code, out, _ = run(capsys, "check", LN, "--inputs", LN_IN, "--overrides", tmp_path / "o.json", *zero)
+    assert code == 0 and "PASS" in out
+
+
+def test_a_tolerance_fp32_misses_is_exit_3_with_the_same_line_in_search_and_check(tmp_path, capsys):
+    import onnxruntime as ort
+
+    x = dict(np.load(LN_IN))
+    y, = ort.InferenceSession(str(LN)).run(None, x)
+    np.savez(tmp_path / "off.npz", y=y + 0.5)  # references FP32 itself misses by 0.5
+    off = ["--reference", tmp_path / "off.npz", "-q"]
+    code, _, err = run(capsys, "search", LN, "--inputs", LN_IN, "-o", tmp_path / "o.json", *off)
+    line = one_line_error(err).removeprefix("fp16bisect: error: ")
+    assert code == 3 and line.startswith("the tolerance is unreachable even in FP32 on the emulate backend")
+    code, out, _ = run(capsys, "check", LN, "--inputs", LN_IN, *off)
+    assert code == 3 and out.splitlines()[-1] == f"FAIL: {line}"
 
 
 # ------------------------------------------------------------------------------------------------ scan

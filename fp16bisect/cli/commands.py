@@ -89,21 +89,22 @@ def search_hint(args) -> str:
 def cmd_check(args) -> int:
     from fp16bisect.api import run_check
     from fp16bisect.artifacts.files import write_json
-    from fp16bisect.run.options import SearchOptions
+    from fp16bisect.run.options import CheckOptions
     from fp16bisect.run.paths import plans_dir
     from fp16bisect.report.console import ConsoleListener, print_check
 
-    tolerance = ToleranceArgs.parse(args)
+    given = ToleranceArgs.given(args)  # the rest: the override file's, else the defaults
     parallel = ParallelArgs.parse(args)
     OutputArgs.check(args)
     listener = ConsoleListener(quiet=args.quiet)
     # the command backend's plan files: beside --json, else ./fp16bisect.plans/ (removed unless --keep-plans)
-    plans = plans_dir(args.json) if args.json else "fp16bisect.plans"
-    options = SearchOptions(tolerance, args.backend, BackendArgs.parse(args, plans), parallel=parallel,
-                            headroom=args.headroom, precision=PrecisionArgs.parse(args))
+    plans = plans_dir(args.json) if args.json else None
+    options = CheckOptions(given, args.backend, BackendArgs.parse(args, plans), parallel=parallel,
+                           headroom=args.headroom, precision=args.precision and PrecisionArgs.parse(args),
+                           strict_environment=args.strict_environment)
     try:
         result = run_check(args.model, args.inputs, options, overrides=args.overrides, reference=args.reference,
-                           progress=listener, hint=search_hint(args), strict_environment=args.strict_environment)
+                           progress=listener, hint=search_hint(args))
     finally:
         listener.close()
     print_check(result.outcome, result.verdict)
@@ -120,23 +121,19 @@ def cmd_check(args) -> int:
 
 
 def cmd_batch(args) -> int:
-    from fp16bisect.cli.batch import read_manifest, run_batch, write_results
+    from fp16bisect.api.batch import batch
     from fp16bisect.report.console import print_batch
 
-    entries = read_manifest(args.manifest)
     OutputArgs.check(args)
-    if args.ray is not None:
-        from fp16bisect.parallel.ray import load_ray
-
-        load_ray()
-    said = (lambda r: None) if args.quiet else lambda r: print(  # noqa: E731
-        f"fp16bisect: {r['name']} (entry {r['number']}): {r['verdict']} in {r['seconds'] or 0:.1f} s",
-        file=sys.stderr, flush=True)
-    results = run_batch(entries, jobs=args.jobs, ray=args.ray, on_result=said)
-    print_batch(results)
+    result = batch(args.manifest, jobs=args.jobs, ray=args.ray, progress=None if args.quiet else _stderr)
+    print_batch(result.entries)
     if args.json:
-        write_results(args.json, args.manifest, results)
-    return DONE if all(r["passed"] for r in results) else CHECK_FAILED
+        result.write(args.json)
+    return DONE if result.passed else CHECK_FAILED
+
+
+def _stderr(line: str) -> None:
+    print(f"fp16bisect: {line}", file=sys.stderr, flush=True)
 
 
 def cmd_scan(args) -> int:

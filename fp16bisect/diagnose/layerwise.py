@@ -33,7 +33,7 @@ from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.samples import add_fp32_references, load_samples
 from fp16bisect.artifacts.files import write_atomic
 from fp16bisect.diagnose.preflight import use_overrides
-from fp16bisect.tolerance import OutputMetrics, Tolerance, compare
+from fp16bisect.tolerance import METRICS_ONLY, OutputMetrics, Tolerance, compare
 
 
 FP16_MIN_NORMAL = 2.0**-14
@@ -112,7 +112,7 @@ class LayerwiseRunner:
     def run(self, plan=frozenset(), thresholds: Thresholds = Thresholds()) -> Layerwise:
         plan = frozenset(plan)
         got = [self.backend.run(plan, s.inputs) for s in self.samples]
-        loose = Tolerance(atol=float("inf"), rtol=0.0)  # the metrics only; the thresholds judge
+        loose = METRICS_ONLY  # the metrics only; the thresholds judge
         result = Layerwise(plan, thresholds)
         for node in self.graph.candidates:
             worst = None

@@ -16,7 +16,7 @@ from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.parallel import Parallel
 from fp16bisect.run.paths import plans_dir, timing_cache_path
 from fp16bisect.strategy.prior_choice import PriorChoice
-from fp16bisect.tolerance import Tolerance
+from fp16bisect.tolerance import GivenTolerance, Tolerance
 
 
 BACKENDS: tuple[str, ...] = ("auto", *get_args(BackendName))  # what --backend takes
@@ -58,3 +58,45 @@ class SearchOptions:
         if command.plans_dir == CommandOptions.plans_dir:
             command = replace(command, plans_dir=plans_dir(self.output))
         return replace(self, backend_options=replace(chosen, tensorrt=trt, command=command))
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """How a check runs: the tolerance, precision and headroom it was given (each None: the override file's
+    recorded value when a file is checked, else the default), the judging backend, its ``Options``, ``parallel``,
+    and ``strict_environment`` (fail when the file was verified elsewhere, ``diagnose/drift.py``)."""
+
+    tolerance: GivenTolerance = field(default_factory=GivenTolerance)
+    backend: BackendName | Literal["auto"] = "auto"
+    backend_options: Options = field(default_factory=Options)
+    parallel: Parallel | None = None
+    headroom: float | None = None
+    precision: Precision | None = None
+    strict_environment: bool = False
+
+    def judged_with(self, recorded: Recorded | None) -> tuple[SearchOptions, str]:
+        """The options the check runs with, and where its tolerance comes from (``"from overrides.json"``,
+        ``"from overrides.json; atol given"``, ``"given"`` or ``"defaults"``): each value not given is
+        ``recorded``'s (an override file's), else the default."""
+        values = self.tolerance.values()
+        named = [k for k, v in values.items() if v is not None]
+        if recorded is not None and len(named) < len(values):
+            source = f"from {recorded.path}" + (f"; {', '.join(named)} given" if named else "")
+        else:
+            source = "given" if named else "defaults"
+        headroom = self.headroom if self.headroom is not None else recorded.headroom if recorded else None
+        precision = self.precision or (recorded.precision if recorded is not None else FP16)
+        base = recorded.tolerance if recorded is not None else Tolerance()
+        return SearchOptions(self.tolerance.over(base), self.backend, self.backend_options, parallel=self.parallel,
+                             headroom=headroom, precision=precision), source
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What an override file says a check judges with: its tolerance, precision and headroom (``--headroom F``
+    the search was given; None: none)."""
+
+    path: str
+    tolerance: Tolerance
+    precision: Precision
+    headroom: float | None

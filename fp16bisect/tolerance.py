@@ -118,6 +118,14 @@ class OutputMetrics:
     def to_json(self) -> dict:
         return {k: _json_float(v) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
+    def ratio(self) -> str:
+        """The worst error against its allowance, in words where it is no finite number."""
+        if self.nonfinite:
+            return "NaN/inf where the reference is finite"
+        if math.isinf(self.excess):
+            return "where the allowance is 0: atol 0 and rtol*|ref| 0"
+        return f"{self.excess:.3g}x the allowance"
+
     def why(self, tol: Tolerance) -> str:
         """Why it failed, with numbers and units."""
         where = f"on output {self.output!r} (sample {self.sample})"
@@ -126,7 +134,7 @@ class OutputMetrics:
         if self.mismatch > tol.max_mismatch:
             return (
                 f"max abs error {self.max_abs:.3g} exceeds atol {tol.atol:g} + rtol {tol.rtol:g}*|ref| "
-                f"({self.excess:.3g}x the allowance) {where}"
+                f"({self.ratio()}) {where}"
             )
         if tol.min_cosine is not None and self.cosine < tol.min_cosine:
             return f"cosine {self.cosine:.6f} < {tol.min_cosine:g} {where}"
@@ -149,7 +157,7 @@ def compare(actual: np.ndarray, reference: np.ndarray, tol: Tolerance, output: s
     mismatch = float(np.count_nonzero(~ok)) / size
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(both & (b != 0), diff / np.abs(b), 0.0)
-        excess = np.where(both, diff / allowed, 0.0)
+        excess = np.where(both & (diff > 0), diff / allowed, 0.0)  # an exact element is within any allowance
     max_abs = float(diff.max()) if a.size else 0.0
     max_rel = float(rel.max()) if a.size else 0.0
     cosine = _cosine(np.where(both, a, 0.0), np.where(both, b, 0.0))

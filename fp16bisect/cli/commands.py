@@ -67,20 +67,12 @@ def write_report(path: str, data: dict) -> None:
 
 
 def search_hint(args) -> str:
-    """The search command for the model a check found failing: its samples, references, judge, precision,
-    headroom and the tolerance flags given."""
+    """The search command for the model a check found failing: its samples, references, judge and precision
+    (``diagnose.preflight.search_call`` adds the tolerance and headroom the check judged with)."""
     import shlex
 
-    from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
-
     judge = ["--backend", "command", "--check", args.check_command] if args.backend == "command" else []
-    given = [(flag, getattr(args, key, None)) for flag, key in (
-        ("--atol", "atol"), ("--rtol", "rtol"), ("--min-cosine", "min_cosine"), ("--max-mismatch", "max_mismatch"),
-        ("--headroom", "headroom"))]
-    defaults = {"--atol": DEFAULT_ATOL, "--rtol": DEFAULT_RTOL, "--max-mismatch": 0.0}
-    more = [x for flag, value in given if value is not None and value != defaults.get(flag) for x in (flag, f"{value:g}")]
-    if getattr(args, "precision", None) not in (None, "fp16"):
-        more += ["--precision", args.precision]
+    more = ["--precision", args.precision] if getattr(args, "precision", None) not in (None, "fp16") else []
     refs = [x for r in (getattr(args, "reference", None) or []) for x in ("--reference", str(r))]
     return shlex.join(["fp16bisect", "search", args.model, *[x for i in args.inputs for x in ("--inputs", str(i))],
                        *refs, *judge, *more])

@@ -213,8 +213,24 @@ def _source(samples, index: int) -> str:
     return str(samples[index].source) if 0 <= index < len(samples) else f"sample {index}"
 
 
-def verdict(o: CheckOutcome, command_hint: str) -> str:
-    """One line: what the check found and what to do."""
+def search_call(o: CheckOutcome, hint: str) -> str:
+    """``hint`` (``fp16bisect search MODEL --inputs ...`` or ``fp16bisect.search(model, samples)``) with the
+    tolerance and headroom the check judged with, where they are not the defaults: written once each."""
+    from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
+
+    t = o.tolerance
+    chosen = {"atol": t.atol if t.atol != DEFAULT_ATOL else None, "rtol": t.rtol if t.rtol != DEFAULT_RTOL else None,
+              "min_cosine": t.min_cosine, "max_mismatch": t.max_mismatch or None,
+              "headroom": (o.headroom or {}).get("flag")}
+    given = {k: v for k, v in chosen.items() if v is not None}
+    if hint.endswith(")"):  # a Python call
+        return hint[:-1] + "".join(f", {k}={v:g}" for k, v in given.items()) + ")"
+    return hint + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in given.items())
+
+
+def verdict(o: CheckOutcome, hint: str) -> str:
+    """One line: what the check found and what to do (``hint``: the search to suggest, see ``search_call``)."""
+    command_hint = search_call(o, hint)
     use = o.overrides
     with_what = f" with {len(use.nodes)} override node(s) in FP32" if use else f" in all-{o.graph.precision.label}"
     if o.evaluation.error:
@@ -233,7 +249,7 @@ def verdict(o: CheckOutcome, command_hint: str) -> str:
         factor = o.headroom["flag"] if o.headroom else 0
         return (f"FAIL{with_what}: every sample meets the tolerance, but {len(o.lacking)} tensor(s) computed in FP16 "
                 f"lack {factor:g}x headroom: {names}{more}; keep their nodes in FP32 with "
-                f"'{command_hint} --headroom {factor:g}'")
+                f"'{command_hint}'")
     if o.evaluation.passed and not o.lacking and o.drift is not None and o.drift.fails:
         return f"FAIL{with_what}: every sample meets the tolerance, but {o.drift.reason()}; verify it again: " \
                f"{o.drift.again}"

@@ -7,6 +7,7 @@ from the ``Outcome``), the prior from ``prior.py``.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -250,6 +251,7 @@ def unreachable(backend: str, everything, tolerance) -> str:
     fix = (
         "check --reference and the inputs"
         if worst.nonfinite or worst.excess <= 1  # NaN/inf, or a cosine/mismatch rule failed
+        else "give --atol above 0 or check --reference" if math.isinf(worst.excess)  # FP32 differs where it is 0
         else f"loosen --atol/--rtol by at least {worst.excess:.3g}x or check --reference"
     )
     return f"the tolerance is unreachable even in FP32 on the {backend} backend: {worst.why(tolerance)}; {fix}"

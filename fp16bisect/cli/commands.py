@@ -52,17 +52,14 @@ def cmd_search(args) -> int:
     if not args.quiet:
         print_next(steps)
     if args.report:
-        from fp16bisect.diagnose.report_runs import search_runs
-        from fp16bisect.report.data import search_report
-
-        write_report(args.report, search_report(result.outcome, search_runs(result.outcome), steps))
+        _report(result, args.report, next_steps=steps)
     return DONE
 
 
-def write_report(path: str, data: dict) -> None:
-    from fp16bisect.report.html import write
+def _report(result, path: str, **more) -> None:
+    from fp16bisect.api import write_report
 
-    write(path, data)
+    write_report(result, path, **more)
     print(f"report written to {path}")
 
 
@@ -103,17 +100,14 @@ def cmd_check(args) -> int:
     if args.json:
         write_json(args.json, result.to_dict())
     if args.report:
-        from fp16bisect.diagnose.report_runs import check_runs
-        from fp16bisect.report.data import check_report
-
-        write_report(args.report, check_report(result.outcome, result.verdict, check_runs(result.outcome)))
+        _report(result, args.report)
     if not result.reachable:
         return UNREACHABLE
     return DONE if result.passed else CHECK_FAILED
 
 
 def cmd_batch(args) -> int:
-    from fp16bisect.api.batch import batch
+    from fp16bisect.api import batch
     from fp16bisect.report.console import print_batch
 
     OutputArgs.check(args)
@@ -142,32 +136,29 @@ def cmd_scan(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from fp16bisect.diagnose.layerwise import compare_model, outputs_against, write_csv
+    from fp16bisect.api import compare
     from fp16bisect.report.console import ConsoleListener, print_compare
 
-    tolerance = ToleranceArgs.parse(args)
+    given = ToleranceArgs.given(args)
     OutputArgs.check(args)
     listener = ConsoleListener(quiet=args.quiet)
     try:
-        runner, result = compare_model(args.model, args.inputs, args.reference, args.overrides, args.max_error,
-                                       listener, precision=PrecisionArgs.parse(args))
+        result = compare(args.model, args.inputs, reference=args.reference, overrides=args.overrides,
+                         max_error=args.max_error, progress=listener, precision=args.precision, **given.values())
     finally:
         listener.close()
-    print_compare(result, args.csv, outputs_against(runner, result.plan, tolerance), tolerance,
-                  low=runner.graph.precision.label)
+    print_compare(result.layerwise, args.csv, result.outputs, result.tolerance,
+                  low=result.runner.graph.precision.label)
     if args.csv:
-        write_csv(args.csv, result)
+        result.write_csv(args.csv)
     if args.report:
-        from fp16bisect.diagnose.report_runs import compare_runs
-        from fp16bisect.report.data import compare_report
-
-        write_report(args.report, compare_report(runner, result, tolerance, compare_runs(runner, result, tolerance)))
+        _report(result, args.report)
     return DONE
 
 
 def cmd_apply(args) -> int:
     from fp16bisect.api import apply
-    from fp16bisect.report.console import ConsoleListener, print_mixed
+    from fp16bisect.report.console import ConsoleListener
 
     args.model, args.overrides = model_then_overrides(args.model, args.overrides)  # the old order works too
     if args.verify and not args.inputs:
@@ -176,11 +167,22 @@ def cmd_apply(args) -> int:
         raise UsageError(f"-o {args.output!r} would hold an ONNX model: give a path ending in .onnx")
     OutputArgs.check(args)
     result = apply(args.model, args.overrides, args.output, verify=args.verify or False, samples=args.inputs,
-                   reference=args.reference, atol=args.atol, rtol=args.rtol, min_cosine=args.min_cosine,
-                   max_mismatch=args.max_mismatch, fp16_io=args.fp16_io, force=args.force, keep_fp32=args.keep_fp32,
-                   progress=ConsoleListener(quiet=args.quiet), shown=lambda m: print_mixed(m, args.output),
-                   precision=args.precision)
+                   reference=args.reference, fp16_io=args.fp16_io, force=args.force, keep_fp32=args.keep_fp32,
+                   progress=ConsoleListener(quiet=args.quiet), shown=Written(args.output), precision=args.precision,
+                   **ToleranceArgs.given(args).values())
     return _verified(result)
+
+
+class Written:
+    """Prints what ``apply`` and ``migrate`` wrote to ``path``, once it is written."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __call__(self, mixed) -> None:
+        from fp16bisect.report.console import print_mixed
+
+        print_mixed(mixed, self.path)
 
 
 def _verified(result) -> int:
@@ -194,47 +196,21 @@ def _verified(result) -> int:
 
 
 def cmd_migrate(args) -> int:
-    from pathlib import Path
-
-    from fp16bisect.api import apply
-    from fp16bisect.artifacts import migrate
-    from fp16bisect.artifacts.files import write_json
-    from fp16bisect.model.graph import Graph
-    from fp16bisect.report.console import ConsoleListener, print_migration, print_mixed
+    from fp16bisect.api import migrate
+    from fp16bisect.report.console import ConsoleListener, print_migration
 
     if args.verify and not args.inputs:
         raise UsageError("--verify needs samples: pass --inputs X.npz")
     if not str(args.output).endswith(".onnx"):
         raise UsageError(f"-o {args.output!r} would hold an ONNX model: give a path ending in .onnx")
     OutputArgs.check(args)
-    if args.trtexec_args is not None:
-        pins = migrate.pins_from_trtexec(args.trtexec_args)
-    else:
-        try:
-            text = Path(args.layer_precisions).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read --layer-precisions {args.layer_precisions!r} ({exc}): pass a text "
-                             "file of LAYER:PRECISION entries") from None
-        pins = migrate.pins_from_list(text, args.layer_precisions)
-    graph = Graph.load(args.model)
-    mapping = migrate.map_layers(graph, pins.fp32)
-    overrides = args.overrides_out or str(Path(args.output).with_suffix(".overrides.json"))
-    write_json(overrides, migrate.migration(graph, pins, mapping, ToleranceArgs.parse(args).to_json(), overrides))
+    result = migrate(args.model, args.output, trtexec_args=args.trtexec_args, layer_precisions=args.layer_precisions,
+                     overrides_out=args.overrides_out, verify=args.verify or False, samples=args.inputs,
+                     reference=args.reference, fp16_io=args.fp16_io, progress=ConsoleListener(quiet=args.quiet),
+                     shown=Written(args.output), **ToleranceArgs.given(args).values())
     if not args.quiet:
-        print_migration(pins, mapping, overrides)
-    result = apply(args.model, overrides, args.output, verify=args.verify or False, samples=args.inputs,
-                   reference=args.reference, fp16_io=args.fp16_io, progress=ConsoleListener(quiet=args.quiet),
-                   shown=lambda m: print_mixed(m, args.output))
-    if result.verification is not None and result.passed:  # verified here: the file says where
-        from fp16bisect.artifacts.overrides import read
-        from fp16bisect.backends.emulate.backend import environment_here
-
-        from fp16bisect.artifacts.override_json import SECTIONS
-
-        data = {**read(overrides), "environment": environment_here()}
-        write_json(overrides, {k: data[k] for k in sorted(data, key=lambda k: SECTIONS.index(k) if k in SECTIONS
-                                                         else len(SECTIONS))})
-    return _verified(result)
+        print_migration(result.pins, result.mapping, str(result.overrides))
+    return _verified(result.applied)
 
 
 COMMANDS = {"search": cmd_search, "check": cmd_check, "scan": cmd_scan, "compare": cmd_compare, "apply": cmd_apply,

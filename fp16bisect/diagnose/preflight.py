@@ -142,24 +142,24 @@ def recorded(path: str) -> Recorded:
 
 
 def check_model(model: str, inputs: list[str], references: list[str] | None = None, overrides: str | None = None,
-                given: CheckOptions | None = None, listener: Listener | None = None) -> CheckOutcome:
-    """``given``: the tolerance, precision and headroom (each not given: ``overrides``'s recorded one, else the
+                options: CheckOptions | None = None, listener: Listener | None = None) -> CheckOutcome:
+    """``options``: the tolerance, precision and headroom (each not given: ``overrides``'s recorded one, else the
     default; said on the console and in the JSON), the backend, its options, ``parallel`` with room for two: the
     plan and the all-FP32 plan (needed only when the plan fails) are evaluated together, one round instead of
     two. With ``overrides``, the file's environment is compared with the backend's here (``drift.py``);
     ``strict_environment``: a change of GPU or TensorRT fails the check."""
-    given = given or CheckOptions()
+    given = options or CheckOptions()
     if given.strict_environment and not overrides:
         raise UsageError("--strict-environment compares where an override file was verified with here: "
                          "give the file with --overrides O.json, or drop --strict-environment")
     listener = listener or Listener()
-    options, source = given.judged_with(recorded(overrides) if overrides else None)
-    tolerance = options.tolerance
+    judged, source = given.judged_with(recorded(overrides) if overrides else None)
+    tolerance = judged.tolerance
     listener.stage(f"tolerance: {tolerance} ({source})")
     start = time.perf_counter()
     # the references, where not given, come from the FP32 profile's run, as in a search: a check and a search
     # judge a plan against the same numbers (at atol 0 too)
-    graph, chosen, oracle = prepare(model, inputs, references, options, listener, defer_references=True)
+    graph, chosen, oracle = prepare(model, inputs, references, judged, listener, defer_references=True)
     with chosen, oracle:
         use = use_overrides(graph, overrides) if overrides else None
         if use is not None and not use.same_model:
@@ -172,7 +172,7 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
             drift.again = again_line(drift, model, inputs, references, tolerance)
         oracle.stop_early = False  # a check reports every sample
         lacking = [s for s in oracle.samples if s.reference is None]
-        section, tight_ones = _headroom(graph, oracle.samples, plan, options.headroom, listener)
+        section, tight_ones = _headroom(graph, oracle.samples, plan, judged.headroom, listener)
         add_fp32_references(graph, oracle.samples, computed=lacking)  # those the profile did not give
         listener.stage(f"checking on the {chosen.name} backend: {len(plan)} node(s) in FP32, the rest in "
                        f"{graph.precision.label}")

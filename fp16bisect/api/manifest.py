@@ -301,7 +301,7 @@ def batch(manifest: str | Path, *, jobs: int = 2, ray: str | None = None,
     Args:
         manifest: A TOML (``.toml``) or JSON file: ``[[entry]]`` tables (``"entries"`` in JSON), each with
             ``model``, ``inputs`` and ``action`` (``"check"`` or ``"search"``), and an optional ``defaults`` table
-            (see ``fp16bisect/api/batch.py`` for every key).
+            (see ``fp16bisect/api/manifest.py`` for every key).
         jobs: Entries run at once, each in a worker process.
         ray: Run the entries as Ray tasks on the cluster at this address (``""``: a local Ray instance).
         progress: A function receiving one line of text per finished entry (e.g. ``print``), or None.

@@ -234,3 +234,18 @@ def test_search_check_and_compare_write_a_self_contained_report_with_every_plot(
         assert "<script" not in page and "src=" not in page and "<link" not in page
     search_page = (tmp_path / "search.html").read_text()
     assert "ln1_sq" in search_page and "65504" in search_page  # the overflowing tensor against the limit
+
+
+def test_the_gate_judges_with_the_override_files_tolerance_and_says_so(tmp_path, capsys):
+    # a search at atol 10 keeps nothing in FP32; its own gate failed at the defaults (exit 1)
+    code, _, _ = run(capsys, "search", LN, "--inputs", LN_IN, "--atol", "10", "-o", tmp_path / "o.json", "-q")
+    assert code == 0 and json.loads((tmp_path / "o.json").read_text())["fp32_nodes"] == []
+    code, out, _ = run(capsys, "check", LN, "--inputs", LN_IN, "--overrides", tmp_path / "o.json",
+                       "--json", tmp_path / "c.json", "-q")
+    assert code == 0, out
+    assert out.splitlines()[0].endswith(f"(emulate backend; tolerance: atol 10, rtol 0.01 (from {tmp_path / 'o.json'}))")
+    said = json.loads((tmp_path / "c.json").read_text())
+    assert said["tolerance"]["atol"] == 10 and said["tolerance_from"] == f"from {tmp_path / 'o.json'}"
+    code, out, _ = run(capsys, "check", LN, "--inputs", LN_IN, "--overrides", tmp_path / "o.json", "--atol", "0.01",
+                       "-q")
+    assert code == 1 and "atol 0.01, rtol 0.01 (from" in out.splitlines()[0] and "; atol given))" in out

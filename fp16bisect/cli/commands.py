@@ -64,15 +64,14 @@ def _report(result, path: str, **more) -> None:
 
 
 def search_hint(args) -> str:
-    """The search command for the model a check found failing: its samples, references, judge and precision
-    (``diagnose.preflight.search_call`` adds the tolerance and headroom the check judged with)."""
+    """The search command for the model a check found failing: its samples, references and judge
+    (``diagnose.preflight.search_call`` adds the tolerance, headroom and precision the check judged with)."""
     import shlex
 
     judge = ["--backend", "command", "--check", args.check_command] if args.backend == "command" else []
-    more = ["--precision", args.precision] if getattr(args, "precision", None) not in (None, "fp16") else []
     refs = [x for r in (getattr(args, "reference", None) or []) for x in ("--reference", str(r))]
     return shlex.join(["fp16bisect", "search", args.model, *[x for i in args.inputs for x in ("--inputs", str(i))],
-                       *refs, *judge, *more])
+                       *refs, *judge])
 
 
 def cmd_check(args) -> int:

@@ -215,17 +215,19 @@ def _source(samples, index: int) -> str:
 
 def search_call(o: CheckOutcome, hint: str) -> str:
     """``hint`` (``fp16bisect search MODEL --inputs ...`` or ``fp16bisect.search(model, samples)``) with the
-    tolerance and headroom the check judged with, where they are not the defaults: written once each."""
+    tolerance, headroom and precision the check judged with, where they are not the defaults: once each."""
     from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
 
     t = o.tolerance
     chosen = {"atol": t.atol if t.atol != DEFAULT_ATOL else None, "rtol": t.rtol if t.rtol != DEFAULT_RTOL else None,
               "min_cosine": t.min_cosine, "max_mismatch": t.max_mismatch or None,
               "headroom": (o.headroom or {}).get("flag")}
-    given = {k: v for k, v in chosen.items() if v is not None}
+    given = {k: f"{v:g}" for k, v in chosen.items() if v is not None}
+    if o.graph.precision.name != "fp16":
+        given["precision"] = o.graph.precision.name
     if hint.endswith(")"):  # a Python call
-        return hint[:-1] + "".join(f", {k}={v:g}" for k, v in given.items()) + ")"
-    return hint + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in given.items())
+        return hint[:-1] + "".join(f", {k}={v!r}" if k == "precision" else f", {k}={v}" for k, v in given.items()) + ")"
+    return hint + "".join(f" --{k.replace('_', '-')} {v}" for k, v in given.items())
 
 
 def verdict(o: CheckOutcome, hint: str) -> str:

@@ -3,7 +3,9 @@
 Each takes a model (a path or an ``onnx.ModelProto``) and samples (an ``.npz`` path, a directory of them, a dict
 of arrays, or a list or iterable of those), returns a typed result (``results.py``) and raises
 ``fp16bisect.Error`` subclasses (``UsageError`` for bad input), never ``SystemExit``. ``run_search`` and
-``run_check`` take the options already typed (``SearchOptions``): the command line calls those.
+``run_check`` take the options already typed (``SearchOptions``, ``CheckOptions``): the command line and batch
+call those. ``compare``, ``migrate``, ``write_report`` (``tools.py``) and ``batch`` (``manifest.py``) complete
+what the command line has.
 """
 
 from __future__ import annotations
@@ -93,8 +95,6 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         >>> sorted(n.name for n in result.fp32_nodes)
         ['ln1_square', 'ln1_var']
     """
-    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
-        raise UsageError(f"repeats={repeats!r}: give a number of evaluations per plan, 1 or more")
     options = SearchOptions(
         GivenTolerance(atol, rtol, min_cosine, max_mismatch).over(Tolerance()), backend,
         inputs.backend_options(backend, Options.of(

@@ -188,5 +188,5 @@ def recorded_tolerance(data: dict, path: str) -> Tolerance:
         return Tolerance(float(t["atol"]), float(t["rtol"]),
                          None if t.get("min_cosine") is None else float(t["min_cosine"]),
                          float(t.get("max_mismatch", 0.0)))
-    except (TypeError, KeyError, ValueError):
+    except (TypeError, KeyError, ValueError, UsageError):  # UsageError: a value out of range (Tolerance says)
         raise UsageError(f"{path!r} has no valid 'tolerance': pass --atol and --rtol, or rerun 'fp16bisect search'") from None

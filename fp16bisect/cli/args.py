@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import math
+from contextlib import contextmanager
+from typing import Iterator
 
 from fp16bisect.backends import FLAGS, Options, check_options
 from fp16bisect.errors import UsageError
@@ -127,11 +129,8 @@ class ToleranceArgs:
     @staticmethod
     def given(args) -> GivenTolerance:
         """The tolerance flags given (None: not given), each checked by ``Tolerance``; its message names the flag."""
-        values = {k: getattr(args, k, None) for k in TOLERANCE_FIELDS}
-        try:
-            return GivenTolerance(**values)
-        except UsageError as exc:
-            raise UsageError(_flag_named(str(exc), TOLERANCE_FIELDS)) from None
+        with flags_named(*TOLERANCE_FIELDS):
+            return GivenTolerance(**{k: getattr(args, k, None) for k in TOLERANCE_FIELDS})
 
     @staticmethod
     def parse(args, fallback: Tolerance | None = None) -> Tolerance:
@@ -142,10 +141,18 @@ class ToleranceArgs:
 TOLERANCE_FIELDS = ("atol", "rtol", "min_cosine", "max_mismatch")
 
 
-def _flag_named(message: str, fields: tuple[str, ...]) -> str:
-    """A value's own message (``atol inf: give ...``) as the command line says it (``--atol inf: give ...``)."""
-    name = message.split(" ", 1)[0]
-    return f"--{name.replace('_', '-')}{message[len(name):]}" if name in fields else message
+@contextmanager
+def flags_named(*fields: str) -> Iterator[None]:
+    """A value's own ``UsageError`` (``atol inf: give ...``, the API's words) as the command line says it
+    (``--atol inf: give ...``), for the values made inside: the one place the CLI rephrases a value's check."""
+    try:
+        yield
+    except UsageError as exc:
+        message = str(exc)
+        name = message.split(" ", 1)[0]
+        if name not in fields:
+            raise
+        raise UsageError(f"--{name.replace('_', '-')}{message[len(name):]}") from None
 
 
 class BackendArgs:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from fp16bisect.cli.args import (BackendArgs, OutputArgs, ParallelArgs, PrecisionArgs, ToleranceArgs,
+from fp16bisect.cli.args import (BackendArgs, OutputArgs, ParallelArgs, PrecisionArgs, ToleranceArgs, flags_named,
                                   model_then_overrides)
 from fp16bisect.errors import CheckFailed, ToleranceUnreachable, UsageError
 
@@ -30,12 +30,11 @@ def cmd_search(args) -> int:
     if not args.quiet:
         listener.stage(f"tolerance: {tolerance}")
     try:
-        if args.repeats < 1:
-            raise UsageError(f"--repeats {args.repeats}: give a number of evaluations per plan, 1 or more")
-        options = SearchOptions(tolerance, args.backend, BackendArgs.parse(args), noise_ok=args.noise_ok,
-                                output=args.output, repeats=args.repeats, restart=args.restart,
-                                retry_crashed=args.retry_crashed, parallel=parallel, prior=args.prior,
-                                headroom=args.headroom, precision=PrecisionArgs.parse(args))
+        with flags_named("repeats"):  # SearchOptions checks it: said as the flag
+            options = SearchOptions(tolerance, args.backend, BackendArgs.parse(args), noise_ok=args.noise_ok,
+                                    output=args.output, repeats=args.repeats, restart=args.restart,
+                                    retry_crashed=args.retry_crashed, parallel=parallel, prior=args.prior,
+                                    headroom=args.headroom, precision=PrecisionArgs.parse(args))
         result = run_search(args.model, args.inputs, options, reference=args.reference, progress=listener)
     except CommandAborted as exc:
         raise CommandAborted(f"{exc}; finished evaluations are kept in {latest_journal(args.output)}: fix "

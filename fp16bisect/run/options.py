@@ -1,4 +1,5 @@
-"""How a search or a check runs (``SearchOptions``): built once by the CLI, a manifest entry or a script.
+"""How a search or a check runs (``SearchOptions``, ``CheckOptions``): built once by the CLI, a manifest entry or a
+script.
 
 What is searched (the model, its samples and references) is given beside the options; what a long run
 says goes to a ``Listener``. Everything else a run depends on is here, typed: the tolerance, the judging
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
 from fp16bisect.backends.base import BackendName, CommandOptions, Options
+from fp16bisect.errors import UsageError
 from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.parallel import Parallel
 from fp16bisect.run.paths import plans_dir, timing_cache_path
@@ -31,7 +33,7 @@ class SearchOptions:
     ``retry_crashed``: evaluate again the plans an earlier run died evaluating. ``parallel``: the oracle
     evaluates independent plans on worker processes or Ray tasks. ``prior``: ``auto`` (the emulator's search
     first whenever the backend is not the emulator and the model runs there), ``emulate`` or ``none``.
-    A check uses the tolerance, the backend, its options and ``parallel`` only."""
+    A check is given ``CheckOptions`` and runs with the ``SearchOptions`` they resolve to (``judged_with``)."""
 
     tolerance: Tolerance = field(default_factory=Tolerance)
     backend: BackendName | Literal["auto"] = "auto"
@@ -45,6 +47,10 @@ class SearchOptions:
     prior: PriorChoice = "auto"
     headroom: float | None = None  # --headroom F: a peak above 65504/F counts as an overflow (run/coverage.py)
     precision: Precision = FP16  # --precision: the low precision every plan runs in (model/precision.py)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
+            raise UsageError(f"repeats {self.repeats!r}: give a number of evaluations per plan, 1 or more")
 
     def beside_output(self) -> SearchOptions:
         """With the timing cache and the plans directory beside ``output`` where the backend options left them at

@@ -14,11 +14,15 @@ __version__ = "0.1.0"
 
 # name -> the module of fp16bisect.api that defines it (PEP 562: imported when first asked for)
 _LAZY = {name: "fp16bisect.api.functions" for name in ("search", "check", "scan", "apply")}
+_LAZY.update({name: "fp16bisect.api.tools" for name in ("compare", "migrate", "write_report", "CompareResult",
+                                                       "MigrateResult")})
+_LAZY.update({name: "fp16bisect.api.manifest" for name in ("batch", "BatchResult")})
 _LAZY.update({name: "fp16bisect.api.results" for name in ("SearchResult", "CheckResult", "ScanResult",
                                                          "ApplyResult", "Node", "ScanRow")})
 
-__all__ = ["ApplyResult", "CheckFailed", "CheckResult", "Error", "Node", "ScanResult", "ScanRow", "SearchResult",
-           "ToleranceUnreachable", "UsageError", "__version__", "apply", "check", "scan", "search"]
+__all__ = ["ApplyResult", "BatchResult", "CheckFailed", "CheckResult", "CompareResult", "Error", "MigrateResult",
+           "Node", "ScanResult", "ScanRow", "SearchResult", "ToleranceUnreachable", "UsageError", "__version__",
+           "apply", "batch", "check", "compare", "migrate", "scan", "search", "write_report"]
 
 
 def __getattr__(name: str):

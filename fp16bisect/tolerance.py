@@ -8,9 +8,13 @@ cosine similarity reaches it. All outputs of all samples must pass.
 
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from fp16bisect.errors import UsageError
 
 # Defaults a deployment engineer accepts for FP16: its unit roundoff is 4.9e-4,
 # and a few dozen rounded layers in a row drift by ~1e-3 relative. 1e-2 on
@@ -26,6 +30,29 @@ class Tolerance:
     min_cosine: float | None = None
     max_mismatch: float = 0.0  # fraction of elements allowed outside atol + rtol*|ref|
 
+    def __post_init__(self) -> None:
+        """Each value checked here, wherever it comes from (a flag, a manifest, the API, an override file): one
+        ``UsageError`` naming the field and what to give instead. Values are stored as floats."""
+        for name in ("atol", "rtol", "max_mismatch"):
+            value = _number(name, getattr(self, name))
+            if not (math.isfinite(value) and value >= 0):
+                raise UsageError(f"{name} {value:g}: give a finite number >= 0")
+            object.__setattr__(self, name, value)
+        if self.max_mismatch > 1:
+            raise UsageError(f"max_mismatch {self.max_mismatch:g} is a fraction of elements: give a number from "
+                             "0 to 1")
+        if self.min_cosine is not None:
+            value = _number("min_cosine", self.min_cosine)
+            if not -1 <= value <= 1:  # NaN fails too
+                raise UsageError(f"min_cosine {value:g}: give a cosine similarity from -1 to 1")
+            object.__setattr__(self, "min_cosine", value)
+
+    def replace(self, atol: float | None = None, rtol: float | None = None, min_cosine: float | None = None,
+                max_mismatch: float | None = None) -> Tolerance:
+        """This tolerance with each value given (not None) replaced, checked again."""
+        given = {"atol": atol, "rtol": rtol, "min_cosine": min_cosine, "max_mismatch": max_mismatch}
+        return Tolerance(**{k: getattr(self, k) if v is None else v for k, v in given.items()})
+
     def __str__(self) -> str:
         text = f"atol {self.atol:g}, rtol {self.rtol:g}"
         if self.min_cosine is not None:
@@ -36,6 +63,42 @@ class Tolerance:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class GivenTolerance:
+    """The tolerance values a caller gave, each None where another source's applies (an override file's
+    recorded tolerance, else the defaults): ``over`` fills them in. Checked when made, as a ``Tolerance``."""
+
+    atol: float | None = None
+    rtol: float | None = None
+    min_cosine: float | None = None
+    max_mismatch: float | None = None
+
+    def __post_init__(self) -> None:
+        Tolerance().replace(**self.values())  # each given value checked now, not when the check runs
+
+    def values(self) -> dict:
+        return {"atol": self.atol, "rtol": self.rtol, "min_cosine": self.min_cosine,
+                "max_mismatch": self.max_mismatch}
+
+    @property
+    def given(self) -> bool:
+        return any(v is not None for v in self.values().values())
+
+    def over(self, base: Tolerance) -> Tolerance:
+        """``base`` with the given values in place of its own."""
+        return base.replace(**self.values())
+
+
+def _number(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise UsageError(f"{name} {value!r} is not a number: give a finite number")
+    return float(value)
+
+
+# For metrics alone (what a comparison measures, not whether it passes): no finite error exceeds it.
+METRICS_ONLY = Tolerance(atol=sys.float_info.max, rtol=0.0)
 
 
 @dataclass(frozen=True)
@@ -55,6 +118,14 @@ class OutputMetrics:
     def to_json(self) -> dict:
         return {k: _json_float(v) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
+    def ratio(self) -> str:
+        """The worst error against its allowance, in words where it is no finite number."""
+        if self.nonfinite:
+            return "NaN/inf where the reference is finite"
+        if math.isinf(self.excess):
+            return "where the allowance is 0: atol 0 and rtol*|ref| 0"
+        return f"{self.excess:.3g}x the allowance"
+
     def why(self, tol: Tolerance) -> str:
         """Why it failed, with numbers and units."""
         where = f"on output {self.output!r} (sample {self.sample})"
@@ -63,7 +134,7 @@ class OutputMetrics:
         if self.mismatch > tol.max_mismatch:
             return (
                 f"max abs error {self.max_abs:.3g} exceeds atol {tol.atol:g} + rtol {tol.rtol:g}*|ref| "
-                f"({self.excess:.3g}x the allowance) {where}"
+                f"({self.ratio()}) {where}"
             )
         if tol.min_cosine is not None and self.cosine < tol.min_cosine:
             return f"cosine {self.cosine:.6f} < {tol.min_cosine:g} {where}"
@@ -86,7 +157,7 @@ def compare(actual: np.ndarray, reference: np.ndarray, tol: Tolerance, output: s
     mismatch = float(np.count_nonzero(~ok)) / size
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(both & (b != 0), diff / np.abs(b), 0.0)
-        excess = np.where(both, diff / allowed, 0.0)
+        excess = np.where(both & (diff > 0), diff / allowed, 0.0)  # an exact element is within any allowance
     max_abs = float(diff.max()) if a.size else 0.0
     max_rel = float(rel.max()) if a.size else 0.0
     cosine = _cosine(np.where(both, a, 0.0), np.where(both, b, 0.0))

@@ -126,7 +126,12 @@ def test_bad_samples_raise_the_command_lines_one_line_usage_error(tmp_path, caps
     (lambda: fp16bisect.search(LN, 3), "samples is a int: pass an .npz path"),
     (lambda: fp16bisect.search(LN, []), "no samples given"),
     (lambda: fp16bisect.search(LN, {"y": np.zeros(3)}), "has no array for model input(s) 'x'"),
-    (lambda: fp16bisect.search(LN, LN_IN, atol=-1), "atol=-1: give a finite number >= 0"),
+    (lambda: fp16bisect.search(LN, LN_IN, atol=-1), "atol -1: give a finite number >= 0"),
+    (lambda: fp16bisect.search(LN, LN_IN, atol=float("inf")), "atol inf: give a finite number >= 0"),
+    (lambda: fp16bisect.check(LN, LN_IN, rtol=float("nan")), "rtol nan: give a finite number >= 0"),
+    (lambda: fp16bisect.check(LN, LN_IN, min_cosine=2), "min_cosine 2: give a cosine similarity from -1 to 1"),
+    (lambda: fp16bisect.search(LN, LN_IN, keep_plans=True), "keep_plans keeps the plan files of backend='command'"),
+    (lambda: fp16bisect.search(LN, LN_IN, opt_level=9), "opt_level=9: give a TensorRT builder optimisation level"),
     (lambda: fp16bisect.search(LN, LN_IN, backend="command"), "backend='command' needs the command"),
     (lambda: fp16bisect.search(LN, LN_IN, backend="gpu"), "unknown backend 'gpu'"),
     (lambda: fp16bisect.search(LN_IN, LN_IN), "transformer_block.npz"),
@@ -193,12 +198,70 @@ def test_the_docstring_examples_run(tmp_path, monkeypatch):
     """The examples the API reference shows (mkdocstrings renders the docstrings) work as written."""
     import fp16bisect.api.functions as functions
     import fp16bisect.api.results as results
+    import fp16bisect.api.tools as tools
 
     (tmp_path / "sample_models").symlink_to(SAMPLES)
     monkeypatch.chdir(tmp_path)
-    for module in (functions, results):
+    for module in (functions, results, tools):
         failed, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS, verbose=False)
         assert tried >= 4 and failed == 0, module.__name__
+    assert (tmp_path / "check.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_the_command_backend_without_output_runs_its_plans_beside_the_working_directory(tmp_path, monkeypatch):
+    # was a bare TypeError (the plan files' directory was None without output=); a judge that passes every plan
+    monkeypatch.chdir(tmp_path)
+    judge = f"{sys.executable} -c 'import sys; sys.exit(0)' {{model}}"
+    result = fp16bisect.search(LN, LN_IN, backend="command", check=judge, prior="none")
+    assert result.fp32_nodes == [] and result.backend == "command"
+    assert not (tmp_path / "fp16bisect.plans").exists()  # removed: no keep_plans
+
+
+def test_check_judges_with_the_override_files_tolerance_unless_given(tmp_path):
+    found = fp16bisect.search(LN, LN_IN, atol=10, output=tmp_path / "o.json")
+    assert found.fp32_nodes == []  # at atol 10 all-FP16 passes
+    gate = fp16bisect.check(LN, LN_IN, overrides=tmp_path / "o.json")
+    assert gate.passed and gate.tolerance.atol == 10 and gate.tolerance_from == f"from {tmp_path / 'o.json'}"
+    assert gate.to_dict()["tolerance_from"] == gate.tolerance_from
+    tighter = fp16bisect.check(LN, LN_IN, overrides=tmp_path / "o.json", atol=0.01)
+    assert not tighter.passed and tighter.tolerance.atol == 0.01
+    assert tighter.tolerance_from == f"from {tmp_path / 'o.json'}; atol given"
+    assert fp16bisect.check(LN, LN_IN).tolerance_from == "defaults"
+
+
+def test_the_api_has_what_the_command_line_has_and_the_command_line_calls_it(tmp_path, monkeypatch, capsys):
+    import fp16bisect.api as api
+
+    for name in ("compare", "migrate", "batch", "write_report"):
+        assert callable(getattr(fp16bisect, name)) and name in fp16bisect.__all__
+    called = []
+    for name in ("compare", "migrate", "batch", "write_report", "run_check", "run_search"):
+        real = getattr(api, name)
+        monkeypatch.setattr(api, name, lambda *a, _real=real, _name=name, **k: called.append(_name) or _real(*a, **k))
+    monkeypatch.chdir(tmp_path)
+    assert run(capsys, "compare", LN, "--inputs", LN_IN, "--report", "c.html", "-q")[0] == 0
+    assert run(capsys, "migrate", LN, "--trtexec-args=--fp16 --layerPrecisions=ln1_square:fp32", "-o", "m.onnx",
+               "-q")[0] == 0
+    manifest = tmp_path / "zoo.json"
+    manifest.write_text(json.dumps({"entries": [{"model": str(LN), "inputs": str(LN_IN), "atol": 10}]}))
+    assert run(capsys, "batch", manifest, "-q", "--jobs", "1")[0] == 0
+    assert run(capsys, "check", LN, "--inputs", LN_IN, "--report", "k.html", "-q")[0] == 1
+    assert called == ["compare", "write_report", "migrate", "batch", "run_check", "write_report"]
+
+
+def test_compare_migrate_and_write_report_give_what_the_commands_print(tmp_path):
+    found = fp16bisect.compare(LN, LN_IN)
+    assert found.first_failing.node == "ln1_square" and not found.passed
+    found.write_csv(tmp_path / "nodes.csv")
+    assert (tmp_path / "nodes.csv").read_text().startswith("node,op_type,fp32,")
+    moved = fp16bisect.migrate(LN, tmp_path / "m.onnx", trtexec_args="--layerPrecisions=ln1_square:fp32,ln1_var:fp32",
+                               verify=True, samples=LN_IN)
+    assert moved.passed and sorted(moved.mapping.nodes) == ["ln1_square", "ln1_var"]
+    assert json.loads(moved.overrides.read_text())["environment"]["backend"] == "emulate"  # verified here
+    searched = fp16bisect.search(LN, LN_IN, output=tmp_path / "o.json")
+    assert fp16bisect.write_report(searched, tmp_path / "r.html") == tmp_path / "r.html"
+    with pytest.raises(fp16bisect.UsageError, match="pass what search, check or compare returned"):
+        fp16bisect.write_report(moved, tmp_path / "x.html")
 
 
 def test_results_print_as_one_short_line(tmp_path, monkeypatch):

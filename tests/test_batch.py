@@ -73,7 +73,12 @@ def test_bad_entries_fail_alone_and_the_batch_is_exit_1(tmp_path, capsys, known)
     ('{"entries": [{"inputs": "x.npz"}]}', "has no 'model'"),
     ('{"entries": [{"model": "m.onnx", "inputs": "x.npz", "action": "fix"}]}', "neither 'check' nor 'search'"),
     ('{"entries": [{"model": "m.onnx", "inputs": "x.npz", "atool": 1}]}', "unknown key(s) atool"),
-    ('{"entries": [{"model": "m.onnx", "inputs": "x.npz", "atol": "big"}]}', "'atol' must be a number"),
+    ('{"entries": [{"model": "m.onnx", "inputs": "x.npz", "atol": "big"}]}', "atol 'big' is not a number"),
+    # the gate silently off was exit 0: the value checks itself, as --atol inf and atol=inf are refused
+    ('{"entries": [{"model": "m.onnx", "inputs": "x.npz", "atol": Infinity}]}',
+     "entry 1: atol inf: give a finite number >= 0"),
+    ('{"entries": [{"model": "m.onnx", "inputs": "x.npz", "rtol": -1}]}', "entry 1: rtol -1: give a finite"),
+    ('{"entries": [{"model": "m.onnx", "inputs": "x.npz", "max_mismatch": 2}]}', "max_mismatch 2 is a fraction"),
     ('{"entries": [{"model": "m.onnx", "inputs": "x.npz", "keep_journal": "yes"}]}',
      "'keep_journal' must be true or false"),
 ])

@@ -138,12 +138,15 @@ def test_search_bf16_finds_the_planted_pair_and_the_file_says_bf16(tmp_path, cap
     assert exports["modelopt_autocast"]["args"][:2] == ["--low_precision_type", "bf16"]
     assert exports["trtexec"]["args"][0] == "--bf16"
 
-    # check: with the file's precision it passes; with the other one it is refused (exit 2, one line)
+    # check: with the file's precision (given, or the file's when not) it passes; with the other one it is
+    # refused (exit 2, one line)
     code, _, err = run(capsys, "check", model, "--inputs", data, "--atol", "0.1", "--rtol", "0", "--overrides", out,
                        "--precision", "bf16", "-q")
     assert code == 0, err
+    code, _, err = run(capsys, "check", model, "--inputs", data, "--overrides", out, "-q")
+    assert code == 0, err  # the file's precision and tolerance (atol 0.1, rtol 0)
     code, _, err = run(capsys, "check", model, "--inputs", data, "--atol", "0.1", "--rtol", "0", "--overrides", out,
-                       "-q")
+                       "--precision", "fp16", "-q")
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "searched for BF16, but this run runs FP16: add --precision bf16" in err
     code, _, _ = run(capsys, "check", model, "--inputs", data, "--atol", "0.1", "--rtol", "0", "--precision", "bf16",

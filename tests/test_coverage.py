@@ -103,8 +103,10 @@ def test_headroom_4_on_quiet_frames_keeps_the_culprits_and_holds_on_the_loud_one
 
     assert problems(data) == ""
     code, out, err = run(capsys, "check", MODEL, *inputs(LOUD), "--overrides", tmp_path / "o.json")
-    assert code == 0, err
-    assert "4 of 4 sample(s) pass" in out
+    # the loud frames meet the tolerance; the gate judges with the file's --headroom 4, which one FP16 tensor lacks
+    assert code == 1, err
+    assert "4 of 4 sample(s) pass" in out and "every sample meets the tolerance" in out
+    assert "lack 4x headroom: 'energy_eps'" in out
     assert run(capsys, "check", MODEL, *inputs(LOUD))[0] == 1  # without them, the loud frames fail
 
 
@@ -274,7 +276,9 @@ def test_headroom_in_the_api_and_a_manifest_means_what_the_flag_means(capsys, tm
     found = fp16bisect.search(MODEL, QUIET8, headroom=KNOWN["headroom"])
     assert sorted(n.name for n in found.fp32_nodes) == CULPRITS
     assert sorted(found.to_dict()["search"]["forced_by_headroom"]) == CULPRITS
-    assert fp16bisect.check(MODEL, LOUD, overrides=found).passed
+    loud = fp16bisect.check(MODEL, LOUD, overrides=found)  # the loud frames pass; judged with the file's headroom 4
+    assert not loud.passed and all(m.passed for m in loud.metrics) and "lack 4x headroom: 'energy_eps'" in loud.verdict
+    assert fp16bisect.check(MODEL, LOUD, overrides=found, headroom=1.2).passed
     every = fp16bisect.search(MODEL, FRAMES)
     assert fp16bisect.check(MODEL, FRAMES, overrides=every).passed
     assert not fp16bisect.check(MODEL, FRAMES, overrides=every, headroom=2).passed  # energy_eps peaks at 74%

@@ -77,10 +77,11 @@ def test_an_interrupted_parallel_search_resumes_from_its_journal(known, tmp_path
 
 def test_check_with_two_jobs_gives_the_serial_verdict(known):
     from fp16bisect.diagnose.preflight import check_model
+    from fp16bisect.run.options import CheckOptions
 
     model, data = str(SAMPLES / "cnn_batchnorm.onnx"), [str(SAMPLES / "cnn_batchnorm.npz")]
-    serial = check_model(model, data, options=SearchOptions(backend="emulate"))
-    parallel = check_model(model, data, options=SearchOptions(backend="emulate", parallel=Parallel(jobs=2)))
+    serial = check_model(model, data, options=CheckOptions(backend="emulate"))
+    parallel = check_model(model, data, options=CheckOptions(backend="emulate", parallel=Parallel(jobs=2)))
     assert (serial.passed, parallel.passed) == (False, False)
     assert parallel.fp32 is not None and parallel.fp32.passed == serial.fp32.passed is True
 
@@ -267,7 +268,7 @@ def test_a_local_ray_cluster_finds_the_same_sets(known, ray_cluster, tmp_path):
     assert on_ray.result.fp32 == serial.result.fp32 and on_ray.result.minimal
     assert on_ray.result.rounds < on_ray.result.evaluations  # plans went out together
 
-    from fp16bisect.cli.batch import read_manifest, run_batch
+    from fp16bisect.api.manifest import read_manifest, run_batch
 
     manifest = tmp_path / "m.json"
     manifest.write_text(json.dumps({"defaults": {"backend": "emulate", "action": "search"}, "entries": [

@@ -97,8 +97,32 @@ def test_another_models_override_file_is_refused_by_check_compare_and_apply(sear
 def test_check_exit_codes_for_bad_input_and_unreachable_tolerance(tmp_path, capsys):
     code, _, err = run(capsys, "check", LN, "--inputs", LN_IN, "--overrides", tmp_path / "none.json")
     assert code == 2 and "not found" in one_line_error(err)
-    code, out, _ = run(capsys, "check", LN, "--inputs", LN_IN, "--atol", "0", "--rtol", "0", "-q")
-    assert code == 3 and "FP32 misses the tolerance too" in out
+
+
+def test_a_zero_tolerance_behaves_the_same_in_search_and_check(tmp_path, capsys):
+    # both judge against the FP32 profile's references: FP32 meets atol 0 in both (the check exited 3, the
+    # search 0 with every node in FP32)
+    zero = ["--atol", "0", "--rtol", "0", "-q"]
+    code, _, _ = run(capsys, "search", LN, "--inputs", LN_IN, "-o", tmp_path / "o.json", *zero)
+    assert code == 0
+    code, out, _ = run(capsys, "check", LN, "--inputs", LN_IN, *zero)
+    assert code == 1 and "FAIL in all-FP16" in out
+    code, out, _ = run(capsys, "check", LN, "--inputs", LN_IN, "--overrides", tmp_path / "o.json", *zero)
+    assert code == 0 and "PASS" in out
+
+
+def test_a_tolerance_fp32_misses_is_exit_3_with_the_same_line_in_search_and_check(tmp_path, capsys):
+    import onnxruntime as ort
+
+    x = dict(np.load(LN_IN))
+    y, = ort.InferenceSession(str(LN)).run(None, x)
+    np.savez(tmp_path / "off.npz", y=y + 0.5)  # references FP32 itself misses by 0.5
+    off = ["--reference", tmp_path / "off.npz", "-q"]
+    code, _, err = run(capsys, "search", LN, "--inputs", LN_IN, "-o", tmp_path / "o.json", *off)
+    line = one_line_error(err).removeprefix("fp16bisect: error: ")
+    assert code == 3 and line.startswith("the tolerance is unreachable even in FP32 on the emulate backend")
+    code, out, _ = run(capsys, "check", LN, "--inputs", LN_IN, *off)
+    assert code == 3 and out.splitlines()[-1] == f"FAIL: {line}"
 
 
 # ------------------------------------------------------------------------------------------------ scan
@@ -210,3 +234,18 @@ def test_search_check_and_compare_write_a_self_contained_report_with_every_plot(
         assert "<script" not in page and "src=" not in page and "<link" not in page
     search_page = (tmp_path / "search.html").read_text()
     assert "ln1_sq" in search_page and "65504" in search_page  # the overflowing tensor against the limit
+
+
+def test_the_gate_judges_with_the_override_files_tolerance_and_says_so(tmp_path, capsys):
+    # a search at atol 10 keeps nothing in FP32; its own gate failed at the defaults (exit 1)
+    code, _, _ = run(capsys, "search", LN, "--inputs", LN_IN, "--atol", "10", "-o", tmp_path / "o.json", "-q")
+    assert code == 0 and json.loads((tmp_path / "o.json").read_text())["fp32_nodes"] == []
+    code, out, _ = run(capsys, "check", LN, "--inputs", LN_IN, "--overrides", tmp_path / "o.json",
+                       "--json", tmp_path / "c.json", "-q")
+    assert code == 0, out
+    assert out.splitlines()[0].endswith(f"(emulate backend; tolerance: atol 10, rtol 0.01 (from {tmp_path / 'o.json'}))")
+    said = json.loads((tmp_path / "c.json").read_text())
+    assert said["tolerance"]["atol"] == 10 and said["tolerance_from"] == f"from {tmp_path / 'o.json'}"
+    code, out, _ = run(capsys, "check", LN, "--inputs", LN_IN, "--overrides", tmp_path / "o.json", "--atol", "0.01",
+                       "-q")
+    assert code == 1 and "atol 0.01, rtol 0.01 (from" in out.splitlines()[0] and "; atol given))" in out

@@ -184,3 +184,26 @@ def test_the_report_legend_stays_whole_and_check_reports_have_no_empty_search_tr
     code, _, _ = run(capsys, "check", *TWO, "--report", tmp_path / "c.html", "-q")
     page = (tmp_path / "c.html").read_text()
     assert code == 1 and "<h2>Outputs</h2>" in page and "Search trace" not in page and 'id="next"' not in page
+
+
+def test_ratios_that_are_not_finite_are_said_in_words(capsys):
+    from fp16bisect.tolerance import Tolerance, compare
+
+    zero = Tolerance(0, 0)
+    m = compare(np.array([1.0, 2.5]), np.array([1.0, 2.0]), zero, "y", 0)  # one exact element: it was NaN
+    assert m.excess == float("inf") and "where the allowance is 0" in m.why(zero)
+    loose = compare(np.array([np.nan, 2.0]), np.array([1.0, 2.0]), Tolerance(), "y", 0)
+    assert loose.ratio() == "NaN/inf where the reference is finite"
+    model, data = SAMPLES / "transformer_block.onnx", SAMPLES / "transformer_block.npz"
+    code, out, err = run(capsys, "check", model, "--inputs", data, "--atol", "0", "--rtol", "0")
+    assert code == 1 and "(where the allowance is 0: atol 0 and rtol*|ref| 0)" in out
+    assert not re.search(r"\b(inf|nan)x\b", out + err)
+
+
+@pytest.mark.parametrize("extra", [[], ["--atol", "10"]])  # a failing tolerance, or only the headroom lacking
+def test_check_headroom_suggests_a_search_with_the_flag_once(capsys, extra):
+    model, data = SAMPLES / "transformer_block.onnx", SAMPLES / "transformer_block.npz"
+    code, out, _ = run(capsys, "check", model, "--inputs", data, "--headroom", "4", *extra, "-q")
+    line = out.splitlines()[-1]
+    assert code == 1 and line.count("--headroom") == 1 and "--headroom 4'" in line
+    assert ("--atol 10 --headroom 4'" in line) == bool(extra)

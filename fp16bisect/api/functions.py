@@ -3,7 +3,9 @@
 Each takes a model (a path or an ``onnx.ModelProto``) and samples (an ``.npz`` path, a directory of them, a dict
 of arrays, or a list or iterable of those), returns a typed result (``results.py``) and raises
 ``fp16bisect.Error`` subclasses (``UsageError`` for bad input), never ``SystemExit``. ``run_search`` and
-``run_check`` take the options already typed (``SearchOptions``): the command line calls those.
+``run_check`` take the options already typed (``SearchOptions``, ``CheckOptions``): the command line and batch
+call those. ``compare``, ``migrate``, ``write_report`` (``tools.py``) and ``batch`` (``manifest.py``) complete
+what the command line has.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from fp16bisect.errors import UsageError
 from fp16bisect.model import shapes, weights
 from fp16bisect.model.headroom import factor
 from fp16bisect.model.precision import precision_of
-from fp16bisect.run.options import SearchOptions
+from fp16bisect.backends import Options
+from fp16bisect.run.options import CheckOptions, SearchOptions
 from fp16bisect.run.outcome import Listener
-from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
+from fp16bisect.tolerance import GivenTolerance, Tolerance
 
 Model = Union[str, Path, "onnx.ModelProto"]  # noqa: F821 (onnx is imported only when a ModelProto is given)
 Samples = Union[str, Path, Mapping, Iterable]
@@ -29,9 +32,9 @@ Progress = Union[Callable[[str], None], Listener, None]
 __all__ = ["apply", "check", "run_check", "run_search", "scan", "search"]
 
 
-def search(model: Model, samples: Samples, *, reference: Samples | None = None, atol: float = DEFAULT_ATOL,
-           rtol: float = DEFAULT_RTOL, min_cosine: float | None = None, max_mismatch: float = 0.0,
-           backend: str = "emulate", check: str | None = None, keep_plans: bool = False, typing: str = "strong",
+def search(model: Model, samples: Samples, *, reference: Samples | None = None, atol: float | None = None,
+           rtol: float | None = None, min_cosine: float | None = None, max_mismatch: float | None = None,
+           backend: str = "auto", check: str | None = None, keep_plans: bool = False, typing: str = "strong",
            opt_level: int | None = None, timing_cache: str | None = None, noise_ok: bool = False,
            output: str | Path | None = None, jobs: int = 1, devices: str | list | None = None,
            ray: str | None = None, repeats: int = 1, prior: str = "auto", restart: bool = False,
@@ -46,11 +49,13 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         samples: The inputs: an ``.npz`` path (one array per model input), a directory (every ``*.npz`` in it,
             sorted by name), a dict ``{input name: array}`` (one sample), or a list or iterable of those.
         reference: Expected outputs, one per sample, in the same forms (default: an FP32 ONNX Runtime run).
-        atol: Absolute tolerance per output element: ``|a - b| <= atol + rtol * |b|``.
-        rtol: Relative tolerance.
+        atol: Absolute tolerance per output element: ``|a - b| <= atol + rtol * |b|`` (None: 0.01).
+        rtol: Relative tolerance (None: 0.01).
         min_cosine: Also require this cosine similarity per output.
-        max_mismatch: Fraction of elements allowed outside ``atol + rtol * |b|``.
-        backend: ``"emulate"`` (FP16 emulated on ONNX Runtime CPU), ``"tensorrt"``, ``"command"`` or ``"auto"``.
+        max_mismatch: Fraction of elements allowed outside ``atol + rtol * |b|`` (None: 0).
+        backend: ``"auto"`` (the default, as on the command line: ``"tensorrt"`` when TensorRT, Polygraphy and a
+            GPU are present, else ``"emulate"``), ``"emulate"`` (FP16 emulated on ONNX Runtime CPU),
+            ``"tensorrt"`` or ``"command"``.
         check: With ``backend="command"``: the shell command that judges a plan (see ``fp16bisect search --help``).
         keep_plans: With ``backend="command"``: keep each plan's files.
         typing: TensorRT: ``"strong"`` or ``"weak"`` (10.x only).
@@ -92,16 +97,14 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         >>> sorted(n.name for n in result.fp32_nodes)
         ['ln1_square', 'ln1_var']
     """
-    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
-        raise UsageError(f"repeats={repeats!r}: give a number of evaluations per plan, 1 or more")
     options = SearchOptions(
-        inputs.tolerance(atol, rtol, min_cosine, max_mismatch), backend,
-        inputs.backend_options(backend, check, keep_plans=keep_plans, typing=typing, opt_level=opt_level,
-                               timing_cache=timing_cache,
-                               input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes)),
+        GivenTolerance(atol, rtol, min_cosine, max_mismatch).over(Tolerance()), backend,
+        inputs.backend_options(backend, Options.of(
+            command=check, keep_plans=keep_plans, typing=typing, opt_level=opt_level, timing_cache=timing_cache,
+            input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes))),
         noise_ok=noise_ok, output=None if output is None else str(output), repeats=repeats, restart=restart,
-        retry_crashed=retry_crashed, keep_journal=keep_journal, parallel=inputs.parallel(jobs, devices, ray), prior=prior,
-        headroom=factor(headroom), precision=precision_of(precision))
+        retry_crashed=retry_crashed, keep_journal=keep_journal, parallel=inputs.parallel(jobs, devices, ray),
+        prior=prior,        headroom=factor(headroom), precision=precision_of(precision))
     with _own_work_directories():
         result = run_search(model, samples, options, reference=reference, progress=progress)
         for sample in result.outcome.oracle.samples:  # the result outlives the work directory: its samples too
@@ -162,12 +165,12 @@ def _search_result(outcome) -> SearchResult:
 
 
 def check(model: Model, samples: Samples, overrides=None, *, reference: Samples | None = None,
-          atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, min_cosine: float | None = None,
-          max_mismatch: float = 0.0, backend: str = "emulate", check: str | None = None, keep_plans: bool = False,
+          atol: float | None = None, rtol: float | None = None, min_cosine: float | None = None,
+          max_mismatch: float | None = None, backend: str = "auto", check: str | None = None, keep_plans: bool = False,
           typing: str = "strong", opt_level: int | None = None, timing_cache: str | None = None, jobs: int = 1,
           devices: str | list | None = None, ray: str | None = None, headroom: float | None = None,
-          min_shapes: Shapes = None, opt_shapes: Shapes = None, max_shapes: Shapes = None, precision: str = "fp16",
-          progress: Progress = None, strict_environment: bool = False) -> CheckResult:
+          min_shapes: Shapes = None, opt_shapes: Shapes = None, max_shapes: Shapes = None,
+          precision: str | None = None, progress: Progress = None, strict_environment: bool = False) -> CheckResult:
     """Does the model meet the tolerance in FP16, with the override nodes (if any) kept in FP32? A CI gate.
 
     A failing check is a result (``passed`` False), not an exception.
@@ -179,11 +182,13 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
             (None: all-FP16). A file made for another version of the model is checked with the nodes that still
             exist.
         reference: Expected outputs, one per sample (default: an FP32 ONNX Runtime run).
-        atol: Absolute tolerance; ``rtol``, ``min_cosine``, ``max_mismatch`` as in ``search``.
+        atol: Absolute tolerance; ``rtol``, ``min_cosine``, ``max_mismatch`` as in ``search``. Each left None is
+            the one ``overrides`` records (the tolerance its search met), else the default (0.01, 0.01, none, 0);
+            ``CheckResult.tolerance_from`` says which.
         rtol: Relative tolerance.
         min_cosine: Also require this cosine similarity per output.
         max_mismatch: Fraction of elements allowed outside the tolerance.
-        backend: ``"emulate"``, ``"tensorrt"``, ``"command"`` or ``"auto"``.
+        backend: ``"auto"`` (the default), ``"emulate"``, ``"tensorrt"`` or ``"command"``.
         check: With ``backend="command"``: the shell command that judges the plan.
         keep_plans: With ``backend="command"``: keep the plan's files.
         typing: TensorRT: ``"strong"`` or ``"weak"``.
@@ -193,11 +198,12 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
         devices: GPU ids, one worker each.
         ray: Evaluate as Ray tasks on the cluster at this address.
         headroom: As ``--headroom F``: fail when a tensor computed in FP16 has an FP32 peak above 65504/F on any
-            sample.
+            sample (None: the ``--headroom`` the override file's search was given, else none).
         min_shapes: The deployment's input shape profile, as in ``search``; ``opt_shapes``, ``max_shapes`` too.
         opt_shapes: As ``--opt-shapes``.
         max_shapes: As ``--max-shapes``.
-        precision: ``"fp16"`` or ``"bf16"``; an override file made for the other one is refused.
+        precision: ``"fp16"`` or ``"bf16"`` (None: the override file's, else fp16); an override file made for
+            the other one is refused.
         progress: A function receiving one line of text per event, or a ``Listener``.
         strict_environment: Fail (``passed`` False) when the override file was verified on another backend,
             GPU or TensorRT version (see ``CheckResult.drift``), or records no environment; needs ``overrides``.
@@ -216,42 +222,40 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
         >>> fp16bisect.check(model, data, overrides=fp16bisect.search(model, data)).passed
         True
     """
-    options = SearchOptions(
-        inputs.tolerance(atol, rtol, min_cosine, max_mismatch), backend,
-        inputs.backend_options(backend, check, keep_plans=keep_plans, typing=typing, opt_level=opt_level,
-                               timing_cache=timing_cache,
-                               input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes)),
-        parallel=inputs.parallel(jobs, devices, ray), headroom=factor(headroom), precision=precision_of(precision))
+    options = CheckOptions(
+        GivenTolerance(atol, rtol, min_cosine, max_mismatch), backend,
+        inputs.backend_options(backend, Options.of(
+            command=check, keep_plans=keep_plans, typing=typing, opt_level=opt_level, timing_cache=timing_cache,
+            input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes))),
+        parallel=inputs.parallel(jobs, devices, ray), headroom=factor(headroom),
+        precision=None if precision is None else precision_of(precision), strict_environment=strict_environment)
     with _own_work_directories():
-        result = run_check(model, samples, options, overrides=overrides, reference=reference, progress=progress,
-                           strict_environment=strict_environment)
+        result = run_check(model, samples, options, overrides=overrides, reference=reference, progress=progress)
         for sample in result.outcome.samples:  # the result outlives the work directory: its samples too
             sample.keep()
         return result
 
 
-def run_check(model: Model, samples: Samples, options: SearchOptions, *, overrides=None,
-              reference: Samples | None = None, progress: Progress = None, hint: str | None = None,
-              strict_environment: bool = False) -> CheckResult:
-    """``check`` with its options typed (``SearchOptions``: the tolerance, backend, its options and parallel).
+def run_check(model: Model, samples: Samples, options: CheckOptions, *, overrides=None,
+              reference: Samples | None = None, progress: Progress = None, hint: str | None = None) -> CheckResult:
+    """``check`` with its options typed (``CheckOptions``: the tolerance given, the backend, its options,
+    parallel, headroom, precision, strict_environment), as the command line and batch build them.
 
-    ``hint``: the search command the verdict line suggests when the check fails. ``strict_environment``: as in
-    ``check``.
+    ``hint``: the search command the verdict line suggests when the check fails.
     """
     from fp16bisect.diagnose.preflight import check_model, verdict
 
     entries = inputs.sample_entries(samples)
     references = _references(reference, entries)
     with inputs.model_file(model) as path, inputs.overrides_file(overrides) as file:
-        outcome = check_model(path, entries, references, file, options, inputs.listener(progress),
-                              strict_environment=strict_environment)
+        outcome = check_model(path, entries, references, file, options, inputs.listener(progress))
     use = outcome.overrides
     return CheckResult(
         passed=outcome.passed, outputs=outcome.evaluation.worst(), metrics=list(outcome.evaluation.metrics),
         fp32_passes=None if outcome.fp32 is None else outcome.fp32.passed,
         nodes=[Node.of(outcome.graph.by_id[n]) for n in use.nodes] if use else [],
-        missing=list(use.missing) if use else [], backend=outcome.backend,
-        tolerance=outcome.tolerance, verdict=verdict(outcome, hint or "fp16bisect.search(model, samples)"),
+        missing=list(use.missing) if use else [], backend=outcome.backend, tolerance=outcome.tolerance,
+        tolerance_from=outcome.tolerance_from, verdict=verdict(outcome, hint or "fp16bisect.search(model, samples)"),
         drift=outcome.drift, outcome=outcome)
 
 
@@ -330,7 +334,6 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
     """
     from fp16bisect.artifacts.apply import ApplyOptions, apply_to_file
     from fp16bisect.artifacts.files import check_writable
-    from fp16bisect.tolerance import Tolerance
 
     if overrides is None:
         raise UsageError("apply needs overrides: pass an override JSON path or a search result")
@@ -341,14 +344,12 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
     if str(output).endswith(".json"):
         raise UsageError(f"output {str(output)!r} would hold an ONNX model: give a path ending in .onnx")
     check_writable(output)
-    given = atol is not None and rtol is not None  # then the file's tolerance is not needed
     entries = inputs.sample_entries(samples) if verify else None
     options = ApplyOptions(
         fp16_io=fp16_io, force=force, keep_fp32=tuple(keep_fp32), inputs=entries,
         precision=None if precision is None else precision_of(precision).name,
         references=_references(reference, entries) if verify else None, strict_mode=verify == "strict",
-        tolerance=lambda recorded: inputs.tolerance(atol, rtol, min_cosine, max_mismatch,
-                                                    fallback=Tolerance() if given else recorded()))
+        tolerance=GivenTolerance(atol, rtol, min_cosine, max_mismatch))
     with _own_work_directories(), inputs.model_file(model) as path, inputs.overrides_file(overrides) as file:
         written = apply_to_file(file, path, str(output), inputs.listener(progress), options, shown=shown)
     return ApplyResult(path=Path(output), fp32_nodes=list(written.fp32_nodes), verification=written.verification,

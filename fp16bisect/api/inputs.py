@@ -4,18 +4,16 @@ a tolerance, backend options and a ``Listener``; each bad value a ``UsageError``
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
-from fp16bisect.backends import NAMES, Options, declared
+from fp16bisect.backends import KEYWORDS, Options, check_options
 from fp16bisect.errors import UsageError
 from fp16bisect.report.console import step_line
 from fp16bisect.run.outcome import Listener
-from fp16bisect.tolerance import Tolerance
 
 # The name a model given as an onnx.ModelProto has in the override JSON and its exported commands.
 IN_MEMORY_MODEL = "model.onnx"
@@ -91,47 +89,11 @@ def overrides_file(overrides) -> Iterator[str | None]:
         yield path
 
 
-def tolerance(atol=None, rtol=None, min_cosine=None, max_mismatch=None, *, fallback: Tolerance | None = None
-              ) -> Tolerance:
-    """The tolerance; each value left None is ``fallback``'s (default: ``Tolerance()``)."""
-    fallback = fallback or Tolerance()
-    for name, value in (("atol", atol), ("rtol", rtol), ("max_mismatch", max_mismatch)):
-        if value is not None and not (_number(value) and value >= 0 and math.isfinite(value)):
-            raise UsageError(f"{name}={value!r}: give a finite number >= 0")
-    if max_mismatch is not None and max_mismatch > 1:
-        raise UsageError(f"max_mismatch={max_mismatch!r} is a fraction of elements: give a number from 0 to 1")
-    if min_cosine is not None and not (_number(min_cosine) and -1 <= min_cosine <= 1):
-        raise UsageError(f"min_cosine={min_cosine!r}: give a cosine similarity from -1 to 1")
-    given = {"atol": atol, "rtol": rtol, "min_cosine": min_cosine, "max_mismatch": max_mismatch}
-    return Tolerance(**{k: float(v) if v is not None else getattr(fallback, k) for k, v in given.items()})
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def backend_options(backend: str, check: str | None = None, *, keep_plans: bool = False, typing: str = "strong",
-                    opt_level: int | None = None, timing_cache: str | None = None,
-                    plans_dir: str | None = None, input_shapes: dict | None = None) -> Options:
-    """The backend's options; an option of one backend given for another is a usage error. ``input_shapes``:
-    the deployment's profile, already checked (``model.shapes.profile_of``)."""
-    if backend not in NAMES:
-        raise UsageError(f"unknown backend {backend!r}: use one of {', '.join(map(repr, NAMES))}")
-    if declared(backend).runs_a_command and not check:
-        raise UsageError("backend='command' needs the command that judges a plan: pass check='CMD' "
-                         "(e.g. check='python judge.py {model} {inputs} {outputs}')")
-    if check and not declared(backend).runs_a_command:
-        raise UsageError(f"check= is the command of backend='command', not of backend={backend!r}: pass "
-                         "backend='command', or drop check")
-    if keep_plans and not declared(backend).runs_a_command:
-        raise UsageError("keep_plans keeps the plan files of backend='command': pass backend='command' and check, "
-                         "or drop keep_plans")
-    if typing not in ("strong", "weak"):
-        raise UsageError(f"typing={typing!r}: use 'strong' or 'weak'")
-    if opt_level is not None and opt_level not in range(6):
-        raise UsageError(f"opt_level={opt_level!r}: give a TensorRT builder optimisation level from 0 to 5")
-    return Options.of(opt_level=opt_level, timing_cache=timing_cache, command=check, keep_plans=keep_plans,
-                      typing=typing, plans_dir=plans_dir, input_shapes=input_shapes)
+def backend_options(backend: str, options: Options) -> Options:
+    """``options`` for ``backend``, checked (``backends.check_options``: the rules the command line follows too,
+    said with the API's keywords)."""
+    check_options(backend, options, KEYWORDS)
+    return options
 
 
 def parallel(jobs: int = 1, devices=None, ray: str | None = None):

@@ -154,6 +154,8 @@ class CheckResult:
         missing: The ids of override nodes not in this model (an override file made for another version of it).
         backend: The backend that judged.
         tolerance: The tolerance checked.
+        tolerance_from: Where it comes from: ``"from <override file>"`` (its recorded tolerance, the values not
+            given), ``"given"`` or ``"defaults"``.
         verdict: One line: what the check found and what to do.
         drift: With an override file, where its answer was verified against here (``diagnose.drift.Drift``:
             ``changes``, each with ``what``, ``recorded`` and ``here``; ``fails``: ``strict_environment`` failed
@@ -179,6 +181,7 @@ class CheckResult:
     tolerance: Tolerance
     verdict: str
     drift: Drift | None = None
+    tolerance_from: str = "defaults"
     outcome: CheckOutcome = field(kw_only=True, repr=False, compare=False)  # the pipeline's (console, report)
 
     def __repr__(self) -> str:

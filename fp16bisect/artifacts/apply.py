@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import onnx
 
@@ -17,7 +16,7 @@ from fp16bisect.errors import UsageError
 from fp16bisect.model import weights
 from fp16bisect.model.precision import precision_of
 from fp16bisect.model.samples import add_fp32_references, load_samples
-from fp16bisect.tolerance import Tolerance
+from fp16bisect.tolerance import GivenTolerance, Tolerance
 
 
 def apply(overrides: str | Path, model: str | Path, *, fp16_io: bool = False, force: bool = False,
@@ -82,8 +81,8 @@ def verify_mixed(graph: Graph, mixed: onnx.ModelProto, inputs: list[str], refere
 @dataclass(frozen=True)
 class ApplyOptions:
     """How ``apply_to_file`` writes and verifies. ``inputs``: verify the written model on these samples (None:
-    no verification); ``tolerance(recorded)``: the tolerance to verify with, given a function reading the one
-    recorded in the override file (called only when needed: a file may record none; None: the recorded one)."""
+    no verification); ``tolerance``: the values given to verify with, the others the override file's (a file
+    that records none needs atol and rtol given; the rest are then the defaults)."""
 
     fp16_io: bool = False
     force: bool = False
@@ -92,7 +91,7 @@ class ApplyOptions:
     references: list[str] | None = None
     strict_mode: bool = False
     precision: str | None = None  # --precision: None takes the override file's; another one is a usage error
-    tolerance: Callable[[Callable[[], Tolerance]], Tolerance] | None = None
+    tolerance: GivenTolerance = field(default_factory=GivenTolerance)
 
 
 @dataclass(frozen=True)
@@ -128,10 +127,13 @@ def apply_to_file(overrides: str, model: str, output: str, listener, options: Ap
     if not inputs:
         return Written(mixed, nodes)
 
-    def recorded():
-        return recorded_tolerance(data, overrides)
-
-    chosen = options.tolerance(recorded) if options.tolerance is not None else recorded()
+    given = options.tolerance
+    try:
+        chosen = given.over(recorded_tolerance(data, overrides))
+    except UsageError:
+        if given.atol is None or given.rtol is None:
+            raise
+        chosen = given.over(Tolerance())
     with listener.timed("verifying the written model and the all-FP16 one on the samples"):
         verification = verify_mixed(graph, mixed.model, inputs, references, chosen, fp16_io=options.fp16_io,
                                      strict_mode=options.strict_mode, keep_fp32=keep_fp32)

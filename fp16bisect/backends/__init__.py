@@ -4,6 +4,7 @@ one can do (``base.Backend``'s capabilities; ``declared(name)`` for a name read 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from fp16bisect.errors import UsageError
@@ -11,10 +12,52 @@ from fp16bisect.model.graph import Graph
 from fp16bisect.backends.base import (Backend, BackendName, CommandOptions, Options, PlanJudge, SampleRunner,
                                       TensorRTOptions, Verdict)
 
-__all__ = ["Backend", "CommandOptions", "NAMES", "Options", "PlanJudge", "SampleRunner", "TensorRTOptions", "Verdict",
-           "declared", "make_backend", "tensorrt_usable"]
+__all__ = ["Backend", "CommandOptions", "FLAGS", "KEYWORDS", "NAMES", "Options", "PlanJudge", "SampleRunner",
+           "Spelling", "TensorRTOptions", "Verdict", "check_options", "declared", "make_backend", "tensorrt_usable"]
 
 NAMES = ("auto", "emulate", "tensorrt", "command")
+DEFAULT_PLANS_DIR = "fp16bisect.plans"  # the command backend's plan files when no output says where
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How a message names the backend and its options: the command line's flags or the API's keywords."""
+
+    backend: str  # with {} for the name
+    check: str
+    keep_plans: str
+    typing: str  # with {} for the value
+    opt_level: str  # with {} for the value
+
+
+FLAGS = Spelling("--backend {}", "--check", "--keep-plans", "--typing {}", "--opt-level {}")
+KEYWORDS = Spelling("backend={!r}", "check=", "keep_plans", "typing={!r}", "opt_level={!r}")
+
+
+def check_options(name: str, options: Options, said: Spelling = FLAGS) -> None:
+    """The rules of a backend's options, written once: the command line, manifests and the API reach them (and
+    ``make_backend``, again, for a backend ``auto`` chose). A ``UsageError`` names the option as ``said``."""
+    if name not in NAMES:
+        raise UsageError(f"unknown backend {name!r}: use one of {', '.join(map(repr, NAMES))}")
+    own, trt = options.command, options.tensorrt
+    if name == "command" and not own.command:
+        raise UsageError(f"{said.backend.format('command')} needs the command that judges a plan: add "
+                         f"{said.check} 'CMD' (e.g. {said.check} 'python judge.py {{model}} {{inputs}} {{outputs}}')")
+    if own.command and name != "command":
+        raise UsageError(f"{said.check} is the command of {said.backend.format('command')}, not of "
+                         f"{said.backend.format(name)}: add {said.backend.format('command')}, or drop {said.check}")
+    if own.keep_plans and name != "command":
+        raise UsageError(f"{said.keep_plans} keeps the plan files of {said.backend.format('command')}: add "
+                         f"{said.backend.format('command')} {said.check} 'CMD', or drop {said.keep_plans}")
+    if trt.typing not in (None, "strong", "weak"):
+        raise UsageError(f"{said.typing.format(trt.typing)}: use 'strong' or 'weak'")
+    if trt.opt_level is not None and (isinstance(trt.opt_level, bool) or trt.opt_level not in range(6)):
+        raise UsageError(f"{said.opt_level.format(trt.opt_level)}: give a TensorRT builder optimisation level "
+                         "from 0 to 5")
+    if trt.typing == "weak" and name not in ("tensorrt", "auto"):
+        raise UsageError(f"{said.typing.format('weak')} builds TensorRT 10.x engines with layer precisions: it "
+                         f"needs {said.backend.format('tensorrt')} (TensorRT 10.x and a GPU); drop it for "
+                         f"{said.backend.format(name)}")
 
 
 def tensorrt_usable() -> bool:
@@ -55,24 +98,18 @@ def make_backend(name: BackendName | Literal["auto"], graph: Graph, options: Opt
     ``device``: made in a worker process so labelled, with what that worker needs of its own
     (``Backend.for_worker``)."""
     options = options or Options()
-    if name not in NAMES:
-        raise UsageError(f"unknown backend {name!r}: use one of {', '.join(NAMES)}")
+    check_options(name, options)
     if name == "auto":
         name = "tensorrt" if tensorrt_usable() else "emulate"
+        check_options(name, options)
     if device is not None:
         options = declared(name).for_worker(options, device)
-    if options.tensorrt.typing == "weak" and name != "tensorrt":
-        raise UsageError("--typing weak builds TensorRT 10.x engines with layer precisions: it needs --backend "
-                         f"tensorrt (TensorRT 10.x and a GPU); drop it for --backend {name}")
     if name == "command":
         from fp16bisect.backends.command import CommandBackend
 
-        if not options.command.command:
-            raise UsageError("--backend command needs the command that judges a plan: add --check 'CMD' "
-                             "(e.g. --check 'python judge.py {model} {inputs} {outputs}')")
         own = options.command
-        where = {"plans_dir": own.plans_dir} if own.plans_dir is not None else {}  # else its default
-        return CommandBackend(graph, own.command, **where, keep_plans=own.keep_plans,
+        return CommandBackend(graph, own.command, plans_dir=own.plans_dir or DEFAULT_PLANS_DIR,
+                              keep_plans=own.keep_plans,
                               progress=options.progress, tolerance=options.tolerance)
     if name == "tensorrt":
         from fp16bisect.backends.tensorrt.backend import TensorRTBackend

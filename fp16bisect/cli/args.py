@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import math
+from contextlib import contextmanager
+from typing import Iterator
 
-from fp16bisect.backends import Options
+from fp16bisect.backends import FLAGS, Options, check_options
 from fp16bisect.errors import UsageError
 from fp16bisect.run.options import BACKENDS
-from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
+from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL, GivenTolerance, Tolerance
 
 
 def number(text: str) -> float:
@@ -28,13 +30,6 @@ def nonnegative(text: str) -> float:
     value = number(text)
     if not (value >= 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
-    return value
-
-
-def cosine(text: str) -> float:
-    value = number(text)
-    if not -1 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a cosine similarity from -1 to 1")
     return value
 
 
@@ -105,32 +100,50 @@ def loader_script(text: str) -> str:
 
 
 class ToleranceArgs:
-    """Tolerance flags; with ``default_from``, unset flags take the value recorded there (see ``parse``)."""
+    """Tolerance flags, converted to numbers only: the values check themselves (``Tolerance``), said here with the
+    flag's name. With ``default_from``, unset flags take the value recorded there (see ``given``)."""
 
     def __init__(self, default_from: str = ""):
         self.default_from = default_from
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         g = parser.add_argument_group("tolerance (per output: |a - b| <= atol + rtol*|b|, no new NaN/inf)")
-        dflt = (lambda value: None) if self.default_from else (lambda value: value)
-        said = f"default: {self.default_from}" if self.default_from else "default {}"
-        g.add_argument("--atol", type=nonnegative, default=dflt(DEFAULT_ATOL),
+        said = f"default: {self.default_from}, else {{}}" if self.default_from else "default {}"
+        g.add_argument("--atol", type=number, default=None,
                        help=f"absolute tolerance ({said.format(f'{DEFAULT_ATOL:g}')})")
-        g.add_argument("--rtol", type=nonnegative, default=dflt(DEFAULT_RTOL),
+        g.add_argument("--rtol", type=number, default=None,
                        help=f"relative tolerance ({said.format(f'{DEFAULT_RTOL:g}')})")
-        g.add_argument("--min-cosine", type=cosine, default=None, help="also require this cosine similarity per output")
-        g.add_argument("--max-mismatch", type=nonnegative, default=dflt(0.0),
+        g.add_argument("--min-cosine", type=number, default=None, help="also require this cosine similarity per output")
+        g.add_argument("--max-mismatch", type=number, default=None,
                        help=f"fraction of elements allowed outside it ({said.format(0)})")
 
     @staticmethod
+    def given(args) -> GivenTolerance:
+        """The tolerance flags given (None: not given), each checked by ``Tolerance``; its message names the flag."""
+        with flags_named(*TOLERANCE_FIELDS):
+            return GivenTolerance(**{k: getattr(args, k, None) for k in TOLERANCE_FIELDS})
+
+    @staticmethod
     def parse(args, fallback: Tolerance | None = None) -> Tolerance:
-        """The flags' tolerance; flags left unset (None) take ``fallback``'s values."""
-        fallback = fallback or Tolerance()
-        pick = {k: getattr(args, k) if getattr(args, k) is not None else getattr(fallback, k)
-                for k in ("atol", "rtol", "min_cosine", "max_mismatch")}
-        if pick["max_mismatch"] > 1:
-            raise UsageError(f"--max-mismatch {pick['max_mismatch']:g} is a fraction: give a number from 0 to 1")
-        return Tolerance(**pick)
+        """The flags' tolerance; flags left unset take ``fallback``'s values (default: ``Tolerance()``)."""
+        return ToleranceArgs.given(args).over(fallback or Tolerance())
+
+
+TOLERANCE_FIELDS = ("atol", "rtol", "min_cosine", "max_mismatch")
+
+
+@contextmanager
+def flags_named(*fields: str) -> Iterator[None]:
+    """A value's own ``UsageError`` (``atol inf: give ...``, the API's words) as the command line says it
+    (``--atol inf: give ...``), for the values made inside: the one place the CLI rephrases a value's check."""
+    try:
+        yield
+    except UsageError as exc:
+        message = str(exc)
+        name = message.split(" ", 1)[0]
+        if name not in fields:
+            raise
+        raise UsageError(f"--{name.replace('_', '-')}{message[len(name):]}") from None
 
 
 class BackendArgs:
@@ -158,18 +171,11 @@ class BackendArgs:
     def parse(args, plans_dir: str | None = None) -> Options:
         """The backend's options; a flag of one backend given for another is a usage error. ``plans_dir``: where
         the command backend's plan files go (None: beside the search's output)."""
-        if args.backend == "command" and args.check_command is None:
-            raise UsageError("--backend command needs the command that judges a plan: add --check 'CMD' "
-                             "(e.g. --check 'python judge.py {model} {inputs} {outputs}')")
-        if args.check_command is not None and args.backend != "command":
-            raise UsageError(f"--check is the command of --backend command, not of --backend {args.backend}: "
-                             "add --backend command, or drop --check")
-        if args.keep_plans and args.backend != "command":
-            raise UsageError("--keep-plans keeps the plan files of --backend command: add --backend command "
-                             "--check 'CMD', or drop --keep-plans")
-        return Options.of(opt_level=args.opt_level, timing_cache=args.timing_cache, command=args.check_command,
-                          keep_plans=args.keep_plans, typing=args.typing, plans_dir=plans_dir,
-                          input_shapes=Samples.profile_of(args))
+        options = Options.of(opt_level=args.opt_level, timing_cache=args.timing_cache, command=args.check_command,
+                             keep_plans=args.keep_plans, typing=args.typing, plans_dir=plans_dir,
+                             input_shapes=Samples.profile_of(args))
+        check_options(args.backend, options, FLAGS)
+        return options
 
 
 class ParallelArgs:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from fp16bisect.cli.args import (BackendArgs, OutputArgs, ParallelArgs, PrecisionArgs, ToleranceArgs,
+from fp16bisect.cli.args import (BackendArgs, OutputArgs, ParallelArgs, PrecisionArgs, ToleranceArgs, flags_named,
                                   model_then_overrides)
 from fp16bisect.errors import CheckFailed, ToleranceUnreachable, UsageError
 
@@ -30,13 +30,12 @@ def cmd_search(args) -> int:
     if not args.quiet:
         listener.stage(f"tolerance: {tolerance}")
     try:
-        if args.repeats < 1:
-            raise UsageError(f"--repeats {args.repeats}: give a number of evaluations per plan, 1 or more")
-        options = SearchOptions(tolerance, args.backend, BackendArgs.parse(args), noise_ok=args.noise_ok,
-                                output=args.output, repeats=args.repeats, restart=args.restart,
-                                retry_crashed=args.retry_crashed, parallel=parallel, prior=args.prior,
-                                headroom=args.headroom, precision=PrecisionArgs.parse(args),
-                                keep_journal=args.keep_journal)
+        with flags_named("repeats"):  # SearchOptions checks it: said as the flag
+            options = SearchOptions(tolerance, args.backend, BackendArgs.parse(args), noise_ok=args.noise_ok,
+                                    output=args.output, repeats=args.repeats, restart=args.restart,
+                                    retry_crashed=args.retry_crashed, parallel=parallel, prior=args.prior,
+                                    headroom=args.headroom, precision=PrecisionArgs.parse(args),
+                                    keep_journal=args.keep_journal)
         result = run_search(args.model, args.inputs, options, reference=args.reference, progress=listener)
     except CommandAborted as exc:
         raise CommandAborted(f"{exc}; finished evaluations are kept in {latest_journal(args.output)}: fix "
@@ -53,91 +52,73 @@ def cmd_search(args) -> int:
     if not args.quiet:
         print_next(steps)
     if args.report:
-        from fp16bisect.diagnose.report_runs import search_runs
-        from fp16bisect.report.data import search_report
-
-        write_report(args.report, search_report(result.outcome, search_runs(result.outcome), steps))
+        _report(result, args.report, next_steps=steps)
     return DONE
 
 
-def write_report(path: str, data: dict) -> None:
-    from fp16bisect.report.html import write
+def _report(result, path: str, **more) -> None:
+    from fp16bisect.api import write_report
 
-    write(path, data)
+    write_report(result, path, **more)
     print(f"report written to {path}")
 
 
 def search_hint(args) -> str:
-    """The search command for the model a check found failing: its samples, references, judge, precision,
-    headroom and the tolerance flags given."""
+    """The search command for the model a check found failing: its samples, references and judge
+    (``diagnose.preflight.search_call`` adds the tolerance, headroom and precision the check judged with)."""
     import shlex
 
-    from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
-
     judge = ["--backend", "command", "--check", args.check_command] if args.backend == "command" else []
-    given = [(flag, getattr(args, key, None)) for flag, key in (
-        ("--atol", "atol"), ("--rtol", "rtol"), ("--min-cosine", "min_cosine"), ("--max-mismatch", "max_mismatch"),
-        ("--headroom", "headroom"))]
-    defaults = {"--atol": DEFAULT_ATOL, "--rtol": DEFAULT_RTOL, "--max-mismatch": 0.0}
-    more = [x for flag, value in given if value is not None and value != defaults.get(flag) for x in (flag, f"{value:g}")]
-    if getattr(args, "precision", None) not in (None, "fp16"):
-        more += ["--precision", args.precision]
     refs = [x for r in (getattr(args, "reference", None) or []) for x in ("--reference", str(r))]
     return shlex.join(["fp16bisect", "search", args.model, *[x for i in args.inputs for x in ("--inputs", str(i))],
-                       *refs, *judge, *more])
+                       *refs, *judge])
 
 
 def cmd_check(args) -> int:
     from fp16bisect.api import run_check
     from fp16bisect.artifacts.files import write_json
-    from fp16bisect.run.options import SearchOptions
+    from fp16bisect.run.options import CheckOptions
     from fp16bisect.run.paths import plans_dir
     from fp16bisect.report.console import ConsoleListener, print_check
 
-    tolerance = ToleranceArgs.parse(args)
+    given = ToleranceArgs.given(args)  # the rest: the override file's, else the defaults
     parallel = ParallelArgs.parse(args)
     OutputArgs.check(args)
     listener = ConsoleListener(quiet=args.quiet)
     # the command backend's plan files: beside --json, else ./fp16bisect.plans/ (removed unless --keep-plans)
-    plans = plans_dir(args.json) if args.json else "fp16bisect.plans"
-    options = SearchOptions(tolerance, args.backend, BackendArgs.parse(args, plans), parallel=parallel,
-                            headroom=args.headroom, precision=PrecisionArgs.parse(args))
+    plans = plans_dir(args.json) if args.json else None
+    options = CheckOptions(given, args.backend, BackendArgs.parse(args, plans), parallel=parallel,
+                           headroom=args.headroom, precision=args.precision and PrecisionArgs.parse(args),
+                           strict_environment=args.strict_environment)
     try:
         result = run_check(args.model, args.inputs, options, overrides=args.overrides, reference=args.reference,
-                           progress=listener, hint=search_hint(args), strict_environment=args.strict_environment)
+                           progress=listener, hint=search_hint(args))
     finally:
         listener.close()
     print_check(result.outcome, result.verdict)
     if args.json:
         write_json(args.json, result.to_dict())
     if args.report:
-        from fp16bisect.diagnose.report_runs import check_runs
-        from fp16bisect.report.data import check_report
-
-        write_report(args.report, check_report(result.outcome, result.verdict, check_runs(result.outcome)))
+        _report(result, args.report)
     if not result.reachable:
         return UNREACHABLE
     return DONE if result.passed else CHECK_FAILED
 
 
 def cmd_batch(args) -> int:
-    from fp16bisect.cli.batch import read_manifest, run_batch, write_results
+    from fp16bisect.api import batch
     from fp16bisect.report.console import print_batch
 
-    entries = read_manifest(args.manifest)
     OutputArgs.check(args)
-    if args.ray is not None:
-        from fp16bisect.parallel.ray import load_ray
-
-        load_ray()
-    said = (lambda r: None) if args.quiet else lambda r: print(  # noqa: E731
-        f"fp16bisect: {r['name']} (entry {r['number']}): {r['verdict']} in {r['seconds'] or 0:.1f} s",
-        file=sys.stderr, flush=True)
-    results = run_batch(entries, jobs=args.jobs, ray=args.ray, on_result=said)
-    print_batch(results)
+    result = batch(args.manifest, jobs=args.jobs, ray=args.ray, progress=None if args.quiet else _stderr)
+    print_batch(result.entries)
     if args.json:
-        write_results(args.json, args.manifest, results)
-    return DONE if all(r["passed"] for r in results) else CHECK_FAILED
+        result.write(args.json)
+    return DONE if result.passed else CHECK_FAILED
+
+
+def _stderr(line: str) -> None:
+    print(f"fp16bisect: {line}", file=sys.stderr, flush=True)
 
 
 def cmd_scan(args) -> int:
@@ -154,32 +135,29 @@ def cmd_scan(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from fp16bisect.diagnose.layerwise import compare_model, outputs_against, write_csv
+    from fp16bisect.api import compare
     from fp16bisect.report.console import ConsoleListener, print_compare
 
-    tolerance = ToleranceArgs.parse(args)
+    given = ToleranceArgs.given(args)
     OutputArgs.check(args)
     listener = ConsoleListener(quiet=args.quiet)
     try:
-        runner, result = compare_model(args.model, args.inputs, args.reference, args.overrides, args.max_error,
-                                       listener, precision=PrecisionArgs.parse(args))
+        result = compare(args.model, args.inputs, reference=args.reference, overrides=args.overrides,
+                         max_error=args.max_error, progress=listener, precision=args.precision, **given.values())
     finally:
         listener.close()
-    print_compare(result, args.csv, outputs_against(runner, result.plan, tolerance), tolerance,
-                  low=runner.graph.precision.label)
+    print_compare(result.layerwise, args.csv, result.outputs, result.tolerance,
+                  low=result.runner.graph.precision.label)
     if args.csv:
-        write_csv(args.csv, result)
+        result.write_csv(args.csv)
     if args.report:
-        from fp16bisect.diagnose.report_runs import compare_runs
-        from fp16bisect.report.data import compare_report
-
-        write_report(args.report, compare_report(runner, result, tolerance, compare_runs(runner, result, tolerance)))
+        _report(result, args.report)
     return DONE
 
 
 def cmd_apply(args) -> int:
     from fp16bisect.api import apply
-    from fp16bisect.report.console import ConsoleListener, print_mixed
+    from fp16bisect.report.console import ConsoleListener
 
     args.model, args.overrides = model_then_overrides(args.model, args.overrides)  # the old order works too
     if args.verify and not args.inputs:
@@ -188,11 +166,22 @@ def cmd_apply(args) -> int:
         raise UsageError(f"-o {args.output!r} would hold an ONNX model: give a path ending in .onnx")
     OutputArgs.check(args)
     result = apply(args.model, args.overrides, args.output, verify=args.verify or False, samples=args.inputs,
-                   reference=args.reference, atol=args.atol, rtol=args.rtol, min_cosine=args.min_cosine,
-                   max_mismatch=args.max_mismatch, fp16_io=args.fp16_io, force=args.force, keep_fp32=args.keep_fp32,
-                   progress=ConsoleListener(quiet=args.quiet), shown=lambda m: print_mixed(m, args.output),
-                   precision=args.precision)
+                   reference=args.reference, fp16_io=args.fp16_io, force=args.force, keep_fp32=args.keep_fp32,
+                   progress=ConsoleListener(quiet=args.quiet), shown=Written(args.output), precision=args.precision,
+                   **ToleranceArgs.given(args).values())
     return _verified(result)
+
+
+class Written:
+    """Prints what ``apply`` and ``migrate`` wrote to ``path``, once it is written."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __call__(self, mixed) -> None:
+        from fp16bisect.report.console import print_mixed
+
+        print_mixed(mixed, self.path)
 
 
 def _verified(result) -> int:
@@ -206,43 +195,21 @@ def _verified(result) -> int:
 
 
 def cmd_migrate(args) -> int:
-    from pathlib import Path
-
-    from fp16bisect.api import apply
-    from fp16bisect.artifacts import migrate
-    from fp16bisect.artifacts.files import write_json
-    from fp16bisect.model.graph import Graph
-    from fp16bisect.report.console import ConsoleListener, print_migration, print_mixed
+    from fp16bisect.api import migrate
+    from fp16bisect.report.console import ConsoleListener, print_migration
 
     if args.verify and not args.inputs:
         raise UsageError("--verify needs samples: pass --inputs X.npz")
     if not str(args.output).endswith(".onnx"):
         raise UsageError(f"-o {args.output!r} would hold an ONNX model: give a path ending in .onnx")
     OutputArgs.check(args)
-    if args.trtexec_args is not None:
-        pins = migrate.pins_from_trtexec(args.trtexec_args)
-    else:
-        try:
-            text = Path(args.layer_precisions).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read --layer-precisions {args.layer_precisions!r} ({exc}): pass a text "
-                             "file of LAYER:PRECISION entries") from None
-        pins = migrate.pins_from_list(text, args.layer_precisions)
-    graph = Graph.load(args.model)
-    mapping = migrate.map_layers(graph, pins.fp32)
-    overrides = args.overrides_out or str(Path(args.output).with_suffix(".overrides.json"))
-    write_json(overrides, migrate.migration(graph, pins, mapping, ToleranceArgs.parse(args).to_json(), overrides))
+    result = migrate(args.model, args.output, trtexec_args=args.trtexec_args, layer_precisions=args.layer_precisions,
+                     overrides_out=args.overrides_out, verify=args.verify or False, samples=args.inputs,
+                     reference=args.reference, fp16_io=args.fp16_io, progress=ConsoleListener(quiet=args.quiet),
+                     shown=Written(args.output), **ToleranceArgs.given(args).values())
     if not args.quiet:
-        print_migration(pins, mapping, overrides)
-    result = apply(args.model, overrides, args.output, verify=args.verify or False, samples=args.inputs,
-                   reference=args.reference, fp16_io=args.fp16_io, progress=ConsoleListener(quiet=args.quiet),
-                   shown=lambda m: print_mixed(m, args.output))
-    if result.verification is not None and result.passed:  # verified here: the file says where
-        from fp16bisect.artifacts.overrides import read
-        from fp16bisect.backends.emulate.backend import environment_here
-
-        write_json(overrides, read(overrides).replaced(environment=environment_here()).to_json())
-    return _verified(result)
+        print_migration(result.pins, result.mapping, str(result.overrides))
+    return _verified(result.applied)
 
 
 COMMANDS = {"search": cmd_search, "check": cmd_check, "scan": cmd_scan, "compare": cmd_compare, "apply": cmd_apply,

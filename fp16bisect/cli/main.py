@@ -161,10 +161,10 @@ def _check(sub) -> None:
                           "compares every output with FP32: exit 0 when all meet the tolerance, 1 when one does not "
                           "(a CI gate), 3 when even FP32 misses it.",
                           "fp16bisect check model.onnx --inputs x.npz --overrides overrides.json --json check.json"),
-                 Samples(profile=True), ToleranceArgs(), BackendArgs(), PrecisionArgs(),
-                 OutputArgs(json="the result", report=True),
+                 Samples(profile=True), ToleranceArgs(default_from="the override file's"), BackendArgs(),
+                 PrecisionArgs(default=None), OutputArgs(json="the result", report=True),
                  ParallelArgs(), HeadroomArgs("fail (exit 1) when a tensor computed in FP16 has an FP32 peak above "
-                                              "65504/F on any sample, naming it"))
+                                              "65504/F on any sample, naming it (default: the override file's)"))
     c.add_argument("--overrides", metavar="O.json", help="keep the nodes of this override file in FP32")
     c.add_argument("--strict-environment", action="store_true",
                    help="fail (exit 1) when --overrides was verified elsewhere: another backend, GPU or TensorRT "

@@ -34,7 +34,7 @@ from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.samples import add_fp32_references, load_samples
 from fp16bisect.artifacts.files import write_atomic
 from fp16bisect.diagnose.preflight import use_overrides
-from fp16bisect.tolerance import OutputMetrics, Tolerance, compare
+from fp16bisect.tolerance import METRICS_ONLY, OutputMetrics, Tolerance, compare
 
 
 def scaled_error(max_abs: float, scale: float, low: Precision = FP16) -> float:
@@ -123,7 +123,7 @@ class LayerwiseRunner:
         plan = frozenset(plan)
         thresholds = thresholds or Thresholds(low=self.graph.precision)
         got = [self.backend.run(plan, s.inputs) for s in self.samples]
-        loose = Tolerance(atol=float("inf"), rtol=0.0)  # the metrics only; the thresholds judge
+        loose = METRICS_ONLY  # the metrics only; the thresholds judge
         result = Layerwise(plan, thresholds)
         for node in self.graph.candidates:
             worst = None

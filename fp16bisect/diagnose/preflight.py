@@ -29,10 +29,12 @@ from fp16bisect.model.graph import Graph
 from fp16bisect.model.headroom import Headroom, fp16_tensors, headroom_json, tight
 from fp16bisect.model.profile import profile
 from fp16bisect.evaluation.oracle import Evaluation
-from fp16bisect.artifacts.overrides import read, refuse_other_precision
+from fp16bisect.artifacts.overrides import read, recorded_precision, recorded_tolerance, refuse_other_precision
+from fp16bisect.model.precision import precision_of
+from fp16bisect.model.samples import add_fp32_references
 from fp16bisect.run.outcome import Listener
-from fp16bisect.run.options import SearchOptions
-from fp16bisect.run.pipeline import prepare
+from fp16bisect.run.options import CheckOptions, Recorded
+from fp16bisect.run.pipeline import prepare, unreachable
 from fp16bisect.tolerance import Tolerance
 
 SCHEMA = "fp16bisect.check/1"
@@ -64,6 +66,7 @@ class CheckOutcome:
     headroom: dict | None = None  # the headroom section of the FP16 tensors (None: the profile did not run)
     lacking: list = field(default_factory=list)  # Headroom: FP16 tensors peaking above 65504/--headroom
     drift: Drift | None = None  # with an override file: where it was verified against here
+    tolerance_from: str = "defaults"  # "given", "defaults", or "from <override file>" (CheckOptions.judged_with)
 
     @property
     def passed(self) -> bool:
@@ -88,6 +91,7 @@ class CheckOutcome:
                         **self.backend_details},
             "verdict_from": self.evaluation.verdict_from,  # outputs (metrics below) or exit_code (none)
             "tolerance": self.tolerance.to_json(),
+            "tolerance_from": self.tolerance_from,
             "overrides": None if self.overrides is None else {
                 "path": self.overrides.path, "made_for_sha256": self.overrides.made_for,
                 "same_model": self.overrides.same_model, "nodes": self.overrides.nodes,
@@ -129,23 +133,34 @@ def use_overrides(graph: Graph, path: str) -> OverrideUse:
     return OverrideUse(str(path), made_for, same_model, usable, missing, data.environment)
 
 
+def recorded(path: str) -> Recorded:
+    """What the override file at ``path`` says a check judges with (read before the model: its precision decides
+    how the model loads)."""
+    data = read(path)
+    flag = (data.get("headroom") or {}).get("flag")
+    return Recorded(str(path), recorded_tolerance(data, path), precision_of(recorded_precision(data)),
+                    None if flag is None else float(flag))
+
+
 def check_model(model: str, inputs: list[str], references: list[str] | None = None, overrides: str | None = None,
-                options: SearchOptions | None = None, listener: Listener | None = None,
-                strict_environment: bool = False) -> CheckOutcome:
-    """``options``: the tolerance, the backend, its options and ``parallel`` (the rest is the search's).
-    ``parallel`` with room for two: the plan and the all-FP32 plan (needed only when the plan fails) are
-    evaluated together, one round instead of two. With ``overrides``, the file's environment is compared with
-    the backend's here (``drift.py``); ``strict_environment``: a change of GPU or TensorRT fails the check."""
-    if strict_environment and not overrides:
+                options: CheckOptions | None = None, listener: Listener | None = None) -> CheckOutcome:
+    """``options``: the tolerance, precision and headroom (each not given: ``overrides``'s recorded one, else the
+    default; said on the console and in the JSON), the backend, its options, ``parallel`` with room for two: the
+    plan and the all-FP32 plan (needed only when the plan fails) are evaluated together, one round instead of
+    two. With ``overrides``, the file's environment is compared with the backend's here (``drift.py``);
+    ``strict_environment``: a change of GPU or TensorRT fails the check."""
+    given = options or CheckOptions()
+    if given.strict_environment and not overrides:
         raise UsageError("--strict-environment compares where an override file was verified with here: "
                          "give the file with --overrides O.json, or drop --strict-environment")
     listener = listener or Listener()
-    given = options or SearchOptions()
-    options = SearchOptions(given.tolerance, given.backend, given.backend_options, parallel=given.parallel,
-                            headroom=given.headroom, precision=given.precision)
-    tolerance = options.tolerance
+    judged, source = given.judged_with(recorded(overrides) if overrides else None)
+    tolerance = judged.tolerance
+    listener.stage(f"tolerance: {tolerance} ({source})")
     start = time.perf_counter()
-    graph, chosen, oracle = prepare(model, inputs, references, options, listener)
+    # the references, where not given, come from the FP32 profile's run, as in a search: a check and a search
+    # judge a plan against the same numbers (at atol 0 too)
+    graph, chosen, oracle = prepare(model, inputs, references, judged, listener, defer_references=True)
     with chosen, oracle:
         use = use_overrides(graph, overrides) if overrides else None
         if use is not None and not use.same_model:
@@ -154,10 +169,12 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
         plan = frozenset(use.nodes) if use else frozenset()
         drift = None
         if use is not None:
-            drift = compare(use.path, use.environment, chosen.environment(), strict_environment)
+            drift = compare(use.path, use.environment, chosen.environment(), given.strict_environment)
             drift.again = again_line(drift, model, inputs, references, tolerance)
         oracle.stop_early = False  # a check reports every sample
-        section, lacking = _headroom(graph, oracle.samples, plan, options.headroom, listener)
+        lacking = [s for s in oracle.samples if s.reference is None]
+        section, tight_ones = _headroom(graph, oracle.samples, plan, judged.headroom, listener)
+        add_fp32_references(graph, oracle.samples, computed=lacking)  # those the profile did not give
         listener.stage(f"checking on the {chosen.name} backend: {len(plan)} node(s) in FP32, the rest in "
                        f"{graph.precision.label}")
         everything = frozenset(n.id for n in graph.candidates)
@@ -169,7 +186,7 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
             fp32 = oracle.evaluate(everything)
         return CheckOutcome(graph, tolerance, chosen.name, chosen.versions(), evaluation, use, fp32,
                             time.perf_counter() - start, oracle.samples,
-                            chosen.describe(), section, lacking, drift)
+                            chosen.describe(), section, tight_ones, drift, source)
 
 
 def _headroom(graph: Graph, samples, plan, factor: float | None, listener) -> tuple[dict | None, list[Headroom]]:
@@ -197,8 +214,26 @@ def _source(samples, index: int) -> str:
     return str(samples[index].source) if 0 <= index < len(samples) else f"sample {index}"
 
 
-def verdict(o: CheckOutcome, command_hint: str) -> str:
-    """One line: what the check found and what to do."""
+def search_call(o: CheckOutcome, hint: str) -> str:
+    """``hint`` (``fp16bisect search MODEL --inputs ...`` or ``fp16bisect.search(model, samples)``) with the
+    tolerance, headroom and precision the check judged with, where they are not the defaults: once each."""
+    from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
+
+    t = o.tolerance
+    chosen = {"atol": t.atol if t.atol != DEFAULT_ATOL else None, "rtol": t.rtol if t.rtol != DEFAULT_RTOL else None,
+              "min_cosine": t.min_cosine, "max_mismatch": t.max_mismatch or None,
+              "headroom": (o.headroom or {}).get("flag")}
+    given = {k: f"{v:g}" for k, v in chosen.items() if v is not None}
+    if o.graph.precision.name != "fp16":
+        given["precision"] = o.graph.precision.name
+    if hint.endswith(")"):  # a Python call
+        return hint[:-1] + "".join(f", {k}={v!r}" if k == "precision" else f", {k}={v}" for k, v in given.items()) + ")"
+    return hint + "".join(f" --{k.replace('_', '-')} {v}" for k, v in given.items())
+
+
+def verdict(o: CheckOutcome, hint: str) -> str:
+    """One line: what the check found and what to do (``hint``: the search to suggest, see ``search_call``)."""
+    command_hint = search_call(o, hint)
     use = o.overrides
     with_what = f" with {len(use.nodes)} override node(s) in FP32" if use else f" in all-{o.graph.precision.label}"
     if o.evaluation.error:
@@ -218,7 +253,7 @@ def verdict(o: CheckOutcome, command_hint: str) -> str:
         more = f" and {len(o.lacking) - 3} more" if len(o.lacking) > 3 else ""
         return (f"FAIL{with_what}: every sample meets the tolerance, but {len(o.lacking)} tensor(s) computed in FP16 "
                 f"lack {factor:g}x headroom: {names}{more}; keep their nodes in FP32 with "
-                f"'{command_hint} --headroom {factor:g}'")
+                f"'{command_hint}'")
     if o.evaluation.passed and not o.lacking and o.drift is not None and o.drift.fails:
         return f"FAIL{with_what}: every sample meets the tolerance, but {o.drift.reason()}; verify it again: " \
                f"{o.drift.again}"
@@ -227,10 +262,10 @@ def verdict(o: CheckOutcome, command_hint: str) -> str:
         if use and not use.same_model:
             text += "; the override file was made for another version of this model and still suffices"
         return text
+    if o.fp32 is not None and not o.fp32.passed and o.fp32.metrics:  # what a search says then, word for word
+        return f"FAIL: {unreachable(o.backend, o.fp32, o.tolerance)}"
     bad = min((m for m in o.evaluation.metrics if not m.passed), key=lambda m: (-m.nonfinite, -m.excess))
     text = f"FAIL{with_what}: {bad.why(o.tolerance)}"
-    if o.fp32 is not None and not o.fp32.passed:
-        return text + "; FP32 misses the tolerance too: loosen --atol/--rtol or check --reference"
     if use and not use.same_model:
         return (text + f"; the model changed since {use.path} was made and its overrides no longer suffice: "
                 f"rerun '{command_hint}'")

@@ -289,7 +289,8 @@ def _metric_cells(m) -> list[str]:
 def print_check(outcome, line: str, console: Console | None = None) -> None:
     """``check``: the per-output table, then one verdict line."""
     console = console or _console()
-    console.print(f"fp16bisect check on {outcome.graph.path} ({outcome.backend} backend; {outcome.tolerance})",
+    console.print(f"fp16bisect check on {outcome.graph.path} ({outcome.backend} backend; tolerance: "
+                  f"{outcome.tolerance} ({outcome.tolerance_from}))",
                   highlight=False, soft_wrap=True)
     if outcome.evaluation.metrics:
         table = Table()

@@ -1,4 +1,5 @@
-"""How a search or a check runs (``SearchOptions``): built once by the CLI, a manifest entry or a script.
+"""How a search or a check runs (``SearchOptions``, ``CheckOptions``): built once by the CLI, a manifest entry or a
+script.
 
 What is searched (the model, its samples and references) is given beside the options; what a long run
 says goes to a ``Listener``. Everything else a run depends on is here, typed: the tolerance, the judging
@@ -12,11 +13,12 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
 from fp16bisect.backends.base import BackendName, CommandOptions, Options
+from fp16bisect.errors import UsageError
 from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.parallel import Parallel
 from fp16bisect.run.paths import plans_dir, timing_cache_path
 from fp16bisect.strategy.prior_choice import PriorChoice
-from fp16bisect.tolerance import Tolerance
+from fp16bisect.tolerance import GivenTolerance, Tolerance
 
 
 BACKENDS: tuple[str, ...] = ("auto", *get_args(BackendName))  # what --backend takes
@@ -32,7 +34,7 @@ class SearchOptions:
     journals once the search has finished (else removed when the override JSON is written). ``parallel``: the
     oracle evaluates independent plans on worker processes or Ray tasks. ``prior``: ``auto`` (the emulator's search
     first whenever the backend is not the emulator and the model runs there), ``emulate`` or ``none``.
-    A check uses the tolerance, the backend, its options and ``parallel`` only."""
+    A check is given ``CheckOptions`` and runs with the ``SearchOptions`` they resolve to (``judged_with``)."""
 
     tolerance: Tolerance = field(default_factory=Tolerance)
     backend: BackendName | Literal["auto"] = "auto"
@@ -48,6 +50,10 @@ class SearchOptions:
     headroom: float | None = None  # --headroom F: a peak above 65504/F counts as an overflow (run/coverage.py)
     precision: Precision = FP16  # --precision: the low precision every plan runs in (model/precision.py)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
+            raise UsageError(f"repeats {self.repeats!r}: give a number of evaluations per plan, 1 or more")
+
     def beside_output(self) -> SearchOptions:
         """With the timing cache and the plans directory beside ``output`` where the backend options left them at
         their defaults (``overrides.json`` -> ``overrides.timing.cache``, ``overrides.plans/``)."""
@@ -60,3 +66,45 @@ class SearchOptions:
         if command.plans_dir == CommandOptions.plans_dir:
             command = replace(command, plans_dir=plans_dir(self.output))
         return replace(self, backend_options=replace(chosen, tensorrt=trt, command=command))
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """How a check runs: the tolerance, precision and headroom it was given (each None: the override file's
+    recorded value when a file is checked, else the default), the judging backend, its ``Options``, ``parallel``,
+    and ``strict_environment`` (fail when the file was verified elsewhere, ``diagnose/drift.py``)."""
+
+    tolerance: GivenTolerance = field(default_factory=GivenTolerance)
+    backend: BackendName | Literal["auto"] = "auto"
+    backend_options: Options = field(default_factory=Options)
+    parallel: Parallel | None = None
+    headroom: float | None = None
+    precision: Precision | None = None
+    strict_environment: bool = False
+
+    def judged_with(self, recorded: Recorded | None) -> tuple[SearchOptions, str]:
+        """The options the check runs with, and where its tolerance comes from (``"from overrides.json"``,
+        ``"from overrides.json; atol given"``, ``"given"`` or ``"defaults"``): each value not given is
+        ``recorded``'s (an override file's), else the default."""
+        values = self.tolerance.values()
+        named = [k for k, v in values.items() if v is not None]
+        if recorded is not None and len(named) < len(values):
+            source = f"from {recorded.path}" + (f"; {', '.join(named)} given" if named else "")
+        else:
+            source = "given" if named else "defaults"
+        headroom = self.headroom if self.headroom is not None else recorded.headroom if recorded else None
+        precision = self.precision or (recorded.precision if recorded is not None else FP16)
+        base = recorded.tolerance if recorded is not None else Tolerance()
+        return SearchOptions(self.tolerance.over(base), self.backend, self.backend_options, parallel=self.parallel,
+                             headroom=headroom, precision=precision), source
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What an override file says a check judges with: its tolerance, precision and headroom (``--headroom F``
+    the search was given; None: none)."""
+
+    path: str
+    tolerance: Tolerance
+    precision: Precision
+    headroom: float | None

@@ -7,6 +7,7 @@ from the ``Outcome``), the prior from ``prior.py``.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -242,16 +243,19 @@ def _refuse_fp32_fails(graph, chosen, oracle) -> None:
             f"the command judged even the all-FP32 plan failing ({everything.detail}): check the command "
             "(fp16bisect search --keep-plans keeps each plan's files, stdout.txt and stderr.txt to run it by hand)"
         )
+    raise ToleranceUnreachable(unreachable(chosen.name, everything, oracle.tolerance))
+
+
+def unreachable(backend: str, everything, tolerance) -> str:
+    """What a search and a check say when the all-FP32 plan (``everything``, with metrics) misses the tolerance."""
     worst = max((m for m in everything.metrics if not m.passed), key=lambda m: m.excess)
     fix = (
         "check --reference and the inputs"
         if worst.nonfinite or worst.excess <= 1  # NaN/inf, or a cosine/mismatch rule failed
+        else "give --atol above 0 or check --reference" if math.isinf(worst.excess)  # FP32 differs where it is 0
         else f"loosen --atol/--rtol by at least {worst.excess:.3g}x or check --reference"
     )
-    raise ToleranceUnreachable(
-        f"the tolerance is unreachable even in FP32 on the {chosen.name} backend: {worst.why(oracle.tolerance)}; "
-        f"{fix}"
-    )
+    return f"the tolerance is unreachable even in FP32 on the {backend} backend: {worst.why(tolerance)}; {fix}"
 
 
 def _backend_info(chosen, oracle, noise) -> dict:

@@ -1,0 +1,246 @@
+"""The Python API of ``compare``, ``migrate`` and ``--report``: ``compare``, ``migrate`` and ``write_report``,
+what the command line runs (it has nothing the API lacks). As ``functions.py``: typed results, ``UsageError``
+for bad input, never ``SystemExit``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from fp16bisect.api import inputs
+from fp16bisect.api.functions import Model, Progress, Samples, _own_work_directories, _references, apply
+from fp16bisect.api.results import ApplyResult, CheckResult, SearchResult
+from fp16bisect.errors import UsageError
+from fp16bisect.model.precision import precision_of
+from fp16bisect.tolerance import GivenTolerance, Tolerance
+
+__all__ = ["CompareResult", "MigrateResult", "compare", "migrate", "write_report"]
+
+
+@dataclass
+class CompareResult:
+    """Each candidate node's output in FP16 (or BF16) against FP32, in topological order (``fp16bisect.compare``).
+
+    Attributes:
+        nodes: Per candidate, its worst output and sample (``diagnose.layerwise.NodeError``: ``node``,
+            ``op_type``, ``pinned``, ``failed``, ``metrics``).
+        first_failing: The first node that fails the layer-wise rule (where the error is born), or None.
+        passed: Whether the model's outputs meet ``tolerance`` (emulated, with the override nodes in FP32).
+        tolerance: The tolerance the outputs were judged with.
+    """
+
+    nodes: list
+    first_failing: Any
+    passed: bool
+    tolerance: Tolerance
+    layerwise: Any = field(default=None, repr=False)  # diagnose.layerwise.Layerwise (console, CSV, report)
+    outputs: Any = field(default=None, repr=False)  # the model's outputs judged: evaluation.oracle.Evaluation
+    runner: Any = field(default=None, repr=False, compare=False)  # the emulation session (the report reruns it)
+
+    def write_csv(self, path: str | Path) -> None:
+        """Every node's row as CSV (``fp16bisect compare --csv``)."""
+        from fp16bisect.diagnose.layerwise import write_csv
+
+        write_csv(path, self.layerwise)
+
+
+def compare(model: Model, samples: Samples, *, reference: Samples | None = None, overrides=None,
+            atol: float | None = None, rtol: float | None = None, min_cosine: float | None = None,
+            max_mismatch: float | None = None, max_error: float | None = None, precision: str | None = None,
+            progress: Progress = None) -> CompareResult:
+    """Compare every node's output in FP16 with FP32 (emulated) and name the first node that fails.
+
+    Args:
+        model: The FP32 ONNX model: a path or an ``onnx.ModelProto``.
+        samples: The inputs, in the forms ``search`` takes.
+        reference: Expected outputs, one per sample (default: an FP32 ONNX Runtime run).
+        overrides: Keep these nodes in FP32: an override JSON path, a ``SearchResult`` or its ``to_dict()``.
+        atol: Tolerance the model's outputs are judged with; each of ``atol``, ``rtol``, ``min_cosine``,
+            ``max_mismatch`` left None is the override file's, else the default (0.01, 0.01, none, 0).
+        rtol: Relative tolerance.
+        min_cosine: Cosine similarity required per output.
+        max_mismatch: Fraction of elements allowed outside the tolerance.
+        max_error: A node fails when its max abs error exceeds this fraction of its max |FP32 value| (default
+            0.125).
+        precision: ``"fp16"`` or ``"bf16"`` (None: the override file's, else fp16).
+        progress: A function receiving one line of text per event, or a ``Listener``.
+
+    Returns:
+        The per-node errors, the first failing node and the outputs' verdict (``CompareResult``).
+
+    Raises:
+        UsageError: Bad input.
+
+    Examples:
+        >>> import fp16bisect
+        >>> found = fp16bisect.compare("sample_models/transformer_block.onnx", "sample_models/transformer_block.npz")
+        >>> found.first_failing.node, found.passed
+        ('ln1_square', False)
+    """
+    from fp16bisect.diagnose.layerwise import compare_model, outputs_against
+    from fp16bisect.diagnose.preflight import recorded
+
+    given = GivenTolerance(atol, rtol, min_cosine, max_mismatch)
+    entries = inputs.sample_entries(samples)
+    references = _references(reference, entries)
+    listener = inputs.listener(progress)
+    with _own_work_directories(), inputs.model_file(model) as path, inputs.overrides_file(overrides) as file:
+        made = recorded(file) if file else None
+        tolerance = given.over(made.tolerance if made else Tolerance())
+        low = precision_of(precision) if precision is not None else made.precision if made else precision_of(None)
+        runner, result = compare_model(path, entries, references, file, max_error, listener, precision=low)
+        outputs = outputs_against(runner, result.plan, tolerance)
+        for sample in runner.samples:  # the result outlives the work directory (the report reruns them): kept
+            sample.keep()
+    return CompareResult(nodes=list(result.nodes), first_failing=result.first_failing, passed=outputs.passed,
+                         tolerance=tolerance, layerwise=result, outputs=outputs, runner=runner)
+
+
+@dataclass
+class MigrateResult:
+    """What ``fp16bisect.migrate`` read, mapped and wrote.
+
+    Attributes:
+        pins: The FP32 layer pins read (``artifacts.migrate.Pins``: ``fp32``, ``source``).
+        mapping: Each layer's node (``artifacts.migrate.Mapping``: ``nodes``, ``unmapped``, ``not_candidates``).
+        overrides: The override JSON written.
+        applied: The mixed-precision model written and, with ``verify``, its verification (``ApplyResult``).
+    """
+
+    pins: Any
+    mapping: Any
+    overrides: Path
+    applied: ApplyResult
+
+    @property
+    def passed(self) -> bool:
+        return self.applied.passed
+
+
+def migrate(model: str | Path, output: str | Path, *, trtexec_args: str | None = None,
+            layer_precisions: str | Path | None = None, overrides_out: str | Path | None = None,
+            verify: bool = False, samples: Samples | None = None, reference: Samples | None = None,
+            atol: float | None = None, rtol: float | None = None, min_cosine: float | None = None,
+            max_mismatch: float | None = None, fp16_io: bool = False, progress: Progress = None,
+            shown: Callable | None = None) -> MigrateResult:
+    """Turn TensorRT 10 FP32 layer pins into an override JSON and the strongly typed mixed-precision model.
+
+    Args:
+        model: The FP32 ONNX model the pins were made for (a path).
+        output: Where the mixed-precision model goes (``.onnx``).
+        trtexec_args: The TensorRT 10 trtexec arguments (``"--fp16 --layerPrecisions=a:fp32,b:fp32"``); or
+        layer_precisions: A text file of ``LAYER:PRECISION`` entries (Polygraphy's ``--layer-precisions``).
+        overrides_out: Where the override JSON goes (default: beside ``output``, ``*.overrides.json``).
+        verify: Run the written model on ``samples`` against the references; once verified, the override file
+            records where (its ``environment``).
+        samples: The inputs for ``verify``, in the forms ``search`` takes.
+        reference: Expected outputs, one per sample (default: an FP32 ONNX Runtime run).
+        atol: The tolerance recorded in the override file and verified (None: 0.01); ``rtol``, ``min_cosine``,
+            ``max_mismatch`` likewise.
+        rtol: Relative tolerance.
+        min_cosine: Cosine similarity required per output.
+        max_mismatch: Fraction of elements allowed outside the tolerance.
+        fp16_io: Make the float graph inputs and outputs FP16.
+        progress: A function receiving one line of text per event, or a ``Listener``.
+        shown: Called with the written model's description (``Mixed``) once it is written.
+
+    Returns:
+        The pins, their nodes, the override file and the written model (``MigrateResult``).
+
+    Raises:
+        UsageError: Bad input (no pins or both kinds, a layer no node matches, an unreadable file).
+    """
+    from fp16bisect.artifacts import migrate as pins_of
+    from fp16bisect.artifacts.files import check_writable, write_json
+    from fp16bisect.model.graph import Graph
+
+    if (trtexec_args is None) == (layer_precisions is None):
+        raise UsageError("migrate needs the pins: pass trtexec_args (--trtexec-args) or layer_precisions "
+                         "(--layer-precisions), one of them")
+    if not str(output).endswith(".onnx"):
+        raise UsageError(f"output {str(output)!r} would hold an ONNX model: give a path ending in .onnx")
+    if verify and samples is None:
+        raise UsageError("verify needs samples: pass samples= (--inputs X.npz)")
+    overrides = Path(overrides_out or Path(output).with_suffix(".overrides.json"))
+    check_writable(str(output))
+    check_writable(str(overrides))
+    pins = pins_of.pins_from_trtexec(trtexec_args) if trtexec_args is not None else \
+        pins_of.pins_from_list(_text(layer_precisions), str(layer_precisions))
+    tolerance = GivenTolerance(atol, rtol, min_cosine, max_mismatch).over(Tolerance())
+    with _own_work_directories():
+        graph = Graph.load(str(model))
+        mapping = pins_of.map_layers(graph, pins.fp32)
+        write_json(str(overrides), pins_of.migration(graph, pins, mapping, tolerance.to_json(), str(overrides)))
+    applied = apply(model, str(overrides), output, verify=bool(verify), samples=samples, reference=reference,
+                    fp16_io=fp16_io, progress=progress, shown=shown)
+    if applied.verification is not None and applied.passed:  # verified here: the file says where
+        _record_environment(overrides)
+    return MigrateResult(pins=pins, mapping=mapping, overrides=overrides, applied=applied)
+
+
+def _text(path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read --layer-precisions {str(path)!r} ({exc}): pass a text file of "
+                         "LAYER:PRECISION entries") from None
+
+
+def _record_environment(overrides: Path) -> None:
+    """The override file, with where it was verified (the emulator's environment), in the builder's key order."""
+    from fp16bisect.artifacts.files import write_json
+    from fp16bisect.artifacts.overrides import read
+    from fp16bisect.backends.emulate.backend import environment_here
+
+    write_json(str(overrides), read(overrides).replaced(environment=environment_here()).to_json())
+
+
+def write_report(result: SearchResult | CheckResult | CompareResult, path: str | Path, *,
+                 next_steps: list[tuple] | None = None) -> Path:
+    """Write the self-contained HTML report of a search, a check or a comparison (``--report FILE.html``).
+
+    It runs what the result lacks (the layer-wise comparisons, the FP32 profile: seconds on the emulator).
+
+    Args:
+        result: What ``search``, ``check`` or ``compare`` returned.
+        path: The ``.html`` file to write.
+        next_steps: A search's (what, command) pairs shown last (default: those of its override file, when the
+            search wrote one).
+
+    Returns:
+        The path written.
+
+    Examples:
+        >>> import fp16bisect
+        >>> model, data = "sample_models/transformer_block.onnx", "sample_models/transformer_block.npz"
+        >>> fp16bisect.write_report(fp16bisect.check(model, data), "check.html").name
+        'check.html'
+    """
+    from fp16bisect.artifacts.files import check_writable
+    from fp16bisect.diagnose import report_runs
+    from fp16bisect.report import data as report_data
+    from fp16bisect.report.html import write
+
+    check_writable(str(path))
+    if isinstance(result, SearchResult):
+        steps = next_steps if next_steps is not None else _next_steps(result)
+        page = report_data.search_report(result.outcome, report_runs.search_runs(result.outcome), steps)
+    elif isinstance(result, CheckResult):
+        page = report_data.check_report(result.outcome, result.verdict, report_runs.check_runs(result.outcome))
+    elif isinstance(result, CompareResult):
+        runs = report_runs.compare_runs(result.runner, result.layerwise, result.tolerance)
+        page = report_data.compare_report(result.runner, result.layerwise, result.tolerance, runs)
+    else:
+        raise UsageError(f"result is a {type(result).__name__}: pass what search, check or compare returned")
+    write(str(path), page)
+    return Path(path)
+
+
+def _next_steps(result: SearchResult) -> list[tuple]:
+    from fp16bisect.report.next_steps import next_steps
+
+    if result.output is None:
+        return []
+    sources = [str(s.source) for s in result.outcome.oracle.samples]
+    return next_steps(result.to_dict(), str(result.output), sources)

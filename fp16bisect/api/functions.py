@@ -11,7 +11,7 @@ what the command line has.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Union
 
 from fp16bisect.api import inputs
 from fp16bisect.api.results import ApplyResult, CheckResult, Node, ScanResult, ScanRow, SearchResult
@@ -22,9 +22,12 @@ from fp16bisect.model.precision import precision_of
 from fp16bisect.backends import Options
 from fp16bisect.run.options import CheckOptions, SearchOptions
 from fp16bisect.run.outcome import Listener
-from fp16bisect.tolerance import GivenTolerance, Tolerance
+from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL, GivenTolerance, Tolerance
 
-Model = Union[str, Path, "onnx.ModelProto"]  # noqa: F821 (onnx is imported only when a ModelProto is given)
+if TYPE_CHECKING:
+    import onnx  # only when a ModelProto is given (inputs.model_file)
+
+Model = Union[str, Path, "onnx.ModelProto"]
 Samples = Union[str, Path, Mapping, Iterable]
 Shapes = Union[str, Mapping, None]  # trtexec's "name:1x3x224x224,..." or {input name: shape}
 Progress = Union[Callable[[str], None], Listener, None]
@@ -32,8 +35,8 @@ Progress = Union[Callable[[str], None], Listener, None]
 __all__ = ["apply", "check", "run_check", "run_search", "scan", "search"]
 
 
-def search(model: Model, samples: Samples, *, reference: Samples | None = None, atol: float | None = None,
-           rtol: float | None = None, min_cosine: float | None = None, max_mismatch: float | None = None,
+def search(model: Model, samples: Samples, *, reference: Samples | None = None, atol: float = DEFAULT_ATOL,
+           rtol: float = DEFAULT_RTOL, min_cosine: float | None = None, max_mismatch: float = 0.0,
            backend: str = "auto", check: str | None = None, keep_plans: bool = False, typing: str = "strong",
            opt_level: int | None = None, timing_cache: str | None = None, noise_ok: bool = False,
            output: str | Path | None = None, jobs: int = 1, devices: str | list | None = None,
@@ -348,9 +351,10 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
     options = ApplyOptions(
         fp16_io=fp16_io, force=force, keep_fp32=tuple(keep_fp32), inputs=entries,
         precision=None if precision is None else precision_of(precision).name,
-        references=_references(reference, entries) if verify else None, strict_mode=verify == "strict",
+        references=None if entries is None else _references(reference, entries), strict_mode=verify == "strict",
         tolerance=GivenTolerance(atol, rtol, min_cosine, max_mismatch))
     with _own_work_directories(), inputs.model_file(model) as path, inputs.overrides_file(overrides) as file:
+        assert file is not None  # overrides was given (refused above when None)
         written = apply_to_file(file, path, str(output), inputs.listener(progress), options, shown=shown)
     return ApplyResult(path=Path(output), fp32_nodes=list(written.fp32_nodes), verification=written.verification,
                        mixed=written.mixed)

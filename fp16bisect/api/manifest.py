@@ -45,11 +45,15 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from fp16bisect.errors import UsageError
 from fp16bisect.model.precision import Precision
 from fp16bisect.tolerance import GivenTolerance
+
+if TYPE_CHECKING:
+    from fp16bisect.parallel.processes import LocalPool
+    from fp16bisect.parallel.ray import RayPool
 
 SCHEMA = "fp16bisect.batch/1"
 ACTIONS = ("check", "search")
@@ -179,15 +183,16 @@ def entry_of(raw, number: int, base: Path, manifest: str) -> Entry:
         raise UsageError(f"{where}: action {action!r} is neither 'check' nor 'search'")
     if not isinstance(raw.get("keep_journal", False), bool):
         raise UsageError(f"{where}: 'keep_journal' must be true or false, not {raw['keep_journal']!r}")
-    files = {}
-    for key in ("model", "overrides", "output"):
+    for key in ("overrides", "output"):
         if raw.get(key) is not None and not isinstance(raw[key], str):
             raise UsageError(f"{where}: '{key}' must be a path")
-        files[key] = None if raw.get(key) is None else str(base / raw[key])
+    model = str(base / raw["model"])
+    overrides, output = (None if raw.get(key) is None else str(base / raw[key]) for key in ("overrides", "output"))
     try:
-        return Entry(number=number, name=str(raw.get("name", Path(files["model"]).name)), action=action,
-                     inputs=paths["inputs"], references=paths["references"], backend=raw.get("backend", "auto"),
-                     named="name" in raw, keep_journal=raw.get("keep_journal", False), **files, **_values(raw))
+        return Entry(number=number, name=str(raw.get("name", Path(model).name)), action=action, model=model,
+                     overrides=overrides, output=output, inputs=paths["inputs"], references=paths["references"],
+                     backend=raw.get("backend", "auto"), named="name" in raw,
+                     keep_journal=raw.get("keep_journal", False), **_values(raw))
     except UsageError as exc:
         raise UsageError(f"{where}: {exc}") from None
 
@@ -199,7 +204,7 @@ def _paths(value, key: str, base: Path, where: str) -> tuple[str, ...]:
     return tuple(str(base / v) for v in value)
 
 
-def _values(raw: dict) -> dict:
+def _values(raw: dict) -> dict[str, Any]:
     """The entry's tolerance, precision, headroom, shape profile and backend options, each checked by its own
     value (``Tolerance``, ``model.precision.precision_of``, ``model.headroom.factor``, ``model.shapes.profile_of``,
     ``backends.check_options``): the checks of the command line's flags and the API's arguments."""
@@ -281,6 +286,7 @@ def run_batch(entries: list[Entry], jobs: int = 2, ray: str | None = None,
     ``on_result``: called with each result as it comes (in completion order)."""
     from fp16bisect.parallel.processes import Died, LocalPool
 
+    pool: RayPool | LocalPool
     if ray is not None:
         from fp16bisect.parallel.ray import RayPool
 

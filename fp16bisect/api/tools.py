@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from fp16bisect.api import inputs
 from fp16bisect.api.functions import Model, Progress, Samples, _own_work_directories, _references, apply
@@ -14,6 +14,11 @@ from fp16bisect.api.results import ApplyResult, CheckResult, SearchResult
 from fp16bisect.errors import UsageError
 from fp16bisect.model.precision import precision_of
 from fp16bisect.tolerance import GivenTolerance, Tolerance
+
+if TYPE_CHECKING:
+    from fp16bisect.artifacts.migrate import Mapping, Pins
+    from fp16bisect.diagnose.layerwise import Layerwise, LayerwiseRunner, NodeError
+    from fp16bisect.evaluation.oracle import Evaluation
 
 __all__ = ["CompareResult", "MigrateResult", "compare", "migrate", "write_report"]
 
@@ -30,13 +35,13 @@ class CompareResult:
         tolerance: The tolerance the outputs were judged with.
     """
 
-    nodes: list
-    first_failing: Any
+    nodes: list[NodeError]
+    first_failing: NodeError | None
     passed: bool
     tolerance: Tolerance
-    layerwise: Any = field(default=None, repr=False)  # diagnose.layerwise.Layerwise (console, CSV, report)
-    outputs: Any = field(default=None, repr=False)  # the model's outputs judged: evaluation.oracle.Evaluation
-    runner: Any = field(default=None, repr=False, compare=False)  # the emulation session (the report reruns it)
+    layerwise: Layerwise = field(kw_only=True, repr=False)  # every node's errors (console, CSV, report)
+    outputs: Evaluation = field(kw_only=True, repr=False)  # the model's outputs judged
+    runner: LayerwiseRunner = field(kw_only=True, repr=False, compare=False)  # the emulation (the report reruns it)
 
     def write_csv(self, path: str | Path) -> None:
         """Every node's row as CSV (``fp16bisect compare --csv``)."""
@@ -108,13 +113,14 @@ class MigrateResult:
         applied: The mixed-precision model written and, with ``verify``, its verification (``ApplyResult``).
     """
 
-    pins: Any
-    mapping: Any
+    pins: Pins
+    mapping: Mapping
     overrides: Path
     applied: ApplyResult
 
     @property
-    def passed(self) -> bool:
+    def passed(self) -> bool | None:
+        """With ``verify``: whether the written model meets the tolerance; else None."""
         return self.applied.passed
 
 

@@ -90,7 +90,7 @@ def declared(name: str) -> type[Backend]:
     return Backend
 
 
-def make_backend(name: BackendName | Literal["auto"], graph: Graph, options: Options | None = None,
+def make_backend(name: str, graph: Graph, options: Options | None = None,
                  device: str | None = None) -> Backend:
     """The backend called ``name``, made with ``options`` (each backend reads its own part and what is shared).
     ``tensorrt`` needs TensorRT (or TensorRT-RTX), Polygraphy and an NVIDIA GPU: asking for it without them is a

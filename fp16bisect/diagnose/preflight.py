@@ -29,7 +29,7 @@ from fp16bisect.model.graph import Graph
 from fp16bisect.model.headroom import Headroom, fp16_tensors, headroom_json, tight
 from fp16bisect.model.profile import profile
 from fp16bisect.evaluation.oracle import Evaluation
-from fp16bisect.artifacts.overrides import read, recorded_precision, recorded_tolerance, refuse_other_precision
+from fp16bisect.artifacts.overrides import read, recorded_tolerance, refuse_other_precision
 from fp16bisect.model.precision import precision_of
 from fp16bisect.model.samples import add_fp32_references
 from fp16bisect.run.outcome import Listener
@@ -137,8 +137,8 @@ def recorded(path: str) -> Recorded:
     """What the override file at ``path`` says a check judges with (read before the model: its precision decides
     how the model loads)."""
     data = read(path)
-    flag = (data.get("headroom") or {}).get("flag")
-    return Recorded(str(path), recorded_tolerance(data, path), precision_of(recorded_precision(data)),
+    flag = (data.headroom or {}).get("flag")
+    return Recorded(str(path), recorded_tolerance(data, path), precision_of(data.precision),
                     None if flag is None else float(flag))
 
 

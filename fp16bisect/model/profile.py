@@ -101,6 +101,7 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
         per = _PerSample(computed, len(samples), low)
         _fetch(graph.runnable_copy(), computed, list(enumerate(samples)), per.into(stats), chunk, low)
     for index, sample, tensors in whole or []:  # from the same instrumented model: the same fusions, values
+        assert built is not None  # whole comes from it
         _fetch(built[0], tensors, [(index, sample)], per.into(stats), chunk, low)
     for t, source in same.items():
         stats[t] = replace(stats[source], name=t, initializer=False)

@@ -139,9 +139,9 @@ def make_executor(parallel: Parallel, backend: Backend, graph, samples, toleranc
     if backend.evaluates_in_threads and parallel.ray is None:  # it waits on other processes: threads here
         job = Job(backend.name, b"", str(graph.path or ""), graph.sha256, options, samples, tolerance, outputs)
         _one_line_at_a_time(backend)
-        pool = ThreadSlots(evaluate_task, setup_in_process, (backend, job), jobs=parallel.jobs,
-                           devices=parallel.devices or None)
-        return PlanExecutor(pool, f"{pool.width} concurrent command(s)")
+        threads = ThreadSlots(evaluate_task, setup_in_process, (backend, job), jobs=parallel.jobs,
+                              devices=parallel.devices or None)
+        return PlanExecutor(threads, f"{threads.width} concurrent command(s)")
     # callables (progress, notify) write to this process's console: they stay here
     remote = options.here_only()
     if parallel.ray is not None:  # other machines: the model file's own bytes
@@ -156,9 +156,9 @@ def make_executor(parallel: Parallel, backend: Backend, graph, samples, toleranc
     if parallel.ray is not None:
         from fp16bisect.parallel.ray import RayPool
 
-        pool = RayPool(evaluate_task, setup_backend, job, jobs=parallel.jobs if parallel.jobs > 1 else 0, gpu=gpu,
-                       address=parallel.ray or None)
-        return PlanExecutor(pool, f"Ray, {pool.width} task(s) at once")
+        tasks = RayPool(evaluate_task, setup_backend, job, jobs=parallel.jobs if parallel.jobs > 1 else 0, gpu=gpu,
+                        address=parallel.ray or None)
+        return PlanExecutor(tasks, f"Ray, {tasks.width} task(s) at once")
     devices = list(parallel.devices)
     if gpu and not devices:
         from fp16bisect.backends.tensorrt.load import gpu_count

@@ -139,5 +139,5 @@ def compare_report(runner: LayerwiseRunner, result: Layerwise, tolerance, runs: 
     first = result.first_failing
     summary = (f"first failing node: {first.node} ({first.op_type})" if first else "no node fails") + (
         f" with {len(plan)} node(s) in FP32" if plan else f" in all-{graph.precision.label}")
-    head = heading(f"fp16bisect compare: {graph.path.name}", graph, runner.backend.name, tolerance, summary)
+    head = heading(f"fp16bisect compare: {graph.path.name if graph.path else 'model'}", graph, runner.backend.name, tolerance, summary)
     return pack(head, graph, runs, _override_rows(graph, plan))

@@ -10,14 +10,14 @@ evaluation and the prior.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal, get_args
+from typing import get_args
 
 from fp16bisect.backends.base import BackendName, CommandOptions, Options
 from fp16bisect.errors import UsageError
 from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.parallel import Parallel
 from fp16bisect.run.paths import plans_dir, timing_cache_path
-from fp16bisect.strategy.prior_choice import PriorChoice
+from fp16bisect.strategy.prior_choice import CHOICES
 from fp16bisect.tolerance import GivenTolerance, Tolerance
 
 
@@ -37,7 +37,7 @@ class SearchOptions:
     A check is given ``CheckOptions`` and runs with the ``SearchOptions`` they resolve to (``judged_with``)."""
 
     tolerance: Tolerance = field(default_factory=Tolerance)
-    backend: BackendName | Literal["auto"] = "auto"
+    backend: str = "auto"  # one of BACKENDS
     backend_options: Options = field(default_factory=Options)
     noise_ok: bool = False
     output: str | None = None
@@ -46,13 +46,16 @@ class SearchOptions:
     retry_crashed: bool = False
     keep_journal: bool = False
     parallel: Parallel | None = None
-    prior: PriorChoice = "auto"
+    prior: str = "auto"  # one of strategy.prior_choice.CHOICES
     headroom: float | None = None  # --headroom F: a peak above 65504/F counts as an overflow (run/coverage.py)
     precision: Precision = FP16  # --precision: the low precision every plan runs in (model/precision.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
             raise UsageError(f"repeats {self.repeats!r}: give a number of evaluations per plan, 1 or more")
+        if self.prior not in CHOICES:
+            raise UsageError(f"unknown prior {self.prior!r}: use one of {', '.join(CHOICES)}")
+        _check_backend(self.backend)
 
     def beside_output(self) -> SearchOptions:
         """With the timing cache and the plans directory beside ``output`` where the backend options left them at
@@ -75,12 +78,15 @@ class CheckOptions:
     and ``strict_environment`` (fail when the file was verified elsewhere, ``diagnose/drift.py``)."""
 
     tolerance: GivenTolerance = field(default_factory=GivenTolerance)
-    backend: BackendName | Literal["auto"] = "auto"
+    backend: str = "auto"  # one of BACKENDS
     backend_options: Options = field(default_factory=Options)
     parallel: Parallel | None = None
     headroom: float | None = None
     precision: Precision | None = None
     strict_environment: bool = False
+
+    def __post_init__(self) -> None:
+        _check_backend(self.backend)
 
     def judged_with(self, recorded: Recorded | None) -> tuple[SearchOptions, str]:
         """The options the check runs with, and where its tolerance comes from (``"from overrides.json"``,
@@ -108,3 +114,8 @@ class Recorded:
     tolerance: Tolerance
     precision: Precision
     headroom: float | None
+
+
+def _check_backend(name: str) -> None:
+    if name not in BACKENDS:
+        raise UsageError(f"unknown backend {name!r}: use one of {', '.join(map(repr, BACKENDS))}")

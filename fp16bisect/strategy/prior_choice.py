@@ -15,7 +15,7 @@ PriorChoice = Literal["auto", "emulate", "none"]
 CHOICES: tuple[PriorChoice, ...] = get_args(PriorChoice)
 
 
-def wanted(choice: PriorChoice, backend) -> bool:
+def wanted(choice: str, backend) -> bool:
     """``--prior``: auto (the default) means emulate whenever the judging backend takes the emulator's search as
     a start (``backend.emulator_prior``: not the emulator itself); asked for one that does not, a usage error."""
     if choice not in CHOICES:
@@ -30,7 +30,7 @@ def wanted(choice: PriorChoice, backend) -> bool:
     return True
 
 
-def emulator(graph, choice: PriorChoice, listener):
+def emulator(graph, choice: str, listener):
     """The emulate backend for the prior, or None when the model does not run on ONNX Runtime CPU and the
     prior was not asked for explicitly (then the search runs without it, and says so)."""
     from fp16bisect.backends.emulate import EmulateBackend

@@ -55,14 +55,15 @@ def cmd_search(args) -> int:
         from fp16bisect.diagnose.report_runs import search_runs
         from fp16bisect.report.data import search_report
 
-        write_report(args.report, search_report(result.outcome, search_runs(result.outcome), steps))
+        write_report(args.report, search_report(result.outcome, search_runs(result.outcome, listener.stage), steps),
+                     listener.stage)
     return DONE
 
 
-def write_report(path: str, data: dict) -> None:
+def write_report(path: str, data: dict, say) -> None:
     from fp16bisect.report.html import write
 
-    write(path, data)
+    write(path, data, say)
     print(f"report written to {path}")
 
 
@@ -113,7 +114,9 @@ def cmd_check(args) -> int:
         from fp16bisect.diagnose.report_runs import check_runs
         from fp16bisect.report.data import check_report
 
-        write_report(args.report, check_report(result.outcome, result.verdict, check_runs(result.outcome)))
+        write_report(args.report, check_report(result.outcome, result.verdict, check_runs(result.outcome,
+                                                                                           listener.stage)),
+                     listener.stage)
     if not result.reachable:
         return UNREACHABLE
     return DONE if result.passed else CHECK_FAILED
@@ -172,7 +175,8 @@ def cmd_compare(args) -> int:
         from fp16bisect.diagnose.report_runs import compare_runs
         from fp16bisect.report.data import compare_report
 
-        write_report(args.report, compare_report(runner, result, tolerance, compare_runs(runner, result, tolerance)))
+        runs = compare_runs(runner, result, tolerance, listener.stage)
+        write_report(args.report, compare_report(runner, result, tolerance, runs), listener.stage)
     return DONE
 
 

@@ -98,34 +98,38 @@ class Layerwise:
 
 
 class LayerwiseRunner:
-    """One emulation session exposing every candidate's outputs; compares any number of plans."""
+    """One emulation session exposing every candidate's outputs; compares any number of plans, a sample at a
+    time (the FP32 run and the plans' runs of one sample are all it holds)."""
 
     def __init__(self, graph: Graph, samples):
         self.graph = graph
         self.samples = samples
         self.tensors = {n.id: graph.float_outputs(n) for n in graph.candidates}
         self.backend = EmulateBackend(graph, [t for ts in self.tensors.values() for t in ts])
-        everything = frozenset(self.tensors)
-        self.fp32 = [self.backend.run(everything, s.inputs) for s in samples]
-        self.scales = [{t: _max_abs(v) for t, v in run.items()} for run in self.fp32]
 
     def run(self, plan=frozenset(), thresholds: Thresholds = Thresholds()) -> Layerwise:
-        plan = frozenset(plan)
-        got = [self.backend.run(plan, s.inputs) for s in self.samples]
+        return self.runs([plan], thresholds)[0]
+
+    def runs(self, plans, thresholds: Thresholds = Thresholds()) -> list[Layerwise]:
+        """Each plan's per-node errors: its worst output and sample per candidate (one pass over the samples)."""
+        plans = [frozenset(p) for p in plans]
         loose = Tolerance(atol=float("inf"), rtol=0.0)  # the metrics only; the thresholds judge
-        result = Layerwise(plan, thresholds)
-        for node in self.graph.candidates:
-            worst = None
-            for i, (fp16, fp32) in enumerate(zip(got, self.fp32)):
-                for t in self.tensors[node.id]:
-                    m = compare(fp16[t], fp32[t], loose, t, i)
-                    scale = self.scales[i][t]
-                    here = NodeError(node.id, node.op_type, node.id in plan, m, thresholds.fails(m, scale), scale)
-                    if worst is None or _rank(here) > _rank(worst):
-                        worst = here
-            if worst is not None:
-                result.nodes.append(worst)
-        return result
+        worst: list[dict[str, NodeError]] = [{} for _ in plans]
+        everything = frozenset(self.tensors)
+        for i, sample in enumerate(self.samples):
+            fp32 = self.backend.run(everything, sample.inputs)
+            scales = {t: _max_abs(v) for t, v in fp32.items()}
+            for plan, found in zip(plans, worst):
+                fp16 = self.backend.run(plan, sample.inputs)
+                for node in self.graph.candidates:
+                    for t in self.tensors[node.id]:
+                        m = compare(fp16[t], fp32[t], loose, t, i)
+                        here = NodeError(node.id, node.op_type, node.id in plan, m, thresholds.fails(m, scales[t]),
+                                         scales[t])
+                        if node.id not in found or _rank(here) > _rank(found[node.id]):
+                            found[node.id] = here
+        return [Layerwise(plan, thresholds, [found[n.id] for n in self.graph.candidates if n.id in found])
+                for plan, found in zip(plans, worst)]
 
 
 def _rank(n: NodeError) -> tuple:

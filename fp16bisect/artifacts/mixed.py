@@ -28,8 +28,7 @@ opset 14, scale and bias at 14, none from 15) would be changed by that rule (PP-
 variance of 9.79e7) is written as its folded form, as TensorRT's ONNX parser builds it: scale =
 gamma / sqrt(var + epsilon) and shift = beta - mean * scale, computed in FP32 at write time, stored in FP16 by
 the same rule and applied per channel by a Mul and an Add that writes the BatchNormalization's output tensor
-(``Graph.batchnorm_fold``). Where shape inference does not know X's rank, the Mul and the Add read X reshaped to
-(N, C, -1) and the result is reshaped back to Shape(X): the fold needs no rank.
+(``Graph.batchnorm_fold``); where X's rank is unknown, on X reshaped to (N, C, -1), then back to Shape(X).
 
 A BF16 graph (``--precision bf16``, ``Graph.precision``) is written the same way with BFLOAT16 for FP16: bfloat16
 tensors and Casts, constants by the BF16 rule (``model/fp16.py``), at opset 22 or later (the graph upgraded a
@@ -219,10 +218,8 @@ class _Converter:
         """Mul by the folded scale, Add the folded shift, into the BatchNormalization's own output tensor; a
         ``flat`` fold (X's rank unknown) does that on X reshaped to (N, C, -1), then reshapes back to Shape(X)."""
         fold = self.folds[node.id]
-        scale, shift = fold.scale, fold.shift
         names = [fresh_t(f"{node.id}/folded_{what}") for what in ("scale", "shift")]
-        for name, value in zip(names, (scale, shift)):
-            out.initializer.append(numpy_helper.from_array(value, name))
+        out.initializer.extend(numpy_helper.from_array(v, name) for name, v in zip(names, (fold.scale, fold.shift)))
         mixed.fp16_constants += 2
         scaled, result = fresh_t(f"{node.id}/scaled"), proto.output[0]
         if fold.flat:
@@ -231,8 +228,7 @@ class _Converter:
             out.initializer.append(numpy_helper.from_array(FLAT, flat_shape))
             out.node.append(helper.make_node("Shape", [x], [shape], name=fresh_n(f"{node.id}/shape_of_x")))
             out.node.append(helper.make_node("Reshape", [x, flat_shape], [flat], name=fresh_n(f"{node.id}/flat")))
-            x = flat
-            self.prec[flat] = self.prec[result] = self.half
+            x, self.prec[flat], self.prec[result] = flat, self.half, self.half
         self.prec[scaled] = self.half
         out.node.append(helper.make_node("Mul", [x, names[0]], [scaled], name=fresh_n(f"{node.id}/folded_scale")))
         out.node.append(helper.make_node("Add", [scaled, names[1]], [result], name=proto.name))

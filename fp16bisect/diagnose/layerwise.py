@@ -33,7 +33,7 @@ from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.samples import add_fp32_references, load_samples
 from fp16bisect.artifacts.files import write_atomic
 from fp16bisect.diagnose.preflight import use_overrides
-from fp16bisect.tolerance import OutputMetrics, Tolerance, compare
+from fp16bisect.tolerance import OutputMetrics, Tolerance, compare_many
 
 
 FP16_MIN_NORMAL = 2.0**-14
@@ -121,13 +121,12 @@ class LayerwiseRunner:
             scales = {t: _max_abs(v) for t, v in fp32.items()}
             for plan, found in zip(plans, worst):
                 fp16 = self.backend.run(plan, sample.inputs)
-                for node in self.graph.candidates:
-                    for t in self.tensors[node.id]:
-                        m = compare(fp16[t], fp32[t], loose, t, i)
-                        here = NodeError(node.id, node.op_type, node.id in plan, m, thresholds.fails(m, scales[t]),
-                                         scales[t])
-                        if node.id not in found or _rank(here) > _rank(found[node.id]):
-                            found[node.id] = here
+                owners = [(node, t) for node in self.graph.candidates for t in self.tensors[node.id]]
+                for (node, t), m in zip(owners, compare_many([(t, fp16[t], fp32[t]) for _, t in owners], loose, i)):
+                    here = NodeError(node.id, node.op_type, node.id in plan, m, thresholds.fails(m, scales[t]),
+                                     scales[t])
+                    if node.id not in found or _rank(here) > _rank(found[node.id]):
+                        found[node.id] = here
         return [Layerwise(plan, thresholds, [found[n.id] for n in self.graph.candidates if n.id in found])
                 for plan, found in zip(plans, worst)]
 

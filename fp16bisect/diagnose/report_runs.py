@@ -92,12 +92,12 @@ def _layer_runs(runner: LayerwiseRunner, plan: frozenset, fp16: Evaluation, with
     if prof is None:
         with timed(say, f"report: FP32 magnitudes on {len(runner.samples)} sample(s)"):
             prof = profile(runner.graph, runner.samples)
-    plans = [frozenset(), plan] if with_overrides is not None else [frozenset()]
     layers = {known.plan: known} if known is not None and known.thresholds == thresholds else {}
-    missing = [p for p in plans if p not in layers]
+    wanted = [frozenset()] + ([plan] if with_overrides is not None else [])
+    missing = list(dict.fromkeys(p for p in wanted if p not in layers))  # an empty plan is all-FP16: run once
     if missing:
         said = " and ".join("with the plan" if p else f"all-{runner.graph.precision.label}" for p in missing)
         with timed(say, f"report: per-node errors {said} on {len(runner.samples)} sample(s) (emulated)"):
             layers.update(zip(missing, runner.runs(missing, thresholds)))
-    return ReportRuns(plan, fp16, with_overrides, layers[frozenset()], layers.get(plan) if len(plans) > 1 else None,
-                      prof, thresholds)
+    return ReportRuns(plan, fp16, with_overrides, layers[frozenset()],
+                      layers[plan] if with_overrides is not None else None, prof, thresholds)

@@ -82,17 +82,18 @@ def compare_many(pairs, tol: Tolerance, sample: int) -> list[OutputMetrics]:
     small tensors, where the calls cost, not the elements)."""
     actual, reference, bounds = [], [], [0]
     for output, x, y in pairs:
-        x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+        x, y = np.asarray(x), np.asarray(y)
         if x.shape != y.shape:
             raise ValueError(f"output {output!r} has shape {x.shape}, its reference {y.shape}")
         actual.append(x.ravel())
         reference.append(y.ravel())
         bounds.append(bounds[-1] + x.size)
-    a, b = np.concatenate(actual or [np.zeros(0)]), np.concatenate(reference or [np.zeros(0)])
+    a, b = (np.concatenate(v or [np.zeros(0)], dtype=np.float64) for v in (actual, reference))
     e = _Elementwise.finite(a, b, tol) if np.isfinite(a).all() and np.isfinite(b).all() else _Elementwise(a, b, tol)
     with np.errstate(over="ignore", invalid="ignore"):
         aa, bb, ab = (_per_tensor(v, bounds, np.add) for v in (e.a * e.a, e.b * e.b, e.a * e.b))
-    nonfinite, wrong, infinite = (_per_tensor(v.astype(np.intp), bounds, np.add) for v in (e.bad, ~e.ok, e.inf))
+    nonfinite, wrong, infinite = (_per_tensor(v.astype(np.intp), bounds, np.add) if v is not None
+                                  else np.zeros(len(pairs), dtype=np.intp) for v in (e.bad, ~e.ok, e.inf))
     max_abs, max_rel, max_excess = (_per_tensor(v, bounds, np.maximum) for v in (e.diff, e.rel, e.excess))
     found = []
     for i, (output, _, _) in enumerate(pairs):
@@ -115,7 +116,7 @@ def compare_many(pairs, tol: Tolerance, sample: int) -> list[OutputMetrics]:
 class _Elementwise:
     """Per element: the pairs compared (``a``, ``b``: 0 where either is not finite or the reference is not), their
     |a - b| (``diff``), relative error, share of the allowance (``excess``), whether it holds (``ok``), and
-    where a NaN or inf stands for a finite reference (``bad``), an inf one (``inf``)."""
+    where a NaN or inf stands for a finite reference (``bad``), an inf one (``inf``; both None when all is finite)."""
 
     def __init__(self, a: np.ndarray, b: np.ndarray, tol: Tolerance):
         finite_ref = np.isfinite(b)
@@ -140,7 +141,7 @@ class _Elementwise:
         with np.errstate(divide="ignore", invalid="ignore"):
             e.rel = np.divide(e.diff, np.abs(b), out=np.zeros_like(a), where=b != 0)
             e.excess = e.diff / allowed
-        e.bad = e.inf = np.zeros(a.shape, dtype=bool)
+        e.bad = e.inf = None  # none anywhere
         return e
 
 

@@ -142,42 +142,86 @@ class OutputMetrics:
 
 
 def compare(actual: np.ndarray, reference: np.ndarray, tol: Tolerance, output: str, sample: int) -> OutputMetrics:
-    a = np.asarray(actual, dtype=np.float64)
-    b = np.asarray(reference, dtype=np.float64)
-    if a.shape != b.shape:
-        raise ValueError(f"output {output!r} has shape {a.shape}, its reference {b.shape}")
-    finite_ref = np.isfinite(b)
-    nonfinite = int(np.count_nonzero(finite_ref & ~np.isfinite(a)))
-    both = finite_ref & np.isfinite(a)
-    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf outside ``both`` is never read
-        diff = np.abs(a - b, where=both, out=np.zeros_like(a))
-    allowed = tol.atol + tol.rtol * np.abs(np.where(finite_ref, b, 0.0))
-    ok = np.where(finite_ref, both & (diff <= allowed), (a == b) | (np.isnan(a) & np.isnan(b)))
-    size = max(a.size, 1)
-    mismatch = float(np.count_nonzero(~ok)) / size
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.where(both & (b != 0), diff / np.abs(b), 0.0)
-        excess = np.where(both & (diff > 0), diff / allowed, 0.0)  # an exact element is within any allowance
-    max_abs = float(diff.max()) if a.size else 0.0
-    max_rel = float(rel.max()) if a.size else 0.0
-    cosine = _cosine(np.where(both, a, 0.0), np.where(both, b, 0.0))
-    if nonfinite:  # the error there is unbounded: never 0 and cosine 1 from the finite pairs alone
-        max_abs = max_rel = float(np.inf if np.any(finite_ref & np.isinf(a)) else np.nan)
-        cosine = float("nan")
-    passed = nonfinite == 0 and mismatch <= tol.max_mismatch
-    if tol.min_cosine is not None and cosine < tol.min_cosine:
-        passed = False
-    return OutputMetrics(
-        output=output,
-        sample=sample,
-        max_abs=max_abs,
-        max_rel=max_rel,
-        cosine=cosine,
-        mismatch=mismatch,
-        nonfinite=nonfinite,
-        excess=float(np.inf if nonfinite else (excess.max() if a.size else 0.0)),
-        passed=passed,
-    )
+    return compare_many([(output, actual, reference)], tol, sample)[0]
+
+
+def compare_many(pairs, tol: Tolerance, sample: int) -> list[OutputMetrics]:
+    """``compare`` of each (output, actual, reference) in ``pairs``: their elements in one array, each step one
+    NumPy pass over them all and one ``reduceat`` per tensor (the report's per-node errors compare thousands of
+    small tensors, where the calls cost, not the elements)."""
+    actual, reference, bounds = [], [], [0]
+    for output, x, y in pairs:
+        x, y = np.asarray(x), np.asarray(y)
+        if x.shape != y.shape:
+            raise ValueError(f"output {output!r} has shape {x.shape}, its reference {y.shape}")
+        actual.append(x.ravel())
+        reference.append(y.ravel())
+        bounds.append(bounds[-1] + x.size)
+    a, b = (np.concatenate(v or [np.zeros(0)], dtype=np.float64) for v in (actual, reference))
+    e = _Elementwise.finite(a, b, tol) if np.isfinite(a).all() and np.isfinite(b).all() else _Elementwise(a, b, tol)
+    with np.errstate(over="ignore", invalid="ignore"):
+        aa, bb, ab = (_per_tensor(v, bounds, np.add) for v in (e.a * e.a, e.b * e.b, e.a * e.b))
+    nonfinite, wrong, infinite = (_per_tensor(v.astype(np.intp), bounds, np.add) if v is not None
+                                  else np.zeros(len(pairs), dtype=np.intp) for v in (e.bad, ~e.ok, e.inf))
+    max_abs, max_rel, max_excess = (_per_tensor(v, bounds, np.maximum) for v in (e.diff, e.rel, e.excess))
+    found = []
+    for i, (output, _, _) in enumerate(pairs):
+        bad, size = int(nonfinite[i]), bounds[i + 1] - bounds[i]
+        mismatch = float(wrong[i]) / max(size, 1)
+        cosine = _cosine(float(aa[i]), float(bb[i]), float(ab[i]))
+        worst, worst_rel = float(max_abs[i]), float(max_rel[i])
+        if bad:  # the error there is unbounded: never 0 and cosine 1 from the finite pairs alone
+            worst = worst_rel = float(np.inf if infinite[i] else np.nan)
+            cosine = float("nan")
+        passed = bad == 0 and mismatch <= tol.max_mismatch
+        if tol.min_cosine is not None and cosine < tol.min_cosine:
+            passed = False
+        found.append(OutputMetrics(output=output, sample=sample, max_abs=worst, max_rel=worst_rel, cosine=cosine,
+                                   mismatch=mismatch, nonfinite=bad,
+                                   excess=float(np.inf if bad else max_excess[i]), passed=passed))
+    return found
+
+
+class _Elementwise:
+    """Per element: the pairs compared (``a``, ``b``: 0 where either is not finite or the reference is not), their
+    |a - b| (``diff``), relative error, share of the allowance (``excess``), whether it holds (``ok``), and
+    where a NaN or inf stands for a finite reference (``bad``), an inf one (``inf``; both None when all is finite)."""
+
+    def __init__(self, a: np.ndarray, b: np.ndarray, tol: Tolerance):
+        finite_ref = np.isfinite(b)
+        both = finite_ref & np.isfinite(a)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf outside ``both`` is never read
+            self.diff = np.abs(a - b, where=both, out=np.zeros_like(a))
+        allowed = tol.atol + tol.rtol * np.abs(np.where(finite_ref, b, 0.0))
+        self.ok = np.where(finite_ref, both & (self.diff <= allowed), (a == b) | (np.isnan(a) & np.isnan(b)))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.rel = np.where(both & (b != 0), self.diff / np.abs(b), 0.0)
+            self.excess = np.where(both & (self.diff > 0), self.diff / allowed, 0.0)  # exact: within any allowance
+        self.a, self.b = np.where(both, a, 0.0), np.where(both, b, 0.0)
+        self.bad, self.inf = finite_ref & ~both, finite_ref & np.isinf(a)
+
+    @classmethod
+    def finite(cls, a: np.ndarray, b: np.ndarray, tol: Tolerance) -> "_Elementwise":
+        """The same when every value is finite (the common case), without the masks."""
+        e = cls.__new__(cls)
+        e.a, e.b, e.diff = a, b, np.abs(a - b)
+        allowed = tol.atol + tol.rtol * np.abs(b)
+        e.ok = e.diff <= allowed
+        with np.errstate(divide="ignore", invalid="ignore"):
+            e.rel = np.divide(e.diff, np.abs(b), out=np.zeros_like(a), where=b != 0)
+            e.excess = np.divide(e.diff, allowed, out=np.zeros_like(a), where=e.diff > 0)  # exact: within any
+        e.bad = e.inf = None  # none anywhere
+        return e
+
+
+def _per_tensor(values: np.ndarray, bounds: list[int], ufunc) -> np.ndarray:
+    """``ufunc`` reduced over each tensor's elements, ``values[bounds[i]:bounds[i + 1]]`` (0 for no elements)."""
+    sizes = np.diff(bounds)
+    out = np.zeros(len(sizes), dtype=values.dtype)
+    full = sizes > 0
+    if full.any():
+        out[full] = ufunc.reduceat(values, np.asarray(bounds[:-1])[full])
+    return out
 
 
 def worst_per_output(metrics: list[OutputMetrics]) -> dict[str, OutputMetrics]:
@@ -190,13 +234,14 @@ def worst_per_output(metrics: list[OutputMetrics]) -> dict[str, OutputMetrics]:
     return worst
 
 
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+def _cosine(aa: float, bb: float, ab: float) -> float:
+    """The cosine of two vectors from their sums of squares and of products."""
+    na, nb = math.sqrt(aa), math.sqrt(bb)
     if na == 0.0 and nb == 0.0:
         return 1.0
     if na == 0.0 or nb == 0.0:
         return 0.0
-    return float(np.clip(np.dot(a.ravel(), b.ravel()) / (na * nb), -1.0, 1.0))
+    return float(np.clip(ab / (na * nb), -1.0, 1.0))
 
 
 def _json_float(x: float):

@@ -61,8 +61,10 @@ def shape_model():
 BN_CHANNELS = 4
 
 
-def conv_bn_relu(var=1e8, gamma=1e4, opset=12, training=False):
-    """conv -> BatchNormalization (running variance ``var``) -> relu; gamma/sqrt(var) = 1 by default."""
+def conv_bn_relu(var=1e8, gamma=1e4, opset=12, training=False, unknown_rank=False):
+    """conv -> BatchNormalization (running variance ``var``) -> relu; gamma/sqrt(var) = 1 by default.
+    ``unknown_rank``: the BatchNormalization reads the conv's output through a Reshape whose shape is computed
+    (its dims kept where positive: all of them), so shape inference does not know its rank (as in Paddle exports)."""
     rng = np.random.default_rng(0)
     bn_outputs = ["bn_out", "running_mean", "running_var"] if training else ["bn_out"]
     nodes = [
@@ -75,6 +77,15 @@ def conv_bn_relu(var=1e8, gamma=1e4, opset=12, training=False):
     inits = {"w": rng.normal(size=(c, 3, 3, 3)).astype(np.float32),
              "gamma": np.full(c, gamma, np.float32), "beta": np.linspace(-0.5, 0.5, c).astype(np.float32),
              "mean": np.linspace(-1, 1, c).astype(np.float32), "var": np.full(c, var, np.float32)}
+    if unknown_rank:
+        nodes[1:1] = [helper.make_node("Shape", ["conv_out"], ["shape"], name="shape"),
+                      helper.make_node("Greater", ["shape", "zero"], ["positive"], name="positive"),
+                      helper.make_node("NonZero", ["positive"], ["where"], name="nonzero"),
+                      helper.make_node("Reshape", ["where", "minus1"], ["kept"], name="kept"),
+                      helper.make_node("Gather", ["shape", "kept"], ["dims"], name="dims", axis=0),
+                      helper.make_node("Reshape", ["conv_out", "dims"], ["reshaped"], name="reshape")]
+        nodes[-2].input[0] = "reshaped"
+        inits.update(zero=np.array(0, np.int64), minus1=np.array([-1], np.int64))
     return make_model(nodes, [("x", F, [1, 3, 8, 8])], [("y", F, [1, c, 8, 8])], inits, opset=opset)
 
 

@@ -58,9 +58,17 @@ def plan_model(graph: Graph, plan) -> onnx.ModelProto:
             scale, shift = fresh("scale"), fresh("shift")
             g.initializer.extend([numpy_helper.from_array(fold.scale.astype(np.float32), scale),
                                   numpy_helper.from_array(fold.shift.astype(np.float32), shift)])
-            scaled = fresh("scaled")
-            g.node.append(helper.make_node("Mul", [proto.input[0], scale], [scaled]))
-            proto = helper.make_node("Add", [cast_pair(scaled, g.node), shift], [node.outputs[0]])
+            scaled, x, y = fresh("scaled"), proto.input[0], node.outputs[0]
+            if fold.flat:  # X's rank unknown: X as (N, C, -1), the result back in X's shape
+                x, y, flat, shape = fresh("flat"), fresh("shifted"), fresh("flat_shape"), fresh("shape_of_x")
+                g.initializer.append(numpy_helper.from_array(np.array([0, 0, -1], np.int64), flat))
+                g.node.append(helper.make_node("Reshape", [proto.input[0], flat], [x]))
+                g.node.append(helper.make_node("Shape", [proto.input[0]], [shape]))
+            g.node.append(helper.make_node("Mul", [x, scale], [scaled]))
+            proto = helper.make_node("Add", [cast_pair(scaled, g.node), shift], [y])
+            if fold.flat:
+                g.node.append(proto)
+                proto = helper.make_node("Reshape", [y, shape], [node.outputs[0]])
         tails = []
         for pos, tensor in enumerate(node.outputs):
             if graph.is_float(tensor):

@@ -1,5 +1,7 @@
 """An FP16 BatchNormalization whose statistics FP16 cannot hold is written folded, as TensorRT builds it."""
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -11,6 +13,8 @@ from real_models import PP_OCRV4_DET, real_model
 from fp16bisect.model import weights
 from fp16bisect.model.weights import inline
 from fp16bisect.artifacts.mixed import convert
+from fp16bisect.artifacts.verify import storage_emulation
+from fp16bisect.backends.emulate import EmulateBackend
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.runtime import session
 
@@ -103,3 +107,39 @@ def test_pp_ocrv4_det_all_fp16_is_written_and_verifies(tmp_path, capsys):
     mixed = onnx.load(out)
     assert "p2o.BatchNormalization.1" not in {n.name for n in mixed.graph.node if n.op_type == "BatchNormalization"}
     assert [o.name for o in mixed.graph.output] == [o.name for o in onnx.load(model).graph.output]
+
+
+def test_a_bn_whose_input_rank_shape_inference_does_not_know_is_folded_too(tmp_path, capsys):
+    """Its rank unknown (a Reshape with a computed shape, as in Paddle exports), a BN with a 1e8 running variance
+    was written as it is, its variance saturated to 65504, and pinned in FP32; X viewed as (N, C, -1), the fold
+    needs no rank: all FP16 passes and the file computes the BN in FP16 from FP32-folded statistics."""
+    model = conv_bn_relu(unknown_rank=True)
+    assert Graph(model).ranks.get("reshaped") is None
+    path, inputs, overrides, out = (tmp_path / n for n in ("m.onnx", "x.npz", "o.json", "mixed.onnx"))
+    onnx.save(model, path)
+    x = np.random.default_rng(1).normal(size=(1, 3, 8, 8)).astype(np.float32)
+    np.savez(inputs, x=x)
+    assert run(capsys, "search", path, "--inputs", inputs, "-o", overrides, "-q")[0] == 0
+    assert json.loads(overrides.read_text())["fp32_nodes"] == []  # was [bn]
+    code, stdout, err = run(capsys, "apply", overrides, path, "-o", out, "--verify", "--inputs", inputs)
+    assert code == 0, err
+    assert "BatchNormalization bn written as its folded FP32-computed scale and shift" in " ".join(stdout.split())
+    assert "verified" in stdout
+    mixed = onnx.load(out)
+    onnx.checker.check_model(inline(mixed), full_check=True)
+    assert "BatchNormalization" not in {n.op_type for n in mixed.graph.node}
+    stored = {t.name: weights.array(t) for t in mixed.graph.initializer}
+    assert not {"gamma", "beta", "mean", "var"} & set(stored)  # no statistic saturated into FP16
+    assert stored["bn/folded_scale"].dtype == np.float16 and stored["bn/folded_scale"].shape == (C, 1)
+    expected = session(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(session(mixed).run(None, {"x": x})[0], expected, atol=2e-2, rtol=2e-2)
+
+
+def test_a_bn_of_unknown_rank_is_folded_into_the_values_of_the_known_rank_fold():
+    """The flat fold and the (C, 1, 1) fold are one plan: bit for bit the same outputs, written and emulated."""
+    x = {"x": np.random.default_rng(2).normal(size=(1, 3, 8, 8)).astype(np.float32)}
+    known, unknown = (Graph(conv_bn_relu(unknown_rank=flag)) for flag in (False, True))
+    assert unknown.batchnorm_fold(unknown.by_id["bn"]) is not None  # was None: written unfolded, saturated
+    written = [session(storage_emulation(convert(g, []).model)).run(None, x)[0] for g in (known, unknown)]
+    emulated = [EmulateBackend(g).run(frozenset(), x)["y"] for g in (known, unknown)]
+    assert np.array_equal(*written) and np.array_equal(*emulated)

@@ -45,6 +45,7 @@ MODELS = {
     "gpt_block": gpt_block,
     "bert_block_opset18": lambda: bert_block(opset=18),
     "bn_opset12_folded": _bn(var=1e8, gamma=1e4, opset=12),
+    "bn_opset12_folded_unknown_rank": _bn(var=1e8, gamma=1e4, opset=12, unknown_rank=True),
     "bn_opset12_fits": _bn(var=1.0, gamma=1.0, opset=12),
     "bn_opset12_tiny_variance": _bn(var=1e-9, gamma=1.0, opset=12),
     "bn_opset14": _bn(var=1e8, gamma=1e4, opset=14),

@@ -203,7 +203,7 @@ def _record_environment(overrides: Path) -> None:
 
 
 def write_report(result: SearchResult | CheckResult | CompareResult, path: str | Path, *,
-                 next_steps: list[tuple] | None = None) -> Path:
+                 next_steps: list[tuple] | None = None, progress: Progress = None) -> Path:
     """Write the self-contained HTML report of a search, a check or a comparison (``--report FILE.html``).
 
     It runs what the result lacks (the layer-wise comparisons, the FP32 profile: seconds on the emulator).
@@ -213,6 +213,8 @@ def write_report(result: SearchResult | CheckResult | CompareResult, path: str |
         path: The ``.html`` file to write.
         next_steps: A search's (what, command) pairs shown last (default: those of its override file, when the
             search wrote one).
+        progress: A function receiving one line of text per stage (what it runs, with its seconds), or a
+            ``Listener``.
 
     Returns:
         The path written.
@@ -229,17 +231,18 @@ def write_report(result: SearchResult | CheckResult | CompareResult, path: str |
     from fp16bisect.report.html import write
 
     check_writable(str(path))
+    say = inputs.listener(progress).stage
     if isinstance(result, SearchResult):
         steps = next_steps if next_steps is not None else _next_steps(result)
-        page = report_data.search_report(result.outcome, report_runs.search_runs(result.outcome), steps)
+        page = report_data.search_report(result.outcome, report_runs.search_runs(result.outcome, say), steps)
     elif isinstance(result, CheckResult):
-        page = report_data.check_report(result.outcome, result.verdict, report_runs.check_runs(result.outcome))
+        page = report_data.check_report(result.outcome, result.verdict, report_runs.check_runs(result.outcome, say))
     elif isinstance(result, CompareResult):
-        runs = report_runs.compare_runs(result.runner, result.layerwise, result.tolerance)
+        runs = report_runs.compare_runs(result.runner, result.layerwise, result.tolerance, say)
         page = report_data.compare_report(result.runner, result.layerwise, result.tolerance, runs)
     else:
         raise UsageError(f"result is a {type(result).__name__}: pass what search, check or compare returned")
-    write(str(path), page)
+    write(str(path), page, say)
     return Path(path)
 
 

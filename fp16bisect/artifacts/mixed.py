@@ -28,7 +28,7 @@ opset 14, scale and bias at 14, none from 15) would be changed by that rule (PP-
 variance of 9.79e7) is written as its folded form, as TensorRT's ONNX parser builds it: scale =
 gamma / sqrt(var + epsilon) and shift = beta - mean * scale, computed in FP32 at write time, stored in FP16 by
 the same rule and applied per channel by a Mul and an Add that writes the BatchNormalization's output tensor
-(``Graph.batchnorm_fold``).
+(``Graph.batchnorm_fold``); where X's rank is unknown, on X reshaped to (N, C, -1), then back to Shape(X).
 
 A BF16 graph (``--precision bf16``, ``Graph.precision``) is written the same way with BFLOAT16 for FP16: bfloat16
 tensors and Casts, constants by the BF16 rule (``model/fp16.py``), at opset 22 or later (the graph upgraded a
@@ -48,7 +48,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fp16bisect.errors import UsageError, shown
 from fp16bisect.model import weights
-from fp16bisect.model.fp16 import Conversion, constant_to_fp16
+from fp16bisect.model.fp16 import FLAT, Conversion, constant_to_fp16
 from fp16bisect.model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, Graph, Node
 from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.subgraphs import outer_reads, subgraphs
@@ -216,17 +216,26 @@ class _Converter:
     # -- BatchNormalization with statistics FP16 cannot hold -------------------------------------
     def _write_fold(self, out: onnx.GraphProto, node: Node, proto: onnx.NodeProto, x: str, fresh_t, fresh_n,
                     mixed: Mixed) -> None:
-        """Mul by the folded scale, Add the folded shift, into the BatchNormalization's own output tensor."""
+        """Mul by the folded scale, Add the folded shift, into the BatchNormalization's own output tensor; a
+        ``flat`` fold (X's rank unknown) does that on X reshaped to (N, C, -1), then reshapes back to Shape(X)."""
         fold = self.folds[node.id]
-        scale, shift = fold.scale, fold.shift
         names = [fresh_t(f"{node.id}/folded_{what}") for what in ("scale", "shift")]
-        for name, value in zip(names, (scale, shift)):
-            out.initializer.append(numpy_helper.from_array(value, name))
+        out.initializer.extend(numpy_helper.from_array(v, name) for name, v in zip(names, (fold.scale, fold.shift)))
         mixed.fp16_constants += 2
-        scaled = fresh_t(f"{node.id}/scaled")
+        scaled, result = fresh_t(f"{node.id}/scaled"), proto.output[0]
+        if fold.flat:
+            flat, flat_shape, shape, result = (fresh_t(f"{node.id}/{what}")
+                                               for what in ("flat", "flat_shape", "shape_of_x", "shifted"))
+            out.initializer.append(numpy_helper.from_array(FLAT, flat_shape))
+            out.node.append(helper.make_node("Shape", [x], [shape], name=fresh_n(f"{node.id}/shape_of_x")))
+            out.node.append(helper.make_node("Reshape", [x, flat_shape], [flat], name=fresh_n(f"{node.id}/flat")))
+            x, self.prec[flat], self.prec[result] = flat, self.half, self.half
         self.prec[scaled] = self.half
         out.node.append(helper.make_node("Mul", [x, names[0]], [scaled], name=fresh_n(f"{node.id}/folded_scale")))
-        out.node.append(helper.make_node("Add", [scaled, names[1]], [proto.output[0]], name=proto.name))
+        out.node.append(helper.make_node("Add", [scaled, names[1]], [result], name=proto.name))
+        if fold.flat:
+            out.node.append(helper.make_node("Reshape", [result, shape], [proto.output[0]],
+                                             name=fresh_n(f"{node.id}/unflat")))
 
     def reads(self, decisions) -> tuple[dict[str, set], dict[str, list[str]]]:
         """What each constant is read as (FLOAT, self.half), and which nodes read it in FP16."""

@@ -5,14 +5,12 @@ one can do (``base.Backend``'s capabilities; ``declared(name)`` for a name read 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
-
 from fp16bisect.errors import UsageError
 from fp16bisect.model.graph import Graph
 from fp16bisect.backends.base import (Backend, BackendName, CommandOptions, Options, PlanJudge, SampleRunner,
                                       TensorRTOptions, Verdict)
 
-__all__ = ["Backend", "CommandOptions", "FLAGS", "KEYWORDS", "NAMES", "Options", "PlanJudge", "SampleRunner",
+__all__ = ["Backend", "BackendName", "CommandOptions", "FLAGS", "KEYWORDS", "NAMES", "Options", "PlanJudge", "SampleRunner",
            "Spelling", "TensorRTOptions", "Verdict", "check_options", "declared", "make_backend", "tensorrt_usable"]
 
 NAMES = ("auto", "emulate", "tensorrt", "command")

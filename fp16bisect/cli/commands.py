@@ -52,14 +52,14 @@ def cmd_search(args) -> int:
     if not args.quiet:
         print_next(steps)
     if args.report:
-        _report(result, args.report, next_steps=steps)
+        _report(result, args.report, listener, next_steps=steps)
     return DONE
 
 
-def _report(result, path: str, **more) -> None:
+def _report(result, path: str, listener, **more) -> None:
     from fp16bisect.api import write_report
 
-    write_report(result, path, **more)
+    write_report(result, path, progress=listener, **more)
     print(f"report written to {path}")
 
 
@@ -99,7 +99,7 @@ def cmd_check(args) -> int:
     if args.json:
         write_json(args.json, result.to_dict())
     if args.report:
-        _report(result, args.report)
+        _report(result, args.report, listener)
     if not result.reachable:
         return UNREACHABLE
     return DONE if result.passed else CHECK_FAILED
@@ -151,7 +151,7 @@ def cmd_compare(args) -> int:
     if args.csv:
         result.write_csv(args.csv)
     if args.report:
-        _report(result, args.report)
+        _report(result, args.report, listener)
     return DONE
 
 

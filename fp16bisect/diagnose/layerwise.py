@@ -34,7 +34,7 @@ from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.samples import add_fp32_references, load_samples
 from fp16bisect.artifacts.files import write_atomic
 from fp16bisect.diagnose.preflight import use_overrides
-from fp16bisect.tolerance import METRICS_ONLY, OutputMetrics, Tolerance, compare
+from fp16bisect.tolerance import METRICS_ONLY, OutputMetrics, Tolerance, compare_many
 
 
 def scaled_error(max_abs: float, scale: float, low: Precision = FP16) -> float:
@@ -107,37 +107,39 @@ class Layerwise:
 
 
 class LayerwiseRunner:
-    """One emulation session exposing every candidate's outputs; compares any number of plans."""
+    """One emulation session exposing every candidate's outputs; compares any number of plans, a sample at a
+    time (the FP32 run and the plans' runs of one sample are all it holds)."""
 
     def __init__(self, graph: Graph, samples):
         self.graph = graph
         self.samples = samples
         self.tensors = {n.id: graph.float_outputs(n) for n in graph.candidates}
         self.backend = EmulateBackend(graph, [t for ts in self.tensors.values() for t in ts])
-        everything = frozenset(self.tensors)
-        self.fp32 = [self.backend.run(everything, s.inputs) for s in samples]
-        self.scales = [{t: _max_abs(v) for t, v in run.items()} for run in self.fp32]
 
     def run(self, plan=frozenset(), thresholds: Thresholds | None = None) -> Layerwise:
         """The plan's layer-wise errors, judged by ``thresholds`` (None: the precision's own)."""
-        plan = frozenset(plan)
+        return self.runs([plan], thresholds)[0]
+
+    def runs(self, plans, thresholds: Thresholds | None = None) -> list[Layerwise]:
+        """Each plan's per-node errors: its worst output and sample per candidate (one pass over the samples)."""
+        plans = [frozenset(p) for p in plans]
         thresholds = thresholds or Thresholds(low=self.graph.precision)
-        got = [self.backend.run(plan, s.inputs) for s in self.samples]
         loose = METRICS_ONLY  # the metrics only; the thresholds judge
-        result = Layerwise(plan, thresholds)
-        for node in self.graph.candidates:
-            worst = None
-            for i, (fp16, fp32) in enumerate(zip(got, self.fp32)):
-                for t in self.tensors[node.id]:
-                    m = compare(fp16[t], fp32[t], loose, t, i)
-                    scale = self.scales[i][t]
-                    here = NodeError(node.id, node.op_type, node.id in plan, m, thresholds.fails(m, scale), scale,
-                                     self.graph.precision)
-                    if worst is None or _rank(here) > _rank(worst):
-                        worst = here
-            if worst is not None:
-                result.nodes.append(worst)
-        return result
+        worst: list[dict[str, NodeError]] = [{} for _ in plans]
+        everything = frozenset(self.tensors)
+        owners = [(node, t) for node in self.graph.candidates for t in self.tensors[node.id]]
+        for i, sample in enumerate(self.samples):
+            fp32 = self.backend.run(everything, sample.inputs)
+            scales = {t: _max_abs(v) for t, v in fp32.items()}
+            for plan, found in zip(plans, worst):
+                fp16 = self.backend.run(plan, sample.inputs)
+                for (node, t), m in zip(owners, compare_many([(t, fp16[t], fp32[t]) for _, t in owners], loose, i)):
+                    here = NodeError(node.id, node.op_type, node.id in plan, m, thresholds.fails(m, scales[t]),
+                                     scales[t], self.graph.precision)
+                    if node.id not in found or _rank(here) > _rank(found[node.id]):
+                        found[node.id] = here
+        return [Layerwise(plan, thresholds, [found[n.id] for n in self.graph.candidates if n.id in found])
+                for plan, found in zip(plans, worst)]
 
 
 def _rank(n: NodeError) -> tuple:

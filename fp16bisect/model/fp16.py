@@ -173,16 +173,25 @@ def constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
 class BatchNormFold:
     """An FP16 BatchNormalization written as ``Mul(x, scale)`` then ``Add(., shift)``, both in FP16."""
 
-    scale: np.ndarray  # float16, shaped to broadcast over X (C, 1, 1, ...)
+    scale: np.ndarray  # float16, shaped to broadcast over X (C, 1, 1, ...), or over X viewed as (N, C, -1)
     shift: np.ndarray
     reason: str  # why its statistics could not be stored in FP16
     conversions: tuple = ()  # what the constant rule changed in scale and shift (Conversion)
+    flat: bool = False  # X's rank is unknown when the file is written: X is viewed as (N, C, -1) (``FLAT``)
+
+
+# A BatchNormalization's X is (N, C, D1, ..., Dk) whatever k is (its statistics are 1-D of C), so its fold needs
+# no rank: X reshaped to (N, C, -1) takes scale and shift shaped (C, 1), and the result is reshaped back to
+# Shape(X). The writer and the emulator do that where shape inference leaves X's rank unknown (Paddle exports:
+# PP-OCRv4's recognizer); a Reshape moves no value, so both forms compute the same numbers.
+FLAT = np.array([0, 0, -1], dtype=np.int64)
 
 
 def batchnorm_fold(graph, node, precision: Precision = FP16) -> BatchNormFold | None:
     """The fold of an FP16 BatchNormalization whose statistics stored in FP16 (``half_statistics``) would be
     changed beyond rounding by the constant rule, when it can be folded (inference mode, constant per-channel
-    statistics, known rank); None otherwise: it is written as it is, its statistics by the constant rule."""
+    statistics); None otherwise: it is written as it is, its statistics by the constant rule. X's rank shapes
+    scale and shift; where shape inference does not know it the fold is ``flat``."""
     half = half_statistics(graph.opset)
     stats = list(node.inputs[1:5])
     if not half or len(stats) < 4:
@@ -198,15 +207,15 @@ def batchnorm_fold(graph, node, precision: Precision = FP16) -> BatchNormFold | 
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in proto.attribute}
     rank = graph.ranks.get(node.inputs[0])
     if (attrs.get("training_mode", 0) or attrs.get("spatial", 1) != 1 or any(node.outputs[1:])
-            or graph.opset < 7 or rank is None or rank < 2 or any(v.ndim != 1 for v in values)
+            or graph.opset < 7 or (rank is not None and rank < 2) or any(v.ndim != 1 for v in values)
             or len({v.size for v in values}) != 1):
         return None
     scale, shift = fold_batchnorm(values, attrs.get("epsilon", 1e-5))
-    shape = [scale.size] + [1] * (rank - 2)
+    shape = [scale.size] + [1] * (1 if rank is None else rank - 2)
     (half_scale, on_scale), (half_shift, on_shift) = (convert(v, f"{node.id}/folded_{what}", (node.id,), precision)
                                                       for what, v in (("scale", scale), ("shift", shift)))
     found = tuple(c for c in (on_scale, on_shift) if c is not None)
-    return BatchNormFold(half_scale.reshape(shape), half_shift.reshape(shape), reason, found)
+    return BatchNormFold(half_scale.reshape(shape), half_shift.reshape(shape), reason, found, flat=rank is None)
 
 
 def unstorable(stats, precision: Precision = FP16) -> str | None:

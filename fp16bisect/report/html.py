@@ -13,9 +13,11 @@ atomically.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from fp16bisect import __version__
 from fp16bisect.artifacts.files import write_atomic
+from fp16bisect.timing import timed
 from fp16bisect.report.formatting import esc, num, plural
 from fp16bisect.report.plots import (PLOT_HEADROOM, PLOT_MAGNITUDES, PLOT_NODE_ERROR, PLOT_TRACE, magnitudes,
                                     node_error, trace)
@@ -57,6 +59,11 @@ footer { margin-top: 40px; color: #888; font-size: 0.85em; }
 # --- public -------------------------------------------------------------------------------------------------------
 
 
+def _silent(text: str) -> None:
+    """Says nothing: the stages of a page nobody watches."""
+
+
+
 def render(data: dict) -> str:
     """The whole report page for ``data`` (the dict ``report/data.py`` gathers), as one HTML string."""
     title = data.get("title") or "fp16bisect report"
@@ -85,9 +92,12 @@ def render(data: dict) -> str:
     return "\n".join(parts) + "\n"
 
 
-def write(path, data: dict) -> None:
-    """Render ``data`` and write it to ``path`` atomically (an unwritable path raises UsageError)."""
-    write_atomic(Path(path), render(data).encode("utf-8"))
+def write(path, data: dict, say: Callable[[str], None] = _silent) -> None:
+    """Render ``data`` and write it to ``path`` atomically (an unwritable path raises UsageError); ``say`` (a
+    listener's ``stage``) is told the seconds the plots and the page took."""
+    with timed(say, "report: plots and page"):
+        page = render(data)
+    write_atomic(Path(path), page.encode("utf-8"))
 
 
 # --- cells ---------------------------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from fp16bisect.model.fp16 import constant_as_stored
+from fp16bisect.model.fp16 import FLAT, constant_as_stored
 from fp16bisect.model.precision import Precision
 from fp16bisect.model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, TRANSPARENT_OPS, Graph
 from fp16bisect.model.subgraphs import subgraphs
@@ -224,13 +224,22 @@ class Emulation:
         self.model.graph.initializer.extend([numpy_helper.from_array(fold.scale.astype(np.float32), scale),
                                              numpy_helper.from_array(fold.shift.astype(np.float32), shift)])
         scaled, half, back, folded = (self._name(w) for w in ("scaled", "h", "r", "folded"))
+        if fold.flat:  # X's rank unknown: the file's fold on X reshaped to (N, C, -1), then back (fp16.FLAT)
+            shape, flat, flat_shape, shifted = (self._name(w) for w in ("shape", "flat", "flat_shape", "shifted"))
+            self.model.graph.initializer.append(numpy_helper.from_array(FLAT, flat_shape))
+            self._out.extend([helper.make_node("Shape", [x], [shape]), helper.make_node("Reshape", [x, flat_shape], [flat])])
+            x, folded = flat, shifted
         self._out.extend([
             helper.make_node("Mul", [x, scale], [scaled], name=self._name("fold_mul")),
             helper.make_node("Cast", [scaled], [half], to=self.graph.precision.onnx_type),
             helper.make_node("Cast", [half], [back], to=TensorProto.FLOAT),
             helper.make_node("Add", [back, shift], [folded], name=self._name("fold_add")),
-            helper.make_node("Where", [self._cond((i, i)), proto.output[0], folded], [raw], name=self._name("fold")),
         ])
+        if fold.flat:
+            folded = self._name("folded")
+            self._out.append(helper.make_node("Reshape", [shifted, shape], [folded]))
+        self._out.append(
+            helper.make_node("Where", [self._cond((i, i)), proto.output[0], folded], [raw], name=self._name("fold")))
 
     def _round_inside(self, proto: onnx.NodeProto, i: int) -> None:
         """Round inside the subgraphs of control-flow candidate ``i`` with its own mask entry."""

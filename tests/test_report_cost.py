@@ -1,0 +1,72 @@
+"""--report says its stages with their seconds, and holds one sample's tensors at a time."""
+
+from __future__ import annotations
+
+import re
+import weakref
+
+import numpy as np
+import onnx
+from conftest import SAMPLES, make_model, run
+from onnx import TensorProto, helper
+
+from fp16bisect.api import run_search
+from fp16bisect.backends.emulate import EmulateBackend
+from fp16bisect.diagnose.report_runs import search_runs
+from fp16bisect.run.options import SearchOptions
+
+TWO = [str(SAMPLES / "two_branches.onnx"), "--inputs", str(SAMPLES / "two_branches.npz")]
+STAGE = r"fp16bisect: report: {} \(\d+\.\d s\)"
+
+
+def test_search_check_and_compare_say_each_report_stage_with_its_seconds(tmp_path, capsys):
+    """A 48-sample report was 24 s of silence after the search; each stage is now said when it ends."""
+    code, _, err = run(capsys, "search", *TWO, "-o", tmp_path / "o.json", "--report", tmp_path / "s.html")
+    assert code == 0 and (tmp_path / "o.json").exists()
+    assert re.search(STAGE.format(r"per-node errors all-FP16 and with the plan on 1 sample\(s\) \(emulated\)"), err)
+    assert re.search(STAGE.format("plots and page"), err)
+    code, _, err = run(capsys, "check", *TWO, "--overrides", tmp_path / "o.json", "--report", tmp_path / "c.html")
+    assert code == 0
+    for stage in (r"all-FP16 outputs on 1 sample\(s\) \(emulated\)", r"FP32 magnitudes on 1 sample\(s\)",
+                  r"per-node errors all-FP16 and with the plan on 1 sample\(s\) \(emulated\)", "plots and page"):
+        assert re.search(STAGE.format(stage), err), stage
+    code, _, err = run(capsys, "compare", *TWO, "--overrides", tmp_path / "o.json", "--report", tmp_path / "m.html")
+    assert code == 0  # compare ran the plan's per-node errors already: the report runs only all-FP16's
+    assert re.search(STAGE.format(r"per-node errors all-FP16 on 1 sample\(s\) \(emulated\)"), err)
+    assert "per-node errors with the plan" not in err and "per-node errors all-FP16 and" not in err
+    code, _, err = run(capsys, "search", *TWO, "-o", tmp_path / "o.json", "--report", tmp_path / "s.html", "-q")
+    assert code == 0 and err == ""  # -q: quiet
+
+
+def test_the_report_holds_one_sample_of_tensors_at_a_time(tmp_path, monkeypatch):
+    """16 samples: the per-node errors kept every sample's FP32 tensors, then every sample's FP16 tensors, all
+    at once (twice the search's memory on 48 samples); now the runs of one sample, compared as they come."""
+    n, count = 1 << 12, 16
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Mul", ["r", "k"], ["big"], name="scale"),  # up to 40 x 2000: overflows FP16
+             helper.make_node("Div", ["big", "k"], ["y"], name="unscale")]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, n])], [("y", TensorProto.FLOAT, [1, n])],
+                       {"k": np.array(2000.0, np.float32)})
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    rng = np.random.default_rng(0)
+    samples = []
+    for i in range(count):
+        samples.append(tmp_path / f"s{i:02d}.npz")
+        np.savez(samples[-1], x=rng.uniform(0, 40, size=(1, n)).astype(np.float32))
+    outcome = run_search(str(path), [str(p) for p in samples], SearchOptions(backend="emulate")).outcome
+    assert sorted(outcome.result.fp32) == ["scale", "unscale"]
+    refs, most = [], [0]  # weak references to every tensor the runs returned; the most alive at once
+    original = EmulateBackend.run
+
+    def run_counted(self, plan, inputs, *args, **kwargs):
+        got = original(self, plan, inputs, *args, **kwargs)
+        refs.extend(weakref.ref(v) for v in got.values())
+        most[0] = max(most[0], sum(r() is not None for r in refs))
+        return got
+
+    monkeypatch.setattr(EmulateBackend, "run", run_counted)
+    runs = search_runs(outcome)
+    assert runs.layer_plan is not None and [n.node for n in runs.layer_fp16.nodes] == ["relu", "scale", "unscale"]
+    assert runs.layer_fp16.first_failing.node == "scale" and runs.layer_plan.first_failing is None
+    assert most[0] <= 3 * 3, f"{most[0]} tensors held at once"  # FP32, all-FP16, the plan: 3 tensors each

@@ -116,10 +116,9 @@ class _Constants(Mapping):
     def __getitem__(self, name: str) -> np.ndarray:
         if name in self.initializers:
             return weights.array(self.initializers[name])
-        value = self.graph.constant_value(name) if name in self.known else None
-        if value is None:
-            raise KeyError(name)
-        return value
+        if name in self.known and (value := self.graph.constant_value(name)) is not None:
+            return value
+        raise KeyError(name)
 
     def __contains__(self, name) -> bool:
         return name in self.known

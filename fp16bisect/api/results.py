@@ -1,8 +1,10 @@
 """What the Python API returns: typed results of ``search``, ``check``, ``scan`` and ``apply``.
 
 Each result holds typed values (``Node`` records, metrics, verdicts) to read and assert on, ``to_dict()``: the JSON
-the command line writes for the same run, and a short ``repr`` (one line). The pipeline's own record stays
-reachable (``outcome``) for the console and the HTML report; it is not part of the stable interface.
+the command line writes for the same run, and a short ``repr`` (one line). ``outcome`` is the pipeline's typed
+record of the run (``fp16bisect.run.outcome.Outcome`` for a search, ``diagnose.preflight.CheckOutcome`` for a
+check, both documented in the API reference): what the console and the HTML report print from, so a script reads
+everything the command line shows.
 """
 
 from __future__ import annotations

@@ -53,6 +53,10 @@ class OverrideUse:
 
 @dataclass
 class CheckOutcome:
+    """What a check found, as the console, the HTML report and ``check --json`` show it: the verdict's evaluation
+    (every sample's metrics), the override nodes used, the all-FP32 evaluation when the check failed, the
+    headroom, where the override file was verified, and where the tolerance came from."""
+
     graph: Graph
     tolerance: Tolerance
     backend: str
@@ -64,7 +68,7 @@ class CheckOutcome:
     samples: list = field(default_factory=list)
     backend_details: dict = field(default_factory=dict)  # the command backend: its command
     headroom: dict | None = None  # the headroom section of the FP16 tensors (None: the profile did not run)
-    lacking: list = field(default_factory=list)  # Headroom: FP16 tensors peaking above 65504/--headroom
+    lacking: list = field(default_factory=list)  # Headroom: low-precision tensors peaking above max/--headroom
     drift: Drift | None = None  # with an override file: where it was verified against here
     tolerance_from: str = "defaults"  # "given", "defaults", or "from <override file>" (CheckOptions.judged_with)
 

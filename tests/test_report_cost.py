@@ -70,3 +70,40 @@ def test_the_report_holds_one_sample_of_tensors_at_a_time(tmp_path, monkeypatch)
     assert runs.layer_plan is not None and [n.node for n in runs.layer_fp16.nodes] == ["relu", "scale", "unscale"]
     assert runs.layer_fp16.first_failing.node == "scale" and runs.layer_plan.first_failing is None
     assert most[0] <= 3 * 3, f"{most[0]} tensors held at once"  # FP32, all-FP16, the plan: 3 tensors each
+
+
+def test_the_per_node_errors_run_on_the_most_stressing_samples_not_all(tmp_path, monkeypatch, capsys):
+    """A report of a 16-sample search ran every candidate's tensors on all 16 samples (three runs each); it runs
+    them on the 8 most stressing and each output's worst, the loudest among them, and the page says so."""
+    n, count = 256, 16
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Mul", ["r", "k"], ["big"], name="scale"),
+             helper.make_node("Div", ["big", "k"], ["y"], name="unscale")]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, n])], [("y", TensorProto.FLOAT, [1, n])],
+                       {"k": np.array(2000.0, np.float32)})
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for i in range(count):  # sample 11 is the loudest by far: it alone overflows
+        np.savez(folder / f"s{i:02d}.npz", x=rng.uniform(0, 40 if i == 11 else 10, size=(1, n)).astype(np.float32))
+    outcome = run_search(str(path), [str(folder)], SearchOptions(backend="emulate")).outcome
+    assert sorted(outcome.result.fp32) == ["scale", "unscale"]
+    calls = []
+    original = EmulateBackend.run
+    monkeypatch.setattr(EmulateBackend, "run", lambda self, plan, inputs, *a, **k: calls.append(plan) or original(
+        self, plan, inputs, *a, **k))
+    runs = search_runs(outcome)
+    loudest = next(i for i, s in enumerate(outcome.oracle.samples) if "s11" in str(s.source))
+    assert loudest in runs.node_samples and len(runs.node_samples) <= 9 and runs.samples == count
+    assert len(calls) == 3 * len(runs.node_samples)  # FP32, all-FP16 and the plan, on the chosen samples only
+    assert runs.layer_fp16.first_failing.node == "scale" and runs.layer_plan.first_failing is None
+    monkeypatch.undo()
+    code, _, err = run(capsys, "search", path, "--inputs", folder, "-o", tmp_path / "o.json", "--report",
+                       tmp_path / "r.html")
+    k = len(runs.node_samples)
+    assert code == 0 and re.search(STAGE.format(rf"per-node errors all-FP16 and with the plan on {k} of {count} "
+                                                r"samples \(the most stressing and each output's worst\) "
+                                                r"\(emulated\)"), err), err
+    assert f"Per-node errors on {k} of {count} samples" in (tmp_path / "r.html").read_text()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,19 +121,20 @@ class LayerwiseRunner:
         """The plan's layer-wise errors, judged by ``thresholds`` (None: the precision's own)."""
         return self.runs([plan], thresholds)[0]
 
-    def runs(self, plans, thresholds: Thresholds | None = None) -> list[Layerwise]:
-        """Each plan's per-node errors: its worst output and sample per candidate (one pass over the samples)."""
+    def runs(self, plans, thresholds: Thresholds | None = None, only: Sequence[int] | None = None) -> list[Layerwise]:
+        """Each plan's per-node errors: its worst output and sample per candidate (one pass over the samples;
+        ``only``: over those sample indices)."""
         plans = [frozenset(p) for p in plans]
         thresholds = thresholds or Thresholds(low=self.graph.precision)
         loose = METRICS_ONLY  # the metrics only; the thresholds judge
         worst: list[dict[str, NodeError]] = [{} for _ in plans]
         everything = frozenset(self.tensors)
         owners = [(node, t) for node in self.graph.candidates for t in self.tensors[node.id]]
-        for i, sample in enumerate(self.samples):
-            fp32 = self.backend.run(everything, sample.inputs)
+        for i in range(len(self.samples)) if only is None else only:
+            fp32 = self.backend.run(everything, self.samples[i].inputs)
             scales = {t: _max_abs(v) for t, v in fp32.items()}
             for plan, found in zip(plans, worst):
-                fp16 = self.backend.run(plan, sample.inputs)
+                fp16 = self.backend.run(plan, self.samples[i].inputs)
                 for (node, t), m in zip(owners, compare_many([(t, fp16[t], fp32[t]) for _, t in owners], loose, i)):
                     here = NodeError(node.id, node.op_type, node.id in plan, m, thresholds.fails(m, scales[t]),
                                      scales[t], self.graph.precision)

@@ -8,8 +8,12 @@ in the layer-wise session). The CLI runs them here and hands them to ``report/da
 
 What a search computed is reused (its all-FP16 and final evaluations, its FP32 profile); what it could not
 have (every candidate's tensors, in FP32, in all-FP16 and with the plan) runs once per sample, the three runs
-of a sample compared as they come and dropped, so the report holds one sample's tensors at a time. Each stage
-is said, with its seconds, through ``say`` (a listener's ``stage``).
+of a sample compared as they come and dropped, so the report holds one sample's tensors at a time. The per-node
+errors run on the ``NODE_SAMPLES`` most stressing samples (the FP32 profile's order, the one the search tries) and
+each output's worst sample in all-FP16 and with the plan, not on every sample of a data set: where FP16 breaks a
+node shows on the samples that stress it, and a report of a 48-sample search then costs about what a report of
+one does (``scripts/bench_report.py``). The page says how many of how many. Each stage is said, with its
+seconds, through ``say`` (a listener's ``stage``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from fp16bisect.model.profile import Profile, profile
 from fp16bisect.timing import timed
 
 Say = Callable[[str], None]
+NODE_SAMPLES = 8  # the most stressing samples the per-node errors run on (plus each output's worst)
 
 
 def _quiet(text: str) -> None:
@@ -40,6 +45,8 @@ class ReportRuns:
     layer_plan: Layerwise | None  # ... with the plan (when ``with_overrides``)
     profile: Profile  # the FP32 run's magnitudes
     thresholds: Thresholds  # the per-node rule the layer-wise runs judged by
+    node_samples: tuple[int, ...] = ()  # the samples the per-node errors ran on (indices; all when compare's own)
+    samples: int = 0  # how many samples the command had
 
 
 def search_runs(outcome, say: Say = _quiet) -> ReportRuns:
@@ -96,9 +103,24 @@ def _layer_runs(runner: LayerwiseRunner, plan: frozenset, fp16: Evaluation, with
     layers = {known.plan: known} if known is not None and known.thresholds == thresholds else {}
     wanted = [frozenset()] + ([plan] if with_overrides is not None else [])
     missing = list(dict.fromkeys(p for p in wanted if p not in layers))  # an empty plan is all-FP16: run once
+    chosen = node_samples(prof, (fp16, with_overrides), len(runner.samples))
     if missing:
         said = " and ".join("with the plan" if p else f"all-{runner.graph.precision.label}" for p in missing)
-        with timed(say, f"report: per-node errors {said} on {len(runner.samples)} sample(s) (emulated)"):
-            layers.update(zip(missing, runner.runs(missing, thresholds)))
+        with timed(say, f"report: per-node errors {said} on {_of(chosen, runner.samples)} (emulated)"):
+            layers.update(zip(missing, runner.runs(missing, thresholds, chosen)))
     return ReportRuns(plan, fp16, with_overrides, layers[frozenset()],
-                      layers[plan] if with_overrides is not None else None, prof, thresholds)
+                      layers[plan] if with_overrides is not None else None, prof, thresholds,
+                      tuple(chosen) if missing else tuple(range(len(runner.samples))), len(runner.samples))
+
+
+def node_samples(prof: Profile, evaluations, count: int) -> list[int]:
+    """The samples the per-node errors run on: the ``NODE_SAMPLES`` most stressing (the profile's order; the
+    first ones when it has none) and each output's worst sample in ``evaluations``, in sample order."""
+    order = prof.sample_order or list(range(count))
+    worst = {m.sample for e in evaluations if e is not None for m in e.worst().values()}
+    return sorted(set(order[:NODE_SAMPLES]) | {i for i in worst if 0 <= i < count})
+
+
+def _of(chosen: list[int], samples) -> str:
+    return (f"{len(chosen)} of {len(samples)} samples (the most stressing and each output's worst)"
+            if len(chosen) < len(samples) else f"{len(samples)} sample(s)")

@@ -78,6 +78,7 @@ def _comparisons(graph: Graph, runs: ReportRuns) -> dict:
             for n in runs.layer_fp16.nodes
         ],
         "node_rule": str(runs.thresholds),
+        "node_samples": [len(runs.node_samples), runs.samples],  # the per-node errors ran on this many of them
         "node_error_bound": runs.thresholds.max_error,
         "first_failing": {
             "fp16": runs.layer_fp16.first_failing.node if runs.layer_fp16.first_failing else None,

@@ -183,6 +183,10 @@ def _node_error_section(data: dict) -> str:
     else:
         svg, caption = node_error.plot(data)
         out.append(_figure(PLOT_NODE_ERROR, svg, caption))
+        used, of = data.get("node_samples") or (0, 0)
+        if used < of:
+            out.append(f'<p class="notes">Per-node errors on {used} of {of} samples: the most stressing (the FP32 '
+                       "profile's order) and each output's worst; the outputs above are judged on every sample.</p>")
         out.append(_node_table(nodes, esc(data.get("precision", "FP16"))))
     out.append("</section>")
     return "\n".join(out)

@@ -116,8 +116,9 @@ def bench(label: str, which, make, work: Path) -> list[dict]:
     variant = Variant(emulator, "fewer", fused=fused_epilogues(graph))
     prof = profile(graph, samples)
     found = priors.run(graph, emulator, Oracle(emulator, samples, tol, outputs), prof, Listener())
-    with_prior = search(ids, Oracle(variant, samples, tol, outputs), order=found.order, start=found.fp32,
-                        hooks=Hooks(alternatives=Alternatives(graph, found, samples, tol, outputs, Listener())))
+    expensive = Oracle(variant, samples, tol, outputs)
+    with_prior = search(ids, expensive, order=found.order, start=found.fp32,
+                        hooks=Hooks(alternatives=Alternatives(graph, found, expensive, Listener())))
     without = search(ids, Oracle(variant, samples, tol, outputs), order=prof.order, suspects=prof.suspects)
     judge = Oracle(variant, samples, tol, outputs)
     seg_evals, seg_set = segment_list(graph, Oracle(variant, samples, tol, outputs))

@@ -178,8 +178,9 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
 
         found.alternatives = {}  # the emulator as the pipeline leaves it after the prior: alternatives cost afresh
         found.oracle.memo, found.oracle.history = dict(after_prior[0]), list(after_prior[1])
-        with_prior = search(ids, oracle(), order=prior_order, start=prior_set, hooks=Hooks(alternatives=Alternatives(
-            graph, found, samples, tol, outputs, Listener())))
+        expensive = oracle()
+        with_prior = search(ids, expensive, order=prior_order, start=prior_set, hooks=Hooks(
+            alternatives=Alternatives(graph, found, expensive, Listener())))
         without = search(ids, oracle(), order=prof.order, suspects=prof.suspects)
         segment_evaluations, segment_set = segment_list(graph, oracle())
         judge = oracle()

@@ -38,17 +38,22 @@ def test_search_check_and_compare_say_each_report_stage_with_its_seconds(tmp_pat
     assert code == 0 and err == ""  # -q: quiet
 
 
+def scaled_model(tmp_path, n: int):
+    """relu -> scale (x 2000: inputs above 32.75 overflow FP16 there) -> unscale, over [1, n]; its path."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Mul", ["r", "k"], ["big"], name="scale"),
+             helper.make_node("Div", ["big", "k"], ["y"], name="unscale")]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, n])], [("y", TensorProto.FLOAT, [1, n])],
+                       {"k": np.array(2000.0, np.float32)})
+    onnx.save(model, tmp_path / "m.onnx")
+    return tmp_path / "m.onnx"
+
+
 def test_the_report_holds_one_sample_of_tensors_at_a_time(tmp_path, monkeypatch):
     """16 samples: the per-node errors kept every sample's FP32 tensors, then every sample's FP16 tensors, all
     at once (twice the search's memory on 48 samples); now the runs of one sample, compared as they come."""
     n, count = 1 << 12, 16
-    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-             helper.make_node("Mul", ["r", "k"], ["big"], name="scale"),  # up to 40 x 2000: overflows FP16
-             helper.make_node("Div", ["big", "k"], ["y"], name="unscale")]
-    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, n])], [("y", TensorProto.FLOAT, [1, n])],
-                       {"k": np.array(2000.0, np.float32)})
-    path = tmp_path / "m.onnx"
-    onnx.save(model, path)
+    path = scaled_model(tmp_path, n)
     rng = np.random.default_rng(0)
     samples = []
     for i in range(count):
@@ -76,13 +81,7 @@ def test_the_per_node_errors_run_on_the_most_stressing_samples_not_all(tmp_path,
     """A report of a 16-sample search ran every candidate's tensors on all 16 samples (three runs each); it runs
     them on the 8 most stressing and each output's worst, the loudest among them, and the page says so."""
     n, count = 256, 16
-    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-             helper.make_node("Mul", ["r", "k"], ["big"], name="scale"),
-             helper.make_node("Div", ["big", "k"], ["y"], name="unscale")]
-    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, n])], [("y", TensorProto.FLOAT, [1, n])],
-                       {"k": np.array(2000.0, np.float32)})
-    path = tmp_path / "m.onnx"
-    onnx.save(model, path)
+    path = scaled_model(tmp_path, n)
     rng = np.random.default_rng(0)
     folder = tmp_path / "data"
     folder.mkdir()

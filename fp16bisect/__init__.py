@@ -18,10 +18,10 @@ _LAZY.update({name: "fp16bisect.api.tools" for name in ("compare", "migrate", "w
                                                        "MigrateResult")})
 _LAZY.update({name: "fp16bisect.api.manifest" for name in ("batch", "BatchResult")})
 _LAZY.update({name: "fp16bisect.api.results" for name in ("SearchResult", "CheckResult", "ScanResult",
-                                                         "ApplyResult", "Node", "ScanRow")})
+                                                         "ApplyResult", "Node", "ScanRow", "ScanNode")})
 
 __all__ = ["ApplyResult", "BatchResult", "CheckFailed", "CheckResult", "CompareResult", "Error", "MigrateResult",
-           "Node", "ScanResult", "ScanRow", "SearchResult", "ToleranceUnreachable", "UsageError", "__version__",
+           "Node", "ScanNode", "ScanResult", "ScanRow", "SearchResult", "ToleranceUnreachable", "UsageError", "__version__",
            "apply", "batch", "check", "compare", "migrate", "scan", "search", "write_report"]
 
 

@@ -180,9 +180,11 @@ def test_apply_writes_a_model_onnx_checker_accepts_and_verifies_it(tmp_path):
 
 def test_scan_ranks_the_culprits_first(arrays):
     found = fp16bisect.scan(LN, arrays)
-    assert {n["name"] for n in found.nodes[:found.suspects]} == CULPRITS
+    assert {n.name for n in found.nodes[:found.suspects]} == CULPRITS
     assert found.rows[0].name == "ln1_sq" and found.rows[0].risk == "overflow"
     assert [row.to_json() for row in found.rows] == found.to_dict()["tensors"]  # scan --json's rows, unchanged
+    assert all(isinstance(n, fp16bisect.ScanNode) for n in found.nodes)  # typed records, not dicts
+    assert [n.to_json() for n in found.nodes] == found.to_dict()["nodes"]  # ... and scan --json's nodes, unchanged
     assert found.to_dict()["schema"].startswith("fp16bisect.scan/")
 
 

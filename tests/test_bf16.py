@@ -250,8 +250,8 @@ def test_bf16_ranks_by_relative_rounding_and_fp16_by_range(tmp_path):
     onnx.save(planted(), model)
     bf16 = fp16bisect.scan(str(model), sample(), precision="bf16")
     fp16 = fp16bisect.scan(str(model), sample())
-    assert bf16.suspects == 1 and bf16.nodes[0]["name"] == "sub" and "grows 17" in bf16.nodes[0]["reason"]
-    assert fp16.suspects == 0 and [n["name"] for n in fp16.nodes] == ["add", "sub", "scale", "relu"]
+    assert bf16.suspects == 1 and bf16.nodes[0].name == "sub" and "grows 17" in bf16.nodes[0].reason
+    assert fp16.suspects == 0 and [n.name for n in fp16.nodes] == ["add", "sub", "scale", "relu"]
 
 
 def test_scan_bf16_says_headroom_against_bf16s_max(tmp_path, capsys):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Union
 
 from fp16bisect.api import inputs
-from fp16bisect.api.results import ApplyResult, CheckResult, Node, ScanResult, ScanRow, SearchResult
+from fp16bisect.api.results import ApplyResult, CheckResult, Node, ScanNode, ScanResult, ScanRow, SearchResult
 from fp16bisect.errors import UsageError
 from fp16bisect.model import shapes, weights
 from fp16bisect.model.headroom import factor
@@ -280,7 +280,7 @@ def scan(model: Model, samples: Samples, *, precision: str = "fp16", progress: P
     Examples:
         >>> import fp16bisect
         >>> found = fp16bisect.scan("sample_models/transformer_block.onnx", "sample_models/transformer_block.npz")
-        >>> [n["name"] for n in found.nodes[:2]]
+        >>> [n.name for n in found.nodes[:2]]
         ['ln1_square', 'ln1_var']
     """
     from fp16bisect.diagnose.scan import scan_model
@@ -288,7 +288,7 @@ def scan(model: Model, samples: Samples, *, precision: str = "fp16", progress: P
     entries = inputs.sample_entries(samples)
     with _own_work_directories(), inputs.model_file(model) as path:
         graph, data = scan_model(path, entries, inputs.listener(progress), precision=precision_of(precision))
-    return ScanResult(rows=[ScanRow.from_json(row) for row in data["tensors"]], nodes=data["nodes"],
+    return ScanResult(rows=[ScanRow.from_json(row) for row in data["tensors"]], nodes=[ScanNode.from_json(n) for n in data["nodes"]],
                       suspects=data["suspects"], _data=data, graph=graph)
 
 

@@ -249,6 +249,35 @@ class ScanRow:
                 "read_by": list(self.read_by)}
 
 
+@dataclass(frozen=True)
+class ScanNode:
+    """A candidate node in the search's suspicion order (``scan``'s ``nodes``).
+
+    Attributes:
+        name: The node id.
+        op_type: The ONNX operator.
+        tier: The risk tier of what it writes, higher is riskier (3: overflow).
+        risk: The tier's word, e.g. ``"overflow"``.
+        reason: Why it is suspected, with numbers.
+    """
+
+    name: str
+    op_type: str
+    tier: int
+    risk: str
+    reason: str
+
+    @classmethod
+    def from_json(cls, node: dict) -> ScanNode:
+        """The entry of ``scan --json``'s ``nodes``."""
+        return cls(node["name"], node["op_type"], node["tier"], node["risk"], node["reason"])
+
+    def to_json(self) -> dict:
+        """The entry as ``scan --json`` writes it."""
+        return {"name": self.name, "op_type": self.op_type, "tier": self.tier, "risk": self.risk,
+                "reason": self.reason}
+
+
 @dataclass
 class ScanResult:
     """Where a model is at risk in FP16, from one FP32 run (``fp16bisect.scan``); no search.
@@ -256,8 +285,8 @@ class ScanResult:
     Attributes:
         rows: The tensors and weights near FP16's limits, riskiest first (``ScanRow``: ``name``, ``kind``,
             ``risk``, ``tier``, ``max_abs``, ``min_nonzero_abs``, ``reason``, ``written_by``, ...).
-        nodes: Every candidate node in suspicion order: dicts with ``name``, ``op_type``, ``tier``, ``risk``,
-            ``reason``.
+        nodes: Every candidate node in suspicion order (``ScanNode``: ``name``, ``op_type``, ``tier``, ``risk``,
+            ``reason``).
         suspects: How many of ``nodes`` the search would try first.
 
     Examples:
@@ -268,7 +297,7 @@ class ScanResult:
     """
 
     rows: list[ScanRow]
-    nodes: list[dict]
+    nodes: list[ScanNode]
     suspects: int
     _data: dict = field(default_factory=dict, repr=False, compare=False)
     graph: Graph = field(kw_only=True, repr=False, compare=False)  # the loaded model (console)
@@ -276,7 +305,7 @@ class ScanResult:
     def __repr__(self) -> str:
         """One line: ``ScanResult(5 tensors at risk, the riskiest ln1_sq (overflow); 2 suspect nodes: a, b)``."""
         riskiest = f", the riskiest {self.rows[0].name[:NAMES_SHOWN]} ({self.rows[0].risk})" if self.rows else ""
-        suspects = [n["name"] for n in self.nodes[:self.suspects]]
+        suspects = [n.name for n in self.nodes[:self.suspects]]
         return (f"ScanResult({len(self.rows)} tensor{'' if len(self.rows) == 1 else 's'} at risk{riskiest}; "
                 f"{self.suspects} suspect node{'' if self.suspects == 1 else 's'}"
                 + (f": {_names(suspects)})" if suspects else ")"))

@@ -110,3 +110,16 @@ def test_a_search_entry_removes_its_journal_unless_keep_journal(tmp_path, capsys
     assert cli.main(["batch", str(manifest), "-q"]) == 0, capsys.readouterr()
     journal, = tmp_path.glob("kept.journal-*.jsonl")
     assert {p.name for p in tmp_path.iterdir()} == {"zoo.json", "plain.json", "kept.json", journal.name}
+
+
+def test_the_api_batch_returns_typed_rows_that_are_the_json_rows(tmp_path):
+    import fp16bisect
+    from fp16bisect.api.manifest import BatchRow
+
+    manifest = tmp_path / "zoo.json"
+    manifest.write_text(json.dumps({"entries": [entry("fp16_safe")]}))
+    result = fp16bisect.batch(manifest, jobs=1)
+    row, = result.entries
+    assert isinstance(row, BatchRow) and row.passed and row.verdict == "PASS" and row.fp32_nodes == []
+    assert result.to_dict()["entries"] == [row.to_json()] and row.to_json()["name"] == "fp16_safe.onnx"
+    assert repr(result) == f"BatchResult({str(manifest)!r}: 1 of 1 entries passed)"

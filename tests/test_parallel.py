@@ -275,8 +275,8 @@ def test_a_local_ray_cluster_finds_the_same_sets(known, ray_cluster, tmp_path):
         {"model": str(SAMPLES / f"{m}.onnx"), "inputs": str(SAMPLES / f"{m}.npz"),
          "atol": known[m]["atol"], "rtol": known[m]["rtol"]} for m in MODELS]}))
     results = run_batch(read_manifest(str(manifest)), ray="")
-    assert [sorted(r["fp32_nodes"]) for r in results] == [sorted(known[m]["culprits"]) for m in MODELS]
-    assert all(r["passed"] for r in results)
+    assert [sorted(r.fp32_nodes or []) for r in results] == [sorted(known[m]["culprits"]) for m in MODELS]
+    assert all(r.passed for r in results)
 
 
 def test_a_ray_worker_killed_mid_task_is_retried_once_then_counted_as_failed(ray_cluster, tmp_path):

@@ -43,7 +43,7 @@ import json
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -87,22 +87,23 @@ class Entry:
 
 @dataclass
 class BatchResult:
-    """Every entry's result (the batch JSON's rows, in manifest order) and whether all passed."""
+    """Every entry's result (``BatchRow``, in manifest order) and whether all passed."""
 
     manifest: str
-    entries: list[dict]
+    entries: list[BatchRow]
 
     @property
     def passed(self) -> bool:
-        return all(r["passed"] for r in self.entries)
+        return all(r.passed for r in self.entries)
 
     def __repr__(self) -> str:
-        passed = sum(r["passed"] for r in self.entries)
+        passed = sum(r.passed for r in self.entries)
         return f"BatchResult({self.manifest!r}: {passed} of {len(self.entries)} entries passed)"
 
     def to_dict(self) -> dict:
         """The JSON ``fp16bisect batch --json`` writes (schema ``fp16bisect.batch/1``)."""
-        return {"schema": SCHEMA, "manifest": str(self.manifest), "passed": self.passed, "entries": self.entries}
+        return {"schema": SCHEMA, "manifest": str(self.manifest), "passed": self.passed,
+                "entries": [r.to_json() for r in self.entries]}
 
     def write(self, path: str | Path) -> None:
         from fp16bisect.artifacts.files import write_json
@@ -227,7 +228,40 @@ def _result(entry: Entry, *, verdict: str, seconds: float | None, error: str) ->
             "seconds": seconds, "error": error, "result": None, "output": entry.output}
 
 
-def run_entry(_state, entry: Entry) -> dict:
+@dataclass(frozen=True)
+class BatchRow:
+    """One entry's result: a row of the batch table and of ``batch --json``'s ``entries`` (its keys in order).
+
+    Attributes:
+        number: The entry's number in the manifest (from 1); ``name``, ``model``, ``action`` as the entry says.
+        passed: A check passed, or a search found a set that passes and is 1-minimal.
+        verdict: ``PASS``, ``FAIL``, ``FOUND``, ``NOT MINIMAL`` or ``ERROR``.
+        fp32_nodes: The node ids kept in FP32 (None: the entry did not get that far); ``set_size`` their count.
+        evaluations: Plans evaluated; ``seconds`` the entry's wall time (None: the entry was lost).
+        error: Why it failed ("" when it passed).
+        result: The override JSON a search wrote, or ``check --json``'s content; None on an error.
+        output: Where a search wrote its override JSON.
+    """
+
+    number: int
+    name: str
+    model: str
+    action: str
+    passed: bool
+    verdict: str
+    fp32_nodes: list[str] | None
+    set_size: int | None
+    evaluations: int | None
+    seconds: float | None
+    error: str
+    result: dict | None
+    output: str | None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def run_entry(_state, entry: Entry) -> BatchRow:
     """One entry's check or search (in a worker). Never raises for the entry's own faults: it fails alone."""
     from fp16bisect.errors import ToleranceUnreachable
     from fp16bisect.model import weights
@@ -244,7 +278,7 @@ def run_entry(_state, entry: Entry) -> dict:
     finally:
         weights.close_since(stores)  # the entry's work directory (a worker process ends without cleaning up)
     result["seconds"] = round(time.perf_counter() - start, 3)
-    return result
+    return BatchRow(**result)
 
 
 def _check(entry: Entry) -> dict:
@@ -281,7 +315,7 @@ def _search(entry: Entry) -> dict:
 
 
 def run_batch(entries: list[Entry], jobs: int = 2, ray: str | None = None,
-              on_result: Callable[[dict], None] | None = None) -> list[dict]:
+              on_result: Callable[[BatchRow], None] | None = None) -> list[BatchRow]:
     """Every entry's result, in manifest order; entries run ``jobs`` at once (worker processes) or on Ray.
     ``on_result``: called with each result as it comes (in completion order)."""
     from fp16bisect.parallel.processes import Died, LocalPool
@@ -297,7 +331,8 @@ def run_batch(entries: list[Entry], jobs: int = 2, ray: str | None = None,
     try:
         for index, got in pool.run(entries):
             if isinstance(got, Died):
-                got = _result(entries[index], verdict="ERROR", seconds=None, error=f"the entry was lost: {got.reason}")
+                got = BatchRow(**_result(entries[index], verdict="ERROR", seconds=None,
+                                         error=f"the entry was lost: {got.reason}"))
             results[index] = got
             if on_result is not None:
                 on_result(got)
@@ -342,5 +377,5 @@ class _Said:
 
     write: Callable[[str], None]
 
-    def __call__(self, r: dict) -> None:
-        self.write(f"{r['name']} (entry {r['number']}): {r['verdict']} in {r['seconds'] or 0:.1f} s")
+    def __call__(self, r: BatchRow) -> None:
+        self.write(f"{r.name} (entry {r.number}): {r.verdict} in {r.seconds or 0:.1f} s")

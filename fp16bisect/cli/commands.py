@@ -111,7 +111,7 @@ def cmd_batch(args) -> int:
 
     OutputArgs.check(args)
     result = batch(args.manifest, jobs=args.jobs, ray=args.ray, progress=None if args.quiet else _stderr)
-    print_batch(result.entries)
+    print_batch([r.to_json() for r in result.entries])
     if args.json:
         result.write(args.json)
     return DONE if result.passed else CHECK_FAILED

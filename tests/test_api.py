@@ -52,6 +52,10 @@ def test_search_on_a_model_proto_gives_the_same_set_and_leaves_no_file(tmp_path,
     assert data["model"]["path"] == "model.onnx"  # not the temporary file's path
     assert data["model"]["sha256"] == fp16bisect.search(LN, LN_IN).to_dict()["model"]["sha256"]
     assert "model.onnx" in data["exports"]["strongly_typed"]["command"]
+    assert "--onnx=model.onnx" in data["exports"]["trtexec"]["command"]
+    # named so from the start (Graph.name), not patched after the search: the graph still knows the file it read
+    graph = result.outcome.graph
+    assert graph.shown == "model.onnx" and graph.path is not None and graph.path.parent.parent == tmp_path
 
 
 def test_search_on_arrays_one_sample_or_several(arrays):

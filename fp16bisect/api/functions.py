@@ -10,6 +10,7 @@ what the command line has.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Union
 
@@ -130,10 +131,10 @@ def run_search(model: Model, samples: Samples, options: SearchOptions, *, refere
         check_writable(options.output)  # before the search, not after an hour of it
     entries = inputs.sample_entries(samples)
     references = _references(reference, entries)
+    if not inputs.is_path(model):  # the override JSON and its commands name it model.onnx, not the temporary file
+        options = replace(options, model_name=inputs.IN_MEMORY_MODEL)
     with inputs.model_file(model) as path:
         outcome = pipeline.search_model(path, entries, references, options, inputs.listener(progress))
-        if not inputs.is_path(model):
-            _name_in_memory_model(outcome)
     if options.output:
         write_json(options.output, outcome.overrides.to_json())
         remove_journals(outcome)
@@ -144,16 +145,6 @@ def _references(reference, entries: list) -> list | None:
     if reference is None:
         return None
     return inputs.sample_entries(reference, "reference")  # matched to the samples by load_samples
-
-
-def _name_in_memory_model(outcome) -> None:
-    """The override JSON of a model given in memory names it ``model.onnx``, not the temporary file."""
-    from fp16bisect.artifacts.exports import exports_json
-
-    graph, overrides = outcome.graph, outcome.overrides
-    graph.path = Path(inputs.IN_MEMORY_MODEL)
-    outcome.overrides = overrides.for_model(
-        inputs.IN_MEMORY_MODEL, exports_json(graph, [graph.by_id[i] for i in outcome.result.fp32], outcome.output))
 
 
 def _search_result(outcome) -> SearchResult:

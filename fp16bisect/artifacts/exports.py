@@ -48,7 +48,7 @@ def trtexec_export(graph: Graph, nodes: list[Node]) -> dict:
     args = [graph.precision.trtexec_flag, "--precisionConstraints=obey"]
     if names:
         args += [f"--layerPrecisions={precisions}", f"--layerOutputTypes={precisions}"]
-    model = str(graph.path) if graph.path else "model.onnx"
+    model = graph.shown
     return {
         "tensorrt": "10.x weakly typed (deprecated since 10.12, removed in 11); TensorRT may ignore these pins "
                     "where it fuses layers (NVIDIA/TensorRT#3889): prefer exports.strongly_typed",
@@ -85,7 +85,7 @@ def autocast_export(graph: Graph, nodes: list[Node]) -> dict:
             "AutoCast may fuse a decomposed LayerNorm into one new node with a new name; if a pinned node "
             "is part of one, also pass --op_types_to_exclude LayerNormalization"
         )
-    model = str(graph.path) if graph.path else "model.onnx"
+    model = graph.shown
     output = re.sub(r"\.onnx$", "", model) + f".{graph.precision.name}.onnx"
     args = [
         "--low_precision_type", graph.precision.name,
@@ -108,7 +108,7 @@ def autocast_export(graph: Graph, nodes: list[Node]) -> dict:
 def strongly_typed_export(graph: Graph, overrides_path: str | None) -> dict:
     """The mixed-precision model ``apply`` writes, built strongly typed: TensorRT 10.x (the flag exists since 9.0;
     trtexec --stronglyTyped), 11.x and TensorRT-RTX (always strongly typed)."""
-    model = str(graph.path) if graph.path else "model.onnx"
+    model = graph.shown
     mixed = (model[:-5] if model.endswith(".onnx") else model) + ".mixed.onnx"
     return {
         "tensorrt": "10.x with --stronglyTyped (recommended; mixed-precision BatchNormalization needs 10.7+), "

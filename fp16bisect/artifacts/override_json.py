@@ -46,7 +46,7 @@ def overrides_file(graph: Graph, fp32: Mapping[str, str], *, backend: dict, tole
     forced = {f["node"] for f in ((more or {}).get("headroom") or {}).get("forced", [])}
     sections = {
         "schema": SCHEMA,
-        "model": {"path": str(graph.path), "sha256": graph.sha256},
+        "model": {"path": graph.shown, "sha256": graph.sha256},
         "backend": backend,
         "tolerance": tolerance,
         "fp32_nodes": [node_entry(n, fp32[n.id], n.id in forced) for n in nodes],

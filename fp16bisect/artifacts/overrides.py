@@ -137,11 +137,6 @@ class Overrides:
         change): what every writer of the file writes."""
         return copy.deepcopy(dict(self.data))
 
-    def for_model(self, path: str, exports: Mapping[str, Any]) -> Overrides:
-        """The same file for the model at ``path`` (a model given in memory: ``model.onnx``), with ``exports``
-        naming it (``exports.exports_json``); the hash is unchanged."""
-        return self.replaced(model={**self.data["model"], "path": path}, exports=exports)
-
     def replaced(self, **sections) -> Overrides:
         """A copy with these top-level sections replaced (e.g. ``environment=``, ``exports=``, ``model=``), each
         in its place in the file's order."""

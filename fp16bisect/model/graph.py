@@ -82,7 +82,8 @@ class Graph:
         self.precision = precision
         model = upgraded_for(model, precision)
         self.model = model  # loaded by ``load``: a skeleton whose weights are in files (``model/weights.py``)
-        self.path = path
+        self.path = path  # the file the model is read from
+        self.name: str | None = None  # what files and messages call it, when not ``path`` (``shown``)
         self.sha256 = sha256
         self._workdir = workdir
         self._store: weights.Store | None = None
@@ -134,6 +135,12 @@ class Graph:
                 taken.add(name)
                 model.graph.node[node.index].name = name
         return model
+
+    @property
+    def shown(self) -> str:
+        """The model as override files, their exported commands and messages name it: ``name`` when set (a model
+        the Python API was given in memory is ``model.onnx``, read from a temporary file), else its path."""
+        return self.name or (str(self.path) if self.path else "model.onnx")
 
     @classmethod
     def load(cls, path: str | Path, workdir: str | Path | None = None, precision: Precision = FP16) -> "Graph":

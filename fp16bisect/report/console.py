@@ -132,7 +132,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
     final = outcome.final.worst()
     low = outcome.graph.precision.label  # FP16, or BF16
     console.print(
-        f"fp16bisect on {outcome.graph.path} ({outcome.backend} backend; {outcome.tolerance})",
+        f"fp16bisect on {outcome.graph.shown} ({outcome.backend} backend; {outcome.tolerance})",
         highlight=False, soft_wrap=True,
     )
     if fp16 or final:
@@ -289,7 +289,7 @@ def _metric_cells(m) -> list[str]:
 def print_check(outcome, line: str, console: Console | None = None) -> None:
     """``check``: the per-output table, then one verdict line."""
     console = console or _console()
-    console.print(f"fp16bisect check on {outcome.graph.path} ({outcome.backend} backend; tolerance: "
+    console.print(f"fp16bisect check on {outcome.graph.shown} ({outcome.backend} backend; tolerance: "
                   f"{outcome.tolerance} ({outcome.tolerance_from}))",
                   highlight=False, soft_wrap=True)
     if outcome.evaluation.metrics:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from fp16bisect.artifacts.overrides import Node, Pinned
@@ -35,7 +36,7 @@ def heading(title: str, graph: Graph, backend: str, tolerance, summary: str, not
     return {
         "title": title,
         "command": command_line(),
-        "model": {"path": str(graph.path), "sha256": graph.sha256},
+        "model": {"path": graph.shown, "sha256": graph.sha256},
         "precision": graph.precision.label,  # FP16 or BF16: what "all FP16" says
         "backend": backend,
         "tolerance": str(tolerance),
@@ -119,7 +120,7 @@ def search_report(outcome, runs: ReportRuns, next_steps: Sequence[tuple] = ()) -
     """``runs``: ``diagnose.report_runs.search_runs(outcome)``; ``next_steps``: (what, command) pairs
     (``report/next_steps.py``), shown last."""
     graph, overrides = outcome.graph, outcome.overrides
-    head = heading(f"fp16bisect search: {graph.path.name}", graph, outcome.backend, outcome.tolerance,
+    head = heading(f"fp16bisect search: {Path(graph.shown).name}", graph, outcome.backend, outcome.tolerance,
                    search_summary(outcome), overrides.notes)
     return {**pack(head, graph, runs, overrides.pinned, outcome.result.trace),
             "next": [list(step) for step in next_steps],
@@ -129,7 +130,7 @@ def search_report(outcome, runs: ReportRuns, next_steps: Sequence[tuple] = ()) -
 def check_report(outcome, line: str, runs: ReportRuns) -> dict:
     """``line``: the check's verdict; ``runs``: ``diagnose.report_runs.check_runs(outcome)``."""
     graph = outcome.graph
-    head = heading(f"fp16bisect check: {graph.path.name}", graph, outcome.backend, outcome.tolerance, line)
+    head = heading(f"fp16bisect check: {Path(graph.shown).name}", graph, outcome.backend, outcome.tolerance, line)
     return {**pack(head, graph, runs, _override_rows(graph, runs.plan)),
             **({"headroom": outcome.headroom["tensors"]} if outcome.headroom else {})}
 
@@ -140,5 +141,6 @@ def compare_report(runner: LayerwiseRunner, result: Layerwise, tolerance, runs: 
     first = result.first_failing
     summary = (f"first failing node: {first.node} ({first.op_type})" if first else "no node fails") + (
         f" with {len(plan)} node(s) in FP32" if plan else f" in all-{graph.precision.label}")
-    head = heading(f"fp16bisect compare: {graph.path.name if graph.path else 'model'}", graph, runner.backend.name, tolerance, summary)
+    head = heading(f"fp16bisect compare: {Path(graph.shown).name}", graph, runner.backend.name, tolerance,
+                   summary)
     return pack(head, graph, runs, _override_rows(graph, plan))

@@ -49,6 +49,7 @@ class SearchOptions:
     prior: str = "auto"  # one of strategy.prior_choice.CHOICES
     headroom: float | None = None  # --headroom F: a peak above 65504/F counts as an overflow (run/coverage.py)
     precision: Precision = FP16  # --precision: the low precision every plan runs in (model/precision.py)
+    model_name: str | None = None  # what the override JSON calls the model, when not its path (Graph.name)
 
     def __post_init__(self) -> None:
         if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:

@@ -52,6 +52,7 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, options
     output = options.output
     with listener.timed(f"loading {model}"):
         graph = Graph.load(model, str(Path(output).resolve().parent) if output else None, precision=options.precision)
+    graph.name = options.model_name
     outputs = graph.float_output_names()
     if not outputs:
         raise UsageError(

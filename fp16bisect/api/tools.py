@@ -85,16 +85,18 @@ def compare(model: Model, samples: Samples, *, reference: Samples | None = None,
     """
     from fp16bisect.diagnose.layerwise import compare_model, outputs_against
     from fp16bisect.diagnose.preflight import recorded
+    from fp16bisect.run.options import CheckOptions
 
     given = GivenTolerance(atol, rtol, min_cosine, max_mismatch)
     entries = inputs.sample_entries(samples)
     references = _references(reference, entries)
     listener = inputs.listener(progress)
+    asked = CheckOptions(given, "emulate", precision=None if precision is None else precision_of(precision))
     with _own_work_directories(), inputs.model_file(model) as path, inputs.overrides_file(overrides) as file:
-        made = recorded(file) if file else None
-        tolerance = given.over(made.tolerance if made else Tolerance())
-        low = precision_of(precision) if precision is not None else made.precision if made else precision_of(None)
-        runner, result = compare_model(path, entries, references, file, max_error, listener, precision=low)
+        judged, _ = asked.judged_with(recorded(file) if file else None)  # check's rule: given, else the file's
+        tolerance = judged.tolerance
+        runner, result = compare_model(path, entries, references, file, max_error, listener,
+                                       precision=judged.precision)
         outputs = outputs_against(runner, result.plan, tolerance)
         for sample in runner.samples:  # the result outlives the work directory (the report reruns them): kept
             sample.keep()

@@ -53,10 +53,10 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         samples: The inputs: an ``.npz`` path (one array per model input), a directory (every ``*.npz`` in it,
             sorted by name), a dict ``{input name: array}`` (one sample), or a list or iterable of those.
         reference: Expected outputs, one per sample, in the same forms (default: an FP32 ONNX Runtime run).
-        atol: Absolute tolerance per output element: ``|a - b| <= atol + rtol * |b|`` (None: 0.01).
-        rtol: Relative tolerance (None: 0.01).
+        atol: Absolute tolerance per output element: ``|a - b| <= atol + rtol * |b|``.
+        rtol: Relative tolerance.
         min_cosine: Also require this cosine similarity per output.
-        max_mismatch: Fraction of elements allowed outside ``atol + rtol * |b|`` (None: 0).
+        max_mismatch: Fraction of elements allowed outside ``atol + rtol * |b|``.
         backend: ``"auto"`` (the default, as on the command line: ``"tensorrt"`` when TensorRT, Polygraphy and a
             GPU are present, else ``"emulate"``), ``"emulate"`` (FP16 emulated on ONNX Runtime CPU),
             ``"tensorrt"`` or ``"command"``.
@@ -67,7 +67,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         timing_cache: TensorRT timing cache file (default: beside ``output``).
         noise_ok: Search even if two builds of the all-FP16 engine differ beyond the tolerance.
         output: Write the override JSON there, and journal the evaluations beside it, so the same search run
-            again resumes (as ``fp16bisect search -o``). None: nothing written.
+            again after an interruption resumes (as ``fp16bisect search -o``). None: nothing written.
         jobs: Plans evaluated at once.
         devices: GPU ids, one worker each (``"0,1"`` or ``[0, 1]``).
         ray: Evaluate as Ray tasks on the cluster at this address (``""``: a local Ray instance).
@@ -108,7 +108,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
             input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes))),
         noise_ok=noise_ok, output=None if output is None else str(output), repeats=repeats, restart=restart,
         retry_crashed=retry_crashed, keep_journal=keep_journal, parallel=inputs.parallel(jobs, devices, ray),
-        prior=prior,        headroom=factor(headroom), precision=precision_of(precision))
+        prior=prior, headroom=factor(headroom), precision=precision_of(precision))
     with _own_work_directories():
         result = run_search(model, samples, options, reference=reference, progress=progress)
         for sample in result.outcome.oracle.samples:  # the result outlives the work directory: its samples too
@@ -279,8 +279,9 @@ def scan(model: Model, samples: Samples, *, precision: str = "fp16", progress: P
     entries = inputs.sample_entries(samples)
     with _own_work_directories(), inputs.model_file(model) as path:
         graph, data = scan_model(path, entries, inputs.listener(progress), precision=precision_of(precision))
-    return ScanResult(rows=[ScanRow.from_json(row) for row in data["tensors"]], nodes=[ScanNode.from_json(n) for n in data["nodes"]],
-                      suspects=data["suspects"], _data=data, graph=graph)
+    return ScanResult(rows=[ScanRow.from_json(row) for row in data["tensors"]],
+                      nodes=[ScanNode.from_json(n) for n in data["nodes"]], suspects=data["suspects"], _data=data,
+                      graph=graph)
 
 
 def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = False, samples: Samples | None = None,

@@ -38,13 +38,14 @@ def check_options(name: str, options: Options, said: Spelling = FLAGS) -> None:
     if name not in NAMES:
         raise UsageError(f"unknown backend {name!r}: use one of {', '.join(map(repr, NAMES))}")
     own, trt = options.command, options.tensorrt
-    if name == "command" and not own.command:
+    commanded = declared(name).runs_a_command  # --check and --keep-plans belong to it
+    if commanded and not own.command:
         raise UsageError(f"{said.backend.format('command')} needs the command that judges a plan: add "
                          f"{said.check} 'CMD' (e.g. {said.check} 'python judge.py {{model}} {{inputs}} {{outputs}}')")
-    if own.command and name != "command":
+    if own.command and not commanded:
         raise UsageError(f"{said.check} is the command of {said.backend.format('command')}, not of "
                          f"{said.backend.format(name)}: add {said.backend.format('command')}, or drop {said.check}")
-    if own.keep_plans and name != "command":
+    if own.keep_plans and not commanded:
         raise UsageError(f"{said.keep_plans} keeps the plan files of {said.backend.format('command')}: add "
                          f"{said.backend.format('command')} {said.check} 'CMD', or drop {said.keep_plans}")
     if trt.typing not in (None, "strong", "weak"):

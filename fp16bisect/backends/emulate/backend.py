@@ -10,6 +10,7 @@ from fp16bisect.backends.base import Backend
 from fp16bisect.backends.host import host
 from fp16bisect.backends.emulate.rewrite import MASK, Emulation
 from fp16bisect.backends.emulate.selftest import self_test
+from fp16bisect.model.plan_states import states
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.runtime import run, session
 from fp16bisect.timing import timed
@@ -71,9 +72,10 @@ class EmulateBackend(Backend):
         return environment_here()
 
     def mask(self, plan) -> np.ndarray:
-        """One bool per candidate, True when the plan keeps it in FP32."""
+        """One bool per candidate, True when the plan keeps it in FP32 (a candidate in FP32 accumulation is
+        stored in FP16: the same as FP16 here, unless the emulation models FP16 accumulation)."""
         mask = np.zeros(len(self.index), dtype=bool)
-        for node_id in plan:
+        for node_id in states(plan)[0]:
             mask[self.index[node_id]] = True
         return mask
 

@@ -137,6 +137,7 @@ class Options:
     input_shapes: dict | None = None  # input name -> shape of the samples (TensorRT optimisation profiles)
     tolerance: dict | None = None  # written into each plan's override file (command)
     precision: str = "fp16"  # the low precision of every plan (model/precision.py): fp16 or bf16
+    accumulate: str = "fp32"  # what the judge assumes FP16 nodes add in (model/plan_states.py); emulate models fp16
     notify: Callable[[str], None] | None = field(default=None, compare=False)  # one-line notices, said once
     progress: Callable[[str], None] | None = field(default=None, compare=False)  # a line per evaluation
     tensorrt: TensorRTOptions = TensorRTOptions()

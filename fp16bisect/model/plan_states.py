@@ -67,6 +67,6 @@ def accumulation(value) -> Accumulation:
     """``--accumulate`` checked, as the command line, the Python API (``accumulate=``), batch manifests and an
     override file give it: ``fp32`` or ``fp16``; anything else is a ``UsageError``, the same line everywhere."""
     if value in ACCUMULATIONS:
-        return value  # type: ignore[return-value]
+        return value
     raise UsageError(f"accumulate {value!r}: use fp32 (sums in FP32, the default) or fp16 (the judge assumes "
                      "FP16 nodes also add in FP16, as fused attention and some GEMM tactics do)")

@@ -14,6 +14,7 @@ from typing import get_args
 
 from fp16bisect.backends.base import BackendName, CommandOptions, Options
 from fp16bisect.errors import UsageError
+from fp16bisect.model.plan_states import Accumulation, accumulation
 from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.parallel import Parallel
 from fp16bisect.run.paths import plans_dir, timing_cache_path
@@ -50,8 +51,10 @@ class SearchOptions:
     headroom: float | None = None  # --headroom F: a peak above 65504/F counts as an overflow (run/coverage.py)
     precision: Precision = FP16  # --precision: the low precision every plan runs in (model/precision.py)
     model_name: str | None = None  # what the override JSON calls the model, when not its path (Graph.name)
+    accumulate: Accumulation = "fp32"  # --accumulate: what the judge assumes FP16 nodes add in (model/plan_states.py)
 
     def __post_init__(self) -> None:
+        accumulation(self.accumulate)
         if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
             raise UsageError(f"repeats {self.repeats!r}: give a number of evaluations per plan, 1 or more")
         if self.prior not in CHOICES:
@@ -85,9 +88,12 @@ class CheckOptions:
     headroom: float | None = None
     precision: Precision | None = None
     strict_environment: bool = False
+    accumulate: Accumulation | None = None  # None: the override file's, else fp32
 
     def __post_init__(self) -> None:
         _check_backend(self.backend)
+        if self.accumulate is not None:
+            accumulation(self.accumulate)
 
     def judged_with(self, recorded: Recorded | None) -> tuple[SearchOptions, str]:
         """The options the check runs with, and where its tolerance comes from (``"from overrides.json"``,
@@ -115,6 +121,7 @@ class Recorded:
     tolerance: Tolerance
     precision: Precision
     headroom: float | None
+    accumulate: Accumulation = "fp32"
 
 
 def _check_backend(name: str) -> None:

@@ -301,7 +301,7 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
         overrides: An override JSON path, a ``SearchResult``, or the JSON as a dict.
         output: Where to write the mixed model (``.onnx``).
         verify: ``True`` (or ``"storage"``): run the written model on ``samples`` against the references;
-            ``"strict"``: also run ``onnx.reference`` in FP16 arithmetic (a pessimistic bound).
+            ``"strict"``: also run the file in ``onnx.reference`` (FP16 outputs, sums in FP32: a second opinion).
         samples: The inputs for ``verify``, in the forms ``search`` takes.
         reference: Expected outputs, one per sample (default: an FP32 ONNX Runtime run).
         atol: Tolerance of the verification; each of ``atol``, ``rtol``, ``min_cosine``, ``max_mismatch`` left

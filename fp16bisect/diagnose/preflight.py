@@ -29,6 +29,7 @@ from fp16bisect.model.graph import Graph
 from fp16bisect.model.headroom import Headroom, fp16_tensors, headroom_json, tight
 from fp16bisect.model.profile import profile
 from fp16bisect.evaluation.oracle import Evaluation
+from fp16bisect.artifacts.accumulation import checked_states
 from fp16bisect.artifacts.overrides import read, recorded_tolerance, refuse_other_precision
 from fp16bisect.model.plan_states import plan_of, states
 from fp16bisect.model.precision import precision_of
@@ -137,6 +138,7 @@ def use_overrides(graph: Graph, path: str) -> OverrideUse:
             f"that compute no float: {lacking}; the file is damaged or was edited: rerun 'fp16bisect search'"
         )
     marked = [n.name for n in data.fp32_accumulate_nodes]
+    checked_states(graph, plan_of((), [n for n in marked if n in graph.by_id]))  # a mark on a node that sums
     return OverrideUse(str(path), made_for, same_model, usable, missing + [n for n in marked if n not in graph.by_id],
                        data.environment, [n for n in marked if n in graph.by_id])
 

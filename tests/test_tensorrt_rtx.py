@@ -321,3 +321,129 @@ def test_a_bf16_file_parses_with_the_pinned_layers_float_the_rest_bf16_and_build
         assert dtypes == {trt.DataType.FLOAT if node_id in plan else trt.DataType.BF16}, (node_id, dtypes)
     engine = builder.build_serialized_network(network, builder.create_builder_config())
     assert engine is not None and engine.nbytes > 0
+
+
+# --------------------------------------------------------------------------- FP32 accumulation (the third state)
+
+# relu -> mm1 -> mm2 -> mm3 -> relu, 256-wide weights: each MatMul becomes its own gemm kernel, so the layer list
+# shows mm2's kernel boundary tensors and its weight as the engine stores them.
+def matmul_chain() -> Graph:
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = {f"w{i}": (rng.normal(size=(256, 256)) / 16).astype(np.float32) for i in (1, 2, 3)}
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w1"], ["m1"], name="mm1"),
+             helper.make_node("MatMul", ["m1", "w2"], ["m2"], name="mm2"),
+             helper.make_node("MatMul", ["m2", "w3"], ["m3"], name="mm3"),
+             helper.make_node("Relu", ["m3"], ["y"], name="relu3")]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 256])],
+                              [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return Graph(model)
+
+
+def kernel_of(messages, node: str) -> tuple:
+    """(the one engine layer that computes ``node``, its printed line): the kernel, its tensors, its constants."""
+    layers = [layer for layer in printed_layers(messages) if node in layer.nodes]
+    assert len(layers) == 1, (node, layers)
+    listing = next(m for m in messages if m.startswith("Layers:\n"))
+    line = next(text for text in listing.split("\n") if text.startswith(f"Name: {layers[0].name}, "))
+    return layers[0], line
+
+
+def constant_kinds(line: str) -> list:
+    from fp16bisect.backends.tensorrt.inspection import tensor_kind
+
+    constants = line.split("Constants: [", 1)[1].split("], Outputs: [", 1)[0]
+    return [(name, tensor_kind(kind)) for name, kind in
+            re.findall(r"\{ Name: (.*?), Dimensions: (?:\[[\d,]+\]).*?Datatype: (\w+)", constants)]
+
+
+def weights_of(line: str) -> list:
+    """A GEMM kernel's constants but its alpha and beta scalars: its weight, (name, kind)."""
+    return [(name, kind) for name, kind in constant_kinds(line) if not re.search(r"_(alpha|beta)_myl", name)]
+
+
+CASK_STUB = "__myelin_CASK_STUB"
+
+
+def test_a_matmul_in_fp32_accumulation_is_one_gemm_kernel_with_fp16_inputs_outputs_and_weight():
+    from fp16bisect.artifacts.accumulation import CAST_PREFIX
+    from fp16bisect.model.plan_states import accumulating
+
+    graph = matmul_chain()
+    for plan in ({accumulating("mm2")}, {accumulating("mm2"), "mm1", "mm3"}):  # FP16 neighbours, FP32 neighbours
+        _network, engine, messages = build_logged(mixed_model(graph, plan))
+        assert engine is not None and engine.nbytes > 0
+        kernel, line = kernel_of(messages, "mm2")
+        # the Casts up and down are fused into the GEMM: no kernel of their own, no FP32 tensor between them
+        ours = {n for n in kernel.nodes if n.startswith(f"{CAST_PREFIX}mm2/")}
+        assert ours == {f"{CAST_PREFIX}mm2/in/{'m1_fp16' if 'mm1' in plan else 'm1'}", f"{CAST_PREFIX}mm2/in/w2",
+                        f"{CAST_PREFIX}mm2/out/m2"}, kernel
+        assert all(not n.startswith(CAST_PREFIX) for layer in printed_layers(messages) if layer.name != kernel.name
+                   for n in layer.nodes)
+        assert "LayerType: gemm" in line
+        assert {kind for _name, kind in kernel.tensors} == {"float16"}, kernel  # FP16 in, FP16 out
+        # the weight as the file stores it (FP16, read directly: no FP32 copy, no conversion by the builder); the
+        # GEMM's alpha and beta scalars are FP32 in every plan, all-FP16 included, so they tell nothing
+        assert weights_of(line) == [("w2_constantHalf_myl0", "float16")], constant_kinds(line)
+        assert f"TacticName: {CASK_STUB}," in line  # the GEMM tactic, and so its accumulator, is chosen at JIT time
+
+
+def test_the_same_matmul_pinned_with_fp32_neighbours_is_a_gemm_with_fp32_inputs_outputs_and_weight():
+    graph = matmul_chain()
+    _network, engine, messages = build_logged(mixed_model(graph, ["mm1", "mm2", "mm3"]))
+    assert engine is not None
+    kernel, line = kernel_of(messages, "mm2")
+    assert "LayerType: gemm" in line and {kind for _name, kind in kernel.tensors} == {"float32"}, kernel
+    assert weights_of(line) == [("w2_constantFloat_myl0", "float32")]
+
+
+def test_a_lone_pinned_matmul_between_fp16_tensors_becomes_the_same_fp16_io_gemm_with_its_weight_in_fp16():
+    """What TensorRT-RTX 1.7 does with a pin whose neighbours are FP16: the boundary Casts fuse into the GEMM, whose
+    inputs, outputs and weight (an FP32 initializer in the file, converted by the builder) are all FP16 in the
+    layer list: on the engine, a lone pinned GEMM is at best an FP32-accumulation GEMM with FP16 weights."""
+    graph = matmul_chain()
+    _network, engine, messages = build_logged(mixed_model(graph, ["mm2"]))
+    assert engine is not None
+    kernel, line = kernel_of(messages, "mm2")
+    assert {"fp16bisect/cast_fp32/m1", "fp16bisect/cast_fp16/m2"} <= set(kernel.nodes)
+    assert "LayerType: gemm" in line and {kind for _name, kind in kernel.tensors} == {"float16"}, kernel
+    assert [kind for _name, kind in weights_of(line)] == ["float16"], constant_kinds(line)
+
+
+def test_a_layernorm_in_fp32_accumulation_compiles_to_the_pinned_layernorm_s_kernel_with_an_fp16_output():
+    """relu -> LayerNormalization -> MatMul: Myelin fuses the LayerNorm into one generated kernel. Marked, it is
+    the very kernel the pinned LayerNorm gets (same op sequence and tactic hash: scale and shift applied in FP32,
+    then one Cast), writing FP16; all-FP16 gets another kernel (the Cast before the scale and shift)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from fp16bisect.model.plan_states import accumulating
+
+    width = 512
+    rng = np.random.default_rng(1)
+    inits = {"s": np.ones(width, np.float32), "b": np.zeros(width, np.float32),
+             "w": (rng.normal(size=(width, width)) / 16).astype(np.float32)}
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("LayerNormalization", ["r", "s", "b"], ["n"], name="ln", axis=-1),
+             helper.make_node("MatMul", ["n", "w"], ["m"], name="mm"), helper.make_node("Relu", ["m"], ["y"], name="out")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "ln", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, width])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()]), opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    graph = Graph(model)
+    kernels = {}
+    for what, plan in (("marked", {accumulating("ln")}), ("pinned", {"ln"}), ("fp16", set())):
+        _network, engine, messages = build_logged(mixed_model(graph, plan))
+        assert engine is not None
+        kernel, line = kernel_of(messages, "ln")
+        assert kernel.tensors[-1][1] == "float16", (what, kernel)  # its one output: FP16, to the MatMul
+        kernels[what] = (kernel_ops(kernel), re.search(r"TacticName: (\S+?)_0x([0-9a-f]+)", line).group(2))
+    assert kernels["marked"] == kernels["pinned"] != kernels["fp16"], kernels
+    assert " ".join(kernels["marked"][0]).endswith("Mul Mul Add Cast")  # scale and shift in FP32, then FP16

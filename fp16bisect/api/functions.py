@@ -19,6 +19,7 @@ from fp16bisect.api.results import ApplyResult, CheckResult, Node, ScanNode, Sca
 from fp16bisect.errors import UsageError
 from fp16bisect.model import shapes, weights
 from fp16bisect.model.headroom import factor
+from fp16bisect.model.plan_states import is_mark
 from fp16bisect.model.precision import precision_of
 from fp16bisect.backends import Options
 from fp16bisect.run.options import CheckOptions, SearchOptions
@@ -151,7 +152,8 @@ def _search_result(outcome) -> SearchResult:
     graph, result = outcome.graph, outcome.result
     fp16 = outcome.fp16
     return SearchResult(
-        fp32_nodes=[Node.of(graph.by_id[i]) for i in result.fp32],
+        fp32_nodes=[Node.of(graph.by_id[i]) for i in result.fp32 if not is_mark(i)],
+        fp32_accumulate_nodes=list(outcome.overrides.fp32_accumulate_nodes),
         minimal=result.minimal, evaluations=result.evaluations, passed=outcome.final.passed, status=result.status,
         backend=outcome.backend, tolerance=outcome.tolerance, with_overrides=outcome.final.worst(),
         all_fp16=fp16.worst() if fp16 is not None else {}, seconds=outcome.seconds, output=outcome.output,
@@ -248,6 +250,7 @@ def run_check(model: Model, samples: Samples, options: CheckOptions, *, override
         passed=outcome.passed, outputs=outcome.evaluation.worst(), metrics=list(outcome.evaluation.metrics),
         fp32_passes=None if outcome.fp32 is None else outcome.fp32.passed,
         nodes=[Node.of(outcome.graph.by_id[n]) for n in use.nodes] if use else [],
+        accumulating=[Node.of(outcome.graph.by_id[n]) for n in use.accumulating] if use else [],
         missing=list(use.missing) if use else [], backend=outcome.backend, tolerance=outcome.tolerance,
         tolerance_from=outcome.tolerance_from, verdict=verdict(outcome, hint or "fp16bisect.search(model, samples)"),
         drift=outcome.drift, outcome=outcome)
@@ -298,7 +301,7 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
         overrides: An override JSON path, a ``SearchResult``, or the JSON as a dict.
         output: Where to write the mixed model (``.onnx``).
         verify: ``True`` (or ``"storage"``): run the written model on ``samples`` against the references;
-            ``"strict"``: also run ``onnx.reference`` in FP16 arithmetic (a pessimistic bound).
+            ``"strict"``: also run the file in ``onnx.reference`` (FP16 outputs, sums in FP32: a second opinion).
         samples: The inputs for ``verify``, in the forms ``search`` takes.
         reference: Expected outputs, one per sample (default: an FP32 ONNX Runtime run).
         atol: Tolerance of the verification; each of ``atol``, ``rtol``, ``min_cosine``, ``max_mismatch`` left
@@ -349,6 +352,7 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
         assert file is not None  # overrides was given (refused above when None)
         written = apply_to_file(file, path, str(output), inputs.listener(progress), options, shown=shown)
     return ApplyResult(path=Path(output), fp32_nodes=list(written.fp32_nodes), verification=written.verification,
+                       fp32_accumulate_nodes=list(written.fp32_accumulate_nodes),
                        mixed=written.mixed)
 
 

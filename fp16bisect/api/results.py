@@ -44,6 +44,14 @@ def _names(names: Iterable[str]) -> str:
     return ", ".join(shown) + (f", ... ({more} more)" if more else "")
 
 
+def _accumulating(nodes: list[Node]) -> str:
+    """``; 1 FP32-accumulation node: m`` ('' for none)."""
+    if not nodes:
+        return ""
+    return (f"; {len(nodes)} FP32-accumulation node{'' if len(nodes) == 1 else 's'}: "
+            f"{_names(n.name for n in nodes)}")
+
+
 def _nodes(nodes: list[Node] | list[str]) -> str:
     """``2 FP32 nodes: a, b`` (``0 FP32 nodes``)."""
     names = [n if isinstance(n, str) else n.name for n in nodes]
@@ -66,6 +74,8 @@ class SearchResult:
         all_fp16: Per output, the worst sample's metrics with every candidate in FP16.
         seconds: Wall time of the search.
         output: Where the override JSON was written (``output=`` of ``search``), or None.
+        fp32_accumulate_nodes: The nodes kept in FP32 accumulation (stored in FP16, adding in FP32: the file's
+            ``fp32_accumulate_nodes``), graph order; empty unless the search used that state.
 
     Examples:
         >>> import fp16bisect
@@ -89,13 +99,15 @@ class SearchResult:
     all_fp16: dict[str, OutputMetrics]
     seconds: float
     output: str | None = None
+    fp32_accumulate_nodes: list[Node] = field(default_factory=list)
     outcome: Outcome = field(kw_only=True, repr=False, compare=False)  # the pipeline's (console, report)
     overrides: Overrides = field(kw_only=True, repr=False, compare=False)  # the override file, typed
 
     def __repr__(self) -> str:
         """One line: ``SearchResult(2 FP32 nodes: a, b; minimal; 4 evaluations on emulate; passed)``."""
         found = "all-FP16 passes" if self.status == "fp16_passes" else "minimal" if self.minimal else "NOT minimal"
-        return (f"SearchResult({_nodes(self.fp32_nodes)}; {found}; {self.evaluations} evaluation"
+        return (f"SearchResult({_nodes(self.fp32_nodes)}{_accumulating(self.fp32_accumulate_nodes)}; {found}; "
+                f"{self.evaluations} evaluation"
                 f"{'' if self.evaluations == 1 else 's'} on {self.backend}; {'passed' if self.passed else 'FAILED'})")
 
     @property
@@ -118,7 +130,8 @@ class SearchResult:
             from fp16bisect.artifacts.exports import exports_json
 
             graph = self.outcome.graph
-            exports = exports_json(graph, [graph.by_id[n.name] for n in self.fp32_nodes], where)
+            exports = exports_json(graph, [graph.by_id[n.name] for n in self.fp32_nodes], where,
+                                   [graph.by_id[n.name] for n in self.fp32_accumulate_nodes])
             return self.overrides.replaced(exports=exports).to_json()
         return self.overrides.to_json()
 
@@ -154,6 +167,8 @@ class CheckResult:
         nodes: The override nodes kept in FP32 (those of the override file present in this model), as ``Node``
             records.
         missing: The ids of override nodes not in this model (an override file made for another version of it).
+        accumulating: The override file's nodes kept in FP32 accumulation (present in this model), as ``Node``
+            records.
         backend: The backend that judged.
         tolerance: The tolerance checked.
         tolerance_from: Where it comes from: ``"from <override file>"`` (its recorded tolerance, the values not
@@ -184,13 +199,15 @@ class CheckResult:
     verdict: str
     drift: Drift | None = None
     tolerance_from: str = "defaults"
+    accumulating: list[Node] = field(default_factory=list)
     outcome: CheckOutcome = field(kw_only=True, repr=False, compare=False)  # the pipeline's (console, report)
 
     def __repr__(self) -> str:
         """One line: ``CheckResult(FAILED; 0 FP32 nodes; emulate; atol 0.01, rtol 0.01; all-FP32 passes)``."""
         missing = f" ({len(self.missing)} not in this model)" if self.missing else ""
         fp32 = "" if self.fp32_passes is None else "; all-FP32 passes" if self.fp32_passes else "; all-FP32 FAILS too"
-        return (f"CheckResult({'passed' if self.passed else 'FAILED'}; {_nodes(self.nodes)}{missing}; "
+        return (f"CheckResult({'passed' if self.passed else 'FAILED'}; {_nodes(self.nodes)}{missing}"
+                f"{_accumulating(self.accumulating)}; "
                 f"{self.backend}; {self.tolerance}{fp32})")
 
     @property
@@ -324,6 +341,8 @@ class ApplyResult:
     Attributes:
         path: The ONNX file written.
         fp32_nodes: The nodes kept in FP32 in it (``Node`` records, graph order).
+        fp32_accumulate_nodes: The nodes written in FP32 accumulation (FP16 storage, FP32 arithmetic between
+            Casts), graph order.
         verification: With ``verify``: the written model and the all-FP16 one run on the samples against the
             references (``None`` without); ``check`` is the written model's part, ``passed`` its verdict.
 
@@ -338,13 +357,14 @@ class ApplyResult:
     path: Path
     fp32_nodes: list[Node]
     verification: Verification | None = None
+    fp32_accumulate_nodes: list[Node] = field(default_factory=list)
     mixed: Mixed = field(kw_only=True, repr=False, compare=False)  # what the console says was written
 
     def __repr__(self) -> str:
         """One line: ``ApplyResult(mixed.onnx: 2 FP32 nodes: a, b; not verified)``."""
         verified = "not verified" if self.verification is None else f"verified: {'passed' if self.passed else 'FAILED'}"
         where = str(self.path) if len(str(self.path)) <= NAMES_SHOWN else "..." + str(self.path)[3 - NAMES_SHOWN:]
-        return f"ApplyResult({where}: {_nodes(self.fp32_nodes)}; {verified})"
+        return f"ApplyResult({where}: {_nodes(self.fp32_nodes)}{_accumulating(self.fp32_accumulate_nodes)}; {verified})"
 
     @property
     def passed(self) -> bool | None:

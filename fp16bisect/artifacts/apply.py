@@ -21,14 +21,15 @@ from fp16bisect.tolerance import GivenTolerance, Tolerance
 
 def apply(overrides: str | Path, model: str | Path, *, fp16_io: bool = False, force: bool = False,
           keep_fp32: tuple = (), graph: Graph | None = None) -> tuple[Mixed, Overrides]:
-    """The mixed model an override file describes, plus ``keep_fp32`` nodes (and the file, read).
+    """The mixed model an override file describes (its FP32 nodes and its FP32-accumulation nodes), plus
+    ``keep_fp32`` nodes (and the file, read).
 
     Refuses an override file made for another version of the model unless ``force``, and one none of whose
     nodes is in the model always (``overrides.refuse_foreign``).
     """
     graph = graph or Graph.load(model)
     data = read(overrides, model, force=force, graph=graph)  # another model's file: refused even with --force
-    mixed = convert(graph, [n.name for n in data.fp32_nodes] + list(keep_fp32), fp16_io=fp16_io)
+    mixed = convert(graph, data.plan | set(keep_fp32), fp16_io=fp16_io)
     try:
         onnx.checker.check_model(weights.checkable(mixed.model), full_check=True)
     except onnx.checker.ValidationError as exc:  # our bug, not the user's input
@@ -96,12 +97,13 @@ class ApplyOptions:
 
 @dataclass(frozen=True)
 class Written:
-    """What ``apply_to_file`` wrote: the mixed model, the nodes it keeps in FP32 (graph order), and with
-    ``inputs`` its verification (else None)."""
+    """What ``apply_to_file`` wrote: the mixed model, the nodes it keeps in FP32 (graph order), with ``inputs``
+    its verification (else None), and the nodes it writes in FP32 accumulation (graph order)."""
 
     mixed: Mixed
     fp32_nodes: tuple[Node, ...]
     verification: Verification | None = None
+    fp32_accumulate_nodes: tuple[Node, ...] = ()
 
 
 def apply_to_file(overrides: str, model: str, output: str, listener, options: ApplyOptions = ApplyOptions(),
@@ -124,8 +126,9 @@ def apply_to_file(overrides: str, model: str, output: str, listener, options: Ap
     if shown is not None:
         shown(mixed)
     nodes = tuple(Node.of(graph.by_id[i]) for i in mixed.pinned)
+    accumulating = tuple(Node.of(graph.by_id[i]) for i in mixed.accumulating)
     if not inputs:
-        return Written(mixed, nodes)
+        return Written(mixed, nodes, None, accumulating)
 
     given = options.tolerance
     try:
@@ -137,4 +140,4 @@ def apply_to_file(overrides: str, model: str, output: str, listener, options: Ap
     with listener.timed("verifying the written model and the all-FP16 one on the samples"):
         verification = verify_mixed(graph, mixed.model, inputs, references, chosen, fp16_io=options.fp16_io,
                                      strict_mode=options.strict_mode, keep_fp32=keep_fp32)
-    return Written(mixed, nodes, verification)
+    return Written(mixed, nodes, verification, accumulating)

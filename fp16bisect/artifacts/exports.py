@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 
 from fp16bisect.model.graph import Graph, Node
 
@@ -20,10 +21,20 @@ def trtexec_layer_name(node: Node) -> str:
     return node.name if node.name else f"node_of_{node.outputs[0]}"
 
 
-def trtexec_export(graph: Graph, nodes: list[Node]) -> dict:
+def not_expressed(accumulating: Sequence[Node], how: str) -> list[str]:
+    """The warning of an export that cannot express FP32 accumulation (FP16 storage, FP32 arithmetic)."""
+    if not accumulating:
+        return []
+    names = ", ".join(repr(n.id) for n in accumulating)
+    return [f"{how} cannot express FP32 accumulation: node(s) {names} stay in FP16 here (FP16 arithmetic where the "
+            "engine chooses it); only the mixed-precision file (exports.strongly_typed) carries that state"]
+
+
+def trtexec_export(graph: Graph, nodes: list[Node], accumulating: Sequence[Node] = ()) -> dict:
     """TensorRT 10 trtexec flags that keep these nodes' layers in FP32 (weak typing: prefer the strongly typed
-    export, since TensorRT can ignore these pins where it fuses layers)."""
-    warnings = []
+    export, since TensorRT can ignore these pins where it fuses layers). Nodes in FP32 accumulation are left in
+    FP16 (a layer precision names one type, not a storage type and an accumulator type) and a warning says so."""
+    warnings = not_expressed(list(accumulating), "trtexec --layerPrecisions (weak typing)")
     names = []
     for node in nodes:
         layer = trtexec_layer_name(node)
@@ -61,9 +72,10 @@ def trtexec_export(graph: Graph, nodes: list[Node]) -> dict:
 LAYERNORM_PARTS = {"ReduceMean", "Pow", "Sqrt", "Div", "Sub", "Reciprocal"}
 
 
-def autocast_export(graph: Graph, nodes: list[Node]) -> dict:
-    """ModelOpt AutoCast arguments for TensorRT 11 strongly typed builds."""
-    warnings = []
+def autocast_export(graph: Graph, nodes: list[Node], accumulating: Sequence[Node] = ()) -> dict:
+    """ModelOpt AutoCast arguments for TensorRT 11 strongly typed builds. ``nodes_to_exclude`` keeps a node wholly
+    in FP32: nodes in FP32 accumulation are left in FP16 and a warning says so."""
+    warnings = not_expressed(list(accumulating), "ModelOpt AutoCast nodes_to_exclude")
     patterns = []
     for node in nodes:
         if not node.name:
@@ -118,11 +130,13 @@ def strongly_typed_export(graph: Graph, overrides_path: str | None) -> dict:
     }
 
 
-def exports_json(graph: Graph, nodes: list[Node], overrides_path: str | None) -> dict:
+def exports_json(graph: Graph, nodes: list[Node], overrides_path: str | None,
+                 accumulating: Sequence[Node] = ()) -> dict:
     """The override file's ``exports``: the strongly typed route first (the one TensorRT must honour, 10.x
-    included), then trtexec's weak-typing flags and ModelOpt AutoCast's arguments."""
+    included, and the only one that carries FP32 accumulation), then trtexec's weak-typing flags and ModelOpt
+    AutoCast's arguments (which leave ``accumulating`` nodes in FP16 and warn)."""
     return {
         "strongly_typed": strongly_typed_export(graph, overrides_path),
-        "trtexec": trtexec_export(graph, nodes),
-        "modelopt_autocast": autocast_export(graph, nodes),
+        "trtexec": trtexec_export(graph, nodes, accumulating),
+        "modelopt_autocast": autocast_export(graph, nodes, accumulating),
     }

@@ -14,7 +14,9 @@ A node's precision applies to the inputs and outputs that share a type
 parameter with it in the operator's schema (``onnx.defs``), so parameters of
 other types (Resize scales, shapes, indices, LayerNormalization's mean) keep
 theirs. A Cast is inserted only where a tensor crosses from one precision to
-the other, once per tensor and direction. Graph inputs and outputs keep FP32 unless ``fp16_io``.
+the other, once per tensor and direction. Graph inputs and outputs keep FP32 unless ``fp16_io``. A candidate
+the plan marks for FP32 accumulation (``plan_states.accumulating``) is written as an FP16 node that computes in FP32
+between Casts of its own (``artifacts/accumulation.py``).
 
 Every plan can be written. Initializers and Constant values read in FP16 are stored in FP16 (a copy when
 FP32 readers share them), converted by one rule (``model/fp16.py``: TensorRT's own for FP32 weights of FP16
@@ -46,12 +48,16 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from fp16bisect.artifacts.accumulation import cast_around, checked_states
+from fp16bisect.artifacts import edits
+from fp16bisect.artifacts.edits import Fresh, rename, rename_reads
 from fp16bisect.errors import UsageError, shown
 from fp16bisect.model import weights
 from fp16bisect.model.fp16 import FLAT, Conversion, constant_to_fp16
 from fp16bisect.model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, Graph, Node
+from fp16bisect.model.plan_states import plan_of
 from fp16bisect.model.precision import FP16, Precision
-from fp16bisect.model.subgraphs import outer_reads, subgraphs
+from fp16bisect.model.subgraphs import outer_reads
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
 CONTROL_FLOW = {"If", "Loop", "Scan"}
@@ -61,7 +67,8 @@ CONTROL_FLOW = {"If", "Loop", "Scan"}
 class Mixed:
     model: onnx.ModelProto
     pinned: list[str] = field(default_factory=list)  # the plan: node ids kept in FP32
-    fp16_nodes: list[str] = field(default_factory=list)  # node ids computing in FP16
+    fp16_nodes: list[str] = field(default_factory=list)  # node ids stored in FP16 (FP32 accumulation included)
+    accumulating: list[str] = field(default_factory=list)  # of those, the ids computing in FP32 between Casts
     casts: int = 0
     fp16_constants: int = 0
     notes: list[str] = field(default_factory=list)
@@ -74,8 +81,10 @@ def mixed_model(graph: Graph, fp32: Iterable[str], *, fp16_io: bool = False) -> 
 
 
 def check_plan(graph: Graph, fp32: Iterable[str]) -> frozenset:
-    """The plan's node ids, or a UsageError naming the first that cannot be pinned."""
-    plan = frozenset(fp32)
+    """The plan (FP32 ids and FP32-accumulation marks, ``model/plan_states.py``), or a UsageError naming the first
+    member that cannot be: an unknown node, a pin on a node with no float output, a mark on a node that does not
+    sum. A node both pinned and marked is pinned."""
+    plan, accumulate = checked_states(graph, fp32)
     for node_id in sorted(plan):
         node = graph.by_id.get(node_id)
         if node is None:
@@ -88,7 +97,7 @@ def check_plan(graph: Graph, fp32: Iterable[str]) -> frozenset:
                 f"node {shown(node_id)} ({node.op_type}) has no float output, so there is nothing to keep in FP32: "
                 "remove it from the override file's fp32_nodes"
             )
-    return plan
+    return plan_of(plan, accumulate)
 
 
 def convert(graph: Graph, fp32: Iterable[str], *, fp16_io: bool = False) -> Mixed:
@@ -134,7 +143,7 @@ class _Converter:
     def __init__(self, graph: Graph, plan: frozenset, fp16_io: bool):
         self.graph = graph
         self.half = graph.precision.onnx_type  # FLOAT16, or BFLOAT16 for a BF16 graph
-        self.plan = plan
+        self.plan, self.accumulate = checked_states(graph, plan)  # FP32 ids; FP32-accumulation ids
         self.fp16_io = fp16_io
         self.candidates = {n.id for n in graph.candidates}
         self.opset = graph.opset
@@ -183,7 +192,7 @@ class _Converter:
         """Required precision of each input and resulting precision of each output (None: not float)."""
         ins: list[int | None] = [FLOAT if self.graph.is_float(t) else None for t in node.inputs]
         outs: list[int | None] = [FLOAT if self.graph.is_float(t) else None for t in node.outputs]
-        schema = _schema(node, self.opset)
+        schema = edits.schema(node, self.opset)
         if schema is None or node.op_type in CONTROL_FLOW:
             return ins, outs  # everything float in FP32
         allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
@@ -192,7 +201,7 @@ class _Converter:
             for i, q in enumerate(actual):
                 if q is None:
                     continue
-                formal = _formal(formals, i)
+                formal = edits.formal(formals, i)
                 if formal is not None and formal.type_str in allowed:
                     groups[formal.type_str].append((kind, i))
         params = PARAMETER_INPUTS.get(node.op_type, set())
@@ -272,8 +281,8 @@ class _Converter:
         taken_tensors = {t for n in originals for t in (*n.input, *n.output)} | {v.name for v in g.input}
         taken_tensors |= {t.name for t in g.initializer}
         taken_nodes = {n.name for n in originals if n.name}
-        fresh_t = _Fresh(taken_tensors)
-        fresh_n = _Fresh(taken_nodes)
+        fresh_t = Fresh(taken_tensors)
+        fresh_n = Fresh(taken_nodes)
 
         wants, readers = self.reads(decisions)
         half_name = {}
@@ -281,6 +290,7 @@ class _Converter:
             if self.half in wants.get(t, ()):
                 half_name[t] = t if wants[t] == {self.half} and t not in {o.name for o in g.output} else fresh_t(f"{t}_fp16")
         mixed = Mixed(model, pinned=[n.id for n in self.graph.nodes if n.id in self.plan], precision=self.graph.precision)
+        mixed.accumulating = [n.id for n in self.graph.nodes if n.id in self.accumulate and decisions[n.id][0] == self.half]
         mixed.conversions = self.conversions(wants, readers)
         self._write_constants(out, half_name, readers, mixed)
 
@@ -313,11 +323,14 @@ class _Converter:
                     proto.input[i] = view(t, q)
             for t in node.implicit:  # subgraphs read outer tensors in FP32
                 if self.graph.is_float(t) and t not in self.constants and self.prec.get(t) == self.half:
-                    _rename_reads(proto, t, view(t, FLOAT))
+                    rename_reads(proto, t, view(t, FLOAT))
             if p == self.half:
                 mixed.fp16_nodes.append(node.id)
             if node.id in self.folds:
                 self._write_fold(out, node, proto, proto.input[0], fresh_t, fresh_n, mixed)
+            elif node.id in self.accumulate and p == self.half:
+                cast_around(out, proto, node.id, self.half, [i for i, q in enumerate(required) if q == self.half],
+                            [i for i, t in enumerate(node.outputs) if self.prec.get(t) == self.half], fresh_t, fresh_n)
             else:
                 out.node.append(proto)
 
@@ -365,7 +378,7 @@ class _Converter:
                 for n in out.node:
                     if t in n.output and not n.name:  # keep the name TensorRT gives it: node_of_<first output>
                         n.name = fresh_n(f"node_of_{n.output[0]}")
-                    _rename(n, t, inner)
+                    rename(n, t, inner)
                 self.prec[inner] = self.prec[t]
                 out.node.append(helper.make_node("Cast", [inner], [t], name=fresh_n(f"fp16bisect/cast_output/{t}"),
                                                  to=want))
@@ -393,58 +406,3 @@ class _Converter:
         for v in out.value_info:
             if v.name in self.prec and v.type.HasField("tensor_type"):
                 v.type.tensor_type.elem_type = self.prec[v.name]
-
-
-class _Fresh:
-    """Unique names: the base if free, else base_1, base_2, ..."""
-
-    def __init__(self, taken: set):
-        self.taken = set(taken)
-
-    def __call__(self, base: str) -> str:
-        name, k = base, 0
-        while name in self.taken:
-            k += 1
-            name = f"{base}_{k}"
-        self.taken.add(name)
-        return name
-
-
-def _schema(node: Node, opset: int):
-    if node.domain not in DEFAULT_DOMAINS:
-        return None
-    try:
-        return onnx.defs.get_schema(node.op_type, opset, "")
-    except onnx.defs.SchemaError:
-        return None
-
-
-def _formal(formals, i: int):
-    if i < len(formals):
-        return formals[i]
-    if formals and formals[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
-        return formals[-1]
-    return None
-
-
-def _rename(node: onnx.NodeProto, old: str, new: str) -> None:
-    for i, t in enumerate(node.input):
-        if t == old:
-            node.input[i] = new
-    for i, t in enumerate(node.output):
-        if t == old:
-            node.output[i] = new
-    _rename_reads(node, old, new)
-
-
-def _rename_reads(node: onnx.NodeProto, old: str, new: str) -> None:
-    """Point a control-flow node's subgraphs at another outer tensor."""
-    for sub in subgraphs(node):
-        for n in sub.node:
-            for i, t in enumerate(n.input):
-                if t == old:
-                    n.input[i] = new
-            _rename_reads(n, old, new)
-        for v in sub.output:
-            if v.name == old:
-                v.name = new

@@ -13,6 +13,7 @@ from typing import Mapping
 from fp16bisect.artifacts.exports import exports_json
 from fp16bisect.artifacts.overrides import SCHEMA, SECTIONS, Overrides, problems
 from fp16bisect.model.graph import Graph, Node, notes
+from fp16bisect.model.plan_states import states
 
 __all__ = ["SECTIONS", "graph_sections", "node_entry", "overrides_file"]
 
@@ -41,8 +42,14 @@ def overrides_file(graph: Graph, fp32: Mapping[str, str], *, backend: dict, tole
     nothing), in the file's order; ``backend``, ``tolerance``, ``search``, ``metrics``: those sections as they
     are written; ``output``: where the file goes (named in the strongly typed export's command); ``more``: the
     sections a search's result adds (``prior``, ``samples``, ``headroom``, and ``graph_sections``), each put in its
-    place. The nodes ``headroom.forced`` names (kept in FP32 by ``--headroom``) are marked ``forced``."""
-    nodes = [graph.by_id[i] for i in fp32]
+    place. The nodes ``headroom.forced`` names (kept in FP32 by ``--headroom``) are marked ``forced``.
+    ``fp32`` may hold FP32-accumulation marks (``plan_states.accumulating``): those nodes go to
+    ``fp32_accumulate_nodes``, written when there are some or the file is a search's result (``more`` says its
+    ``accumulate``)."""
+    pinned, marked = states(fp32)
+    nodes = [graph.by_id[i] for i in fp32 if i in pinned]
+    accumulating = [n for n in graph.nodes if n.id in marked]
+    listed = bool(marked) or "accumulate" in (more or {})
     forced = {f["node"] for f in ((more or {}).get("headroom") or {}).get("forced", [])}
     sections = {
         "schema": SCHEMA,
@@ -50,9 +57,10 @@ def overrides_file(graph: Graph, fp32: Mapping[str, str], *, backend: dict, tole
         "backend": backend,
         "tolerance": tolerance,
         "fp32_nodes": [node_entry(n, fp32[n.id], n.id in forced) for n in nodes],
+        **({"fp32_accumulate_nodes": [node_entry(n) for n in accumulating]} if listed else {}),
         "search": search,
         "metrics": metrics,
-        "exports": exports_json(graph, nodes, output),
+        "exports": exports_json(graph, nodes, output, accumulating),
         **(more or {}),
     }
     unknown = set(sections) - set(SECTIONS)

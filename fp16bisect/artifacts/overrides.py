@@ -9,8 +9,10 @@ node record the file, the API's results and the console share. Sections:
     schema      "fp16bisect.overrides/1"
     model       {path, sha256}
     backend     {name, versions, ...what the backend says of itself}
+    precision   "fp16" or "bf16";  accumulate  "fp32" or "fp16" (what the judge assumed FP16 nodes add in)
     tolerance   {atol, rtol, min_cosine, max_mismatch}
     fp32_nodes  [{name, op_type, outputs, fp32_profile}]   name = fp16bisect node id
+    fp32_accumulate_nodes  the same records: nodes stored in FP16 that add in FP32 (absent in older files: none)
     search      {status, candidates, evaluations, minimal, minimality, verified, contradictions, seconds,
                  trace, build_failures: [{fp32: [node ids], error: the backend's message}], journal, ...}
     prior       the emulator's search the search started from (a search's result only), or null
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from fp16bisect.errors import UsageError
+from fp16bisect.model.plan_states import Accumulation, accumulation, plan_of
 from fp16bisect.tolerance import Tolerance
 
 if TYPE_CHECKING:  # the record reads and writes JSON without loading ONNX
@@ -42,7 +45,8 @@ AGAIN = "run 'fp16bisect search' again to write a new one"
 # Every top-level key, in the file's order (overrides.schema.json's "properties"). A plan's file (command backend)
 # has the required ones only; a search's result adds where it was verified (environment), the precision, the prior
 # and what the graph holds beyond the search.
-SECTIONS = ("schema", "model", "backend", "environment", "precision", "tolerance", "fp32_nodes", "search", "prior",
+SECTIONS = ("schema", "model", "backend", "environment", "precision", "accumulate", "tolerance", "fp32_nodes",
+            "fp32_accumulate_nodes", "search", "prior",
             "metrics", "shapes", "samples", "headroom", "skipped_nodes", "notes", "conversions", "exports")
 
 
@@ -91,6 +95,10 @@ class Overrides:
             say: files written before the key existed).
         tolerance: The tolerance searched with; None when the file's is incomplete (``recorded_tolerance``).
         pinned: The ``fp32_nodes`` entries, in the file's order.
+        accumulating: The ``fp32_accumulate_nodes`` entries (stored in FP16, adding in FP32), in the file's order
+            (empty for files written before the key existed).
+        accumulate: What the judge assumed FP16 nodes add in, ``"fp32"`` or ``"fp16"`` (``"fp32"`` when the file
+            does not say).
         backend, search, metrics, exports: Those sections (the record's own: read them, do not change them).
         environment: Where the answer was verified (``None`` when the file records none).
         headroom: The answer's headroom section (``None`` when the file has none).
@@ -102,6 +110,8 @@ class Overrides:
     precision: str = field(init=False)
     tolerance: Tolerance | None = field(init=False)
     pinned: tuple[Pinned, ...] = field(init=False)
+    accumulating: tuple[Pinned, ...] = field(init=False)
+    accumulate: Accumulation = field(init=False)
     backend: dict[str, Any] = field(init=False, repr=False)
     search: dict[str, Any] = field(init=False, repr=False)
     metrics: dict[str, Any] = field(init=False, repr=False)
@@ -115,9 +125,8 @@ class Overrides:
             "data": data, "model_path": str(data["model"].get("path", "")),
             "model_sha256": str(data["model"].get("sha256", "")), "precision": str(data.get("precision", "fp16")),
             "tolerance": _tolerance(data["tolerance"]),
-            "pinned": tuple(Pinned(Node(n["name"], n.get("op_type", ""), tuple(n.get("outputs", ()))),
-                                   n.get("fp32_profile", ""), bool(n.get("forced", False)))
-                            for n in data["fp32_nodes"]),
+            "pinned": _entries(data["fp32_nodes"]), "accumulating": _entries(data.get("fp32_accumulate_nodes", ())),
+            "accumulate": accumulation(data.get("accumulate", "fp32")),
             "backend": data["backend"], "search": data["search"], "metrics": data["metrics"],
             "exports": data["exports"], "environment": data.get("environment"), "headroom": data.get("headroom")}
         for name, value in typed.items():
@@ -148,12 +157,27 @@ class Overrides:
         names = self.names
         shown = ", ".join(names[:3]) + (f", ... ({len(names) - 3} more)" if len(names) > 3 else "")
         return (f"Overrides({Path(self.model_path).name}: {len(names)} FP32 node{'' if len(names) == 1 else 's'}"
-                f"{': ' + shown if names else ''}; {self.precision}; {self.tolerance or 'no valid tolerance'})")
+                f"{': ' + shown if names else ''}{self._accumulating_shown()}; {self.precision}; "
+                f"{self.tolerance or 'no valid tolerance'})")
+
+    def _accumulating_shown(self) -> str:
+        count = len(self.accumulating)
+        return f"; {count} FP32-accumulation node{'' if count == 1 else 's'}" if count else ""
 
     @property
     def fp32_nodes(self) -> tuple[Node, ...]:
         """The nodes kept in FP32, in the file's order."""
         return tuple(p.node for p in self.pinned)
+
+    @property
+    def fp32_accumulate_nodes(self) -> tuple[Node, ...]:
+        """The nodes stored in FP16 that add in FP32 (the third state), in the file's order."""
+        return tuple(p.node for p in self.accumulating)
+
+    @property
+    def plan(self) -> frozenset[str]:
+        """The plan the file means (``model/plan_states.py``): its FP32 ids and its FP32-accumulation marks."""
+        return plan_of(self.names, (p.node.name for p in self.accumulating))
 
     @property
     def names(self) -> list[str]:
@@ -169,6 +193,11 @@ class Overrides:
     def notes(self) -> list[str]:
         """Notes on the model (a search's result), else empty."""
         return list(self.data.get("notes") or [])
+
+
+def _entries(nodes) -> tuple[Pinned, ...]:
+    return tuple(Pinned(Node(n["name"], n.get("op_type", ""), tuple(n.get("outputs", ()))), n.get("fp32_profile", ""),
+                        bool(n.get("forced", False))) for n in nodes)
 
 
 def _order(key: str) -> int:
@@ -296,7 +325,7 @@ def refuse_foreign(overrides: Overrides, path: str | Path, graph: Graph) -> None
     ``compare --overrides`` and ``apply`` all read through here): if it names nodes and none of them is in the
     model, it was made for another model, not another version of this one (retrained: same nodes, new weights),
     and is refused, even with ``--force``. A retrained model's file passes here; each command then says so."""
-    names = overrides.names
+    names = overrides.names + [n.name for n in overrides.fp32_accumulate_nodes]
     if not names or overrides.model_sha256 == graph.sha256:
         return  # an empty file fits any model; a same-hash file naming absent nodes is the caller's (damaged) case
     if any(n in graph.by_id for n in names):

@@ -231,8 +231,12 @@ class CommandBackend(Backend):
         (and ``fp16bisect apply`` accepts it)."""
         from fp16bisect.artifacts.override_json import overrides_file
 
-        nodes = sorted((self.graph.by_id[i] for i in plan), key=lambda n: n.index)
-        return overrides_file(self.graph, {n.id: "" for n in nodes}, backend={"name": self.name, **self.describe()},
+        from fp16bisect.model.plan_states import accumulating, states
+
+        fp32, accumulate = states(plan)  # FP32-accumulation marks: fp32_accumulate_nodes, written when there are some
+        nodes = sorted((self.graph.by_id[i] for i in fp32), key=lambda n: n.index)
+        members = {n.id: "" for n in nodes} | {accumulating(i): "" for i in accumulate}
+        return overrides_file(self.graph, members, backend={"name": self.name, **self.describe()},
                               tolerance=self.tolerance, metrics={},
                               search={"status": "plan", "plan": plan_key(plan), "repeat": repeat}).to_json()
 

@@ -179,14 +179,14 @@ class Written:
         self.path = path
 
     def __call__(self, mixed) -> None:
-        from fp16bisect.report.console import print_mixed
+        from fp16bisect.report.written import print_mixed
 
         print_mixed(mixed, self.path)
 
 
 def _verified(result) -> int:
     """``apply`` and ``migrate``: the written model's verification, when asked for, and its exit code."""
-    from fp16bisect.report.console import print_verification
+    from fp16bisect.report.written import print_verification
 
     if result.verification is None:
         return DONE

@@ -245,7 +245,7 @@ def _mixed_model(parser, tolerance: ToleranceArgs) -> None:
                         help="make float graph inputs and outputs FP16 (default FP32)")
     parser.add_argument("--verify", nargs="?", const="storage", choices=("storage", "strict"), default=None,
                         help="run the written model on --inputs (FP16 storage, FP32 compute) against the references; "
-                             "'strict' also runs onnx.reference in FP16 arithmetic (a pessimistic bound)")
+                             "'strict' also runs the file in onnx.reference (FP16 outputs, sums in FP32: a second opinion)")
 
 
 def _migrate(sub) -> None:

@@ -29,7 +29,9 @@ from fp16bisect.model.graph import Graph
 from fp16bisect.model.headroom import Headroom, fp16_tensors, headroom_json, tight
 from fp16bisect.model.profile import profile
 from fp16bisect.evaluation.oracle import Evaluation
+from fp16bisect.artifacts.accumulation import checked_states
 from fp16bisect.artifacts.overrides import read, recorded_tolerance, refuse_other_precision
+from fp16bisect.model.plan_states import plan_of, states
 from fp16bisect.model.precision import precision_of
 from fp16bisect.model.samples import add_fp32_references
 from fp16bisect.run.outcome import Listener
@@ -49,6 +51,7 @@ class OverrideUse:
     nodes: list[str]  # pinned: named in the file and present in this model
     missing: list[str] = field(default_factory=list)  # named in the file, not in this model (or not float)
     environment: dict | None = None  # where the file's answer was verified (None: the file records none)
+    accumulating: list[str] = field(default_factory=list)  # in FP32 accumulation: named in the file, in this model
 
 
 @dataclass
@@ -99,7 +102,7 @@ class CheckOutcome:
             "overrides": None if self.overrides is None else {
                 "path": self.overrides.path, "made_for_sha256": self.overrides.made_for,
                 "same_model": self.overrides.same_model, "nodes": self.overrides.nodes,
-                "missing": self.overrides.missing,
+                "missing": self.overrides.missing, "accumulating": self.overrides.accumulating,
             },
             "passed": self.passed,
             "error": self.evaluation.error,
@@ -134,7 +137,10 @@ def use_overrides(graph: Graph, path: str) -> OverrideUse:
             f"{path!r} was made for this model (same sha256) but names {len(missing)} node(s) that it lacks or "
             f"that compute no float: {lacking}; the file is damaged or was edited: rerun 'fp16bisect search'"
         )
-    return OverrideUse(str(path), made_for, same_model, usable, missing, data.environment)
+    marked = [n.name for n in data.fp32_accumulate_nodes]
+    checked_states(graph, plan_of((), [n for n in marked if n in graph.by_id]))  # a mark on a node that sums
+    return OverrideUse(str(path), made_for, same_model, usable, missing + [n for n in marked if n not in graph.by_id],
+                       data.environment, [n for n in marked if n in graph.by_id])
 
 
 def recorded(path: str) -> Recorded:
@@ -143,7 +149,7 @@ def recorded(path: str) -> Recorded:
     data = read(path)
     flag = (data.headroom or {}).get("flag")
     return Recorded(str(path), recorded_tolerance(data, path), precision_of(data.precision),
-                    None if flag is None else float(flag))
+                    None if flag is None else float(flag), data.accumulate)
 
 
 def check_model(model: str, inputs: list[str], references: list[str] | None = None, overrides: str | None = None,
@@ -170,7 +176,7 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
         if use is not None and not use.same_model:
             listener.stage(f"note: {overrides} was made for another version of this model "
                            f"(sha256 {use.made_for[:12]}..., this one {graph.sha256[:12]}...): checking it anyway")
-        plan = frozenset(use.nodes) if use else frozenset()
+        plan = plan_of(use.nodes, use.accumulating) if use else frozenset()  # the file's whole plan, marks included
         drift = None
         if use is not None:
             drift = compare(use.path, use.environment, chosen.environment(), given.strict_environment)
@@ -179,8 +185,8 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
         lacking = [s for s in oracle.samples if s.reference is None]
         section, tight_ones = _headroom(graph, oracle.samples, plan, judged.headroom, listener)
         add_fp32_references(graph, oracle.samples, computed=lacking)  # those the profile did not give
-        listener.stage(f"checking on the {chosen.name} backend: {len(plan)} node(s) in FP32, the rest in "
-                       f"{graph.precision.label}")
+        listener.stage(f"checking on the {chosen.name} backend: {len(states(plan)[0])} node(s) in FP32"
+                       f"{accumulating_shown(use)}, the rest in {graph.precision.label}")
         everything = frozenset(n.id for n in graph.candidates)
         if oracle.width > 1:
             oracle.evaluate_many([plan, everything])
@@ -191,6 +197,11 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
         return CheckOutcome(graph, tolerance, chosen.name, chosen.versions(), evaluation, use, fp32,
                             time.perf_counter() - start, oracle.samples,
                             chosen.describe(), section, tight_ones, drift, source)
+
+
+def accumulating_shown(use: OverrideUse | None) -> str:
+    count = len(use.accumulating) if use else 0
+    return f", {count} in FP32 accumulation" if count else ""
 
 
 def _headroom(graph: Graph, samples, plan, factor: float | None, listener) -> tuple[dict | None, list[Headroom]]:

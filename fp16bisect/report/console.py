@@ -13,7 +13,6 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
-from fp16bisect.model.fp16 import rule
 from fp16bisect.model.precision import precision_of
 from fp16bisect.report.conversions import conversion_lines
 from fp16bisect.model.shapes import said as shapes_said
@@ -158,7 +157,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
         forced = f" beyond the {len(outcome.forced)} node(s) --headroom forces" if outcome.forced else ""  # kept by rule
         minimal = f"1-minimal{forced}" if result.minimal else "[red]NOT minimal[/red]"
         console.print(
-            f"{len(result.fp32)} of {len(outcome.graph.candidates)} candidate node(s) kept in FP32 ({minimal}; "
+            f"{len(overrides.pinned)} of {len(outcome.graph.candidates)} candidate node(s) kept in FP32 ({minimal}; "
             f"{result.minimality}):", soft_wrap=True)
         for pinned in overrides.pinned:
             console.print(
@@ -167,6 +166,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
                 highlight=False,
                 soft_wrap=True,
             )
+        print_accumulating(overrides.fp32_accumulate_nodes, console)
     _print_coverage(overrides, console)
     failures = outcome.oracle.build_failures
     if failures:
@@ -222,62 +222,16 @@ def _console() -> Console:
     return console if console.is_terminal else Console(width=160)
 
 
-def print_mixed(mixed, output_path: str, console: Console | None = None) -> None:
-    """What ``apply`` wrote."""
-    console = console or _console()
-    pinned = mixed.pinned
-    console.print(
-        f"wrote {output_path}: {len(mixed.fp16_nodes)} node(s) compute in {mixed.precision.label}, {len(pinned)} "
-        "pinned in FP32"
-        + (f" ({', '.join(pinned[:8])}{', ...' if len(pinned) > 8 else ''})" if pinned else "")
-        + f"; {mixed.casts} Cast(s) at precision boundaries, {mixed.fp16_constants} constant(s) stored in "
-        f"{mixed.precision.label}; "
-        "passes onnx.checker (full check)",
-        highlight=False, soft_wrap=True,
-    )
-    for note in mixed.notes:
-        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
-    said = {"rule": rule(mixed.precision), "all_fp16": [c.to_json() for c in mixed.conversions]}
-    for line in conversion_lines(said, "this file stores", mixed.precision):
-        console.print(line, highlight=False, soft_wrap=True)
-
-
-def print_verification(v, console: Console | None = None) -> None:
-    """``apply --verify``: the written model and the all-FP16 (or all-BF16) contrast, per output."""
-    console = console or _console()
-    table = Table(title=f"verification of the written model ({v.tolerance})")
-    table.add_column("model")
-    table.add_column("output")
-    table.add_column("max abs")
-    table.add_column("max rel")
-    table.add_column("cosine")
-    table.add_column("inf/NaN")
-    table.add_column("pass")
-    low = v.label
-    rows = [(f"with overrides ({low} storage)", v.with_overrides), (f"all {low} ({low} storage)", v.all_fp16)]
-    if v.strict:
-        rows += [(f"with overrides (onnx.reference {low} math)", v.strict[0]),
-                 (f"all {low} (onnx.reference {low} math)", v.strict[1])]
-    for label, check in rows:
-        if check.error:
-            table.add_row(label, "-", "-", "-", "-", "-", f"[yellow]{check.error}[/yellow]")
-            continue
-        for name, m in check.worst().items():
-            table.add_row(label, name, *_metric_cells(m))
-    console.print(table)
-    if v.passed:
-        console.print("verified: the written model meets the tolerance on every sample"
-                      + (f"; all-{v.label} does not" if not v.all_fp16.passed else
-                         f"; note: all-{v.label} meets it too, so the overrides may be unnecessary"),
-                      highlight=False, soft_wrap=True)
-    else:
-        bad = [m for m in v.with_overrides.metrics if not m.passed]
-        console.print(f"[red]NOT verified[/red]: {bad[0].why(v.tolerance)}; the model was written but does not "
-                      "meet the tolerance: rerun 'fp16bisect search' with these samples", highlight=False,
+def print_accumulating(nodes, console: Console) -> None:
+    """The nodes in FP32 accumulation (stored in FP16, adding in FP32), listed apart from the FP32 pins."""
+    if not nodes:
+        return
+    console.print(f"{len(nodes)} node(s) in FP32 accumulation (stored in FP16, adding in FP32; the mixed-precision "
+                  "file writes Casts around each, which TensorRT fuses into one FP16-I/O kernel):", soft_wrap=True,
+                  highlight=False)
+    for node in nodes:
+        console.print(f"  {escape(node.name)}  [dim]{escape(node.op_type)}; FP32 accumulation[/dim]", highlight=False,
                       soft_wrap=True)
-    if v.strict and not v.strict[0].error and not v.strict[0].passed:
-        console.print("[yellow]note:[/yellow] onnx.reference accumulates in FP16, which TensorRT mostly does not: "
-                      "its failure is a pessimistic bound, not a verdict", highlight=False, soft_wrap=True)
 
 
 def _metric_cells(m) -> list[str]:

@@ -17,6 +17,7 @@ from fp16bisect.artifacts.overrides import Node, Pinned
 from fp16bisect.diagnose.layerwise import Layerwise, LayerwiseRunner
 from fp16bisect.diagnose.report_runs import ReportRuns
 from fp16bisect.model.graph import Graph
+from fp16bisect.model.plan_states import accumulating, states
 from fp16bisect.diagnose.scan import tensor_rows
 
 
@@ -45,9 +46,11 @@ def heading(title: str, graph: Graph, backend: str, tolerance, summary: str, not
     }
 
 
-def pack(head: dict, graph: Graph, runs: ReportRuns, overrides: Sequence[Pinned] = (), trace=()) -> dict:
+def pack(head: dict, graph: Graph, runs: ReportRuns, overrides: Sequence[Pinned] = (), trace=(),
+         accumulating: Sequence[Pinned] = ()) -> dict:
     """The report's data: ``head`` (``heading``), the outputs, the per-node errors, the FP32 magnitudes,
-    the search's trace (none outside a search) and the nodes kept in FP32 (``overrides``)."""
+    the search's trace (none outside a search), the nodes kept in FP32 (``overrides``) and those in FP32
+    accumulation (``accumulating``: stored in FP16, adding in FP32)."""
     return {
         **head,
         **_comparisons(graph, runs),
@@ -57,6 +60,9 @@ def pack(head: dict, graph: Graph, runs: ReportRuns, overrides: Sequence[Pinned]
             {"name": p.node.name, "op_type": p.node.op_type, "outputs": list(p.node.outputs),
              "fp32_profile": p.fp32_profile}
             for p in overrides
+        ],
+        "fp32_accumulate_nodes": [
+            {"name": p.node.name, "op_type": p.node.op_type, "outputs": list(p.node.outputs)} for p in accumulating
         ],
     }
 
@@ -74,7 +80,8 @@ def _comparisons(graph: Graph, runs: ReportRuns) -> dict:
             for name in (worst16 or worst_plan)
         ],
         "nodes": [
-            {"id": n.node, "op_type": n.op_type, "pinned": n.node in runs.plan, "fp16": layer_metrics(n),
+            {"id": n.node, "op_type": n.op_type, "pinned": n.node in runs.plan,
+             "fp32_accumulation": accumulating(n.node) in runs.plan and n.node not in runs.plan, "fp16": layer_metrics(n),
              "with_overrides": layer_metrics(by_node.get(n.node)) if layer_plan else None}
             for n in runs.layer_fp16.nodes
         ],
@@ -102,8 +109,10 @@ def layer_metrics(node) -> dict | None:
     return m
 
 
-def _override_rows(graph: Graph, plan) -> list[Pinned]:
-    return [Pinned(Node.of(graph.by_id[n])) for n in sorted(plan, key=lambda n: graph.by_id[n].index)]
+def _override_rows(graph: Graph, plan, state: int = 0) -> list[Pinned]:
+    """The plan's nodes in FP32 (``state`` 0) or in FP32 accumulation (1), graph order."""
+    ids = states(plan)[state]
+    return [Pinned(Node.of(graph.by_id[n])) for n in sorted(ids, key=lambda n: graph.by_id[n].index)]
 
 
 def search_summary(outcome) -> str:
@@ -112,7 +121,9 @@ def search_summary(outcome) -> str:
         return (f"all-{outcome.graph.precision.label} meets the tolerance: nothing to keep in FP32; "
                 f"{r.evaluations} evaluation(s)")
     minimal = "1-minimal" if r.minimal else "NOT minimal"
-    return (f"{len(r.fp32)} of {len(outcome.graph.candidates)} candidate node(s) kept in FP32 ({minimal}); "
+    fp32, accumulate = states(r.fp32)
+    also = f", {len(accumulate)} in FP32 accumulation" if accumulate else ""
+    return (f"{len(fp32)} of {len(outcome.graph.candidates)} candidate node(s) kept in FP32{also} ({minimal}); "
             f"{r.evaluations} evaluation(s) in {outcome.seconds:.1f} s on the {outcome.backend} backend")
 
 
@@ -122,7 +133,7 @@ def search_report(outcome, runs: ReportRuns, next_steps: Sequence[tuple] = ()) -
     graph, overrides = outcome.graph, outcome.overrides
     head = heading(f"fp16bisect search: {Path(graph.shown).name}", graph, outcome.backend, outcome.tolerance,
                    search_summary(outcome), overrides.notes)
-    return {**pack(head, graph, runs, overrides.pinned, outcome.result.trace),
+    return {**pack(head, graph, runs, overrides.pinned, outcome.result.trace, overrides.accumulating),
             "next": [list(step) for step in next_steps],
             "headroom": (overrides.headroom or {}).get("tensors", [])}
 
@@ -131,7 +142,7 @@ def check_report(outcome, line: str, runs: ReportRuns) -> dict:
     """``line``: the check's verdict; ``runs``: ``diagnose.report_runs.check_runs(outcome)``."""
     graph = outcome.graph
     head = heading(f"fp16bisect check: {Path(graph.shown).name}", graph, outcome.backend, outcome.tolerance, line)
-    return {**pack(head, graph, runs, _override_rows(graph, runs.plan)),
+    return {**pack(head, graph, runs, _override_rows(graph, runs.plan), (), _override_rows(graph, runs.plan, 1)),
             **({"headroom": outcome.headroom["tensors"]} if outcome.headroom else {})}
 
 

@@ -10,6 +10,7 @@ from fp16bisect.algorithm.search import SearchResult
 from fp16bisect.artifacts.override_json import graph_sections, overrides_file
 from fp16bisect.artifacts.overrides import Overrides
 from fp16bisect.evaluation.oracle import EXIT_CODE, Oracle
+from fp16bisect.model.plan_states import states
 from fp16bisect.run.coverage import answer_headroom, samples_json
 from fp16bisect.strategy.prior import Prior
 
@@ -121,8 +122,10 @@ def metrics_json(o) -> dict:
 
 
 def overrides_json(o) -> Overrides:
-    """The whole file for ``o`` (an ``outcome.Outcome``), as the file's type."""
+    """The whole file for ``o`` (an ``outcome.Outcome``), as the file's type: the final plan split into its
+    FP32 nodes and its FP32-accumulation nodes (``model/plan_states.py``)."""
     graph, result = o.graph, o.result
+    fp32 = states(result.fp32)[0]
     sources = [s.source for s in o.oracle.samples]
     reasons = {r.node: r.reason for r in o.profile.risks}
     reasons.update({f.node: f.reason(sources) for f in o.forced})
@@ -131,6 +134,7 @@ def overrides_json(o) -> Overrides:
         backend={"name": o.backend, **o.backend_info,
                  "versions": {"fp16bisect": __version__, **o.backend_info.get("versions", {})}},
         tolerance=o.tolerance.to_json(), search=search_json(o), metrics=metrics_json(o), output=o.output,
-        more={**({"environment": o.environment} if o.environment else {}), "prior": prior_json(o), "shapes": o.shapes, **graph_sections(graph, result.fp32),
+        more={**({"environment": o.environment} if o.environment else {}), "accumulate": o.accumulate,
+              "prior": prior_json(o), "shapes": o.shapes, **graph_sections(graph, result.fp32),
               "samples": samples_json(o.oracle, o.profile.sample_order),
-              "headroom": answer_headroom(graph, o.profile, result.fp32, sources, o.headroom, o.forced)})
+              "headroom": answer_headroom(graph, o.profile, fp32, sources, o.headroom, o.forced)})

@@ -121,7 +121,7 @@ def add_probes(model: onnx.ModelProto, graph: Graph, opset: int) -> Probes:
     build = _Nodes(model, opset)
     at = {o: i for i, n in enumerate(model.graph.node) for o in n.output if o}
     after: dict[int, list] = {}
-    probes = []
+    probes: list[Probe] = []
     for node in graph.candidates:
         if not accumulates(node.op_type, node.domain) or not node.outputs or node.outputs[0] not in at:
             continue
@@ -304,7 +304,7 @@ def _einsum_terms(equation: str, shapes: list[tuple[int, ...]]) -> int | None:
     if not right and "->" not in equation:
         letters = "".join(operands)
         right = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
-    sizes = {}
+    sizes: dict[str, int] = {}
     for term, shape in zip(operands, shapes):
         sizes.update(zip(term, shape))
     return _size(tuple(n for c, n in sizes.items() if c not in right))

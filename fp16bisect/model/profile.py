@@ -125,10 +125,10 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
     for t, source in same.items():
         stats[t] = replace(stats[source], name=t, initializer=False)
     risks = RANKINGS[low.ranked_by](graph, stats)
-    measured = probes.results() if whole is not None else []
+    found = probes.results() if whole is not None else []
     summing = any(accumulates(n.op_type, n.domain) for n in graph.candidates)
     note = f"accumulator peaks not measured: {note}" if note and summing else ""
-    return Profile(stats, risks, stress_order(per.peaks, per.smallest, low=low), measured, note)
+    return Profile(stats, risks, stress_order(per.peaks, per.smallest, low=low), found, note)
 
 
 class _PerSample:

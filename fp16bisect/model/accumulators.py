@@ -17,12 +17,15 @@ the number of terms summed per output element:
                            coerced to 2-D at the axis). terms: the axis length (the coerced row's)
     LayerNormalization     sum (x - mean)^2 over the normalised axes; GroupNormalization, InstanceNormalization
                            over each group's / instance's elements. terms: that count
+    Attention (ONNX, 23)   sum |q k| of Q K^T, unscaled, when Q and K are 4-D with as many heads (known shapes);
+                           terms: the head size. Its softmax normaliser (at most the number of keys) and its
+                           P V sum are not measured
 
 The bounds are computed in FP32 by extra nodes placed right after the node in the profile's instrumented model,
 each ending in a ReduceMax to one number per sample (nothing of a tensor's size is fetched); the terms come from
 the shapes of the node's tensors (a few integers per sample). Not measured (listed with ``peak`` None): ONNX's
-``Attention`` and the com.microsoft fused ops (attention, skip/simplified LayerNorm, FusedMatMul), whose sums
-happen inside one kernel the graph does not spell out.
+``Attention`` on 3-D inputs or with fewer key heads (grouped-query). The com.microsoft fused ops (attention,
+skip/simplified LayerNorm, FusedMatMul) are not candidates at all (custom domain: the search skips them).
 """
 
 from __future__ import annotations
@@ -118,7 +121,7 @@ class Probes:
 def add_probes(model: onnx.ModelProto, graph: Graph, opset: int) -> Probes:
     """Add to ``model`` (the instrumented copy of ``graph``'s model) the nodes measuring the accumulator of every
     summing candidate, each placed right after its node, and their outputs; the probes that read them back."""
-    build = _Nodes(model, opset)
+    build = _Nodes(model, opset, graph.shapes)
     at = {o: i for i, n in enumerate(model.graph.node) for o in n.output if o}
     after: dict[int, list] = {}
     probes: list[Probe] = []
@@ -157,9 +160,10 @@ def _copied(proto: onnx.NodeProto, names: tuple[str, ...]) -> dict:
 class _Nodes:
     """Makes the measuring nodes of one candidate (``measure``), adding the constants they read to the model."""
 
-    def __init__(self, model: onnx.ModelProto, opset: int):
+    def __init__(self, model: onnx.ModelProto, opset: int, shapes: dict[str, tuple]):
         self.model = model
         self.opset = opset
+        self.shapes = shapes  # the graph's inferred shapes (Attention's heads)
         self.constants: dict[tuple, str] = {}
 
     def ints(self, values: list[int]) -> str:
@@ -179,10 +183,15 @@ class _Nodes:
     def measure(self, proto: onnx.NodeProto, v: str) -> tuple[list, str | None, list[str]]:
         """(the nodes, the peak's output or None, the tensors whose shapes count the terms) for node ``proto``."""
         op, ins = proto.op_type, [i for i in proto.input]
-        if proto.domain not in ("", "ai.onnx") or op == "Attention":
+        if proto.domain not in ("", "ai.onnx") or (op == "Attention" and not self.same_heads(proto)):
             return [], None, []
         peak = f"{v}_peak"
-        if op in ("MatMul", "Gemm", "Einsum", "Conv", "ConvTranspose"):
+        if op == "Attention":
+            nodes = [helper.make_node("Abs", [ins[0]], [f"{v}_q"]), helper.make_node("Abs", [ins[1]], [f"{v}_k"]),
+                     helper.make_node("Transpose", [f"{v}_k"], [f"{v}_kt"], perm=[0, 1, 3, 2]),
+                     helper.make_node("MatMul", [f"{v}_q", f"{v}_kt"], [f"{v}_sum"])]
+            bound, shaped = f"{v}_sum", ins[:1]
+        elif op in ("MatMul", "Gemm", "Einsum", "Conv", "ConvTranspose"):
             nodes, bound, shaped = self.products(proto, v)
         elif op in ("Softmax", "LogSoftmax", "ReduceLogSumExp"):
             nodes, bound, shaped = self.normaliser(proto, v)
@@ -204,6 +213,11 @@ class _Nodes:
                     proto, ("axes", "keepdims", "noop_with_empty_axes")))]
             bound, shaped = f"{v}_sum", [ins[0], proto.output[0]]
         return [*nodes, helper.make_node("ReduceMax", [bound], [peak], keepdims=0)], peak, shaped
+
+    def same_heads(self, proto: onnx.NodeProto) -> bool:
+        """Whether an Attention's Q and K are 4-D with as many heads, by the graph's shapes."""
+        q, k = (self.shapes.get(t) for t in proto.input[:2])
+        return q is not None and k is not None and len(q) == len(k) == 4 and isinstance(q[1], int) and q[1] == k[1]
 
     def products(self, proto: onnx.NodeProto, v: str) -> tuple[list, str, list[str]]:
         """MatMul, Gemm, Einsum, Conv, ConvTranspose on the absolute values of their inputs (Conv's bias left out;
@@ -265,9 +279,9 @@ def _size(shape: tuple[int, ...]) -> int:
 def _terms(proto: onnx.NodeProto, opset: int, shapes: list[tuple[int, ...]]) -> int | None:
     """Terms per output element of node ``proto``'s sum, from the shapes its probe measured (see ``measure``)."""
     op = proto.op_type
-    if proto.domain not in ("", "ai.onnx") or op == "Attention":
+    if proto.domain not in ("", "ai.onnx"):
         return None
-    if op == "MatMul":
+    if op in ("MatMul", "Attention"):
         return shapes[0][-1]
     if op == "Gemm":
         return shapes[0][0 if _attr(proto, "transA", 0) else 1]

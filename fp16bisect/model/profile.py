@@ -78,8 +78,9 @@ class Profile:
         return sum(1 for r in self.risks if r.tier >= 2)
 
 
-def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
-    """Run the model in FP32 on every sample, recording every float tensor (see the module's docstring)."""
+def profile(graph: Graph, samples, chunk: int = 256, accumulators: bool = True) -> Profile:
+    """Run the model in FP32 on every sample, recording every float tensor and, with ``accumulators`` (only the
+    benchmark turns it off), the summing candidates' accumulators (see the module's docstring)."""
     names = [t for n in graph.nodes for t in n.outputs if graph.is_float(t)]
     names = list(dict.fromkeys([*graph.float_output_names(), *names]))
     low = graph.precision
@@ -100,7 +101,7 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
     sizes = tensor_sizes(graph, samples[0].inputs) if samples else {}
     fold = not nothing_to_fold(graph.model)  # the statistics nodes read activations: never foldable
     note = ""
-    for with_accumulators in (True, False):  # without them only if ONNX Runtime refuses the model with them
+    for with_accumulators in (True, False)[0 if accumulators else 1:]:  # without them if ONNX Runtime refuses them
         per = _PerSample(computed, len(samples), low)
         built = with_statistics(graph, computed, sizes)
         probes = add_probes(built[0], graph, graph.opset) if built is not None and with_accumulators else Probes([])

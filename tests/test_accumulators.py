@@ -208,3 +208,12 @@ def test_attention_measures_q_k_with_as_many_heads_and_is_unmeasured_otherwise()
     grouped = attention([1, 4, 5, 8], [1, 2, 6, 8])  # fewer key heads: not measured, listed
     q4 = rng.uniform(-3, 3, (1, 4, 5, 8)).astype(np.float32)
     assert measured(grouped, {"q0": q4, "k": k, "v": k}).accumulators == [Accumulator("attn", "Attention", None, None, -1)]
+
+
+def test_the_html_report_has_the_accumulator_table(tmp_path, capsys):
+    model, data = saved(tmp_path, CASES["matmul"]())
+    code, _, err = run(capsys, "check", model, "--inputs", data, "--report", tmp_path / "r.html")
+    assert code == 0, err
+    page = (tmp_path / "r.html").read_text()
+    assert "<h2>Accumulator headroom of the summing nodes left in FP16</h2>" in page
+    assert '<tr><td>matmul</td><td>MatMul</td><td>4096</td><td>2.053e+05</td><td class="fail">0.319x</td>' in page

@@ -132,6 +132,7 @@ def add_probes(model: onnx.ModelProto, graph: Graph, opset: int) -> Probes:
         proto = model.graph.node[position]
         v = f"{PREFIX}{len(probes)}"
         made, peak, shaped = build.measure(proto, v)
+        made, peak = build.looped(made, peak, v)
         shapes = [f"{v}_shape{j}" for j in range(len(shaped))]
         made += [helper.make_node("Shape", [t], [s]) for t, s in zip(shaped, shapes)]
         after.setdefault(position, []).extend(made)
@@ -165,6 +166,28 @@ class _Nodes:
         self.opset = opset
         self.shapes = shapes  # the graph's inferred shapes (Attention's heads)
         self.constants: dict[tuple, str] = {}
+        self.looping = False  # the Loops' trip count and start value are in the model
+
+    def looped(self, nodes: list, peak: str | None, v: str) -> tuple[list, str | None]:
+        """The nodes inside a Loop run once, its one output the peak: a node reading only weights (|W|) then runs
+        when the Loop does, after the measured node, and its result is freed at once (ONNX Runtime otherwise runs
+        it as soon as its inputs exist, holding a second copy of the weights until the measured node runs). The
+        session must not fold constants either, or |W| becomes that second copy (``profile``)."""
+        if peak is None:
+            return nodes, None
+        if not self.looping:
+            self.model.graph.initializer.extend([helper.make_tensor(f"{PREFIX}_once", TensorProto.INT64, [], [1]),
+                                                 helper.make_tensor(f"{PREFIX}_zero", TensorProto.FLOAT, [], [0.0])])
+            self.looping = True
+        body = helper.make_graph(
+            [*nodes, helper.make_node("Identity", [f"{v}_cond"], [f"{v}_cond_out"])], f"{v}_body",
+            [helper.make_tensor_value_info(f"{v}_i", TensorProto.INT64, []),
+             helper.make_tensor_value_info(f"{v}_cond", TensorProto.BOOL, []),
+             helper.make_tensor_value_info(f"{v}_start", TensorProto.FLOAT, None)],
+            [helper.make_tensor_value_info(f"{v}_cond_out", TensorProto.BOOL, []),
+             helper.make_tensor_value_info(peak, TensorProto.FLOAT, None)])
+        out = f"{v}_measured"
+        return [helper.make_node("Loop", [f"{PREFIX}_once", "", f"{PREFIX}_zero"], [out], body=body)], out
 
     def ints(self, values: list[int]) -> str:
         key = tuple(values)

@@ -163,16 +163,20 @@ class _Nodes:
 
     def __init__(self, model: onnx.ModelProto, opset: int, shapes: dict[str, tuple]):
         self.model = model
+        self.weights = {t.name for t in model.graph.initializer} | {
+            o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
         self.opset = opset
         self.shapes = shapes  # the graph's inferred shapes (Attention's heads)
         self.constants: dict[tuple, str] = {}
         self.looping = False  # the Loops' trip count and start value are in the model
+        self.zeroed: set[str] = set()  # the probes whose Loop body has its 0 (``live``)
 
     def looped(self, nodes: list, peak: str | None, v: str) -> tuple[list, str | None]:
         """The nodes inside a Loop run once, its one output the peak: a node reading only weights (|W|) then runs
         when the Loop does, after the measured node, and its result is freed at once (ONNX Runtime otherwise runs
-        it as soon as its inputs exist, holding a second copy of the weights until the measured node runs). The
-        session must not fold constants either, or |W| becomes that second copy (``profile``)."""
+        it as soon as its inputs exist, holding a second copy of the weights until the measured node runs). A
+        weight is read as W + 0, the 0 from the Loop's iteration number (``live``), so that constant folding (kept
+        on: it decides kernels, and so FP32 values) cannot turn |W| into that second copy either."""
         if peak is None:
             return nodes, None
         if not self.looping:
@@ -188,6 +192,15 @@ class _Nodes:
              helper.make_tensor_value_info(peak, TensorProto.FLOAT, None)])
         out = f"{v}_measured"
         return [helper.make_node("Loop", [f"{PREFIX}_once", "", f"{PREFIX}_zero"], [out], body=body)], out
+
+    def live(self, t: str, v: str) -> tuple[list, str]:
+        """``t``, or for a weight (an initializer or a Constant's output) ``t`` + 0 with the 0 from the Loop's
+        iteration number ``{v}_i``: exactly ``t``'s values, not a constant (see ``looped``)."""
+        if t not in self.weights:
+            return [], t
+        zero = [] if v in self.zeroed else [helper.make_node("Cast", [f"{v}_i"], [f"{v}_zero"], to=TensorProto.FLOAT)]
+        self.zeroed.add(v)
+        return [*zero, helper.make_node("Add", [t, f"{v}_zero"], [f"{v}_live_{t}"])], f"{v}_live_{t}"
 
     def ints(self, values: list[int]) -> str:
         key = tuple(values)
@@ -247,14 +260,18 @@ class _Nodes:
         Gemm's C added as |beta * C|, alpha as |alpha|)."""
         op, ins = proto.op_type, [i for i in proto.input]
         used = ins if op in ("Einsum", "Gemm") else ins[:2]
-        nodes = [helper.make_node("Abs", [t], [f"{v}_abs{j}"]) if t else None for j, t in enumerate(used)]
+        nodes = []
+        for j, t in enumerate(used):
+            if t:
+                made, read = self.live(t, v)
+                nodes += [*made, helper.make_node("Abs", [read], [f"{v}_abs{j}"])]
         absolute = [f"{v}_abs{j}" if t else "" for j, t in enumerate(used)]
         attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
         if op == "Gemm":
             attrs["alpha"], attrs["beta"] = abs(attrs.get("alpha", 1.0)), abs(attrs.get("beta", 1.0))
         nodes.append(helper.make_node(op, absolute, [f"{v}_sum"], **attrs))
         shaped = {"MatMul": ins[:1], "Gemm": ins[:1], "Einsum": ins, "Conv": ins[1:2], "ConvTranspose": ins[:1]}[op]
-        return [n for n in nodes if n is not None], f"{v}_sum", list(shaped)
+        return nodes, f"{v}_sum", list(shaped)
 
     def normaliser(self, proto: onnx.NodeProto, v: str) -> tuple[list, str, list[str]]:
         """sum exp(x - max) along Softmax's axis (the 2-D coercion before opset 13) or over a ReduceLogSumExp's axes."""

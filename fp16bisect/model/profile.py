@@ -105,9 +105,8 @@ def profile(graph: Graph, samples, chunk: int = 256, accumulators: bool = True) 
         per = _PerSample(computed, len(samples), low)
         built = with_statistics(graph, computed, sizes)
         probes = add_probes(built[0], graph, graph.opset) if built is not None and with_accumulators else Probes([])
-        # no folding with accumulators: |W| of every weight would be a second copy of the weights (accumulators.py)
-        sess = None if built is None else _session(built[0], "the model with statistics nodes",
-                                                   fold and not probes.probes, arena=not graph.large_activations)
+        sess = None if built is None else _session(built[0], "the model with statistics nodes", fold,
+                                                   arena=not graph.large_activations)
         whole = None if sess is None or built is None else _in_run(sess, built, samples, stats, per, probes)
         del sess  # its memory (ONNX Runtime keeps the run's buffers until the session goes) before any other run's
         if whole is not None or not probes.probes:

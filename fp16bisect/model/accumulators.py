@@ -177,8 +177,8 @@ class _Nodes:
         it as soon as its inputs exist, holding a second copy of the weights until the measured node runs). A
         weight is read as W + 0, the 0 from the Loop's iteration number (``live``), so that constant folding (kept
         on: it decides kernels, and so FP32 values) cannot turn |W| into that second copy either."""
-        if peak is None:
-            return nodes, None
+        if peak is None or v not in self.zeroed:
+            return nodes, peak  # no weight read: the nodes wait for the measured node's inputs anyway
         if not self.looping:
             self.model.graph.initializer.extend([helper.make_tensor(f"{PREFIX}_once", TensorProto.INT64, [], [1]),
                                                  helper.make_tensor(f"{PREFIX}_zero", TensorProto.FLOAT, [], [0.0])])

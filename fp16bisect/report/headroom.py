@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from fp16bisect.model.headroom import TIGHT, limit_text, said
+from fp16bisect.model.headroom import LISTED, TIGHT, limit_text, said
 from fp16bisect.model.precision import precision_of
 
 SHOWN = 3
@@ -76,13 +76,15 @@ def scan_header(path, precision) -> list[str]:
 def accumulator_lines(rows: list[dict] | None, low: str = "FP16", command: str = "scan", flag: float | None = None,
                       top: int = SHOWN, note: str = "") -> list[str]:
     """Lines (rich markup) for the JSON's ``accumulators`` (tightest first): the ``top`` tightest summing nodes
-    left in ``low``, each with its peak partial-sum bound against the precision's max, its terms and the sample;
-    after a search or a check, a warning naming those whose peak passes the max (max/``flag`` with
-    ``--headroom``): the verdict assumed FP32 accumulation and stands, and what ``--accumulate fp16`` would do."""
+    left in ``low``, each with its peak partial-sum bound against the precision's max, its terms and the sample
+    (after a search or a check only when one has less than ``LISTED`` headroom: the JSON has them all); then, a
+    warning naming those whose peak passes the max (max/``flag`` with ``--headroom``): the verdict assumed FP32
+    accumulation and stands, and what ``--accumulate fp16`` would do."""
     precision = precision_of(low)
     limit = precision.max
     lines = [f"[yellow]note:[/yellow] {escape(note)}"] if note else []
-    if not rows:
+    close = [a for a in rows or [] if a.get("headroom") is not None and a["headroom"] < LISTED]
+    if not rows or (command != "scan" and not close):
         return lines
     lines.append(f"accumulator headroom of the summing node(s) left in {precision.label} (largest partial-sum "
                  f"bound in FP32 over the samples against {limit_text(limit)}), tightest first:")

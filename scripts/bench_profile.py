@@ -1,8 +1,15 @@
 #!/usr/bin/env python3
 """Benchmark the FP32 activation profile (what ``scan``, ``search`` and ``check --report`` run first) against one
-plain FP32 run of the same model in ONNX Runtime, on real models (PP-OCRv4 det and rec from a PyPI wheel).
+plain FP32 run of the same model in ONNX Runtime, on real models (PP-OCRv4 det and rec from a PyPI wheel, and a
+transformer export), with and without the accumulators it measures (``model/accumulators.py``).
 
     python scripts/bench_profile.py [--repeats 3] [--code DIR] [--det-shape 1x3x736x1184] [--rec-shape 1x3x48x320]
+                                    [--transformer MODEL.onnx]
+
+``--transformer``: an export of ``scripts/export_hf.py`` (its inputs from the ``.npz`` beside it; default
+``~/.cache/fp16bisect/exports/bert_base.onnx`` when it exists). "profile, no acc." is the profile with
+``accumulators=False``, today's measurement alone: the accumulators' cost is "profile" against it (target: within
+1.5x in time and memory).
 
 Each measurement runs in a fresh Python process (so peak memory is that process's alone, read with
 ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` at its end); time is the median over ``--repeats`` processes, the
@@ -31,6 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+TRANSFORMER = Path.home() / ".cache" / "fp16bisect" / "exports" / "bert_base.onnx"
+
 CHILD = r"""
 import json, resource, sys, time
 code = sys.argv[4]
@@ -41,27 +50,34 @@ assert fp16bisect.__file__.startswith(code), (fp16bisect.__file__, code)
 import numpy as np
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.samples import Sample
-model, shape, mode = sys.argv[1], [int(d) for d in sys.argv[2].split("x")], sys.argv[3]
+model, mode = sys.argv[1], sys.argv[3]
+shape = [] if sys.argv[2].endswith(".npz") else [int(d) for d in sys.argv[2].split("x")]
 graph = Graph.load(model)
-x = np.random.default_rng(0).uniform(-1, 1, size=shape).astype(np.float32)
-feed = {graph.model.graph.input[0].name: x}
+if sys.argv[2].endswith(".npz"):
+    feed = dict(np.load(sys.argv[2]))
+else:
+    x = np.random.default_rng(0).uniform(-1, 1, size=shape).astype(np.float32)
+    feed = {graph.model.graph.input[0].name: x}
 start = time.perf_counter()
 if mode == "plain":
     from fp16bisect.model.runtime import session
     sess = session(graph.runnable_copy())
     sess.run(None, feed)
-else:
+elif mode == "profile":
     from fp16bisect.model.profile import profile
     prof = profile(graph, [Sample("bench", feed)])
+else:
+    from fp16bisect.model.profile import profile
+    prof = profile(graph, [Sample("bench", feed)], accumulators=False)
 seconds = time.perf_counter() - start
 print(json.dumps({"seconds": seconds, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
 def measure(code: Path, model: Path, shape: str, repeats: int) -> dict[str, tuple[float, float]]:
-    """Median seconds and peak RSS MB of "plain" and "profile", their processes alternated (plain, profile, plain,
-    ...) so that both see the same load on a shared machine."""
-    runs: dict[str, list] = {"plain": [], "profile": []}
+    """Median seconds and peak RSS MB of "plain", "profile-off" (no accumulators) and "profile", their processes
+    alternated (plain, profile-off, profile, plain, ...) so that all see the same load on a shared machine."""
+    runs: dict[str, list] = {"plain": [], "profile-off": [], "profile": []}
     for _ in range(repeats):
         for mode in runs:
             done = subprocess.run([sys.executable, "-c", CHILD, str(model), shape, mode, str(code.resolve())],
@@ -77,6 +93,8 @@ def main() -> None:
     parser.add_argument("--code", type=Path, default=ROOT, help="import fp16bisect from this folder")
     parser.add_argument("--det-shape", default="1x3x736x1184", help="PP-OCRv4 det input (default 1x3x736x1184)")
     parser.add_argument("--rec-shape", default="1x3x48x320", help="PP-OCRv4 rec input (default 1x3x48x320)")
+    parser.add_argument("--transformer", type=Path, default=TRANSFORMER,
+                        help="a scripts/export_hf.py export, its inputs in the .npz beside it (default: bert_base's)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
     from real_models import PP_OCRV4_DET, PP_OCRV4_REC, real_model
@@ -85,14 +103,20 @@ def main() -> None:
 
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPU(s), no GPU; onnxruntime {onnxruntime.__version__}; "
           f"fp16bisect from {args.code}; median of {args.repeats} process(es)\n")
-    print("| model | input | plain FP32 run s | profile s | ratio | plain peak RSS MB | profile peak RSS MB | ratio |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
-    for which, shape in ((PP_OCRV4_DET, args.det_shape), (PP_OCRV4_REC, args.rec_shape)):
-        model = real_model(which)
+    print("| model | input | plain FP32 run s | profile, no acc. s | profile s | acc. ratio | plain peak RSS MB | "
+          "profile, no acc. MB | profile MB | acc. ratio |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    models = [(real_model(PP_OCRV4_DET), args.det_shape), (real_model(PP_OCRV4_REC), args.rec_shape)]
+    if args.transformer.exists():
+        models.append((args.transformer, str(args.transformer.with_suffix(".npz"))))
+    else:
+        print(f"(no transformer: {args.transformer} does not exist; export one with scripts/export_hf.py)")
+    for model, shape in models:
         got = measure(args.code, model, shape, args.repeats)
-        (plain_s, plain_mb), (prof_s, prof_mb) = got["plain"], got["profile"]
-        print(f"| {model.name} | {shape} | {plain_s:.2f} | {prof_s:.2f} | {prof_s / plain_s:.1f}x | "
-              f"{plain_mb:.0f} | {prof_mb:.0f} | {prof_mb / plain_mb:.1f}x |", flush=True)
+        (plain_s, plain_mb), (off_s, off_mb), (prof_s, prof_mb) = got["plain"], got["profile-off"], got["profile"]
+        print(f"| {model.name} | {Path(shape).name} | {plain_s:.2f} | {off_s:.2f} | {prof_s:.2f} | "
+              f"{prof_s / off_s:.2f}x | {plain_mb:.0f} | {off_mb:.0f} | {prof_mb:.0f} | {prof_mb / off_mb:.2f}x |",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ from fp16bisect.backends import declared
 from fp16bisect.diagnose.drift import Drift, again_line, compare
 from fp16bisect.errors import UsageError, shown
 from fp16bisect.model.graph import Graph
-from fp16bisect.model.headroom import Headroom, fp16_tensors, headroom_json, tight
+from fp16bisect.model.headroom import (Headroom, accumulators_json, fp16_accumulators, fp16_tensors, headroom_json,
+                                       tight)
 from fp16bisect.model.profile import profile
 from fp16bisect.evaluation.oracle import Evaluation
 from fp16bisect.artifacts.accumulation import checked_states
@@ -74,6 +75,7 @@ class CheckOutcome:
     lacking: list = field(default_factory=list)  # Headroom: low-precision tensors peaking above max/--headroom
     drift: Drift | None = None  # with an override file: where it was verified against here
     tolerance_from: str = "defaults"  # "given", "defaults", or "from <override file>" (CheckOptions.judged_with)
+    accumulators: list = field(default_factory=list)  # JSON rows: the plan's low-precision accumulators, tightest first
 
     @property
     def passed(self) -> bool:
@@ -113,6 +115,7 @@ class CheckOutcome:
             "worst_samples": [_worst_json(e) for e in self.per_sample()[:WORST]],
             "headroom": self.headroom,
             "lacking_headroom": [h.tensor for h in self.lacking],
+            "accumulators": self.accumulators,
             "fp32_passes": None if self.fp32 is None else self.fp32.passed,
             "environment": None if self.drift is None else self.drift.to_json(),
             "seconds": round(self.seconds, 3),
@@ -183,7 +186,7 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
             drift.again = again_line(drift, model, inputs, references, tolerance)
         oracle.stop_early = False  # a check reports every sample
         lacking = [s for s in oracle.samples if s.reference is None]
-        section, tight_ones = _headroom(graph, oracle.samples, plan, judged.headroom, listener)
+        section, tight_ones, accumulators = _headroom(graph, oracle.samples, plan, judged.headroom, listener)
         add_fp32_references(graph, oracle.samples, computed=lacking)  # those the profile did not give
         listener.stage(f"checking on the {chosen.name} backend: {len(states(plan)[0])} node(s) in FP32"
                        f"{accumulating_shown(use)}, the rest in {graph.precision.label}")
@@ -196,7 +199,7 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
             fp32 = oracle.evaluate(everything)
         return CheckOutcome(graph, tolerance, chosen.name, chosen.versions(), evaluation, use, fp32,
                             time.perf_counter() - start, oracle.samples,
-                            chosen.describe(), section, tight_ones, drift, source)
+                            chosen.describe(), section, tight_ones, drift, source, accumulators)
 
 
 def accumulating_shown(use: OverrideUse | None) -> str:
@@ -204,19 +207,23 @@ def accumulating_shown(use: OverrideUse | None) -> str:
     return f", {count} in FP32 accumulation" if count else ""
 
 
-def _headroom(graph: Graph, samples, plan, factor: float | None, listener) -> tuple[dict | None, list[Headroom]]:
-    """The headroom of the tensors the plan computes in FP16 (one FP32 run per sample), and those that lack
-    ``factor``; (None, []) when the model does not run on ONNX Runtime CPU (then --headroom cannot be checked)."""
+def _headroom(graph: Graph, samples, plan, factor: float | None,
+              listener) -> tuple[dict | None, list[Headroom], list[dict]]:
+    """The headroom of the tensors the plan computes in FP16 (one FP32 run per sample), those that lack
+    ``factor``, and the accumulators of the nodes it leaves in FP16 (JSON rows); (None, [], []) when the model does
+    not run on ONNX Runtime CPU (then --headroom cannot be checked)."""
     try:
         with listener.timed(f"measuring the FP32 headroom on {len(samples)} sample(s)"):
             prof = profile(graph, samples)
     except UsageError:
         if factor:
             raise
-        return None, []
+        return None, [], []
     found = fp16_tensors(graph, prof, plan)
-    section = headroom_json(found, [s.source for s in samples], factor, [], graph.precision)
-    return section, tight(found, factor) if factor else []
+    sources = [s.source for s in samples]
+    section = headroom_json(found, sources, factor, [], graph.precision)
+    accumulators = accumulators_json(fp16_accumulators(prof, plan), sources, graph.precision)
+    return section, tight(found, factor) if factor else [], accumulators
 
 
 def _worst_json(entry: dict) -> dict:

@@ -1,5 +1,5 @@
-"""``scan``: where a model is at risk in the low precision (the FP32 profile's risky tensors and suspicion order),
-no search.
+"""``scan``: where a model is at risk in the low precision (the FP32 profile's risky tensors and suspicion order,
+the headroom of its tensors and of its summing nodes' accumulators), no search.
 
 Its rows of tensors (``tensor_rows``) are also what the HTML report shows."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.precision import FP16, Precision
-from fp16bisect.model.headroom import LIMIT, fp16_tensors
+from fp16bisect.model.headroom import LIMIT, accumulators_json, fp16_accumulators, fp16_tensors
 from fp16bisect.model.profile import Profile, profile
 from fp16bisect.model.samples import load_samples
 from fp16bisect.model.statistics import TIERS
@@ -24,6 +24,10 @@ def scan_model(model: str, inputs: list[str], listener, precision: Precision = F
         prof = profile(graph, samples)
     data = scan_json(graph, prof)
     data["headroom"] = headroom_rows(graph, prof, [s.source for s in samples])
+    data["accumulators"] = accumulators_json(fp16_accumulators(prof, ()), [s.source for s in samples],
+                                             graph.precision)
+    if prof.accumulators_note:
+        data["accumulators_note"] = prof.accumulators_note
     return graph, data
 
 

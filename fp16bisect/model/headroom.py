@@ -15,6 +15,10 @@ would keep it in FP32: the activations of real inputs routinely reach 2-4x the p
 samples (a louder recording, a brighter image, a longer sequence; docs/precision.md argues the value), so an
 answer whose tightest tensor has less than 4x was verified on samples that do not cover its deployment.
 
+Accumulators (``model/accumulators.py``): the largest partial-sum bound of each summing candidate over the
+samples, against the same maximum (``accumulators_json``); one left in the low precision whose peak passes it
+(or max/F with ``--headroom F``) overflows where the engine adds in FP16, though every stored value fits.
+
 For BF16 (``--precision bf16``) the limit is BF16's largest finite value (about 3.39e38, FP32's range): BF16
 does not overflow where FP16 does, so its headroom is against its own maximum (``Graph.precision.max``).
 """
@@ -25,7 +29,9 @@ import math
 from dataclasses import dataclass
 
 from fp16bisect.errors import UsageError
+from fp16bisect.model.accumulators import Accumulator
 from fp16bisect.model.graph import Graph
+from fp16bisect.model.plan_states import states
 from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.profile import Profile
 from fp16bisect.model.statistics import TensorStats
@@ -189,3 +195,26 @@ def forced_nodes(graph: Graph, prof: Profile, factor: float | None) -> list[Forc
             t, role = max(hits, key=lambda h: prof.tensors[h[0]].max_abs)
             found[node.id] = Forced(node.id, t, role, prof.tensors[t], factor, graph.precision.max)
     return list(found.values())
+
+
+def fp16_accumulators(prof: Profile, plan) -> list[Accumulator]:
+    """The accumulators of the candidates ``plan`` leaves in the low precision, tightest first: a candidate in
+    FP32 or in FP32 accumulation sums in FP32 (dropped)."""
+    fp32, accumulate = states(plan)
+    return [a for a in prof.accumulators if a.node not in fp32 and a.node not in accumulate]
+
+
+def accumulators_json(found: list[Accumulator], sources, low: Precision = FP16) -> list[dict]:
+    """The JSON's ``accumulators`` (tightest first): every one with less than LISTED x headroom, at least SHOWN,
+    at most LIMIT; each ``{"node", "op_type", "peak", "terms", "sample", "headroom"}`` (``peak`` and
+    ``headroom`` null when not measured, ``sample`` the sample that reached the peak as ``{"index", "source"}``)."""
+    listed = [a for i, a in enumerate(found) if i < SHOWN or (a.headroom(low) or math.inf) < LISTED][:LIMIT]
+    return [accumulator_json(a, sources, low) for a in listed]
+
+
+def accumulator_json(a: Accumulator, sources, low: Precision = FP16) -> dict:
+    room = a.headroom(low)
+    return {"node": a.node, "op_type": a.op_type,
+            "peak": a.peak if a.peak is not None and math.isfinite(a.peak) else None, "terms": a.terms,
+            "sample": _source(sources, a.sample),
+            "headroom": round(room, 4) if room is not None and math.isfinite(room) else None}

@@ -23,6 +23,11 @@ first session is gone, so that the two runs' memory does not add up) and
 measured by ``TensorStats.add``. A model the statistics nodes cannot be added to
 (opset below 11, or ONNX Runtime refuses the instrumented model or fails to run
 it) falls back to fetching every tensor, in chunks.
+
+The same instrumented run measures the accumulators (``model/accumulators.py``): for every candidate that sums,
+the largest partial-sum bound and its terms, one number and a few shapes per sample. If ONNX Runtime refuses the
+model with those nodes, the statistics are taken without them and the profile's ``accumulators_note`` says so; on
+the fallback path (every tensor fetched) no accumulator is measured, and the note says that too.
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ import onnx
 
 from fp16bisect.errors import UsageError
 from fp16bisect.model import weights
+from fp16bisect.model.accumulators import Accumulator, Probes, add_probes
 from fp16bisect.model.graph import Graph
+from fp16bisect.model.plan_states import accumulates
 from fp16bisect.model.instrument import add_rows, split_units, tensor_sizes, with_statistics
 from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.relative_rounding import rank_relative
@@ -59,6 +66,8 @@ class Profile:
     tensors: dict[str, TensorStats]
     risks: list[NodeRisk] = field(default_factory=list)  # candidates, most suspicious first
     sample_order: list[int] = field(default_factory=list)  # sample indices, most stressing first
+    accumulators: list[Accumulator] = field(default_factory=list)  # summing candidates, highest peak first
+    accumulators_note: str = ""  # why no accumulator was measured ("" when they were, or none sums)
 
     @property
     def order(self) -> list[str]:
@@ -69,8 +78,9 @@ class Profile:
         return sum(1 for r in self.risks if r.tier >= 2)
 
 
-def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
-    """Run the model in FP32 on every sample, recording every float tensor (see the module's docstring)."""
+def profile(graph: Graph, samples, chunk: int = 256, accumulators: bool = True) -> Profile:
+    """Run the model in FP32 on every sample, recording every float tensor and, with ``accumulators`` (only the
+    benchmark turns it off), the summing candidates' accumulators (see the module's docstring)."""
     names = [t for n in graph.nodes for t in n.outputs if graph.is_float(t)]
     names = list(dict.fromkeys([*graph.float_output_names(), *names]))
     low = graph.precision
@@ -88,14 +98,24 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
             stats[value.name].merge(measured, index)
     same = _same_values(graph, [t for t in names if t not in constants and t not in graph.initializers])
     computed = [t for t in names if t not in constants and t not in same]
-    per = _PerSample(computed, len(samples), low)
-    built = with_statistics(graph, computed, tensor_sizes(graph, samples[0].inputs) if samples else {})
+    sizes = tensor_sizes(graph, samples[0].inputs) if samples else {}
     fold = not nothing_to_fold(graph.model)  # the statistics nodes read activations: never foldable
-    sess = None if built is None else _session(built[0], "the model with statistics nodes", fold,
-                                               arena=not graph.large_activations)
-    whole = None if sess is None or built is None else _in_run(sess, built[0], built[1], samples, stats, per)
-    del sess  # its memory (ONNX Runtime keeps the run's buffers until the session goes) before any other run's
+    note = ""
+    for with_accumulators in (True, False)[0 if accumulators else 1:]:  # without them if ONNX Runtime refuses them
+        per = _PerSample(computed, len(samples), low)
+        built = with_statistics(graph, computed, sizes)
+        probes = add_probes(built[0], graph, graph.opset) if built is not None and with_accumulators else Probes([])
+        sess = None if built is None else _session(built[0], "the model with statistics nodes", fold,
+                                                   arena=not graph.large_activations)
+        whole = None if sess is None or built is None else _in_run(sess, built, samples, stats, per, probes)
+        del sess  # its memory (ONNX Runtime keeps the run's buffers until the session goes) before any other run's
+        if whole is not None or not probes.probes:
+            break
+        note = "ONNX Runtime refused the model with the accumulator nodes"
+        for t in computed:
+            stats[t] = TensorStats(t, low=low)
     if whole is None:
+        note = "the model could not be instrumented: every tensor was fetched instead"
         for t in computed:
             stats[t] = TensorStats(t, low=low)
         per = _PerSample(computed, len(samples), low)
@@ -106,7 +126,10 @@ def profile(graph: Graph, samples, chunk: int = 256) -> Profile:
     for t, source in same.items():
         stats[t] = replace(stats[source], name=t, initializer=False)
     risks = RANKINGS[low.ranked_by](graph, stats)
-    return Profile(stats, risks, stress_order(per.peaks, per.smallest, low=low))
+    found = probes.results() if whole is not None else []
+    summing = any(accumulates(n.op_type, n.domain) for n in graph.candidates)
+    note = f"accumulator peaks not measured: {note}" if note and summing else ""
+    return Profile(stats, risks, stress_order(per.peaks, per.smallest, low=low), found, note)
 
 
 class _PerSample:
@@ -135,14 +158,15 @@ class _PerSample:
         return TensorStats(name, low=self.low)
 
 
-def _in_run(sess, instrumented: onnx.ModelProto, units: list, samples, stats: dict[str, TensorStats],
-            per: _PerSample):
+def _in_run(sess, built: tuple[onnx.ModelProto, list], samples, stats: dict[str, TensorStats],
+            per: _PerSample, probes: Probes):
     """Add every sample's statistics from the instrumented model's runs, but for the tensors with NaN/inf or rows
     too long to count, to be measured whole: returns them, [(index, sample, tensors)], so that
     they are fetched once the session is gone. None if ONNX Runtime fails to run the model (the caller then starts
     over by fetching every tensor, which reports the model's own error if it has one)."""
+    instrumented, units = built
     outputs = [o.name for o in instrumented.graph.output]  # the model's own, then the statistics
-    statistics = {o for _, outs in units for o in outs}
+    statistics = {o for _, outs in units for o in outs} | probes.outputs
     whole = []
     for index, sample in enumerate(samples):
         try:
@@ -161,6 +185,7 @@ def _in_run(sess, instrumented: onnx.ModelProto, units: list, samples, stats: di
                     per.add(stats, fresh, index)
                 else:
                     tensors.append(t)
+        probes.take(values, index)
         del values
         if tensors:
             whole.append((index, sample, tensors))

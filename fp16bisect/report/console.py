@@ -21,7 +21,7 @@ from fp16bisect.artifacts.overrides import Overrides
 from fp16bisect.run.outcome import Listener, Outcome
 from fp16bisect.run.override_json import alternatives_json
 from fp16bisect.report.dataset import dataset_lines, table_metrics
-from fp16bisect.report.headroom import headroom_lines, scan_header, scan_headroom_lines
+from fp16bisect.report.headroom import accumulator_lines, headroom_lines, scan_header, scan_headroom_lines
 from fp16bisect.algorithm.search import Step
 
 
@@ -119,6 +119,9 @@ def _print_coverage(overrides: Overrides, console: Console) -> None:
     for line in [escape(t) for t in covered] + [f"[yellow]warning:[/yellow] {escape(t)}" for t in untested]:
         console.print(line, highlight=False, soft_wrap=True)
     for line in headroom_lines(overrides.headroom, low=precision_of(overrides.precision).label):
+        console.print(line, highlight=False, soft_wrap=True)
+    for line in accumulator_lines(overrides.section("accumulators"), overrides.precision, "search",
+                                  (overrides.headroom or {}).get("flag")):
         console.print(line, highlight=False, soft_wrap=True)
 
 
@@ -281,7 +284,9 @@ def print_scan(graph, data: dict, top: int, console: Console | None = None) -> N
             table.add_row(row["name"], row["kind"], risk, f"{row['max_abs']:.4g}", f"{row['min_nonzero_abs']:.3g}",
                           row["reason"], row["written_by"] or "-")
         console.print(table)
-    for line in scan_headroom_lines(data.get("headroom", []), top, graph.precision.max):
+    for line in [*scan_headroom_lines(data.get("headroom", []), top, graph.precision.max),
+                 *accumulator_lines(data.get("accumulators"), graph.precision.name, "scan", None, top,
+                                    data.get("accumulators_note", ""))]:
         console.print(line, highlight=False, soft_wrap=True)
     suspects = [r for r in data["nodes"] if r["tier"] >= 2]
     console.print(f"{data['suspects']} suspect node(s) (the search tries them first, in this order)"

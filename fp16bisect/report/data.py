@@ -135,7 +135,8 @@ def search_report(outcome, runs: ReportRuns, next_steps: Sequence[tuple] = ()) -
                    search_summary(outcome), overrides.notes)
     return {**pack(head, graph, runs, overrides.pinned, outcome.result.trace, overrides.accumulating),
             "next": [list(step) for step in next_steps],
-            "headroom": (overrides.headroom or {}).get("tensors", [])}
+            "headroom": (overrides.headroom or {}).get("tensors", []),
+            "accumulators": overrides.section("accumulators") or []}
 
 
 def check_report(outcome, line: str, runs: ReportRuns) -> dict:
@@ -143,7 +144,8 @@ def check_report(outcome, line: str, runs: ReportRuns) -> dict:
     graph = outcome.graph
     head = heading(f"fp16bisect check: {Path(graph.shown).name}", graph, outcome.backend, outcome.tolerance, line)
     return {**pack(head, graph, runs, _override_rows(graph, runs.plan), (), _override_rows(graph, runs.plan, 1)),
-            **({"headroom": outcome.headroom["tensors"]} if outcome.headroom else {})}
+            **({"headroom": outcome.headroom["tensors"]} if outcome.headroom else {}),
+            "accumulators": outcome.accumulators}
 
 
 def compare_report(runner: LayerwiseRunner, result: Layerwise, tolerance, runs: ReportRuns) -> dict:

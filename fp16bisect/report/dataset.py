@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from fp16bisect.report.headroom import headroom_lines
+from fp16bisect.report.headroom import accumulator_lines, headroom_lines
 
 TABLE_ALL_UP_TO = 8  # samples: above this, the check's table lists the worst samples' rows only
 
@@ -33,4 +33,6 @@ def dataset_lines(outcome) -> list[str]:
                 label = "[red]fails[/red]" if not e["passed"] else "worst"
                 lines.append(f"  {label}: sample {e['index']} ({escape(e['source'])}): max abs error {errors}")
     lines += headroom_lines(outcome.headroom, command="check", low=outcome.graph.precision.label)
+    lines += accumulator_lines(outcome.accumulators, outcome.graph.precision.name, "check",
+                               (outcome.headroom or {}).get("flag"))
     return lines

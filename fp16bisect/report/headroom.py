@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from fp16bisect.model.headroom import TIGHT, limit_text, said
+from fp16bisect.model.headroom import LISTED, TIGHT, limit_text, said
 from fp16bisect.model.precision import precision_of
 
 SHOWN = 3
@@ -71,3 +71,49 @@ def scan_header(path, precision) -> list[str]:
                          f"significant bits: its risk is relative rounding (up to 2^-{low.significant_bits} per value), "
                          "not its range; the suspicion order ranks the candidates that amplify it most (cancellation, "
                          "exponentials)"]
+
+
+def accumulator_lines(rows: list[dict] | None, low: str = "FP16", command: str = "scan", flag: float | None = None,
+                      top: int = SHOWN, note: str = "") -> list[str]:
+    """Lines (rich markup) for the JSON's ``accumulators`` (tightest first): the ``top`` tightest summing nodes
+    left in ``low``, each with its peak partial-sum bound against the precision's max, its terms and the sample
+    (after a search or a check only when one has less than ``LISTED`` headroom: the JSON has them all); then, a
+    warning naming those whose peak passes the max (max/``flag`` with ``--headroom``): the verdict assumed FP32
+    accumulation and stands, and what ``--accumulate fp16`` would do."""
+    precision = precision_of(low)
+    limit = precision.max
+    lines = [f"[yellow]note:[/yellow] {escape(note)}"] if note else []
+    close = [a for a in rows or [] if a.get("headroom") is not None and a["headroom"] < LISTED]
+    if not rows or (command != "scan" and not close):
+        return lines
+    lines.append(f"accumulator headroom of the summing node(s) left in {precision.label} (largest partial-sum "
+                 f"bound in FP32 over the samples against {limit_text(limit)}), tightest first:")
+    lines += ["  " + _accumulator_line(a, limit) for a in rows[:top]]
+    over = [a for a in rows if a.get("headroom") is not None and a["headroom"] < (flag or 1.0)]
+    if over and command in ("search", "check"):
+        bound = limit_text(limit) + (f"/{flag:g}" if flag else "")
+        named = "; ".join(_over_text(a, bound) for a in over[:NAMED]) + (", ..." if len(over) > NAMED else "")
+        lines.append(f"[yellow]warning:[/yellow] {len(over)} node(s) left in {precision.label} sum past {bound} "
+                     f"though every value they store fits: {named}. This {command} assumed FP32 accumulation (the "
+                     f"default) and its verdict stands; an engine adding in {precision.label} (fused attention, some "
+                     f"GEMM and reduction kernels) overflows there: 'fp16bisect check --accumulate fp16' judges with "
+                     f"{precision.label} accumulation, 'fp16bisect search --accumulate fp16' puts such nodes in FP32 "
+                     "accumulation (FP16 storage, FP32 sums)")
+    return lines
+
+
+def _accumulator_line(a: dict, limit: float) -> str:
+    where = f" on {escape(a['sample']['source'])}" if a.get("sample") else ""
+    terms = f", {a['terms']} terms" if a.get("terms") is not None else ""
+    if a.get("peak") is None:
+        return f"{escape(a['node'])} ({a['op_type']}{terms}): peak not measured (its sum is inside a fused op)"
+    room = f"{said(a['headroom'], 1.0)}x headroom" if a.get("headroom") is not None else "a sum of zeros"
+    style = ("[red]", "[/red]") if a["peak"] > limit else ("[yellow]", "[/yellow]") \
+        if a.get("headroom") is not None and a["headroom"] < TIGHT else ("", "")
+    return (f"{style[0]}{escape(a['node'])}{style[1]} ({a['op_type']}{terms}): peak {a['peak']:.4g} = "
+            f"{said(100 * a['peak'] / limit, 100.0, '.1f')}% of {limit_text(limit)} ({room}){where}")
+
+
+def _over_text(a: dict, bound: str) -> str:
+    where = f" on {a['sample']['source']}" if a.get("sample") else ""
+    return escape(f"{a['node']!r} ({a['op_type']}) peak {a['peak']:.4g} > {bound}{where}")

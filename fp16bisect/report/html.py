@@ -82,6 +82,7 @@ def render(data: dict) -> str:
         _node_error_section(data),
         _magnitudes_section(data),
         _headroom_section(data),
+        _accumulators_section(data),
         _trace_section(data),
         _overrides_section(data),
         _next_section(data),
@@ -252,6 +253,28 @@ def _headroom_section(data: dict) -> str:
         out.append("<details><summary>Peaks (" + plural(len(tensors), "tensor") + ")</summary>\n"
                    + headroom_plot.table(tensors, data.get("precision", "FP16")) + "\n</details>")
     out.append("</section>")
+    return "\n".join(out)
+
+
+def _accumulators_section(data: dict) -> str:
+    """The summing nodes left in the low precision, their largest partial-sum bound against its max, tightest
+    first (search and check; absent elsewhere or when none sums)."""
+    rows = data.get("accumulators")
+    if not rows:
+        return ""
+    low = esc(data.get("precision", "FP16"))
+    out = ["<section>", f"<h2>Accumulator headroom of the summing nodes left in {low}</h2>",
+           f"<p>The largest partial-sum bound in FP32 over the samples, against {low}'s largest value: below 1x, "
+           f"the sum overflows where the engine adds in {low} (the verdict assumed FP32 accumulation).</p>",
+           "<table><tr><th>node</th><th>op</th><th>terms</th><th>peak</th><th>headroom</th><th>sample</th></tr>"]
+    for a in rows:
+        room = "-" if a.get("headroom") is None else f"{a['headroom']:.3g}x"
+        peak = "not measured" if a.get("peak") is None else f"{a['peak']:.4g}"
+        cell = f'<td class="fail">{room}</td>' if a.get("headroom") is not None and a["headroom"] < 1 else \
+            f"<td>{room}</td>"
+        out.append(f"<tr><td>{esc(a['node'])}</td><td>{esc(a['op_type'])}</td><td>{a.get('terms') or '-'}</td>"
+                   f"<td>{peak}</td>{cell}<td>{esc((a.get('sample') or {}).get('source', '-'))}</td></tr>")
+    out += ["</table>", "</section>"]
     return "\n".join(out)
 
 

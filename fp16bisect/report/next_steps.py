@@ -1,6 +1,7 @@
 """What to do with a search's answer: the commands that apply, verify and build it (console and HTML report),
 and, first, the search again with ``--headroom`` when a tensor the answer leaves in the low precision has less
-than ``model.headroom.TIGHT`` headroom."""
+than ``model.headroom.TIGHT`` headroom, and the check and search with ``--accumulate fp16`` when a node it leaves
+there sums past the precision's max."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def next_steps(data: dict, output: str, inputs: list[str], references: list[str]
     model written and verified on those samples, its strongly typed build (TensorRT 10 with --stronglyTyped, 11,
     RTX), and the weakly typed trtexec line of TensorRT 10 (the JSON's exports)."""
     model = data["model"]["path"]
-    first = headroom_step(data, output, inputs, references)
+    first = headroom_step(data, output, inputs, references) + accumulation_step(data, output, inputs, references)
     if not data["fp32_nodes"]:
         return first + [("nothing needs FP32: build the model in FP16",
                          shlex.join(["trtexec", f"--onnx={model}", "--fp16"]))]
@@ -49,9 +50,32 @@ def headroom_step(data: dict, output: str, inputs: list[str], references: list[s
     return [(what, shlex.join(_search_command(data, output, inputs, references)))]
 
 
-def _search_command(data: dict, output: str, inputs: list[str], references: list[str] | None) -> list[str]:
+def accumulation_step(data: dict, output: str, inputs: list[str], references: list[str] | None = None) -> list[tuple]:
+    """When a node the answer leaves in the low precision sums past its max (max/F with ``--headroom F``): the check
+    that judges the answer with FP16 accumulation, and the search that would put such nodes in FP32 accumulation;
+    nothing otherwise. The answer's verdict (FP32 accumulation, the default) stands either way."""
+    flag = (data.get("headroom") or {}).get("flag")
+    over = [a for a in data.get("accumulators") or [] if a.get("headroom") is not None and a["headroom"] < (flag or 1)]
+    if not over:
+        return []
+    low = precision_of(data.get("precision"))
+    bound = f"{low.max:g}" + (f"/{flag:g}" if flag else "")
+    named = ", ".join(f"{a['node']!r} ({a['op_type']}, peak {a['peak']:.4g})" for a in over[:3])
+    more = f" and {len(over) - 3} more" if len(over) > 3 else ""
+    samples = [x for i in inputs for x in ("--inputs", str(i))] + [x for r in references or () for x in
+                                                                      ("--reference", str(r))]
+    check = ["fp16bisect", "check", data["model"]["path"], *samples, "--overrides", str(output), "--accumulate", "fp16"]
+    search = _search_command(data, output, inputs, references, ["--accumulate", "fp16"])
+    return [(f"{len(over)} node(s) left in {low.label} sum past {bound}: {named}{more}; this answer assumed FP32 "
+             f"accumulation: check it with {low.label} accumulation (exit 1 if they overflow there)", shlex.join(check)),
+            ("or search again with --accumulate fp16 (and your other flags): such nodes go to FP32 accumulation "
+             f"({low.label} storage, FP32 sums) where that suffices", shlex.join(search))]
+
+
+def _search_command(data: dict, output: str, inputs: list[str], references: list[str] | None,
+                    flags: list[str] | None = None) -> list[str]:
     """The search that wrote ``data``, as far as the file says (model, samples, precision, tolerance), with
-    ``--headroom TIGHT``."""
+    ``flags`` (``--headroom TIGHT`` when not given)."""
     command = ["fp16bisect", "search", data["model"]["path"], *[x for i in inputs for x in ("--inputs", str(i))],
                *[x for r in references or () for x in ("--reference", str(r))], "-o", str(output)]
     tolerance = data.get("tolerance") or {}
@@ -62,4 +86,4 @@ def _search_command(data: dict, output: str, inputs: list[str], references: list
             command += [f"--{key.replace('_', '-')}", f"{value:g}"]
     if data.get("precision") not in (None, "fp16"):
         command += ["--precision", str(data["precision"])]
-    return command + ["--headroom", f"{TIGHT:g}"]
+    return command + (flags if flags is not None else ["--headroom", f"{TIGHT:g}"])

@@ -11,7 +11,8 @@ from dataclasses import replace
 
 from fp16bisect.algorithm.search import SearchResult
 from fp16bisect.evaluation.oracle import Oracle
-from fp16bisect.model.headroom import Forced, fp16_tensors, forced_nodes, headroom_json
+from fp16bisect.model.headroom import (Forced, accumulators_json, fp16_accumulators, fp16_tensors, forced_nodes,
+                                       headroom_json)
 from fp16bisect.model.profile import Profile
 
 ORDER_SHOWN = 10  # the JSON lists the first samples of the order tried; "decided" lists every deciding sample
@@ -75,3 +76,8 @@ def samples_json(oracle: Oracle, stress: list[int]) -> dict:
 def answer_headroom(graph, prof: Profile, fp32, sources, factor: float | None, forced: list[Forced]) -> dict:
     """The ``headroom`` section for the answer ``fp32``."""
     return headroom_json(fp16_tensors(graph, prof, fp32), sources, factor, forced, graph.precision)
+
+
+def answer_accumulators(graph, prof: Profile, plan, sources) -> list[dict]:
+    """The ``accumulators`` section for the answer ``plan``: the summing nodes it leaves in the low precision."""
+    return accumulators_json(fp16_accumulators(prof, plan), sources, graph.precision)

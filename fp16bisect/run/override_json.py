@@ -11,7 +11,7 @@ from fp16bisect.artifacts.override_json import graph_sections, overrides_file
 from fp16bisect.artifacts.overrides import Overrides
 from fp16bisect.evaluation.oracle import EXIT_CODE, Oracle
 from fp16bisect.model.plan_states import states
-from fp16bisect.run.coverage import answer_headroom, samples_json
+from fp16bisect.run.coverage import answer_accumulators, answer_headroom, samples_json
 from fp16bisect.strategy.prior import Prior
 
 # The override file stays small whatever the search met (pipelines read it, CI stores it): lists of plans are
@@ -137,4 +137,5 @@ def overrides_json(o) -> Overrides:
         more={**({"environment": o.environment} if o.environment else {}), "accumulate": o.accumulate,
               "prior": prior_json(o), "shapes": o.shapes, **graph_sections(graph, result.fp32),
               "samples": samples_json(o.oracle, o.profile.sample_order),
-              "headroom": answer_headroom(graph, o.profile, fp32, sources, o.headroom, o.forced)})
+              "headroom": answer_headroom(graph, o.profile, fp32, sources, o.headroom, o.forced),
+              "accumulators": answer_accumulators(graph, o.profile, result.fp32, sources)})

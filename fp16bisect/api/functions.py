@@ -44,7 +44,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
            ray: str | None = None, repeats: int = 1, prior: str = "auto", restart: bool = False,
            retry_crashed: bool = False, headroom: float | None = None, min_shapes: Shapes = None,
            opt_shapes: Shapes = None, max_shapes: Shapes = None, precision: str = "fp16",
-           progress: Progress = None, keep_journal: bool = False) -> SearchResult:
+           progress: Progress = None, keep_journal: bool = False, accumulate: str = "fp32") -> SearchResult:
     """Find the smallest set of nodes to keep in FP32 so that the model, the rest in FP16, meets the tolerance.
 
     Args:
@@ -86,6 +86,8 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         max_shapes: As ``--max-shapes``: the deployment's largest input shapes.
         precision: The low precision, ``"fp16"`` or ``"bf16"`` (bfloat16: FP32's range, 8 significant bits).
         progress: A function receiving one line of text per event (e.g. ``print``), or a ``Listener``.
+        accumulate: As ``--accumulate``: ``"fp32"`` (FP16 nodes add in FP32: storage only) or ``"fp16"`` (they
+            add in FP16 too, emulated; the answer keeps a summing node in FP32 accumulation where that suffices).
 
     Returns:
         The nodes to keep in FP32 and how the search knows (``SearchResult``).
@@ -108,7 +110,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
             input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes))),
         noise_ok=noise_ok, output=None if output is None else str(output), repeats=repeats, restart=restart,
         retry_crashed=retry_crashed, keep_journal=keep_journal, parallel=inputs.parallel(jobs, devices, ray),
-        prior=prior, headroom=factor(headroom), precision=precision_of(precision))
+        prior=prior, headroom=factor(headroom), precision=precision_of(precision), accumulate=accumulate)
     with _own_work_directories():
         result = run_search(model, samples, options, reference=reference, progress=progress)
         for sample in result.outcome.oracle.samples:  # the result outlives the work directory: its samples too
@@ -164,7 +166,8 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
           typing: str = "strong", opt_level: int | None = None, timing_cache: str | None = None, jobs: int = 1,
           devices: str | list | None = None, ray: str | None = None, headroom: float | None = None,
           min_shapes: Shapes = None, opt_shapes: Shapes = None, max_shapes: Shapes = None,
-          precision: str | None = None, progress: Progress = None, strict_environment: bool = False) -> CheckResult:
+          precision: str | None = None, progress: Progress = None, strict_environment: bool = False,
+          accumulate: str | None = None) -> CheckResult:
     """Does the model meet the tolerance in FP16, with the override nodes (if any) kept in FP32? A CI gate.
 
     A failing check is a result (``passed`` False), not an exception.
@@ -201,6 +204,7 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
         progress: A function receiving one line of text per event, or a ``Listener``.
         strict_environment: Fail (``passed`` False) when the override file was verified on another backend,
             GPU or TensorRT version (see ``CheckResult.drift``), or records no environment; needs ``overrides``.
+        accumulate: ``"fp32"`` or ``"fp16"``, as ``--accumulate`` (None: the override file's, else fp32).
 
     Returns:
         The verdict and the metrics per output (``CheckResult``).
@@ -222,7 +226,8 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
             command=check, keep_plans=keep_plans, typing=typing, opt_level=opt_level, timing_cache=timing_cache,
             input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes))),
         parallel=inputs.parallel(jobs, devices, ray), headroom=factor(headroom),
-        precision=None if precision is None else precision_of(precision), strict_environment=strict_environment)
+        precision=None if precision is None else precision_of(precision), strict_environment=strict_environment,
+        accumulate=accumulate)
     with _own_work_directories():
         result = run_check(model, samples, options, overrides=overrides, reference=reference, progress=progress)
         for sample in result.outcome.samples:  # the result outlives the work directory: its samples too

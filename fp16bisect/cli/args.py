@@ -293,3 +293,25 @@ class PrecisionArgs:
         from fp16bisect.model.precision import precision_of
 
         return precision_of(getattr(args, "precision", None))
+
+
+def accumulate_value(text: str) -> str:
+    """``--accumulate``, checked by ``model.plan_states.accumulation`` (the API's and manifests' check too): its
+    ``UsageError`` passes through argparse, the same one line."""
+    from fp16bisect.model.plan_states import accumulation
+
+    return accumulation(text)
+
+
+class AccumulateArgs:
+    """``--accumulate fp32|fp16``: what the judge assumes FP16 nodes add in (``model/plan_states.py``).
+    ``default=None`` where an override file may say it (``check``: the file's unless given)."""
+
+    def __init__(self, default: str | None = "fp32"):
+        self.default = default
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        said = "default fp32" if self.default else "default: the override file's, else fp32"
+        parser.add_argument_group("accumulation").add_argument(
+            "--accumulate", type=accumulate_value, default=self.default, metavar="fp32|fp16",
+            help=f"what FP16 nodes add in: fp32 (storage only) or fp16 (sums in FP16 too, emulated), {said}")

@@ -45,6 +45,7 @@ class Outcome:
     forced: list = field(default_factory=list)  # model.headroom.Forced: the nodes --headroom kept in FP32
     headroom: float | None = None  # the --headroom factor (None: not given)
     evaluation_word: str = "built"  # what evaluating a plan is called on its backend (Backend.evaluation_word)
+    accumulate: str = "fp32"  # what the judge assumed FP16 nodes add in (SearchOptions.accumulate): JSON "accumulate"
 
     @property
     def fp16(self) -> Evaluation | None:

@@ -51,11 +51,10 @@ class Unmodelled(Exception):
 class FP16Sums:
     """Builds, for one accumulating node, the nodes computing its first output with FP16 accumulation."""
 
-    def __init__(self, model: onnx.ModelProto, fresh, shapes: dict, opset: int, low: int, constant):
-        """``fresh(what)``: a model-unique name; ``low``: the low precision's ONNX type; ``constant(tensor)``: a
-        constant tensor's value (None: not a constant)."""
+    def __init__(self, model: onnx.ModelProto, fresh, shapes: dict, opset: int, low: int):
+        """``model``: the emulation being built (its initializers and the nodes so far give constant axes);
+        ``fresh(what)``: a model-unique name; ``low``: the low precision's ONNX type."""
         self.model, self.fresh, self.shapes, self.opset, self.low = model, fresh, shapes, opset, low
-        self.constant = constant
         self.nodes: list[onnx.NodeProto] = []
 
     # ------------------------------------------------------------------ what a node becomes
@@ -100,7 +99,7 @@ class FP16Sums:
         else:
             axes = self.attrs.get("axes")
             if axes is None and len(self.inputs) > 1 and self.inputs[1]:
-                given = self.constant(self.original[1])
+                given = self._constant_value(self.inputs[1])
                 if given is None:
                     raise Unmodelled("axes computed in the graph")
                 axes = [int(a) for a in np.asarray(given).ravel()]
@@ -247,6 +246,16 @@ class FP16Sums:
                 total = self._op("Concat", [total, self._slice(x, axis, 2 * half, length)], axis=axis)
             x, length = total, half + length % 2
         return x
+
+    def _constant_value(self, tensor: str) -> np.ndarray | None:
+        """An initializer's or a Constant node's value (axes), None when computed."""
+        for init in self.model.graph.initializer:
+            if init.name == tensor:
+                return numpy_helper.to_array(init)
+        for node in self.model.graph.node:
+            if node.op_type == "Constant" and tensor in node.output and node.attribute[0].name == "value":
+                return numpy_helper.to_array(node.attribute[0].t)
+        return None
 
     # ------------------------------------------------------------------ nodes
 

@@ -257,8 +257,7 @@ class Emulation:
         """Candidate ``i`` with its first output selected between its own result and its FP16-accumulated one
         (``accumulate.py``), by its "adds in FP32" mask entry; as it is when its sums are short or not modelled."""
         raw, fp32 = proto.output[0], self._name("acc32")
-        sums = FP16Sums(self.model, self._name, self.shapes, self.graph.opset, self.graph.precision.onnx_type,
-                        self.graph.constant_value)
+        sums = FP16Sums(self.model, self._name, self.shapes, self.graph.opset, self.graph.precision.onnx_type)
         try:
             summed = sums.build(proto, node.inputs, node.op_type, fp32)
         except Unmodelled as why:

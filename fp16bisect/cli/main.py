@@ -206,7 +206,7 @@ def _compare(sub) -> None:
                           "Compares every node's output in FP16 with FP32 and names the first node that fails "
                           "(where the error is born); --atol/--rtol also judge the model's outputs.",
                           "fp16bisect compare model.onnx --inputs x.npz --csv nodes.csv"),
-                 Samples(), ToleranceArgs(), PrecisionArgs(), AccumulateArgs(),
+                 Samples(), ToleranceArgs(), PrecisionArgs(), AccumulateArgs(default=None),
                  OutputArgs(csv="every node's row", report=True))
     m.add_argument("--overrides", metavar="O.json", help="keep the nodes of this override file in FP32")
     t = m.add_argument_group("layer-wise failure rule (a node fails on inf/NaN where FP32 is finite, or on a "

@@ -19,6 +19,7 @@ from fp16bisect.api.results import ApplyResult, CheckResult, Node, ScanNode, Sca
 from fp16bisect.errors import UsageError
 from fp16bisect.model import shapes, weights
 from fp16bisect.model.headroom import factor
+from fp16bisect.model.plan_states import accumulation
 from fp16bisect.model.precision import precision_of
 from fp16bisect.backends import Options
 from fp16bisect.run.options import CheckOptions, SearchOptions
@@ -86,8 +87,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         max_shapes: As ``--max-shapes``: the deployment's largest input shapes.
         precision: The low precision, ``"fp16"`` or ``"bf16"`` (bfloat16: FP32's range, 8 significant bits).
         progress: A function receiving one line of text per event (e.g. ``print``), or a ``Listener``.
-        accumulate: As ``--accumulate``: ``"fp32"`` (FP16 nodes add in FP32: storage only) or ``"fp16"`` (they
-            add in FP16 too, emulated; the answer keeps a summing node in FP32 accumulation where that suffices).
+        accumulate: As ``--accumulate``: ``"fp32"`` (the default) or ``"fp16"`` (FP16 nodes add in FP16 too).
 
     Returns:
         The nodes to keep in FP32 and how the search knows (``SearchResult``).
@@ -110,7 +110,8 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
             input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes))),
         noise_ok=noise_ok, output=None if output is None else str(output), repeats=repeats, restart=restart,
         retry_crashed=retry_crashed, keep_journal=keep_journal, parallel=inputs.parallel(jobs, devices, ray),
-        prior=prior, headroom=factor(headroom), precision=precision_of(precision), accumulate=accumulate)
+        prior=prior, headroom=factor(headroom), precision=precision_of(precision),
+        accumulate=accumulation(accumulate))
     with _own_work_directories():
         result = run_search(model, samples, options, reference=reference, progress=progress)
         for sample in result.outcome.oracle.samples:  # the result outlives the work directory: its samples too
@@ -227,7 +228,7 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
             input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes))),
         parallel=inputs.parallel(jobs, devices, ray), headroom=factor(headroom),
         precision=None if precision is None else precision_of(precision), strict_environment=strict_environment,
-        accumulate=accumulate)
+        accumulate=None if accumulate is None else accumulation(accumulate))
     with _own_work_directories():
         result = run_check(model, samples, options, overrides=overrides, reference=reference, progress=progress)
         for sample in result.outcome.samples:  # the result outlives the work directory: its samples too

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from fp16bisect.errors import UsageError
+from fp16bisect.model.plan_states import Accumulation
 from fp16bisect.model.precision import Precision
 from fp16bisect.tolerance import GivenTolerance
 
@@ -84,7 +85,7 @@ class Entry:
     profile: dict | None = None  # the deployment's shape profile (model.shapes.profile_of)
     named: bool = False  # the manifest gave ``name`` (else the model's file name)
     keep_journal: bool = False  # search: keep the journal once the search has finished
-    accumulate: str | None = None  # --accumulate; None: check: the override file's; search: fp32
+    accumulate: Accumulation | None = None  # --accumulate; None: check: the override file's; search: fp32
 
 
 @dataclass

@@ -12,6 +12,7 @@ from fp16bisect.api import inputs
 from fp16bisect.api.functions import Model, Progress, Samples, _own_work_directories, _references, apply
 from fp16bisect.api.results import ApplyResult, CheckResult, SearchResult
 from fp16bisect.errors import UsageError
+from fp16bisect.model.plan_states import accumulation
 from fp16bisect.model.precision import precision_of
 from fp16bisect.tolerance import GivenTolerance, Tolerance
 
@@ -93,7 +94,7 @@ def compare(model: Model, samples: Samples, *, reference: Samples | None = None,
     references = _references(reference, entries)
     listener = inputs.listener(progress)
     asked = CheckOptions(given, "emulate", precision=None if precision is None else precision_of(precision),
-                         accumulate=accumulate)
+                         accumulate=None if accumulate is None else accumulation(accumulate))
     with _own_work_directories(), inputs.model_file(model) as path, inputs.overrides_file(overrides) as file:
         judged, _ = asked.judged_with(recorded(file) if file else None)  # check's rule: given, else the file's
         tolerance = judged.tolerance

@@ -286,8 +286,11 @@ def _rank(prof):
 def _composed(first: SearchResult, second: SearchResult) -> SearchResult:
     """One result of the two searches of ``_two_states``: the FP32 set, then the accumulators' marks."""
     found = first.status == "found" or second.status == "found"
-    how = (f"FP32 set ({len(first.fp32)}): {first.minimality}, each removal judged with it in FP32 accumulation "
-           f"(evaluations 1-{first.evaluations}); FP32 accumulation set ({len(second.fp32)}): "
+    stored = ("none needed (every node in FP16 storage, the accumulators adding in FP32, passed: evaluation 1)"
+              if first.status == "fp16_passes" else
+              f"{first.minimality}, each removal judged with the node in FP32 accumulation (evaluations "
+              f"1-{first.evaluations})")
+    how = (f"FP32 set ({len(first.fp32)}): {stored}; FP32 accumulation set ({len(second.fp32)}): "
            f"{second.minimality}, with the FP32 set pinned and FP16 sums elsewhere (evaluations "
            f"{first.evaluations + 1}-{first.evaluations + second.evaluations})")
     return replace(first, status="found" if found else "fp16_passes", fp32=tuple(first.fp32) + tuple(second.fp32),

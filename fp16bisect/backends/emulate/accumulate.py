@@ -94,6 +94,7 @@ class FP16Sums:
     def _reduction(self, op_type: str) -> str | None:
         shape = self._shape(0)
         rank = len(shape)
+        axes: list[int] | None
         if op_type == "GlobalAveragePool":
             axes = list(range(2, rank))
         else:

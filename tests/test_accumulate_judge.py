@@ -165,3 +165,16 @@ def test_compare_accumulate_fp16_names_the_culprit_first(tmp_path, capsys, name)
     assert f"first failing node: {culprit} (" in out
     assert fp16bisect.compare(str(model), str(data), accumulate="fp16").first_failing.node == culprit
     assert fp16bisect.compare(str(model), str(data)).first_failing is None
+
+
+def test_apply_verify_with_fp16_sums_points_to_check(tmp_path, capsys):
+    """``apply --verify`` runs the written file on ONNX Runtime (FP32 sums): ``--accumulate fp16`` is refused with
+    one line naming the check that judges the file's plan with FP16 sums; fp32 (the default) verifies."""
+    model, data, _ = _case(tmp_path, "matmul")
+    found = tmp_path / "o.json"
+    assert run(capsys, "search", model, "--inputs", data, "--backend", "emulate", "-o", found)[0] == 0
+    mixed = tmp_path / "m.onnx"
+    code, _, err = run(capsys, "apply", model, found, "-o", mixed, "--verify", "--inputs", data, "--accumulate", "fp16")
+    assert code == 2 and "--accumulate fp16" in one_line_error(err) and "fp16bisect check" in err
+    assert not mixed.exists()
+    assert run(capsys, "apply", model, found, "-o", mixed, "--verify", "--inputs", data, "--accumulate", "fp32")[0] == 0

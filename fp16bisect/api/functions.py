@@ -294,7 +294,7 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
           reference: Samples | None = None, atol: float | None = None, rtol: float | None = None,
           min_cosine: float | None = None, max_mismatch: float | None = None, fp16_io: bool = False,
           force: bool = False, keep_fp32: Iterable[str] = (), precision: str | None = None,
-          progress: Progress = None, shown: Callable | None = None) -> ApplyResult:
+          progress: Progress = None, shown: Callable | None = None, accumulate: str | None = None) -> ApplyResult:
     """Write the mixed-precision ONNX model the overrides describe (for strongly typed TensorRT builds).
 
     The file is checked with ``onnx.checker`` (full check) before it is returned.
@@ -318,6 +318,8 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
         precision: ``"fp16"`` or ``"bf16"``; None: the override file's (a different one is a usage error).
         progress: A function receiving one line of text per event, or a ``Listener``.
         shown: Called with the written model's description (``Mixed``) once it is written.
+        accumulate: ``"fp32"`` (or None): ``verify`` runs the written file on ONNX Runtime, which adds in FP32;
+            ``"fp16"`` is refused: ``check(..., accumulate="fp16")`` judges the file's plan with FP16 sums.
 
     Returns:
         The path written and, with ``verify``, the verification (``ApplyResult``).
@@ -342,6 +344,10 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
         raise UsageError(f"verify={verify!r}: use True (or 'storage'), 'strict' or False")
     if verify and samples is None:
         raise UsageError("verify needs samples: pass samples= (the ones given to search)")
+    if accumulate is not None and accumulation(accumulate) == "fp16":
+        raise UsageError("apply --verify runs the written file on ONNX Runtime, which adds in FP32: judge the "
+                         "override file with FP16 sums by 'fp16bisect check MODEL --inputs X.npz --overrides "
+                         "O.json --accumulate fp16' instead")
     if str(output).endswith(".json"):
         raise UsageError(f"output {str(output)!r} would hold an ONNX model: give a path ending in .onnx")
     check_writable(output)

@@ -311,7 +311,9 @@ class AccumulateArgs:
         self.default = default
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
-        said = "default fp32" if self.default else "default: the override file's, else fp32"
-        parser.add_argument_group("accumulation").add_argument(
+        """Into the ``precision`` group when the parser has one (``PrecisionArgs`` first): one screen of help."""
+        said = "default fp32" if self.default else "default: the file's"
+        group = next((g for g in parser._action_groups if g.title == "precision"), None)
+        (group or parser.add_argument_group("precision")).add_argument(
             "--accumulate", type=accumulate_value, default=self.default, metavar="fp32|fp16",
-            help=f"what FP16 nodes add in: fp32 (storage only) or fp16 (sums in FP16 too, emulated), {said}")
+            help=f"fp16: FP16 nodes add in FP16 too ({said})")

@@ -169,6 +169,7 @@ def cmd_apply(args) -> int:
     result = apply(args.model, args.overrides, args.output, verify=args.verify or False, samples=args.inputs,
                    reference=args.reference, fp16_io=args.fp16_io, force=args.force, keep_fp32=args.keep_fp32,
                    progress=ConsoleListener(quiet=args.quiet), shown=Written(args.output), precision=args.precision,
+                   accumulate=args.accumulate,
                    **ToleranceArgs.given(args).values())
     return _verified(result)
 

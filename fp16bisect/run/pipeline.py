@@ -275,6 +275,8 @@ def _two_states(graph, chosen, oracle, listener, prof, prior) -> SearchResult:
                         test_many=oracle.test_many if oracle.width > 1 else None, width=oracle.width)
     finally:
         oracle.forced = pinned
+    if first.fp32:  # the all-FP16 plan with FP16 sums, the baseline the result shows (the searches never ran it)
+        oracle.evaluate(frozenset())
     return _composed(first, second)
 
 
@@ -288,7 +290,7 @@ def _composed(first: SearchResult, second: SearchResult) -> SearchResult:
     found = first.status == "found" or second.status == "found"
     stored = ("none needed (every node in FP16 storage, the accumulators adding in FP32, passed: evaluation 1)"
               if first.status == "fp16_passes" else
-              f"{first.minimality}, each removal judged with the node in FP32 accumulation (evaluations "
+              f"{first.minimality}, every summing node outside the set in FP32 accumulation (evaluations "
               f"1-{first.evaluations})")
     how = (f"FP32 set ({len(first.fp32)}): {stored}; FP32 accumulation set ({len(second.fp32)}): "
            f"{second.minimality}, with the FP32 set pinned and FP16 sums elsewhere (evaluations "

@@ -149,3 +149,23 @@ def test_accumulate_fp32_is_todays_emulation_bit_for_bit(name):
     for plan in (frozenset(), frozenset(ids[::2]), frozenset(ids)):
         for k, v in today.run(plan, feed).items():
             assert fp32.run(plan, feed)[k].tobytes() == v.tobytes()
+
+
+def test_a_summed_length_known_only_when_the_model_runs_is_modelled_too():
+    """Over a dynamic width: a pooled sum of 2 x 128 x 128 values of 4 to 6 (about 81920) is not finite in FP16
+    accumulation and fits in FP32 accumulation; a mean, a softmax and a LayerNorm over 300 agree with FP32."""
+    rng = np.random.default_rng(1)
+    x = rng.uniform(4, 6, (1, 2, 128, 128)).astype(np.float32)
+    graph = Graph(make_model([helper.make_node("GlobalAveragePool", ["x"], ["y"], name="gap")],
+                             [("x", F, [1, 2, "h", "w"])], [("y", F, [1, 2, 1, 1])]))
+    fp16 = EmulateBackend(graph, accumulate="fp16")
+    assert not np.isfinite(fp16.run(frozenset(), {"x": x})["y"]).any()
+    np.testing.assert_allclose(fp16.run(plan_of(accumulate=["gap"]), {"x": x})["y"], x.mean(axis=(2, 3), keepdims=True),
+                               rtol=1e-3)
+    r = {"r": rng.uniform(0, 1, (2, 300)).astype(np.float32)}
+    _agrees([helper.make_node("ReduceMean", ["r"], ["y"], name="mean", axes=[1], keepdims=1)], [("r", F, [2, "n"])],
+            [("y", F, [2, 1])], {}, r, opset=13)
+    _agrees([helper.make_node("Softmax", ["r"], ["y"], name="softmax", axis=-1)], [("r", F, [2, "n"])],
+            [("y", F, [2, "n"])], {}, r)
+    _agrees([helper.make_node("LayerNormalization", ["r", "s"], ["y"], name="ln", axis=-1)], [("r", F, [2, "n"])],
+            [("y", F, [2, "n"])], {"s": np.ones(300, np.float32)}, r)

@@ -5,7 +5,9 @@ summed axis, in blocks of ``BLOCK`` = 16 (a tensor-core m16n8k16 step: 16 produc
 a block's sum is computed in FP32 and rounded to FP16; the block partials are then summed by a pairwise tree
 whose every level rounds to FP16 (neighbouring partials added and rounded, until one is left; an odd one out
 is carried to the next level). No Loop is needed: ``ceil(log2(K / 16))`` levels of Slice,
-Add and a Cast round trip, fixed when the emulation is built (the summed length must be known then).
+Add and a Cast round trip, fixed when the emulation is built; a reduction, softmax or normalisation whose summed
+length is known only when the model runs (a dynamic width) pads in the graph and runs ``LEVELS`` levels, an odd
+length padded with a zero at each (the same tree).
 
 Why this model: blocked FP32 partials are what tensor-core GEMM kernels compute before they add into an FP16
 accumulator; a pairwise tree is the optimistic end of the orders an engine may use (a sequential running sum
@@ -27,9 +29,9 @@ Per op (the node's inputs are its FP16-rounded inputs, as in storage emulation; 
 * LayerNormalization: the mean's sum and the sum of squares (x - mean)^2 (its other outputs, Mean and
   InvStdDev, stay as the node computes them).
 
-Not modelled (``NOT_MODELLED``: their FP16 state stays storage only, and a run says so once): ConvTranspose,
+Not modelled (their FP16 state stays storage only, and a run says so once): ConvTranspose,
 Einsum, AveragePool, Group/InstanceNormalization, attention and the com.microsoft ops; and any modelled op whose
-summed length, rank or weight shape is not known when the emulation is built.
+rank is not known when the emulation is built, or (MatMul, Gemm, Conv) whose summed length or weight shape is not.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 BLOCK = 16  # terms summed in FP32 before the FP16 accumulator (a tensor-core m16n8k16 step)
+LEVELS = 20  # tree levels for a summed length known only when the model runs: up to 16 * 2^20 terms
 REDUCTIONS = {"ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum",
               "ReduceLogSumExp", "GlobalAveragePool"}
 MODELLED = REDUCTIONS | {"MatMul", "Gemm", "Conv", "Softmax", "LogSoftmax", "LayerNormalization"}
@@ -107,8 +110,8 @@ class FP16Sums:
             if not axes and self.attrs.get("noop_with_empty_axes", 0):
                 raise Unmodelled("no axes: nothing reduced")
             axes = sorted({a % rank for a in (axes or range(rank))})
-        count = _static([shape[a] for a in axes])
-        if count <= BLOCK:
+        count = _length([shape[a] for a in axes])
+        if count is not None and count <= BLOCK:
             return None
         kept = [a for a in range(rank) if a not in axes]
         x = self.inputs[0]
@@ -125,7 +128,7 @@ class FP16Sums:
             x = self._op("Exp", [self._op("Sub", [x, top])])
         total = self.sum_last(x, len(kept) + 1, count)
         if op_type in ("ReduceMean", "GlobalAveragePool"):
-            total = self._op("Div", [total, self._float(count)])
+            total = self._op("Div", [total, self._count(x, count)])
         elif op_type == "ReduceL2":
             total = self._op("Sqrt", [total])
         elif op_type in ("ReduceLogSum", "ReduceLogSumExp"):
@@ -140,10 +143,10 @@ class FP16Sums:
         axis = self.attrs.get("axis", -1 if self.opset >= 13 else 1) % rank
         x, perm = self.inputs[0], None
         if self.opset < 13:  # the input coerced to 2D at axis
-            count = _static(shape[axis:])
+            count = _length(shape[axis:])
             x, rank = self._op("Flatten", [x], axis=axis), 2
         else:
-            count = _static([shape[axis]])
+            count = _length([shape[axis]])
             if axis != rank - 1:
                 perm = list(range(rank))
                 perm[axis], perm[-1] = perm[-1], perm[axis]
@@ -161,9 +164,9 @@ class FP16Sums:
         shape = self._shape(0)
         rank = len(shape)
         axis = self.attrs.get("axis", -1) % rank
-        count = _static(shape[axis:])
+        count = _length(shape[axis:])
         x = self._op("Reshape", [self.inputs[0], self._ints([0] * axis + [-1])])
-        n = self._float(count)
+        n = self._count(x, count)
         mean = self._op("Div", [self.sum_last(x, axis + 1, count), n])
         centred = self._op("Sub", [x, mean])
         variance = self._op("Div", [self.sum_last(self._op("Mul", [centred, centred]), axis + 1, count), n])
@@ -226,9 +229,11 @@ class FP16Sums:
 
     # ------------------------------------------------------------------ the accumulator
 
-    def sum_last(self, x: str, rank: int, count: int) -> str:
-        """The sum over the last axis (``count`` terms) of ``x`` (of ``rank``), kept as an axis of 1: blocks of
-        ``BLOCK`` in FP32, each rounded, then the rounding tree."""
+    def sum_last(self, x: str, rank: int, count: int | None) -> str:
+        """The sum over the last axis (``count`` terms; None: known only when the model runs) of ``x`` (of
+        ``rank``), kept as an axis of 1: blocks of ``BLOCK`` in FP32, each rounded, then the rounding tree."""
+        if count is None:
+            return self._sum_last_unknown(x, rank)
         blocks = -(-count // BLOCK)
         x = self._pad(x, rank, rank - 1, blocks * BLOCK - count)
         x = self._op("Reshape", [x, self._ints([0] * (rank - 1) + [blocks, BLOCK])])
@@ -257,6 +262,33 @@ class FP16Sums:
             if node.op_type == "Constant" and tensor in node.output and node.attribute[0].name == "value":
                 return numpy_helper.to_array(node.attribute[0].t)
         return None
+
+    def _sum_last_unknown(self, x: str, rank: int) -> str:
+        """``sum_last`` for a length known only when the model runs: the blocks by a padding computed in the
+        graph, then ``LEVELS`` levels of the tree, each pairing neighbours after padding an odd length with a
+        zero (a level on one partial adds 0: the same value)."""
+        x = self._op("Pad", [x, self._end_pad(x, rank, BLOCK)])
+        x = self._op("Reshape", [x, self._ints([0] * (rank - 1) + [-1, BLOCK])])
+        x = self._round(self._reduce("ReduceSum", x, [-1], keepdims=0))
+        for _ in range(LEVELS):
+            x = self._op("Pad", [x, self._end_pad(x, rank, 2)])
+            x = self._op("Reshape", [x, self._ints([0] * (rank - 1) + [-1, 2])])
+            x = self._round(self._reduce("ReduceSum", x, [-1], keepdims=0))
+        return x
+
+    def _end_pad(self, x: str, rank: int, multiple: int) -> str:
+        """Pad's pads extending the last axis of ``x`` with zeros to a multiple of ``multiple``."""
+        length = self._op("Gather", [self._op("Shape", [x]), self._ints([-1])])
+        m = self._ints([multiple])
+        extra = self._op("Mod", [self._op("Sub", [m, self._op("Mod", [length, m])]), m])
+        return self._op("Concat", [self._ints([0] * (2 * rank - 1)), extra], axis=0)
+
+    def _count(self, x: str, count: int | None) -> str:
+        """The number of terms summed over the last axis of ``x``, as a float: ``count``, else its last dim."""
+        if count is not None:
+            return self._float(count)
+        length = self._op("Gather", [self._op("Shape", [x]), self._ints([-1])])
+        return self._op("Cast", [length], to=TensorProto.FLOAT)
 
     # ------------------------------------------------------------------ nodes
 
@@ -293,6 +325,11 @@ class FP16Sums:
         if self.opset >= 18 or (op_type == "ReduceSum" and self.opset >= 13):
             return self._op(op_type, [x, self._ints(axes)], keepdims=keepdims)
         return self._op(op_type, [x], axes=axes, keepdims=keepdims)
+
+
+def _length(dims) -> int | None:
+    """The product of ``dims``, None when one is known only when the model runs."""
+    return _static(dims) if all(isinstance(d, int) and d > 0 for d in dims) else None
 
 
 def _static(dims) -> int:

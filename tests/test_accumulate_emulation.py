@@ -169,3 +169,23 @@ def test_a_summed_length_known_only_when_the_model_runs_is_modelled_too():
             [("y", F, [2, "n"])], {}, r)
     _agrees([helper.make_node("LayerNormalization", ["r", "s"], ["y"], name="ln", axis=-1)], [("r", F, [2, "n"])],
             [("y", F, [2, "n"])], {"s": np.ones(300, np.float32)}, r)
+
+
+@pytest.mark.parametrize("op, opset, scale", [("InstanceNormalization", 17, 4), ("GroupNormalization", 18, 2),
+                                              ("GroupNormalization", 21, 4)])
+def test_instance_and_group_normalisation(op, opset, scale):
+    """Their statistics agree with FP32 where the sums fit (opset 18's GroupNormalization scales per group, 21's
+    per channel); over 4 channels x 64 x 64 values of +-5 (group of 2 channels: 8192 squares of 25) the sum of
+    squares passes 65504: zeros instead of +-1 in FP16 accumulation, +-1 in FP32 accumulation."""
+    rng = np.random.default_rng(2)
+    attrs = {"num_groups": 2} if op == "GroupNormalization" else {}
+    inits = {"s": rng.uniform(0.5, 1, scale).astype(np.float32), "b": rng.uniform(0, 1, scale).astype(np.float32)}
+    nodes = [helper.make_node(op, ["x", "s", "b"], ["y"], name="norm", **attrs)]
+    _agrees(nodes, [("x", F, [2, 4, 5, 6])], [("y", F, [2, 4, 5, 6])], inits,
+            {"x": rng.uniform(-1, 1, (2, 4, 5, 6)).astype(np.float32)}, opset=opset)
+    ones = {"s": np.ones(scale, np.float32), "b": np.zeros(scale, np.float32)}
+    graph = Graph(make_model(nodes, [("x", F, [1, 4, 64, 64])], [("y", F, [1, 4, 64, 64])], ones, opset=opset))
+    x = {"x": np.where(rng.random((1, 4, 64, 64)) < 0.5, 5.0, -5.0).astype(np.float32)}
+    fp16 = EmulateBackend(graph, accumulate="fp16")
+    assert np.abs(fp16.run(frozenset(), x)["y"]).max() < 0.5
+    np.testing.assert_allclose(np.abs(fp16.run(plan_of(accumulate=["norm"]), x)["y"]), 1.0, rtol=0.05)

@@ -26,11 +26,11 @@ Per op (the node's inputs are its FP16-rounded inputs, as in storage emulation; 
 * ReduceSum, ReduceMean, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp, GlobalAveragePool:
   the terms (x, x*x, |x|, exp(x - max)) summed, then divided, rooted or logged as the op says.
 * Softmax, LogSoftmax: the normaliser sum(exp(x - max)).
-* LayerNormalization: the mean's sum and the sum of squares (x - mean)^2 (its other outputs, Mean and
-  InvStdDev, stay as the node computes them).
+* LayerNormalization, InstanceNormalization, GroupNormalization: the mean's sum and the sum of squares
+  (x - mean)^2 (LayerNormalization's other outputs, Mean and InvStdDev, stay as the node computes them).
 
 Not modelled (their FP16 state stays storage only, and a run says so once): ConvTranspose,
-Einsum, AveragePool, Group/InstanceNormalization, attention and the com.microsoft ops; and any modelled op whose
+Einsum, AveragePool, attention and the com.microsoft ops; and any modelled op whose
 rank is not known when the emulation is built, or (MatMul, Gemm, Conv) whose summed length or weight shape is not.
 """
 
@@ -44,7 +44,8 @@ BLOCK = 16  # terms summed in FP32 before the FP16 accumulator (a tensor-core m1
 LEVELS = 20  # tree levels for a summed length known only when the model runs: up to 16 * 2^20 terms
 REDUCTIONS = {"ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum",
               "ReduceLogSumExp", "GlobalAveragePool"}
-MODELLED = REDUCTIONS | {"MatMul", "Gemm", "Conv", "Softmax", "LogSoftmax", "LayerNormalization"}
+NORMALISATIONS = {"LayerNormalization", "InstanceNormalization", "GroupNormalization"}
+MODELLED = REDUCTIONS | NORMALISATIONS | {"MatMul", "Gemm", "Conv", "Softmax", "LogSoftmax"}
 
 
 class Unmodelled(Exception):
@@ -83,7 +84,7 @@ class FP16Sums:
         elif op_type in ("Softmax", "LogSoftmax"):
             out = self._softmax(op_type)
         else:
-            out = self._layernorm()
+            out = self._normalised(op_type)
         if out is None:
             return None
         return self._op("Reshape", [out, self._op("Shape", [fp32_out])])
@@ -160,22 +161,36 @@ class FP16Sums:
             y = self._op("Sub", [shifted, self._op("Log", [total])])
         return y if perm is None else self._op("Transpose", [y], perm=perm)
 
-    def _layernorm(self) -> str:
+    def _normalised(self, op_type: str) -> str:
+        """Layer, instance and group normalisation: the input flattened to ``[.., K]`` over what one mean and one
+        variance cover, both sums in FP16, then scale and bias (per channel: ``[N, C, -1]``; per group, opset
+        18's GroupNormalization: ``[N, G, -1]``; LayerNormalization's: in the input's shape)."""
         shape = self._shape(0)
-        rank = len(shape)
-        axis = self.attrs.get("axis", -1) % rank
-        count = _length(shape[axis:])
-        x = self._op("Reshape", [self.inputs[0], self._ints([0] * axis + [-1])])
+        if op_type == "LayerNormalization":
+            axis = self.attrs.get("axis", -1) % len(shape)
+            lead, count = [0] * axis, _length(shape[axis:])
+        elif op_type == "InstanceNormalization":
+            lead, count = [0, 0], _length(shape[2:])
+        else:
+            groups = int(self.attrs["num_groups"])
+            channels = _static([shape[1]])
+            lead, count = [0, groups], _length([channels // groups, *shape[2:]])
+        x = self._op("Reshape", [self.inputs[0], self._ints(lead + [-1])])
         n = self._count(x, count)
-        mean = self._op("Div", [self.sum_last(x, axis + 1, count), n])
+        mean = self._op("Div", [self.sum_last(x, len(lead) + 1, count), n])
         centred = self._op("Sub", [x, mean])
-        variance = self._op("Div", [self.sum_last(self._op("Mul", [centred, centred]), axis + 1, count), n])
+        variance = self._op("Div", [self.sum_last(self._op("Mul", [centred, centred]), len(lead) + 1, count), n])
         std = self._op("Sqrt", [self._op("Add", [variance, self._float(self.attrs.get("epsilon", 1e-5))])])
-        y = self._op("Reshape", [self._op("Div", [centred, std]), self._op("Shape", [self.inputs[0]])])
-        y = self._op("Mul", [y, self.inputs[1]])
-        if len(self.inputs) > 2 and self.inputs[2]:
-            y = self._op("Add", [y, self.inputs[2]])
-        return y
+        y = self._op("Div", [centred, std])
+        if op_type == "LayerNormalization":
+            y = self._op("Reshape", [y, self._op("Shape", [self.inputs[0]])])
+            scale, bias = self.inputs[1], self.inputs[2] if len(self.inputs) > 2 and self.inputs[2] else None
+        else:
+            if op_type == "GroupNormalization" and self.opset >= 21:  # scale and bias per channel
+                y = self._op("Reshape", [y, self._ints([0, channels, -1])])
+            scale, bias = (self._op("Reshape", [t, self._ints([-1, 1])]) for t in self.inputs[1:3])
+        y = self._op("Mul", [y, scale])
+        return y if bias is None else self._op("Add", [y, bias])
 
     def _gemm(self, op_type: str) -> str | None:
         a, b = self.inputs[0], self.inputs[1]

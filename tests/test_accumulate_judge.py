@@ -178,3 +178,18 @@ def test_apply_verify_with_fp16_sums_points_to_check(tmp_path, capsys):
     assert code == 2 and "--accumulate fp16" in one_line_error(err) and "fp16bisect check" in err
     assert not mixed.exists()
     assert run(capsys, "apply", model, found, "-o", mixed, "--verify", "--inputs", data, "--accumulate", "fp32")[0] == 0
+
+
+@pytest.mark.parametrize("accumulate", ["fp32", pytest.param("fp16", marks=needs_third_state)])
+def test_a_rerun_replays_every_evaluation_and_says_so(tmp_path, capsys, accumulate):
+    """Run again at the same -o, every evaluation is the journal's and each progress line says so, also for plans
+    with nodes added to every plan (--headroom's forced nodes; under fp16 the marks of the first stage)."""
+    model, data = _saved(tmp_path, "both", *_storage_and_sum())
+    out = tmp_path / "o.json"
+    argv = ["search", model, "--inputs", data, "--backend", "emulate", "--accumulate", accumulate, "-o", out,
+            "--keep-journal", "--headroom", "1.5"]
+    assert run(capsys, *argv)[0] == 0
+    code, _, err = run(capsys, *argv)
+    assert code == 0, err
+    steps = [line for line in err.splitlines() if "fp16bisect: evaluation " in line]
+    assert steps and all("(from the journal)" in line for line in steps), err

@@ -215,7 +215,7 @@ def _prior(graph, oracle, prof, listener, options: SearchOptions) -> Prior | Non
 def _search(graph, chosen, oracle, listener, prof, prior):
     """The search's result; an all-FP32 plan that fails or cannot be evaluated is an error said here."""
     step = lambda step, progress: listener.step(  # noqa: E731
-        step, {**progress, "backend": chosen.name, "replayed": step.plan in oracle.replayed})
+        step, {**progress, "backend": chosen.name, "replayed": (step.plan | oracle.forced) in oracle.replayed})
     recheck = None if chosen.deterministic else lambda plan: oracle.evaluate(plan, 1).verdict
     common = dict(
         test_many=oracle.test_many if oracle.width > 1 else None,
@@ -269,7 +269,7 @@ def _two_states(graph, chosen, oracle, listener, prof, prior) -> SearchResult:
         listener.stage(f"searching which of {len(marks)} accumulator(s) need FP32 accumulation, the "
                        f"{len(kept)} FP32 node(s) pinned")
         step = lambda step, progress: listener.step(  # noqa: E731
-            step, {**progress, "backend": chosen.name, "replayed": step.plan in oracle.replayed})
+            step, {**progress, "backend": chosen.name, "replayed": (step.plan | oracle.forced) in oracle.replayed})
         recheck = None if chosen.deterministic else lambda plan: oracle.evaluate(plan, 1).verdict
         second = search(marks, oracle, hooks=Hooks(recheck=recheck, on_step=step),
                         test_many=oracle.test_many if oracle.width > 1 else None, width=oracle.width)

@@ -19,7 +19,7 @@ from fp16bisect.api.results import ApplyResult, CheckResult, Node, ScanNode, Sca
 from fp16bisect.errors import UsageError
 from fp16bisect.model import shapes, weights
 from fp16bisect.model.headroom import factor
-from fp16bisect.model.plan_states import is_mark
+from fp16bisect.model.plan_states import accumulation, is_mark
 from fp16bisect.model.precision import precision_of
 from fp16bisect.backends import Options
 from fp16bisect.run.options import CheckOptions, SearchOptions
@@ -45,7 +45,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
            ray: str | None = None, repeats: int = 1, prior: str = "auto", restart: bool = False,
            retry_crashed: bool = False, headroom: float | None = None, min_shapes: Shapes = None,
            opt_shapes: Shapes = None, max_shapes: Shapes = None, precision: str = "fp16",
-           progress: Progress = None, keep_journal: bool = False) -> SearchResult:
+           progress: Progress = None, keep_journal: bool = False, accumulate: str = "fp32") -> SearchResult:
     """Find the smallest set of nodes to keep in FP32 so that the model, the rest in FP16, meets the tolerance.
 
     Args:
@@ -87,6 +87,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         max_shapes: As ``--max-shapes``: the deployment's largest input shapes.
         precision: The low precision, ``"fp16"`` or ``"bf16"`` (bfloat16: FP32's range, 8 significant bits).
         progress: A function receiving one line of text per event (e.g. ``print``), or a ``Listener``.
+        accumulate: As ``--accumulate``: ``"fp32"`` (the default) or ``"fp16"`` (FP16 nodes add in FP16 too).
 
     Returns:
         The nodes to keep in FP32 and how the search knows (``SearchResult``).
@@ -109,7 +110,8 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
             input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes))),
         noise_ok=noise_ok, output=None if output is None else str(output), repeats=repeats, restart=restart,
         retry_crashed=retry_crashed, keep_journal=keep_journal, parallel=inputs.parallel(jobs, devices, ray),
-        prior=prior, headroom=factor(headroom), precision=precision_of(precision))
+        prior=prior, headroom=factor(headroom), precision=precision_of(precision),
+        accumulate=accumulation(accumulate))
     with _own_work_directories():
         result = run_search(model, samples, options, reference=reference, progress=progress)
         for sample in result.outcome.oracle.samples:  # the result outlives the work directory: its samples too
@@ -166,7 +168,8 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
           typing: str = "strong", opt_level: int | None = None, timing_cache: str | None = None, jobs: int = 1,
           devices: str | list | None = None, ray: str | None = None, headroom: float | None = None,
           min_shapes: Shapes = None, opt_shapes: Shapes = None, max_shapes: Shapes = None,
-          precision: str | None = None, progress: Progress = None, strict_environment: bool = False) -> CheckResult:
+          precision: str | None = None, progress: Progress = None, strict_environment: bool = False,
+          accumulate: str | None = None) -> CheckResult:
     """Does the model meet the tolerance in FP16, with the override nodes (if any) kept in FP32? A CI gate.
 
     A failing check is a result (``passed`` False), not an exception.
@@ -203,6 +206,7 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
         progress: A function receiving one line of text per event, or a ``Listener``.
         strict_environment: Fail (``passed`` False) when the override file was verified on another backend,
             GPU or TensorRT version (see ``CheckResult.drift``), or records no environment; needs ``overrides``.
+        accumulate: ``"fp32"`` or ``"fp16"``, as ``--accumulate`` (None: the override file's, else fp32).
 
     Returns:
         The verdict and the metrics per output (``CheckResult``).
@@ -224,7 +228,8 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
             command=check, keep_plans=keep_plans, typing=typing, opt_level=opt_level, timing_cache=timing_cache,
             input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes))),
         parallel=inputs.parallel(jobs, devices, ray), headroom=factor(headroom),
-        precision=None if precision is None else precision_of(precision), strict_environment=strict_environment)
+        precision=None if precision is None else precision_of(precision), strict_environment=strict_environment,
+        accumulate=None if accumulate is None else accumulation(accumulate))
     with _own_work_directories():
         result = run_check(model, samples, options, overrides=overrides, reference=reference, progress=progress)
         for sample in result.outcome.samples:  # the result outlives the work directory: its samples too
@@ -291,7 +296,7 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
           reference: Samples | None = None, atol: float | None = None, rtol: float | None = None,
           min_cosine: float | None = None, max_mismatch: float | None = None, fp16_io: bool = False,
           force: bool = False, keep_fp32: Iterable[str] = (), precision: str | None = None,
-          progress: Progress = None, shown: Callable | None = None) -> ApplyResult:
+          progress: Progress = None, shown: Callable | None = None, accumulate: str | None = None) -> ApplyResult:
     """Write the mixed-precision ONNX model the overrides describe (for strongly typed TensorRT builds).
 
     The file is checked with ``onnx.checker`` (full check) before it is returned.
@@ -315,6 +320,8 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
         precision: ``"fp16"`` or ``"bf16"``; None: the override file's (a different one is a usage error).
         progress: A function receiving one line of text per event, or a ``Listener``.
         shown: Called with the written model's description (``Mixed``) once it is written.
+        accumulate: ``"fp32"`` (or None): ``verify`` runs the written file on ONNX Runtime, which adds in FP32;
+            ``"fp16"`` is refused: ``check(..., accumulate="fp16")`` judges the file's plan with FP16 sums.
 
     Returns:
         The path written and, with ``verify``, the verification (``ApplyResult``).
@@ -339,6 +346,10 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
         raise UsageError(f"verify={verify!r}: use True (or 'storage'), 'strict' or False")
     if verify and samples is None:
         raise UsageError("verify needs samples: pass samples= (the ones given to search)")
+    if accumulate is not None and accumulation(accumulate) == "fp16":
+        raise UsageError("apply --verify runs the written file on ONNX Runtime, which adds in FP32: judge the "
+                         "override file with FP16 sums by 'fp16bisect check MODEL --inputs X.npz --overrides "
+                         "O.json --accumulate fp16' instead")
     if str(output).endswith(".json"):
         raise UsageError(f"output {str(output)!r} would hold an ONNX model: give a path ending in .onnx")
     check_writable(output)

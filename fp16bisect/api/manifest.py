@@ -17,6 +17,7 @@ An optional ``defaults`` table applies to every entry; each entry
     headroom    as --headroom F (search: forced nodes; check: fails a tensor lacking it)
                                                                  (default: check: the override file's; else off)
     precision   "fp16" or "bf16", as --precision                 (default: the override file's, else "fp16")
+    accumulate  "fp32" or "fp16", as --accumulate                (default: check: the override file's; else "fp32")
     min_shapes, opt_shapes, max_shapes
                 the deployment's input shape profile, as --min-shapes ... take it: trtexec's text
                 ("x:1x3x224x224") or a table {input name = "1x3x224x224" or [1, 3, 224, 224]}
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from fp16bisect.errors import UsageError
+from fp16bisect.model.plan_states import Accumulation
 from fp16bisect.model.precision import Precision
 from fp16bisect.tolerance import GivenTolerance
 
@@ -59,7 +61,7 @@ SCHEMA = "fp16bisect.batch/1"
 ACTIONS = ("check", "search")
 KEYS = {"model", "inputs", "references", "action", "atol", "rtol", "min_cosine", "max_mismatch", "backend",
         "overrides", "output", "name", "headroom", "min_shapes", "opt_shapes", "max_shapes", "precision",
-        "keep_journal"}
+        "keep_journal", "accumulate"}
 SHAPE_KEYS = ("min_shapes", "opt_shapes", "max_shapes")
 TOLERANCE_KEYS = ("atol", "rtol", "min_cosine", "max_mismatch")
 
@@ -83,6 +85,7 @@ class Entry:
     profile: dict | None = None  # the deployment's shape profile (model.shapes.profile_of)
     named: bool = False  # the manifest gave ``name`` (else the model's file name)
     keep_journal: bool = False  # search: keep the journal once the search has finished
+    accumulate: Accumulation | None = None  # --accumulate; None: check: the override file's; search: fp32
 
 
 @dataclass
@@ -211,6 +214,7 @@ def _values(raw: dict) -> dict[str, Any]:
     ``backends.check_options``): the checks of the command line's flags and the API's arguments."""
     from fp16bisect.backends import Options, check_options
     from fp16bisect.model import headroom, shapes
+    from fp16bisect.model.plan_states import accumulation
     from fp16bisect.model.precision import precision_of
 
     backend = raw.get("backend", "auto")
@@ -218,6 +222,7 @@ def _values(raw: dict) -> dict[str, Any]:
     return {"tolerance": GivenTolerance(**{k: raw.get(k) for k in TOLERANCE_KEYS}),
             "precision": None if raw.get("precision") is None else precision_of(raw["precision"]),
             "headroom": headroom.factor(raw.get("headroom")),
+            "accumulate": None if raw.get("accumulate") is None else accumulation(raw["accumulate"]),
             "profile": shapes.profile_of(*(raw.get(k) for k in SHAPE_KEYS))}
 
 
@@ -287,7 +292,7 @@ def _check(entry: Entry) -> dict:
     from fp16bisect.run.options import CheckOptions
 
     options = CheckOptions(entry.tolerance, entry.backend, Options.of(input_shapes=entry.profile),
-                           headroom=entry.headroom, precision=entry.precision)
+                           headroom=entry.headroom, precision=entry.precision, accumulate=entry.accumulate)
     checked = run_check(entry.model, list(entry.inputs), options, overrides=entry.overrides,
                         reference=list(entry.references) or None, hint=f"fp16bisect search {entry.model}")
     return {"passed": checked.passed, "verdict": "PASS" if checked.passed else "FAIL",
@@ -305,7 +310,7 @@ def _search(entry: Entry) -> dict:
 
     options = SearchOptions(entry.tolerance.over(Tolerance()), entry.backend, Options.of(input_shapes=entry.profile),
                             output=entry.output, headroom=entry.headroom, precision=entry.precision or FP16,
-                            keep_journal=entry.keep_journal)
+                            keep_journal=entry.keep_journal, accumulate=entry.accumulate or "fp32")
     found = run_search(entry.model, list(entry.inputs), options, reference=list(entry.references) or None)
     r = found.outcome.result
     ok = r.passed and r.minimal

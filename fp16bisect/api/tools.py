@@ -12,6 +12,7 @@ from fp16bisect.api import inputs
 from fp16bisect.api.functions import Model, Progress, Samples, _own_work_directories, _references, apply
 from fp16bisect.api.results import ApplyResult, CheckResult, SearchResult
 from fp16bisect.errors import UsageError
+from fp16bisect.model.plan_states import accumulation
 from fp16bisect.model.precision import precision_of
 from fp16bisect.tolerance import GivenTolerance, Tolerance
 
@@ -53,7 +54,7 @@ class CompareResult:
 def compare(model: Model, samples: Samples, *, reference: Samples | None = None, overrides=None,
             atol: float | None = None, rtol: float | None = None, min_cosine: float | None = None,
             max_mismatch: float | None = None, max_error: float | None = None, precision: str | None = None,
-            progress: Progress = None) -> CompareResult:
+            progress: Progress = None, accumulate: str | None = None) -> CompareResult:
     """Compare every node's output in FP16 with FP32 (emulated) and name the first node that fails.
 
     Args:
@@ -70,6 +71,7 @@ def compare(model: Model, samples: Samples, *, reference: Samples | None = None,
             0.125).
         precision: ``"fp16"`` or ``"bf16"`` (None: the override file's, else fp16).
         progress: A function receiving one line of text per event, or a ``Listener``.
+        accumulate: ``"fp32"`` or ``"fp16"``, as ``--accumulate`` (None: the override file's, else fp32).
 
     Returns:
         The per-node errors, the first failing node and the outputs' verdict (``CompareResult``).
@@ -91,12 +93,13 @@ def compare(model: Model, samples: Samples, *, reference: Samples | None = None,
     entries = inputs.sample_entries(samples)
     references = _references(reference, entries)
     listener = inputs.listener(progress)
-    asked = CheckOptions(given, "emulate", precision=None if precision is None else precision_of(precision))
+    asked = CheckOptions(given, "emulate", precision=None if precision is None else precision_of(precision),
+                         accumulate=None if accumulate is None else accumulation(accumulate))
     with _own_work_directories(), inputs.model_file(model) as path, inputs.overrides_file(overrides) as file:
         judged, _ = asked.judged_with(recorded(file) if file else None)  # check's rule: given, else the file's
         tolerance = judged.tolerance
         runner, result = compare_model(path, entries, references, file, max_error, listener,
-                                       precision=judged.precision)
+                                       precision=judged.precision, accumulate=judged.accumulate)
         outputs = outputs_against(runner, result.plan, tolerance)
         for sample in runner.samples:  # the result outlives the work directory (the report reruns them): kept
             sample.keep()

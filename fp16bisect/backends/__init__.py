@@ -119,4 +119,4 @@ def make_backend(name: str, graph: Graph, options: Options | None = None,
         return TensorRTBackend(graph, **{k: v for k, v in chosen.items() if v is not None})
     from fp16bisect.backends.emulate import EmulateBackend
 
-    return EmulateBackend(graph, progress=options.progress)
+    return EmulateBackend(graph, progress=options.progress, accumulate=options.accumulate, notify=options.notify)

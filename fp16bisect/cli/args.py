@@ -293,3 +293,27 @@ class PrecisionArgs:
         from fp16bisect.model.precision import precision_of
 
         return precision_of(getattr(args, "precision", None))
+
+
+def accumulate_value(text: str) -> str:
+    """``--accumulate``, checked by ``model.plan_states.accumulation`` (the API's and manifests' check too): its
+    ``UsageError`` passes through argparse, the same one line."""
+    from fp16bisect.model.plan_states import accumulation
+
+    return accumulation(text)
+
+
+class AccumulateArgs:
+    """``--accumulate fp32|fp16``: what the judge assumes FP16 nodes add in (``model/plan_states.py``).
+    ``default=None`` where an override file may say it (``check``: the file's unless given)."""
+
+    def __init__(self, default: str | None = "fp32"):
+        self.default = default
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        """Into the ``precision`` group when the parser has one (``PrecisionArgs`` first): one screen of help."""
+        said = "default fp32" if self.default else "default: the file's"
+        group = next((g for g in parser._action_groups if g.title == "precision"), None)
+        (group or parser.add_argument_group("precision")).add_argument(
+            "--accumulate", type=accumulate_value, default=self.default, metavar="fp32|fp16",
+            help=f"fp16: FP16 nodes add in FP16 too ({said})")

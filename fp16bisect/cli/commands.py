@@ -35,7 +35,7 @@ def cmd_search(args) -> int:
                                     output=args.output, repeats=args.repeats, restart=args.restart,
                                     retry_crashed=args.retry_crashed, parallel=parallel, prior=args.prior,
                                     headroom=args.headroom, precision=PrecisionArgs.parse(args),
-                                    keep_journal=args.keep_journal)
+                                    keep_journal=args.keep_journal, accumulate=args.accumulate)
         result = run_search(args.model, args.inputs, options, reference=args.reference, progress=listener)
     except CommandAborted as exc:
         raise CommandAborted(f"{exc}; finished evaluations are kept in {latest_journal(args.output)}: fix "
@@ -89,7 +89,7 @@ def cmd_check(args) -> int:
     plans = plans_dir(args.json) if args.json else None
     options = CheckOptions(given, args.backend, BackendArgs.parse(args, plans), parallel=parallel,
                            headroom=args.headroom, precision=args.precision and PrecisionArgs.parse(args),
-                           strict_environment=args.strict_environment)
+                           strict_environment=args.strict_environment, accumulate=args.accumulate)
     try:
         result = run_check(args.model, args.inputs, options, overrides=args.overrides, reference=args.reference,
                            progress=listener, hint=search_hint(args))
@@ -143,7 +143,8 @@ def cmd_compare(args) -> int:
     listener = ConsoleListener(quiet=args.quiet)
     try:
         result = compare(args.model, args.inputs, reference=args.reference, overrides=args.overrides,
-                         max_error=args.max_error, progress=listener, precision=args.precision, **given.values())
+                         max_error=args.max_error, progress=listener, precision=args.precision,
+                         accumulate=args.accumulate, **given.values())
     finally:
         listener.close()
     print_compare(result.layerwise, args.csv, result.outputs, result.tolerance,
@@ -168,6 +169,7 @@ def cmd_apply(args) -> int:
     result = apply(args.model, args.overrides, args.output, verify=args.verify or False, samples=args.inputs,
                    reference=args.reference, fp16_io=args.fp16_io, force=args.force, keep_fp32=args.keep_fp32,
                    progress=ConsoleListener(quiet=args.quiet), shown=Written(args.output), precision=args.precision,
+                   accumulate=args.accumulate,
                    **ToleranceArgs.given(args).values())
     return _verified(result)
 

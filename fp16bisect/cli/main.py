@@ -16,7 +16,7 @@ from pathlib import PurePath
 from rich_argparse import RawDescriptionRichHelpFormatter
 
 from fp16bisect import __version__
-from fp16bisect.cli.args import (BackendArgs, HeadroomArgs, OutputArgs, ParallelArgs, PrecisionArgs, Samples,
+from fp16bisect.cli.args import (AccumulateArgs, BackendArgs, HeadroomArgs, OutputArgs, ParallelArgs, PrecisionArgs, Samples,
                                   ToleranceArgs, jobs,
                                   nonnegative)
 from fp16bisect.cli.commands import COMMANDS, INTERRUPTED
@@ -138,7 +138,7 @@ def _search(sub) -> None:
                             report=True),
                  ToleranceArgs(),
                  HeadroomArgs("a peak above 65504/F counts as an overflow (default: off)"),
-                 PrecisionArgs(), BackendArgs(), ParallelArgs())
+                 PrecisionArgs(), AccumulateArgs(), BackendArgs(), ParallelArgs())
     s.add_argument("--check-minimal", action=_Removed, nargs=0, help=argparse.SUPPRESS,
                    default=None)  # removed in 0.x: exit 2 with a hint, for one release
     s.add_argument("--repeats", type=int, default=1, metavar="N",
@@ -162,7 +162,7 @@ def _check(sub) -> None:
                           "(a CI gate), 3 when even FP32 misses it.",
                           "fp16bisect check model.onnx --inputs x.npz --overrides overrides.json --json check.json"),
                  Samples(profile=True), ToleranceArgs(default_from="the override file's"), BackendArgs(),
-                 PrecisionArgs(default=None), OutputArgs(json="the result", report=True),
+                 PrecisionArgs(default=None), AccumulateArgs(default=None), OutputArgs(json="the result", report=True),
                  ParallelArgs(), HeadroomArgs("fail (exit 1) when a tensor computed in FP16 has an FP32 peak above "
                                               "65504/F on any sample, naming it (default: the override file's)"))
     c.add_argument("--overrides", metavar="O.json", help="keep the nodes of this override file in FP32")
@@ -206,7 +206,8 @@ def _compare(sub) -> None:
                           "Compares every node's output in FP16 with FP32 and names the first node that fails "
                           "(where the error is born); --atol/--rtol also judge the model's outputs.",
                           "fp16bisect compare model.onnx --inputs x.npz --csv nodes.csv"),
-                 Samples(), ToleranceArgs(), PrecisionArgs(), OutputArgs(csv="every node's row", report=True))
+                 Samples(), ToleranceArgs(), PrecisionArgs(), AccumulateArgs(default=None),
+                 OutputArgs(csv="every node's row", report=True))
     m.add_argument("--overrides", metavar="O.json", help="keep the nodes of this override file in FP32")
     t = m.add_argument_group("layer-wise failure rule (a node fails on inf/NaN where FP32 is finite, or on a "
                              "large error for its own scale)")
@@ -230,7 +231,7 @@ def _apply(sub) -> None:
     g.add_argument("model", metavar="MODEL", help="the FP32 ONNX model the overrides were searched on")
     g.add_argument("overrides", metavar="OVERRIDES", help="the override JSON written by 'fp16bisect search'")
     _mixed_model(a, ToleranceArgs(default_from="the override file's"))
-    _compose(a, PrecisionArgs(default=None))
+    _compose(a, PrecisionArgs(default=None), AccumulateArgs())
     a.add_argument("--force", action="store_true", help="apply even if the override file was made for another model")
     a.add_argument("--keep-fp32", action="append", default=[], metavar="NODE",
                    help="also keep this node (fp16bisect node id) in FP32; repeat for several")

@@ -31,6 +31,7 @@ import numpy as np
 
 from fp16bisect.backends.emulate import EmulateBackend
 from fp16bisect.model.graph import Graph
+from fp16bisect.model.plan_states import plan_of
 from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.samples import add_fp32_references, load_samples
 from fp16bisect.artifacts.files import write_atomic
@@ -111,11 +112,13 @@ class LayerwiseRunner:
     """One emulation session exposing every candidate's outputs; compares any number of plans, a sample at a
     time (the FP32 run and the plans' runs of one sample are all it holds)."""
 
-    def __init__(self, graph: Graph, samples):
+    def __init__(self, graph: Graph, samples, accumulate: str = "fp32", notify=None):
+        """``accumulate``: what FP16 nodes add in (``--accumulate``; fp16: emulated, see ``EmulateBackend``)."""
         self.graph = graph
         self.samples = samples
         self.tensors = {n.id: graph.float_outputs(n) for n in graph.candidates}
-        self.backend = EmulateBackend(graph, [t for ts in self.tensors.values() for t in ts])
+        self.backend = EmulateBackend(graph, [t for ts in self.tensors.values() for t in ts], accumulate=accumulate,
+                                      notify=notify)
 
     def run(self, plan=frozenset(), thresholds: Thresholds | None = None) -> Layerwise:
         """The plan's layer-wise errors, judged by ``thresholds`` (None: the precision's own)."""
@@ -169,9 +172,9 @@ def write_csv(path: str | Path, result: Layerwise) -> None:
 
 
 def compare_model(model: str, inputs: list[str], references, overrides: str | None, max_error: float | None,
-                  listener, precision: Precision = FP16):
+                  listener, precision: Precision = FP16, accumulate: str = "fp32"):
     """``compare``: the layer-wise runner and its result for the plan of ``overrides`` (none: all-FP16), in
-    ``precision``."""
+    ``precision``, FP16 nodes adding in ``accumulate``."""
     listener.stage(f"loading {model}")
     graph = Graph.load(model, precision=precision)
     samples = load_samples(graph, inputs, references)
@@ -179,10 +182,11 @@ def compare_model(model: str, inputs: list[str], references, overrides: str | No
     use = use_overrides(graph, overrides) if overrides else None
     if use and not use.same_model:
         listener.stage(f"note: {overrides} was made for another version of this model: comparing anyway")
-    plan = frozenset(use.nodes) if use else frozenset()
+    # the file's whole plan: its FP32 nodes and (once override files have them) its FP32-accumulation nodes
+    plan = plan_of(use.nodes, getattr(use, "accumulating", ())) if use else frozenset()
     thresholds = Thresholds(max_error, graph.precision)
     listener.stage(f"running {len(graph.candidates)} candidate node(s) in FP32 and in FP16 (emulated)")
-    runner = LayerwiseRunner(graph, samples)
+    runner = LayerwiseRunner(graph, samples, accumulate, notify=listener.stage)
     return runner, runner.run(plan, thresholds)
 
 

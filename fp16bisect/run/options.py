@@ -108,8 +108,9 @@ class CheckOptions:
         headroom = self.headroom if self.headroom is not None else recorded.headroom if recorded else None
         precision = self.precision or (recorded.precision if recorded is not None else FP16)
         base = recorded.tolerance if recorded is not None else Tolerance()
+        accumulate = self.accumulate or (recorded.accumulate if recorded is not None else "fp32")
         return SearchOptions(self.tolerance.over(base), self.backend, self.backend_options, parallel=self.parallel,
-                             headroom=headroom, precision=precision), source
+                             headroom=headroom, precision=precision, accumulate=accumulate), source
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from fp16bisect.strategy.build_noise import build_noise
 from fp16bisect.errors import ToleranceUnreachable, UsageError
 from fp16bisect.evaluation.journal import Journal, journal_key, samples_digest
 from fp16bisect.model.graph import Graph, notes
+from fp16bisect.model.plan_states import accumulates, accumulating, is_mark
 from fp16bisect.model import shapes
 from fp16bisect.model.profile import profile
 from fp16bisect.model.samples import sample_shapes, add_fp32_references, load_samples
@@ -32,7 +33,7 @@ from fp16bisect.evaluation.oracle import EXIT_CODE, OUTPUTS, Oracle
 from fp16bisect.run.options import SearchOptions
 from fp16bisect.run.outcome import Listener, Outcome
 from fp16bisect.strategy.prior import Prior
-from fp16bisect.algorithm.search import Hooks, search
+from fp16bisect.algorithm.search import Hooks, SearchResult, search
 from fp16bisect.tolerance import Tolerance
 
 __all__ = ["Listener", "Outcome", "prepare", "search_model"]
@@ -68,7 +69,10 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, options
     for note in notes(graph):
         listener.stage(f"note: {note}")
     tolerance = options.tolerance
-    backend_options = replace(options.backend_options, precision=graph.precision.name)
+    if options.accumulate != "fp32":
+        listener.stage(f"accumulation: FP16 nodes also add in {graph.precision.label} (--accumulate "
+                       f"{options.accumulate}: a node in FP32 or FP32 accumulation adds in FP32)")
+    backend_options = replace(options.backend_options, precision=graph.precision.name, accumulate=options.accumulate)
     if backend_options.input_shapes is not None:  # the deployment's profile (--min/--max-shapes): checked here
         backend_options = replace(backend_options, input_shapes=shapes.deployment_profile(
             graph, backend_options.input_shapes, samples))
@@ -108,7 +112,8 @@ def _journal(graph, chosen, given: str, options: SearchOptions, listener: Listen
         return None
     # another judge (the command backend: another command) is another search: its verdicts are not replayed
     header = journal_header(graph, chosen.journal_name, options.tolerance, given, options.repeats,
-                            headroom=options.headroom, profile=options.backend_options.input_shapes)
+                            headroom=options.headroom, profile=options.backend_options.input_shapes,
+                            accumulate=options.accumulate)
     if graph.precision.name != "fp16":  # another precision is another search (FP16 journals keep their header)
         header["precision"] = graph.precision.name
     # keyed by what the search is: another search at this -o journals beside it; one journaled before journals
@@ -127,16 +132,19 @@ def _journal(graph, chosen, given: str, options: SearchOptions, listener: Listen
 
 
 def journal_header(graph: Graph, backend: str, tolerance: Tolerance, samples_digest: str, repeats: int, *,
-                   headroom: float | None = None, profile: dict | None = None) -> dict:
+                   headroom: float | None = None, profile: dict | None = None, accumulate: str = "fp32") -> dict:
     """What the search is, as its journal's first line (and key) says. ``headroom`` (the nodes --headroom forces
-    are in every plan) and the deployment's shape ``profile`` (the engines a plan is judged on) change what a
-    verdict means, so they are part of it when given (absent otherwise: a journal from before them resumes)."""
+    are in every plan), the deployment's shape ``profile`` (the engines a plan is judged on) and ``accumulate``
+    fp16 (what FP16 nodes add in) change what a verdict means, so they are part of it when given (absent
+    otherwise: a journal from before them resumes)."""
     header = {"model_sha256": graph.sha256, "backend": backend, "tolerance": tolerance.to_json(),
               "samples": samples_digest, "repeats": repeats}
     if headroom is not None:
         header["headroom"] = float(headroom)
     if profile:
         header["shapes"] = {name: [list(map(int, dims)) for dims in ranges] for name, ranges in sorted(profile.items())}
+    if accumulate != "fp32":
+        header["accumulate"] = accumulate
     return header
 
 
@@ -170,12 +178,16 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
         # with a prior, the noise is measured on its set, the first plan the search evaluates (its build is kept)
         noise = build_noise(chosen, oracle.samples, options.tolerance, options.noise_ok, listener, oracle.journal,
                             plan=frozenset(found.fp32) if found is not None else frozenset())
-        result = with_forced(_search(graph, chosen, oracle, listener, order, found), forced)
+        if options.accumulate == "fp16":
+            result = _two_states(graph, chosen, oracle, listener, order, found)
+        else:
+            result = _search(graph, chosen, oracle, listener, order, found)
+        result = with_forced(result, forced)
         info = _backend_info(chosen, oracle, noise)
         outcome = Outcome(graph, options.tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start,
                           prior=found, output=options.output, backend_info=info, forced=forced,
                           environment=chosen.environment(), evaluation_word=chosen.evaluation_word,
-                          headroom=options.headroom,
+                          headroom=options.headroom, accumulate=options.accumulate,
                           shapes=shapes.coverage(graph, oracle.samples, options.backend_options.input_shapes))
         outcome.overrides = overrides_json(outcome)
         return outcome
@@ -203,7 +215,7 @@ def _prior(graph, oracle, prof, listener, options: SearchOptions) -> Prior | Non
 def _search(graph, chosen, oracle, listener, prof, prior):
     """The search's result; an all-FP32 plan that fails or cannot be evaluated is an error said here."""
     step = lambda step, progress: listener.step(  # noqa: E731
-        step, {**progress, "backend": chosen.name, "replayed": step.plan in oracle.replayed})
+        step, {**progress, "backend": chosen.name, "replayed": (step.plan | oracle.forced) in oracle.replayed})
     recheck = None if chosen.deterministic else lambda plan: oracle.evaluate(plan, 1).verdict
     common = dict(
         test_many=oracle.test_many if oracle.width > 1 else None,
@@ -222,7 +234,7 @@ def _search(graph, chosen, oracle, listener, prof, prior):
         result = search(ids, oracle, order=prof.order, suspects=prof.suspects,
                         hooks=Hooks(reorder=ranking.reorder_by_effect(graph, chosen, oracle, prof, listener),
                                     recheck=recheck, on_step=step), **common)
-    said = {frozenset(): "the all-FP16 plan", **({frozenset(prior.fp32): "the emulator's set"} if prior else {})}
+    said = {frozenset(m for m in oracle.forced if is_mark(m)): "the all-FP16 plan", **({frozenset(prior.fp32): "the emulator's set"} if prior else {})}
     for plan, what in said.items():
         evaluation = oracle.memo.get(plan)
         if evaluation is not None and evaluation.reason is not None:
@@ -233,9 +245,67 @@ def _search(graph, chosen, oracle, listener, prof, prior):
     return result
 
 
+def _two_states(graph, chosen, oracle, listener, prof, prior) -> SearchResult:
+    """``--accumulate fp16``'s answer, today's search run twice over the same oracle (the algorithm sees plain
+    sets): first the FP32 set S with every accumulator not in a plan in FP32 accumulation (the marks added to
+    every plan, as --headroom's forced nodes are), so that each member of S is 1-minimal against its removal
+    to FP32 accumulation; then, S pinned, the 1-minimal set T of the other accumulators to keep in FP32
+    accumulation, every plan judged with FP16 sums elsewhere. The answer is S and T's marks: the plan the
+    second search saw pass (or S alone, when S passes with FP16 sums)."""
+    pinned = oracle.forced
+    accumulators = [n.id for n in graph.candidates if accumulates(n.op_type, n.domain) and n.id not in pinned]
+    listener.stage(f"--accumulate fp16: first the FP32 set with the {len(accumulators)} accumulating node(s) "
+                   "adding in FP32 (FP32 accumulation), then the accumulators that need it")
+    oracle.forced = pinned | frozenset(accumulating(a) for a in accumulators)
+    try:
+        first = _search(graph, chosen, oracle, listener, prof, prior)
+        kept = frozenset(first.fp32)
+        marks = [accumulating(a) for a in sorted(accumulators, key=_rank(prof)) if a not in kept]
+        if not marks:  # every accumulator in FP32: the FP32 set, judged once without marks as the answer is
+            oracle.forced = pinned
+            oracle.evaluate(kept)
+            return first
+        oracle.forced = pinned | kept
+        listener.stage(f"searching which of {len(marks)} accumulator(s) need FP32 accumulation, the "
+                       f"{len(kept)} FP32 node(s) pinned")
+        step = lambda step, progress: listener.step(  # noqa: E731
+            step, {**progress, "backend": chosen.name, "replayed": (step.plan | oracle.forced) in oracle.replayed})
+        recheck = None if chosen.deterministic else lambda plan: oracle.evaluate(plan, 1).verdict
+        second = search(marks, oracle, hooks=Hooks(recheck=recheck, on_step=step),
+                        test_many=oracle.test_many if oracle.width > 1 else None, width=oracle.width)
+    finally:
+        oracle.forced = pinned
+    if first.fp32:  # the all-FP16 plan with FP16 sums, the baseline the result shows (the searches never ran it)
+        oracle.evaluate(frozenset())
+    return _composed(first, second)
+
+
+def _rank(prof):
+    order = {node: i for i, node in enumerate(prof.order)}
+    return lambda node: order.get(node, len(order))
+
+
+def _composed(first: SearchResult, second: SearchResult) -> SearchResult:
+    """One result of the two searches of ``_two_states``: the FP32 set, then the accumulators' marks."""
+    found = first.status == "found" or second.status == "found"
+    stored = ("none needed (every node in FP16 storage, the accumulators adding in FP32, passed: evaluation 1)"
+              if first.status == "fp16_passes" else
+              f"{first.minimality}, every summing node outside the set in FP32 accumulation (evaluations "
+              f"1-{first.evaluations})")
+    how = (f"FP32 set ({len(first.fp32)}): {stored}; FP32 accumulation set ({len(second.fp32)}): "
+           f"{second.minimality}, with the FP32 set pinned and FP16 sums elsewhere (evaluations "
+           f"{first.evaluations + 1}-{first.evaluations + second.evaluations})")
+    return replace(first, status="found" if found else "fp16_passes", fp32=tuple(first.fp32) + tuple(second.fp32),
+                   passed=first.passed and second.passed, minimal=first.minimal and second.minimal, minimality=how,
+                   evaluations=first.evaluations + second.evaluations, rounds=first.rounds + second.rounds,
+                   trace=first.trace + second.trace, contradictions=first.contradictions + second.contradictions,
+                   unverified=first.unverified + second.unverified,
+                   unevaluable=first.unevaluable + second.unevaluable)
+
+
 def _refuse_fp32_fails(graph, chosen, oracle) -> None:
     """The all-FP32 plan failed: bad input (it could not be evaluated), or a tolerance even FP32 misses."""
-    everything = oracle.memo[frozenset(n.id for n in graph.candidates)]
+    everything = oracle.memo[frozenset(n.id for n in graph.candidates) | oracle.forced]
     if everything.reason is not None:
         raise UsageError(f"the all-FP32 plan could not be {chosen.evaluation_word} on the {chosen.name} backend: "
                          f"{everything.error}")

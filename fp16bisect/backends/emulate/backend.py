@@ -24,10 +24,12 @@ class EmulateBackend(Backend):
     ranks_by_effect = True  # a plan is one run of one session: ranking every candidate costs no build
     strict_versions = ("onnxruntime",)  # its arithmetic is ONNX Runtime's
 
-    def __init__(self, graph: Graph, extra_outputs=(), progress=None):
+    def __init__(self, graph: Graph, extra_outputs=(), progress=None, accumulate: str = "fp32", notify=None):
         """``extra_outputs``: inner tensors to return too (the layer-wise comparison reads every candidate's).
         The emulation and its session are set up at the first run (after the FP32 profile has freed its own
-        session: never two of them at once), said through ``progress`` with its seconds."""
+        session: never two of them at once), said through ``progress`` with its seconds. ``accumulate``:
+        ``"fp16"`` models FP16 accumulation (``accumulate.py``); the accumulators it cannot model are said once
+        through ``notify``."""
         self_test(graph.precision)
         self.graph = graph
         self.index = {n.id: i for i, n in enumerate(graph.candidates)}
@@ -35,6 +37,8 @@ class EmulateBackend(Backend):
         self._extra = [t for t in dict.fromkeys(extra_outputs) if t not in self.output_names]
         self.output_names += self._extra
         self.progress = progress
+        self.accumulate = accumulate
+        self.notify = notify
         self._emulation: Emulation | None = None
         self._session = None
 
@@ -54,7 +58,11 @@ class EmulateBackend(Backend):
     def _set_up(self) -> None:
         say = self.progress or (lambda text: None)
         with timed(say, f"setting up the {self.graph.precision.label} emulation of {len(self.index)} candidate(s)"):
-            emulation = Emulation(self.graph, self._extra)
+            emulation = Emulation(self.graph, self._extra, accumulate=self.accumulate)
+            if emulation.unmodelled and self.notify is not None:
+                self.notify(f"note: --accumulate fp16: {len(emulation.unmodelled)} accumulating node(s) keep FP32 "
+                            f"sums in the emulation (not modelled): {', '.join(emulation.unmodelled[:5])}"
+                            + (", ..." if len(emulation.unmodelled) > 5 else ""))
             emulation.model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in self._extra)
             # no constant folding: it would store a rounded copy of every weight beside the weight itself
             self._session = session(emulation.model, "the FP16 emulation of the model", fold_constants=False,
@@ -73,11 +81,22 @@ class EmulateBackend(Backend):
 
     def mask(self, plan) -> np.ndarray:
         """One bool per candidate, True when the plan keeps it in FP32 (a candidate in FP32 accumulation is
-        stored in FP16: the same as FP16 here, unless the emulation models FP16 accumulation)."""
+        stored in FP16: the same as FP16 here); then, when the emulation models FP16 accumulation, one per
+        accumulator it models, True when the plan keeps it in FP32 or FP32 accumulation (it adds in FP32)."""
+        fp32, accumulate = states(plan)
         mask = np.zeros(len(self.index), dtype=bool)
-        for node_id in states(plan)[0]:
+        for node_id in fp32:
             mask[self.index[node_id]] = True
-        return mask
+        accumulators = self.emulation.accumulators if self.accumulate == "fp16" else []
+        if not accumulators:
+            return mask
+        adds = mask[accumulators]
+        position = {candidate: j for j, candidate in enumerate(accumulators)}
+        for node_id in accumulate:  # a mark on a candidate whose sums are not modelled changes nothing
+            j = position.get(self.index[node_id])
+            if j is not None:
+                adds[j] = True
+        return np.concatenate([mask, adds])
 
     deterministic = True  # one session, the same arithmetic every time: a repeat gives the same result
 

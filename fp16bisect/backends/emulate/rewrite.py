@@ -50,8 +50,14 @@ subnormals kept, +-inf and NaN kept; measured against ml_dtypes in
 tests/test_bf16.py); it takes them from opset 13, so a BF16 graph below opset 22
 is the version-converted model (``graph.upgraded_for``), the one the writer writes.
 
-Not emulated: FP16 accumulation inside GEMMs, convolutions and reductions,
-and TensorRT's fused kernels.
+FP16 accumulation (``accumulate="fp16"``, ``accumulate.py`` says the model): an accumulating candidate
+(``plan_states.accumulates``) whose sums the model covers computes its first output in an ``If``: its own
+result (FP32 arithmetic) when it is in FP32 or FP32 accumulation, else the FP16-accumulated one. Its condition
+is one more mask entry per such candidate (``accumulators``: candidate indices; ``EmulateBackend.mask`` appends
+"adds in FP32" for each after the candidates' own entries). With ``accumulate="fp32"`` (the default) the
+emulation is exactly the storage one: no such entry, no extra node.
+
+Not emulated: TensorRT's fused kernels.
 """
 
 from __future__ import annotations
@@ -63,7 +69,9 @@ from onnx import TensorProto, helper, numpy_helper
 from fp16bisect.model.fp16 import FLAT, constant_as_stored
 from fp16bisect.model.precision import Precision
 from fp16bisect.model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, TRANSPARENT_OPS, Graph
+from fp16bisect.model.plan_states import accumulates
 from fp16bisect.model.subgraphs import subgraphs
+from fp16bisect.backends.emulate.accumulate import FP16Sums, Unmodelled
 
 MASK = "fp16bisect_fp32_mask"
 _PREFIX = "fp16bisect/"
@@ -75,8 +83,10 @@ class Emulation:
     """The emulation model and its sites: site ``s`` keeps its tensor unrounded when every candidate in
     ``owners[s]`` (one or two candidate indices) is in FP32."""
 
-    def __init__(self, graph: Graph, extra_outputs=(), where_max: int = WHERE_MAX_ELEMENTS):
+    def __init__(self, graph: Graph, extra_outputs=(), where_max: int = WHERE_MAX_ELEMENTS, accumulate: str = "fp32"):
         self.graph = graph
+        self.accumulators: list[int] = []  # candidates summing in FP16 unless in FP32 (accumulation): mask n + j
+        self.unmodelled: list[str] = []  # accumulating candidates whose FP16 sums are not modelled (why)
         self.where_max = where_max
         self.owners: list[tuple[int, int]] = []
         self.forms = {"where": 0, "if": 0}
@@ -132,6 +142,8 @@ class Emulation:
             fold = graph.batchnorm_fold(node)
             if fold is not None:
                 self._folded(proto, i, fold)
+            elif accumulate == "fp16" and accumulates(node.op_type, node.domain):
+                self._accumulating(proto, node, i)
             else:
                 self._out.append(proto)
             for tensor in outs:
@@ -240,6 +252,29 @@ class Emulation:
             self._out.append(helper.make_node("Reshape", [shifted, shape], [folded]))
         self._out.append(
             helper.make_node("Where", [self._cond((i, i)), proto.output[0], folded], [raw], name=self._name("fold")))
+
+    def _accumulating(self, proto: onnx.NodeProto, node, i: int) -> None:
+        """Candidate ``i`` with its first output selected between its own result and its FP16-accumulated one
+        (``accumulate.py``), by its "adds in FP32" mask entry; as it is when its sums are short or not modelled."""
+        raw, fp32 = proto.output[0], self._name("acc32")
+        sums = FP16Sums(self.model, self._name, self.shapes, self.graph.opset, self.graph.precision.onnx_type)
+        try:
+            summed = sums.build(proto, node.inputs, node.op_type, fp32)
+        except Unmodelled as why:
+            self.unmodelled.append(f"{node.id} ({node.op_type}: {why})")
+            summed = None
+        if summed is None:
+            self._out.append(proto)
+            return
+        proto.output[0] = fp32
+        self._out.append(proto)
+        cond = self._cond((len(self.graph.candidates) + len(self.accumulators),) * 2)
+        self.accumulators.append(i)
+        kept = self._name("kept")
+        as_is = helper.make_graph([helper.make_node("Identity", [fp32], [kept])], "fp32_sum", [], [_float_info(kept)])
+        in_fp16 = helper.make_graph(sums.nodes, "fp16_sum", [], [_float_info(summed)])
+        self._out.append(helper.make_node("If", [cond], [raw], name=self._name("sum"), then_branch=as_is,
+                                          else_branch=in_fp16))
 
     def _round_inside(self, proto: onnx.NodeProto, i: int) -> None:
         """Round inside the subgraphs of control-flow candidate ``i`` with its own mask entry."""

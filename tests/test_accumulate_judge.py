@@ -18,10 +18,6 @@ from conftest import make_model, one_line_error, run
 from fp16bisect.errors import UsageError
 
 F = TensorProto.FLOAT
-# the override file's third state (fp32_accumulate_nodes) is written by the artifacts of branch h-acc-state
-THIRD_STATE = "fp32_accumulate_nodes" in (Path(fp16bisect.__file__).parent / "artifacts" /
-                                          "overrides.schema.json").read_text()
-needs_third_state = pytest.mark.skipif(not THIRD_STATE, reason="the override file has no fp32_accumulate_nodes yet")
 
 
 def _saved(tmp_path: Path, name: str, model: onnx.ModelProto, inputs: dict) -> tuple[Path, Path]:
@@ -56,7 +52,6 @@ def test_the_default_search_pins_nothing_and_check_fp16_fails(tmp_path, capsys, 
     assert "accumulation: FP16 nodes also add in FP16" in err
 
 
-@needs_third_state
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_search_accumulate_fp16_finds_the_culprit_in_fp32_accumulation(tmp_path, capsys, name):
     """Exactly the culprit, in FP32 accumulation (no FP32 node); the file records accumulate fp16, and ``check``
@@ -95,7 +90,6 @@ def _storage_and_sum() -> tuple[onnx.ModelProto, dict]:
                    "z": rng.uniform(20, 30, (1, 4096)).astype(np.float32)}
 
 
-@needs_third_state
 def test_an_answer_with_both_states_each_in_its_own(tmp_path, capsys):
     model, data = _saved(tmp_path, "both", *_storage_and_sum())
     out = tmp_path / "o.json"
@@ -111,7 +105,6 @@ def test_an_answer_with_both_states_each_in_its_own(tmp_path, capsys):
     assert "FP32 accumulation set (1)" in written["search"]["minimality"]
 
 
-@needs_third_state
 def test_the_api_and_a_manifest_entry_give_the_same_answer(tmp_path):
     model, data, culprit = _case(tmp_path, "layernorm")
     found = fp16bisect.search(str(model), str(data), backend="emulate", accumulate="fp16")
@@ -180,7 +173,7 @@ def test_apply_verify_with_fp16_sums_points_to_check(tmp_path, capsys):
     assert run(capsys, "apply", model, found, "-o", mixed, "--verify", "--inputs", data, "--accumulate", "fp32")[0] == 0
 
 
-@pytest.mark.parametrize("accumulate", ["fp32", pytest.param("fp16", marks=needs_third_state)])
+@pytest.mark.parametrize("accumulate", ["fp32", "fp16"])
 def test_a_rerun_replays_every_evaluation_and_says_so(tmp_path, capsys, accumulate):
     """Run again at the same -o, every evaluation is the journal's and each progress line says so, also for plans
     with nodes added to every plan (--headroom's forced nodes; under fp16 the marks of the first stage)."""

@@ -160,17 +160,28 @@ def test_compare_accumulate_fp16_names_the_culprit_first(tmp_path, capsys, name)
     assert fp16bisect.compare(str(model), str(data)).first_failing is None
 
 
-def test_apply_verify_with_fp16_sums_points_to_check(tmp_path, capsys):
-    """``apply --verify`` runs the written file on ONNX Runtime (FP32 sums): ``--accumulate fp16`` is refused with
-    one line naming the check that judges the file's plan with FP16 sums; fp32 (the default) verifies."""
-    model, data, _ = _case(tmp_path, "matmul")
+def test_apply_verify_judges_the_files_plan_with_fp16_sums_when_the_file_or_the_flag_says(tmp_path, capsys):
+    """``apply --verify`` of an ``--accumulate fp16`` answer also judges the file's plan with FP16 sums (the
+    emulator, which models the file) and says so; without its FP32-accumulation mark that judgement fails (exit 1)
+    though the written file itself, run with FP32 sums, passes; ``--accumulate fp32`` overrides the file's."""
+    model, data, culprit = _case(tmp_path, "matmul")
     found = tmp_path / "o.json"
-    assert run(capsys, "search", model, "--inputs", data, "--backend", "emulate", "-o", found)[0] == 0
+    assert run(capsys, "search", model, "--inputs", data, "--backend", "emulate", "--accumulate", "fp16",
+               "-o", found)[0] == 0
     mixed = tmp_path / "m.onnx"
-    code, _, err = run(capsys, "apply", model, found, "-o", mixed, "--verify", "--inputs", data, "--accumulate", "fp16")
-    assert code == 2 and "--accumulate fp16" in one_line_error(err) and "fp16bisect check" in err
-    assert not mixed.exists()
-    assert run(capsys, "apply", model, found, "-o", mixed, "--verify", "--inputs", data, "--accumulate", "fp32")[0] == 0
+    code, out, _ = run(capsys, "apply", model, found, "-o", mixed, "--verify", "--inputs", data)
+    assert code == 0 and "with overrides (emulated, FP16 sums)" in out and "with FP16 sums" in out
+    unmarked = json.loads(found.read_text())
+    assert _names(unmarked, "fp32_accumulate_nodes") == [culprit]
+    unmarked["fp32_accumulate_nodes"] = []
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(unmarked))
+    code, out, _ = run(capsys, "apply", model, bare, "-o", mixed, "--verify", "--inputs", data)
+    assert code == 1 and "NOT verified" in out.split("with FP16 sums")[1]
+    code, out, _ = run(capsys, "apply", model, bare, "-o", mixed, "--verify", "--inputs", data, "--accumulate", "fp32")
+    assert code == 0 and "FP16 sums" not in out
+    applied = fp16bisect.apply(model, bare, tmp_path / "api.onnx", verify=True, samples=data)
+    assert applied.passed is False and applied.fp16_sums is not None and not applied.fp16_sums.passed
 
 
 @pytest.mark.parametrize("accumulate", ["fp32", "fp16"])

@@ -320,8 +320,9 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
         precision: ``"fp16"`` or ``"bf16"``; None: the override file's (a different one is a usage error).
         progress: A function receiving one line of text per event, or a ``Listener``.
         shown: Called with the written model's description (``Mixed``) once it is written.
-        accumulate: ``"fp32"`` (or None): ``verify`` runs the written file on ONNX Runtime, which adds in FP32;
-            ``"fp16"`` is refused: ``check(..., accumulate="fp16")`` judges the file's plan with FP16 sums.
+        accumulate: ``"fp32"`` or ``"fp16"``; None: the override file's. ``verify`` runs the written file on ONNX
+            Runtime, which adds in FP32; under ``"fp16"`` it also judges the file's plan with FP16 sums on the
+            emulator, which models this file (``ApplyResult.fp16_sums``, a ``CheckResult``).
 
     Returns:
         The path written and, with ``verify``, the verification (``ApplyResult``).
@@ -339,6 +340,7 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
     """
     from fp16bisect.artifacts.apply import ApplyOptions, apply_to_file
     from fp16bisect.artifacts.files import check_writable
+    from fp16bisect.artifacts.overrides import read
 
     if overrides is None:
         raise UsageError("apply needs overrides: pass an override JSON path or a search result")
@@ -346,10 +348,8 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
         raise UsageError(f"verify={verify!r}: use True (or 'storage'), 'strict' or False")
     if verify and samples is None:
         raise UsageError("verify needs samples: pass samples= (the ones given to search)")
-    if accumulate is not None and accumulation(accumulate) == "fp16":
-        raise UsageError("apply --verify runs the written file on ONNX Runtime, which adds in FP32: judge the "
-                         "override file with FP16 sums by 'fp16bisect check MODEL --inputs X.npz --overrides "
-                         "O.json --accumulate fp16' instead")
+    if accumulate is not None:
+        accumulation(accumulate)
     if str(output).endswith(".json"):
         raise UsageError(f"output {str(output)!r} would hold an ONNX model: give a path ending in .onnx")
     check_writable(output)
@@ -362,9 +362,13 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
     with _own_work_directories(), inputs.model_file(model) as path, inputs.overrides_file(overrides) as file:
         assert file is not None  # overrides was given (refused above when None)
         written = apply_to_file(file, path, str(output), inputs.listener(progress), options, shown=shown)
+        summed = None
+        if verify and samples is not None and (accumulate or read(file).accumulate) == "fp16":  # the file's plan, judged with FP16 sums
+            summed = check(path, samples, reference=reference, overrides=file, backend="emulate", precision=precision,
+                           progress=progress, accumulate="fp16", **options.tolerance.values())
     return ApplyResult(path=Path(output), fp32_nodes=list(written.fp32_nodes), verification=written.verification,
                        fp32_accumulate_nodes=list(written.fp32_accumulate_nodes),
-                       mixed=written.mixed)
+                       mixed=written.mixed, fp16_sums=summed)
 
 
 class _own_work_directories:

@@ -345,6 +345,8 @@ class ApplyResult:
             Casts), graph order.
         verification: With ``verify``: the written model and the all-FP16 one run on the samples against the
             references (``None`` without); ``check`` is the written model's part, ``passed`` its verdict.
+        fp16_sums: With ``verify`` under ``accumulate="fp16"`` (given, or the override file's): the file's plan
+            judged with FP16 sums on the emulator (a ``CheckResult``); ``None`` otherwise.
 
     Examples:
         >>> import fp16bisect
@@ -359,6 +361,7 @@ class ApplyResult:
     verification: Verification | None = None
     fp32_accumulate_nodes: list[Node] = field(default_factory=list)
     mixed: Mixed = field(kw_only=True, repr=False, compare=False)  # what the console says was written
+    fp16_sums: CheckResult | None = field(default=None, kw_only=True)  # verify under --accumulate fp16
 
     def __repr__(self) -> str:
         """One line: ``ApplyResult(mixed.onnx: 2 FP32 nodes: a, b; not verified)``."""
@@ -368,8 +371,11 @@ class ApplyResult:
 
     @property
     def passed(self) -> bool | None:
-        """With ``verify``: whether the written model meets the tolerance on every sample; else None."""
-        return None if self.verification is None else self.verification.passed
+        """With ``verify``: whether the written model meets the tolerance on every sample (under ``--accumulate
+        fp16``, also its plan with FP16 sums, ``fp16_sums``); else None."""
+        if self.verification is None:
+            return None
+        return self.verification.passed and (self.fp16_sums is None or self.fp16_sums.passed)
 
     @property
     def check(self) -> Check | None:

@@ -13,7 +13,7 @@ from typing import Mapping
 from fp16bisect.artifacts.exports import exports_json
 from fp16bisect.artifacts.overrides import SCHEMA, SECTIONS, Overrides, problems
 from fp16bisect.model.graph import Graph, Node, notes
-from fp16bisect.model.plan_states import states
+from fp16bisect.model.plan_states import accumulating as accumulating_mark, states
 
 __all__ = ["SECTIONS", "graph_sections", "node_entry", "overrides_file"]
 
@@ -57,7 +57,7 @@ def overrides_file(graph: Graph, fp32: Mapping[str, str], *, backend: dict, tole
         "backend": backend,
         "tolerance": tolerance,
         "fp32_nodes": [node_entry(n, fp32[n.id], n.id in forced) for n in nodes],
-        **({"fp32_accumulate_nodes": [node_entry(n) for n in accumulating]} if listed else {}),
+        **({"fp32_accumulate_nodes": [node_entry(n, fp32.get(accumulating_mark(n.id), "")) for n in accumulating]} if listed else {}),
         "search": search,
         "metrics": metrics,
         "exports": exports_json(graph, nodes, output, accumulating),

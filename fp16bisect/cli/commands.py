@@ -192,7 +192,7 @@ def _verified(result) -> int:
 
     if result.verification is None:
         return DONE
-    print_verification(result.verification)
+    print_verification(result.verification, summed=getattr(result, "fp16_sums", None))  # migrate has none
     return DONE if result.passed else CHECK_FAILED
 
 

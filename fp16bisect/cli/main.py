@@ -231,7 +231,7 @@ def _apply(sub) -> None:
     g.add_argument("model", metavar="MODEL", help="the FP32 ONNX model the overrides were searched on")
     g.add_argument("overrides", metavar="OVERRIDES", help="the override JSON written by 'fp16bisect search'")
     _mixed_model(a, ToleranceArgs(default_from="the override file's"))
-    _compose(a, PrecisionArgs(default=None), AccumulateArgs())
+    _compose(a, PrecisionArgs(default=None), AccumulateArgs(default=None))
     a.add_argument("--force", action="store_true", help="apply even if the override file was made for another model")
     a.add_argument("--keep-fp32", action="append", default=[], metavar="NODE",
                    help="also keep this node (fp16bisect node id) in FP32; repeat for several")

@@ -212,6 +212,19 @@ def accumulators_json(found: list[Accumulator], sources, low: Precision = FP16) 
     return [accumulator_json(a, sources, low) for a in listed]
 
 
+def accumulator_reason(a: Accumulator, sources, low: Precision = FP16) -> str:
+    """Why a node is in FP32 accumulation, as its entry's ``fp32_profile`` says: its sum's peak against the
+    precision's max, and the sample that reached it ('' when not measured)."""
+    room = a.headroom(low)
+    if a.peak is None or room is None:
+        return ""
+    where = _source(sources, a.sample)
+    terms = f"{a.terms} terms" if a.terms is not None else "its terms"
+    side = ">" if a.peak > low.max else "<="
+    return (f"sums {terms} to a peak of {a.peak:.4g} {side} {low.max_text or format(low.max, 'g')} "
+            f"({said(room, 1.0)}x headroom)" + (f" on {where['source']}" if where else ""))
+
+
 def accumulator_json(a: Accumulator, sources, low: Precision = FP16) -> dict:
     room = a.headroom(low)
     return {"node": a.node, "op_type": a.op_type,

@@ -13,6 +13,7 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
+from fp16bisect.model.plan_states import states
 from fp16bisect.model.precision import precision_of
 from fp16bisect.report.conversions import conversion_lines
 from fp16bisect.model.shapes import said as shapes_said
@@ -87,8 +88,10 @@ def step_line(step: Step, progress: dict) -> str:
     """One evaluation of a search as one line of text (a terminal's status line, a log line, an API callback)."""
     verdict = ("pass" if step.passed else "FAIL") + (" (from the journal)" if progress.get("replayed") else "")
     on = f" on {progress['backend']}" if progress.get("backend") else ""
+    fp32, accumulate = states(step.plan)
+    also = f", {len(accumulate)} in FP32 accumulation" if accumulate else ""
     return (
-        f"evaluation {step.index}{on}: {len(step.plan)} node(s) in FP32 -> {verdict} "
+        f"evaluation {step.index}{on}: {len(fp32)} node(s) in FP32{also} -> {verdict} "
         f"[{step.phase}; {progress['searching']} candidate(s) in play, {progress['found']} found, "
         f"roughly {progress['estimate_left']} more evaluation(s)"
         + (f" (estimate; at most {progress['bound_left']})]" if "bound_left" in progress else " (estimate)]")
@@ -169,7 +172,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
                 highlight=False,
                 soft_wrap=True,
             )
-        print_accumulating(overrides.fp32_accumulate_nodes, console)
+        print_accumulating(overrides.accumulating, console)
     _print_coverage(overrides, console)
     failures = outcome.oracle.build_failures
     if failures:
@@ -225,16 +228,18 @@ def _console() -> Console:
     return console if console.is_terminal else Console(width=160)
 
 
-def print_accumulating(nodes, console: Console) -> None:
-    """The nodes in FP32 accumulation (stored in FP16, adding in FP32), listed apart from the FP32 pins."""
-    if not nodes:
+def print_accumulating(entries, console: Console) -> None:
+    """The nodes in FP32 accumulation (stored in FP16, adding in FP32), listed apart from the FP32 pins, each with
+    why (its sum's peak against the max, on which sample) when the file says."""
+    if not entries:
         return
-    console.print(f"{len(nodes)} node(s) in FP32 accumulation (stored in FP16, adding in FP32; the mixed-precision "
+    console.print(f"{len(entries)} node(s) in FP32 accumulation (stored in FP16, adding in FP32; the mixed-precision "
                   "file writes Casts around each, which TensorRT fuses into one FP16-I/O kernel):", soft_wrap=True,
                   highlight=False)
-    for node in nodes:
-        console.print(f"  {escape(node.name)}  [dim]{escape(node.op_type)}; FP32 accumulation[/dim]", highlight=False,
-                      soft_wrap=True)
+    for entry in entries:
+        why = f"; FP32 run: {escape(entry.fp32_profile)}" if entry.fp32_profile else ""
+        console.print(f"  {escape(entry.node.name)}  [dim]{escape(entry.node.op_type)}; FP32 accumulation{why}[/dim]",
+                      highlight=False, soft_wrap=True)
 
 
 def _metric_cells(m) -> list[str]:

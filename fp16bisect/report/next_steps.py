@@ -16,10 +16,12 @@ def next_steps(data: dict, output: str, inputs: list[str], references: list[str]
     """(what, command) pairs for the override JSON ``data`` written to ``output``, searched on ``inputs``: the
     search again with ``--headroom`` if the answer's headroom is tight (``headroom_step``), the mixed-precision
     model written and verified on those samples, its strongly typed build (TensorRT 10 with --stronglyTyped, 11,
-    RTX), and the weakly typed trtexec line of TensorRT 10 (the JSON's exports)."""
+    RTX), and the weakly typed trtexec line of TensorRT 10 (the JSON's exports), which cannot express FP32
+    accumulation: not offered when the answer has nodes in it (the mixed-precision file is the only route)."""
     model = data["model"]["path"]
     first = headroom_step(data, output, inputs, references) + accumulation_step(data, output, inputs, references)
-    if not data["fp32_nodes"]:
+    marked = [n["name"] for n in data.get("fp32_accumulate_nodes") or []]
+    if not data["fp32_nodes"] and not marked:
         return first + [("nothing needs FP32: build the model in FP16",
                          shlex.join(["trtexec", f"--onnx={model}", "--fp16"]))]
     exports = data["exports"]
@@ -30,9 +32,9 @@ def next_steps(data: dict, output: str, inputs: list[str], references: list[str]
         ("write the mixed-precision model and verify it on the samples",
          shlex.join(["fp16bisect", "apply", model, output, "-o", mixed, "--verify", *samples])),
         ("build it strongly typed (TensorRT 10 and 11, TensorRT-RTX)", strong),
+    ] + ([] if marked else [
         ("or build the original weakly typed (TensorRT 10; the flags are in the JSON's exports.trtexec)",
-         exports["trtexec"]["command"]),
-    ]
+         exports["trtexec"]["command"])])
 
 
 def headroom_step(data: dict, output: str, inputs: list[str], references: list[str] | None = None) -> list[tuple]:

@@ -35,8 +35,9 @@ def print_mixed(mixed, output_path: str, console: Console | None = None) -> None
         console.print(line, highlight=False, soft_wrap=True)
 
 
-def print_verification(v, console: Console | None = None) -> None:
-    """``apply --verify``: the written model and the all-FP16 (or all-BF16) contrast, per output."""
+def print_verification(v, console: Console | None = None, summed=None) -> None:
+    """``apply --verify``: the written model and the all-FP16 (or all-BF16) contrast, per output; ``summed``
+    (a ``CheckResult``, under ``--accumulate fp16``): the file's plan judged with FP16 sums on the emulator."""
     console = console or _console()
     table = Table(title=f"verification of the written model ({v.tolerance})")
     table.add_column("model")
@@ -57,16 +58,24 @@ def print_verification(v, console: Console | None = None) -> None:
             continue
         for name, m in check.worst().items():
             table.add_row(label, name, *_metric_cells(m))
+    for name, m in (summed.outputs.items() if summed is not None else ()):
+        table.add_row(f"with overrides (emulated, {low} sums)", name, *_metric_cells(m))
     console.print(table)
     if v.passed:
         console.print("verified: the written model meets the tolerance on every sample"
-                      + (f"; all-{v.label} does not" if not v.all_fp16.passed else
+                      + (f"; all-{v.label} does not" if not v.all_fp16.passed else "" if summed is not None else
                          f"; note: all-{v.label} meets it too, so the overrides may be unnecessary"),
                       highlight=False, soft_wrap=True)
     else:
         bad = [m for m in v.with_overrides.metrics if not m.passed]
         console.print(f"[red]NOT verified[/red]: {bad[0].why(v.tolerance)}; the model was written but does not "
                       "meet the tolerance: rerun 'fp16bisect search' with these samples", highlight=False,
+                      soft_wrap=True)
+    if summed is not None:
+        bad = [m for m in summed.outputs.values() if not m.passed]
+        console.print(f"with {low} sums (--accumulate fp16; the emulator, which models this file): "
+                      + ("[red]NOT verified[/red]: " + bad[0].why(v.tolerance) if bad else
+                         "verified: the file's plan meets the tolerance on every sample"), highlight=False,
                       soft_wrap=True)
     if v.strict and not v.strict[0].error and not v.strict[0].passed:
         console.print("[yellow]note:[/yellow] onnx.reference rounds each op's output to FP16 and sums matmuls and "

@@ -10,7 +10,8 @@ from fp16bisect.algorithm.search import SearchResult
 from fp16bisect.artifacts.override_json import graph_sections, overrides_file
 from fp16bisect.artifacts.overrides import Overrides
 from fp16bisect.evaluation.oracle import EXIT_CODE, Oracle
-from fp16bisect.model.plan_states import states
+from fp16bisect.model.headroom import accumulator_reason
+from fp16bisect.model.plan_states import accumulating, states
 from fp16bisect.run.coverage import answer_accumulators, answer_headroom, samples_json
 from fp16bisect.strategy.prior import Prior
 
@@ -129,6 +130,8 @@ def overrides_json(o) -> Overrides:
     sources = [s.source for s in o.oracle.samples]
     reasons = {r.node: r.reason for r in o.profile.risks}
     reasons.update({f.node: f.reason(sources) for f in o.forced})
+    reasons.update({accumulating(a.node): accumulator_reason(a, sources, graph.precision)
+                    for a in o.profile.accumulators})
     return overrides_file(
         graph, {i: reasons.get(i, "") for i in result.fp32},
         backend={"name": o.backend, **o.backend_info,

@@ -268,8 +268,9 @@ def _two_states(graph, chosen, oracle, listener, prof, prior) -> SearchResult:
         oracle.forced = pinned | kept
         listener.stage(f"searching which of {len(marks)} accumulator(s) need FP32 accumulation, the "
                        f"{len(kept)} FP32 node(s) pinned")
-        step = lambda step, progress: listener.step(  # noqa: E731
-            step, {**progress, "backend": chosen.name, "replayed": (step.plan | oracle.forced) in oracle.replayed})
+        step = lambda step, progress: listener.step(  # noqa: E731  numbered after the first stage's evaluations
+            replace(step, index=first.evaluations + step.index),
+            {**progress, "backend": chosen.name, "replayed": (step.plan | oracle.forced) in oracle.replayed})
         recheck = None if chosen.deterministic else lambda plan: oracle.evaluate(plan, 1).verdict
         second = search(marks, oracle, hooks=Hooks(recheck=recheck, on_step=step),
                         test_many=oracle.test_many if oracle.width > 1 else None, width=oracle.width)

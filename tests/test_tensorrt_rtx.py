@@ -447,3 +447,49 @@ def test_a_layernorm_in_fp32_accumulation_compiles_to_the_pinned_layernorm_s_ker
         kernels[what] = (kernel_ops(kernel), re.search(r"TacticName: (\S+?)_0x([0-9a-f]+)", line).group(2))
     assert kernels["marked"] == kernels["pinned"] != kernels["fp16"], kernels
     assert " ".join(kernels["marked"][0]).endswith("Mul Mul Add Cast")  # scale and shift in FP32, then FP16
+
+
+@pytest.mark.parametrize("name", ["layernorm", "global_pool", "softmax", "matmul"])
+def test_the_accumulate_fp16_answer_builds_with_fp16_tensors_around_the_culprit_and_fp32_partials_inside(tmp_path,
+                                                                                                        name):
+    """Each model whose one FP16 failure is a sum (tests/accumulation_models.py): the answer of ``search
+    --accumulate fp16`` (the culprit in FP32 accumulation) is written by ``apply --fp16-io`` (so that no FP32
+    tensor enters or leaves the model), parsed and built by TensorRT-RTX. The Casts around the culprit become no
+    work of their own: they are inside the kernels that compute the culprit. Every tensor of the model those
+    kernels read or write is FP16 (storage), and every tensor they pass among themselves is FP32: the LayerNorm
+    and the MatMul are one kernel each; the 16384- and 70000-long reductions are split by Myelin into kernels
+    passing FP32 partial sums, never FP16 ones. Which accumulator the JIT-chosen code uses inside a kernel is not
+    shown on a CPU."""
+    import numpy as np
+    import onnx
+
+    import fp16bisect
+    from accumulation_models import CASES
+    from fp16bisect.artifacts.accumulation import CAST_PREFIX
+
+    case = CASES[name]()
+    model, data = tmp_path / "m.onnx", tmp_path / "x.npz"
+    onnx.save(case.model, model)
+    np.savez(data, **case.inputs)
+    found = fp16bisect.search(str(model), str(data), backend="emulate", accumulate="fp16")
+    assert [n.name for n in found.fp32_accumulate_nodes] == [case.culprit] and not found.fp32_nodes
+    mixed = tmp_path / "mixed.onnx"
+    fp16bisect.apply(str(model), found, str(mixed), fp16_io=True)
+    _network, engine, messages = build_logged(onnx.load(mixed))
+    assert engine is not None and engine.nbytes > 0
+    mine = f"{CAST_PREFIX}{case.culprit}/"
+    group = [layer for layer in printed_layers(messages)
+             if any(n == case.culprit or n.startswith(mine) for n in layer.nodes)]
+    assert {n for layer in group for n in layer.nodes if n.startswith(mine)}, group  # our Casts, in these kernels
+    floats = {(t, kind) for layer in group for t, kind in layer.tensors if kind.startswith("float")}
+    stored = {kind for t, kind in floats if not t.startswith("__my")}  # the model's tensors
+    passed = {kind for t, kind in floats if t.startswith("__my")}  # between Myelin's kernels of the culprit
+    assert stored == {"float16"}, group
+    assert passed <= {"float32"}, group
+    if name in ("layernorm", "matmul"):
+        assert len([layer for layer in group if case.culprit in layer.nodes]) == 1, group
+    if name == "softmax":  # the contrast: all-FP16, Myelin passes the normaliser's partial sums in FP16
+        _network, _engine, messages = build_logged(mixed_model(Graph(case.model), [], fp16_io=True))
+        partials = {kind for layer in printed_layers(messages) if case.culprit in layer.nodes
+                    for t, kind in layer.tensors if t.startswith("__my") and kind.startswith("float")}
+        assert "float16" in partials, partials

@@ -44,7 +44,8 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
            ray: str | None = None, repeats: int = 1, prior: str = "auto", restart: bool = False,
            retry_crashed: bool = False, headroom: float | None = None, min_shapes: Shapes = None,
            opt_shapes: Shapes = None, max_shapes: Shapes = None, precision: str = "fp16",
-           progress: Progress = None, keep_journal: bool = False) -> SearchResult:
+           progress: Progress = None, keep_journal: bool = False,
+           minimum: int | str | bool | None = None) -> SearchResult:
     """Find the smallest set of nodes to keep in FP32 so that the model, the rest in FP16, meets the tolerance.
 
     Args:
@@ -86,6 +87,9 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         max_shapes: As ``--max-shapes``: the deployment's largest input shapes.
         precision: The low precision, ``"fp16"`` or ``"bf16"`` (bfloat16: FP32's range, 8 significant bits).
         progress: A function receiving one line of text per event (e.g. ``print``), or a ``Listener``.
+        minimum: As ``--minimum [N]``: after the 1-minimal answer, search the smallest passing set in N more
+            evaluations (``True`` or ``"auto"``: 3x the search's, at least 20); the result's ``minimum`` says
+            whether it is proven.
 
     Returns:
         The nodes to keep in FP32 and how the search knows (``SearchResult``).
@@ -108,7 +112,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
             input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes))),
         noise_ok=noise_ok, output=None if output is None else str(output), repeats=repeats, restart=restart,
         retry_crashed=retry_crashed, keep_journal=keep_journal, parallel=inputs.parallel(jobs, devices, ray),
-        prior=prior, headroom=factor(headroom), precision=precision_of(precision))
+        prior=prior, headroom=factor(headroom), precision=precision_of(precision), minimum=minimum)
     with _own_work_directories():
         result = run_search(model, samples, options, reference=reference, progress=progress)
         for sample in result.outcome.oracle.samples:  # the result outlives the work directory: its samples too

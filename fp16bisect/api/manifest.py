@@ -24,6 +24,7 @@ An optional ``defaults`` table applies to every entry; each entry
                 (default: beside the manifest, <name>.overrides.json; <name>-<number>.overrides.json
                 when names repeat)
     keep_journal  search: keep the journal once the search has finished, as --keep-journal  (default false)
+    minimum     search: then the smallest passing set, as --minimum N (true or "auto": its default budget)
     name        a label for the table                            (default: the model's file name)
 
 Relative paths are relative to the manifest. A manifest that cannot be read
@@ -59,7 +60,7 @@ SCHEMA = "fp16bisect.batch/1"
 ACTIONS = ("check", "search")
 KEYS = {"model", "inputs", "references", "action", "atol", "rtol", "min_cosine", "max_mismatch", "backend",
         "overrides", "output", "name", "headroom", "min_shapes", "opt_shapes", "max_shapes", "precision",
-        "keep_journal"}
+        "keep_journal", "minimum"}
 SHAPE_KEYS = ("min_shapes", "opt_shapes", "max_shapes")
 TOLERANCE_KEYS = ("atol", "rtol", "min_cosine", "max_mismatch")
 
@@ -83,6 +84,7 @@ class Entry:
     profile: dict | None = None  # the deployment's shape profile (model.shapes.profile_of)
     named: bool = False  # the manifest gave ``name`` (else the model's file name)
     keep_journal: bool = False  # search: keep the journal once the search has finished
+    minimum: int | str | None = None  # search: --minimum's setting (strategy/minimum.py)
 
 
 @dataclass
@@ -212,12 +214,13 @@ def _values(raw: dict) -> dict[str, Any]:
     from fp16bisect.backends import Options, check_options
     from fp16bisect.model import headroom, shapes
     from fp16bisect.model.precision import precision_of
+    from fp16bisect.strategy import minimum
 
     backend = raw.get("backend", "auto")
     check_options(backend if isinstance(backend, str) else repr(backend), Options())
     return {"tolerance": GivenTolerance(**{k: raw.get(k) for k in TOLERANCE_KEYS}),
             "precision": None if raw.get("precision") is None else precision_of(raw["precision"]),
-            "headroom": headroom.factor(raw.get("headroom")),
+            "headroom": headroom.factor(raw.get("headroom")), "minimum": minimum.checked(raw.get("minimum")),
             "profile": shapes.profile_of(*(raw.get(k) for k in SHAPE_KEYS))}
 
 
@@ -305,7 +308,7 @@ def _search(entry: Entry) -> dict:
 
     options = SearchOptions(entry.tolerance.over(Tolerance()), entry.backend, Options.of(input_shapes=entry.profile),
                             output=entry.output, headroom=entry.headroom, precision=entry.precision or FP16,
-                            keep_journal=entry.keep_journal)
+                            keep_journal=entry.keep_journal, minimum=entry.minimum)
     found = run_search(entry.model, list(entry.inputs), options, reference=list(entry.references) or None)
     r = found.outcome.result
     ok = r.passed and r.minimal

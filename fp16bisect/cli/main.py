@@ -145,6 +145,9 @@ def _search(sub) -> None:
                    help="evaluate each plan N times; all must pass (default 1)")
     s.add_argument("--prior", choices=CHOICES, default="auto",
                    help="the emulator searches first (auto: on other backends)")
+    s.add_argument("--minimum", nargs="?", const="auto", default=None, metavar="N",
+                   help="then search the smallest passing set, proven or bounded, in N more evaluations "
+                        "(default: 3x the search's, at least 20)")
     s.add_argument("--restart", action="store_true",
                    help="discard this search's journal instead of resuming it")
     s.add_argument("--keep-journal", action="store_true",

@@ -167,6 +167,9 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
                 highlight=False,
                 soft_wrap=True,
             )
+    if outcome.minimum is not None:  # search --minimum
+        searched = frozenset(result.fp32) - {f.node for f in outcome.forced}
+        console.print(f"--minimum: {escape(outcome.minimum.line(searched))}", highlight=False, soft_wrap=True)
     _print_coverage(overrides, console)
     failures = outcome.oracle.build_failures
     if failures:

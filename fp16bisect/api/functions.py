@@ -20,6 +20,7 @@ from fp16bisect.errors import UsageError
 from fp16bisect.model import shapes, weights
 from fp16bisect.model.headroom import factor
 from fp16bisect.model.precision import precision_of
+from fp16bisect.strategy.minimum import checked as minimum_of
 from fp16bisect.backends import Options
 from fp16bisect.run.options import CheckOptions, SearchOptions
 from fp16bisect.run.outcome import Listener
@@ -87,9 +88,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         max_shapes: As ``--max-shapes``: the deployment's largest input shapes.
         precision: The low precision, ``"fp16"`` or ``"bf16"`` (bfloat16: FP32's range, 8 significant bits).
         progress: A function receiving one line of text per event (e.g. ``print``), or a ``Listener``.
-        minimum: As ``--minimum [N]``: after the 1-minimal answer, search the smallest passing set in N more
-            evaluations (``True`` or ``"auto"``: 3x the search's, at least 20); the result's ``minimum`` says
-            whether it is proven.
+        minimum: As ``--minimum [N]`` (``True``: its default budget); the result's ``minimum`` says what it found.
 
     Returns:
         The nodes to keep in FP32 and how the search knows (``SearchResult``).
@@ -112,7 +111,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
             input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes))),
         noise_ok=noise_ok, output=None if output is None else str(output), repeats=repeats, restart=restart,
         retry_crashed=retry_crashed, keep_journal=keep_journal, parallel=inputs.parallel(jobs, devices, ray),
-        prior=prior, headroom=factor(headroom), precision=precision_of(precision), minimum=minimum)
+        prior=prior, headroom=factor(headroom), precision=precision_of(precision), minimum=minimum_of(minimum))
     with _own_work_directories():
         result = run_search(model, samples, options, reference=reference, progress=progress)
         for sample in result.outcome.oracle.samples:  # the result outlives the work directory: its samples too

@@ -53,6 +53,7 @@ from fp16bisect.model.precision import Precision
 from fp16bisect.tolerance import GivenTolerance
 
 if TYPE_CHECKING:
+    from fp16bisect.strategy.minimum import Setting
     from fp16bisect.parallel.processes import LocalPool
     from fp16bisect.parallel.ray import RayPool
 
@@ -84,7 +85,7 @@ class Entry:
     profile: dict | None = None  # the deployment's shape profile (model.shapes.profile_of)
     named: bool = False  # the manifest gave ``name`` (else the model's file name)
     keep_journal: bool = False  # search: keep the journal once the search has finished
-    minimum: int | str | None = None  # search: --minimum's setting (strategy/minimum.py)
+    minimum: Setting = None  # search: --minimum's setting (strategy/minimum.py)
 
 
 @dataclass

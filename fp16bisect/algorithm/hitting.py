@@ -137,12 +137,22 @@ class _State:
 def _grow(state: _State, failing: frozenset, outside: list) -> None:
     """A small conflict from a failing plan: the fewest of ``outside`` (the candidates not in it, most suspicious
     first, preferred in the conflict) that must stay out for it to fail, by QuickXplain over the plans
-    ``everything - C`` (which fail for C = ``outside``). Each failing plan asked on the way is a conflict too."""
+    ``everything - C`` (which fail for C = ``outside``). Each failing plan asked on the way is a conflict too; a
+    plan holding a known passing one is taken to pass unasked (under monotone verdicts it does; if it would not,
+    the conflict is only larger than it could be, never wrong: conflicts come from evaluated plans only)."""
+    passing = state.passing()
 
-    def fails(out: frozenset) -> bool:
-        return state.ask(state.everything - out) is False
+    def fails(out: frozenset, infer: bool = True) -> bool:
+        plan = state.everything - out
+        if infer and any(p <= plan for p in passing):
+            return False
+        verdict = state.ask(plan)
+        if verdict:
+            passing.append(plan)
+        return verdict is False
 
-    _quickxplain(fails, frozenset(), False, outside)
+    kept_out = frozenset(_quickxplain(fails, frozenset(), False, outside))
+    fails(kept_out, infer=False)  # the conflict found, evaluated (QuickXplain infers its last answer)
 
 
 def _quickxplain(holds, background: frozenset, changed: bool, cands: list) -> list:

@@ -137,3 +137,66 @@ def test_a_manifest_entry_takes_minimum(tmp_path):
         {"model": "two_paths.onnx", "inputs": "x.npz", "action": "search", "minimum": "lots"}]}))
     with pytest.raises(UsageError, match="minimum"):
         fp16bisect.batch(str(manifest))
+
+
+def heavy_and_light(rows: int = 8, cols: int = 1024) -> onnx.ModelProto:
+    """y = Min(p, q2), x beyond FP16 again. p = x @ D (node P: a 1024x1024 MatMul, every entry of D 2^-20, exact in
+    FP16), the row sums scaled, broadcast; q1 = ReduceSum(x) over rows (node Q1, over 65504) and q2 = q1 * 2^-20
+    (node Q2): both must stay in FP32 for that branch, and they are cheap (a reduction and 8 products) where P is a
+    MatMul with a megabyte of weights. The fewest nodes: {P}; the cheapest: {Q1, Q2}."""
+    k = 2.0 ** -20
+
+    def const(name, value, dtype=np.float32):
+        return numpy_helper.from_array(np.array(value, dtype), name)
+
+    nodes = [helper.make_node("MatMul", ["x", "d"], ["p"], name="P"),
+             helper.make_node("ReduceSum", ["x", "axes"], ["q1"], name="Q1", keepdims=1),
+             helper.make_node("Mul", ["q1", "k"], ["q2"], name="Q2"),
+             helper.make_node("Min", ["p", "q2"], ["y"], name="M")]
+    graph = helper.make_graph(
+        nodes, "heavy_and_light", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, cols])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, cols])],
+        [const("d", np.full((cols, cols), k)), const("k", k), const("axes", [1], np.int64)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+XH = {"x": np.random.default_rng(0).uniform(70000, 100000, (8, 1024)).astype(np.float32)}
+
+
+def test_the_cost_objective_keeps_the_two_cheap_nodes_where_the_fewest_is_one_expensive_matmul(tmp_path, capsys):
+    onnx.save(heavy_and_light(), tmp_path / "m.onnx")
+    np.savez(tmp_path / "x.npz", **XH)
+    command = ["search", tmp_path / "m.onnx", "--inputs", tmp_path / "x.npz"]
+    fewest, cheapest = tmp_path / "fewest.json", tmp_path / "cheapest.json"
+    assert run(capsys, *command, "-o", fewest, "--minimum", "-q")[0] == 0
+    assert nodes(json.loads(fewest.read_text())) == ["P"]
+    code, out, _ = run(capsys, *command, "-o", cheapest, "--objective", "cost")  # cost implies --minimum
+    assert code == 0
+    data = json.loads(cheapest.read_text())
+    assert problems(data) == ""
+    minimum = data["search"]["minimum"]
+    assert nodes(data) == ["Q1", "Q2"] and minimum["objective"] == "cost" and minimum["proven"] is True
+    assert minimum["fewest_nodes"] == 1 and minimum["fewest_nodes_proven"] is True
+    assert minimum["cost_us"] < minimum["fewest_nodes_cost_us"] / 5  # a reduction against a 1024x1024 MatMul
+    assert "2 node(s) costing" in out and "the cheapest" in out and "the fewest nodes that pass, 1 (proven)" in out
+    assert run(capsys, *command, "--objective", "time", "-q")[0] == 2
+
+
+def test_the_cost_estimate_weighs_a_matmul_by_its_arithmetic_and_weights():
+    from fp16bisect.model.cost import Nominal, node_costs
+    from fp16bisect.model.graph import Graph
+    from fp16bisect.model.profile import profile
+    from fp16bisect.model.samples import Sample, add_fp32_references
+
+    graph = Graph(heavy_and_light())
+    samples = [Sample("x", XH)]
+    add_fp32_references(graph, samples)
+    costs = node_costs(graph, profile(graph, samples))
+    nominal = Nominal()
+    elements = 8 * 1024
+    matmul = (2 * (elements + 1024 * 1024 + elements) + 6 * 2 * elements) / nominal.bytes_per_us + (
+        2 * elements * 1024 / nominal.fp32_flops_per_us * (1 - 1 / nominal.fp16_speedup_heavy))
+    assert costs["P"] == pytest.approx(matmul)
+    assert costs["Q1"] + costs["Q2"] < costs["P"] / 5

@@ -35,7 +35,8 @@ def cmd_search(args) -> int:
                                     output=args.output, repeats=args.repeats, restart=args.restart,
                                     retry_crashed=args.retry_crashed, parallel=parallel, prior=args.prior,
                                     headroom=args.headroom, precision=PrecisionArgs.parse(args),
-                                    keep_journal=args.keep_journal, minimum=args.minimum)
+                                    keep_journal=args.keep_journal, minimum=args.minimum,
+                                    objective=args.objective)
         result = run_search(args.model, args.inputs, options, reference=args.reference, progress=listener)
     except CommandAborted as exc:
         raise CommandAborted(f"{exc}; finished evaluations are kept in {latest_journal(args.output)}: fix "

@@ -148,6 +148,8 @@ def _search(sub) -> None:
     s.add_argument("--minimum", nargs="?", const="auto", default=None, metavar="N",
                    help="then search the smallest passing set, proven or bounded, in N more evaluations "
                         "(default: 3x the search's, at least 20)")
+    s.add_argument("--objective", choices=("nodes", "cost"), default="nodes",
+                   help="what --minimum minimises: nodes, or their estimated FP32 cost (cost implies --minimum)")
     s.add_argument("--restart", action="store_true",
                    help="discard this search's journal instead of resuming it")
     s.add_argument("--keep-journal", action="store_true",

@@ -26,7 +26,7 @@ from fp16bisect.strategy.build_noise import build_noise
 from fp16bisect.errors import ToleranceUnreachable, UsageError
 from fp16bisect.evaluation.journal import Journal, journal_key, samples_digest
 from fp16bisect.model.graph import Graph, notes
-from fp16bisect.model import shapes
+from fp16bisect.model import cost, shapes
 from fp16bisect.model.profile import profile
 from fp16bisect.model.samples import sample_shapes, add_fp32_references, load_samples
 from fp16bisect.evaluation.oracle import EXIT_CODE, OUTPUTS, Oracle
@@ -171,7 +171,7 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
         # with a prior, the noise is measured on its set, the first plan the search evaluates (its build is kept)
         noise = build_noise(chosen, oracle.samples, options.tolerance, options.noise_ok, listener, oracle.journal,
                             plan=frozenset(found.fp32) if found is not None else frozenset())
-        result, least = _search(graph, chosen, oracle, listener, order, found, options.minimum)
+        result, least = _search(graph, chosen, oracle, listener, order, found, _wanted(graph, prof, options))
         result = with_forced(result, forced)
         info = _backend_info(chosen, oracle, noise)
         outcome = Outcome(graph, options.tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start,
@@ -202,7 +202,15 @@ def _prior(graph, oracle, prof, listener, options: SearchOptions) -> Prior | Non
     return found
 
 
-def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Setting = None):
+def _wanted(graph, prof, options: SearchOptions) -> minima.Wanted | None:
+    """What ``--minimum`` and ``--objective`` ask (None: neither); ``--objective cost`` alone implies ``--minimum``."""
+    if options.minimum is None and options.objective == "nodes":
+        return None
+    return minima.Wanted(minima.AUTO if options.minimum is None else options.minimum,
+                         cost.node_costs(graph, prof) if options.objective == "cost" else {})
+
+
+def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted | None = None):
     """The search's result (and, with ``minimum``, the smallest set's search: ``_least``); an all-FP32 plan that
     fails or cannot be evaluated is an error said here."""
     step = lambda step, progress: listener.step(  # noqa: E731
@@ -254,24 +262,28 @@ def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Settin
     return result, least
 
 
-def _least_on_prior(ids, prior: Prior, minimum: minima.Setting, judge: str, listener) -> minima.Least | None:
+def _least_on_prior(ids, prior: Prior, minimum: minima.Wanted, judge: str, listener) -> minima.Least | None:
     """``--minimum`` on an expensive judge: the loop on the emulator's oracle, its set the start set to certify."""
     if prior.oracle is None:
         listener.stage("--minimum: the emulator's evaluations were read back, not kept (resuming): the judge "
                        "certifies the emulator's 1-minimal set; rerun with --restart to search the minimum")
         return None
-    listener.stage(f"--minimum: searching the smallest passing set on the emulator (up to "
-                   f"{minima.budget(minimum, prior.evaluations)} evaluation(s))")
+    listener.stage(f"--minimum: searching the {_what(minimum)} passing set on the emulator (up to "
+                   f"{minima.budget(minimum.setting, prior.evaluations)} evaluation(s))")
     return minima.least(ids, prior.oracle, prior.order, prior.fp32, minimum, on=(LABEL, judge),
                         evaluations=prior.evaluations, say=listener.stage)
 
 
-def _least(ids, oracle, order, first: SearchResult, minimum: minima.Setting, judge: str, listener, certify):
+def _what(minimum: minima.Wanted) -> str:
+    return "cheapest (estimated cost)" if minimum.costs else "smallest"
+
+
+def _least(ids, oracle, order, first: SearchResult, minimum: minima.Wanted, judge: str, listener, certify):
     """``--minimum`` on the judge itself: the loop on its oracle, seeded with the search's evaluations; a smaller set
     is certified (``certify(start)``: each single removal evaluated). The result counts every evaluation."""
     before = len(oracle.history)
-    listener.stage(f"--minimum: searching the smallest passing set (up to "
-                   f"{minima.budget(minimum, first.evaluations)} evaluation(s))")
+    listener.stage(f"--minimum: searching the {_what(minimum)} passing set (up to "
+                   f"{minima.budget(minimum.setting, first.evaluations)} evaluation(s))")
     least = minima.least(ids, oracle, order, first.fp32, minimum, on=(judge, judge), evaluations=first.evaluations,
                          say=listener.stage)
     result, phases, looped = first, {}, len(oracle.history) - before

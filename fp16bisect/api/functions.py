@@ -44,9 +44,8 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
            output: str | Path | None = None, jobs: int = 1, devices: str | list | None = None,
            ray: str | None = None, repeats: int = 1, prior: str = "auto", restart: bool = False,
            retry_crashed: bool = False, headroom: float | None = None, min_shapes: Shapes = None,
-           opt_shapes: Shapes = None, max_shapes: Shapes = None, precision: str = "fp16",
-           progress: Progress = None, keep_journal: bool = False,
-           minimum: int | str | bool | None = None, objective: str = "nodes") -> SearchResult:
+           opt_shapes: Shapes = None, max_shapes: Shapes = None, precision: str = "fp16", objective: str = "nodes",
+           progress: Progress = None, keep_journal: bool = False, minimum: int | str | None = None) -> SearchResult:
     """Find the smallest set of nodes to keep in FP32 so that the model, the rest in FP16, meets the tolerance.
 
     Args:
@@ -105,14 +104,14 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         ['ln1_square', 'ln1_var']
     """
     options = SearchOptions(
-        GivenTolerance(atol, rtol, min_cosine, max_mismatch).over(Tolerance()), backend, inputs.backend_options(
-            backend, Options.of(
+        GivenTolerance(atol, rtol, min_cosine, max_mismatch).over(Tolerance()), backend,
+        inputs.backend_options(backend, Options.of(
             command=check, keep_plans=keep_plans, typing=typing, opt_level=opt_level, timing_cache=timing_cache,
             input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes))),
         noise_ok=noise_ok, output=None if output is None else str(output), repeats=repeats, restart=restart,
         retry_crashed=retry_crashed, keep_journal=keep_journal, parallel=inputs.parallel(jobs, devices, ray),
-        prior=prior, headroom=factor(headroom), precision=precision_of(precision), minimum=minimum_of(minimum),
-        objective=objective)
+        prior=prior, headroom=factor(headroom), precision=precision_of(precision), objective=objective,
+        minimum=minimum_of(minimum))
     with _own_work_directories():
         result = run_search(model, samples, options, reference=reference, progress=progress)
         for sample in result.outcome.oracle.samples:  # the result outlives the work directory: its samples too

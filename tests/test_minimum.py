@@ -200,3 +200,17 @@ def test_the_cost_estimate_weighs_a_matmul_by_its_arithmetic_and_weights():
         2 * elements * 1024 / nominal.fp32_flops_per_us * (1 - 1 / nominal.fp16_speedup_heavy))
     assert costs["P"] == pytest.approx(matmul)
     assert costs["Q1"] + costs["Q2"] < costs["P"] / 5
+
+
+def test_the_report_lists_the_passing_sets_found_with_their_sizes(files, tmp_path, capsys):
+    page = tmp_path / "r.html"
+    assert run(capsys, *files, "-o", tmp_path / "o.json", "--minimum", "--report", page, "-q")[0] == 0
+    html = page.read_text()
+    assert "<h2>Passing sets found (--minimum)</h2>" in html and "1 node(s) kept, proven" in html
+    table = html.split('<table id="minimum-sets">')[1].split("</table>")[0]
+    assert table.count("<tr>") == 3  # the header, {P}, {Q1, Q2}
+    assert "<tr><td>1</td><td><code>P</code></td></tr>" in table
+    assert "<tr><td>2</td><td><code>Q1</code>, <code>Q2</code></td></tr>" in table
+    plain = tmp_path / "plain.html"
+    assert run(capsys, *files, "-o", tmp_path / "p.json", "--report", plain, "-q")[0] == 0
+    assert "Passing sets found" not in plain.read_text()

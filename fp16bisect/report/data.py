@@ -124,7 +124,8 @@ def search_report(outcome, runs: ReportRuns, next_steps: Sequence[tuple] = ()) -
                    search_summary(outcome), overrides.notes)
     return {**pack(head, graph, runs, overrides.pinned, outcome.result.trace),
             "next": [list(step) for step in next_steps],
-            "headroom": (overrides.headroom or {}).get("tensors", [])}
+            "headroom": (overrides.headroom or {}).get("tensors", []),
+            "minimum": (overrides.search or {}).get("minimum")}  # search --minimum: the passing sets found
 
 
 def check_report(outcome, line: str, runs: ReportRuns) -> dict:

@@ -2,7 +2,7 @@
 """Dense cases: evaluations and set sizes against onnxconverter-common's SegmentList, on the emulator and on a
 judge that disagrees with it, on real models nobody here wrote. Prints a Markdown table (docs/benchmarks.md).
 
-    python scripts/bench_dense.py [--models a,b,...]
+    python scripts/bench_dense.py [--models a,b,...] [--minimum]
 
 Each model runs at a tolerance of half its all-FP16 max abs error (atol, rtol 0), where many nodes share the
 blame (accumulated rounding, not one overflow). Rows:
@@ -15,6 +15,11 @@ blame (accumulated rounding, not one overflow). Rows:
   counts as ``--backend command`` with that script. With the prior (the pipeline's default on a non-emulate
   backend: the emulator's search, then ``search(start=...)`` with its alternatives), without it
   (``--prior none``: the profile's order, no effect ranking there), and SegmentList on the same judge.
+
+``--minimum`` (issue 36) adds a second table: per model, the emulate search again with ``--minimum`` (its default
+budget: 3x the search's evaluations, at least 20): the 1-minimal set and its evaluations, the smallest set found,
+proven or not (and whether the proof assumes monotone verdicts), the lower bound, and the evaluations the minimum
+cost beyond the search (the loop and the certification). Target: proven within 3x the search's evaluations.
 
 Targets (issue 20): on the emulator, evaluations at most SegmentList's and a set no larger; on the judge with the
 prior, at most half of SegmentList's evaluations. Every answer is checked afterwards on a separate memo of its
@@ -42,6 +47,7 @@ from bench_expensive import Variant, detector_image, judge_row, real_models, seg
 from judge_emulate_variant import fused_epilogues  # noqa: E402
 
 from fp16bisect.strategy import prior as priors  # noqa: E402
+from fp16bisect.strategy.minimum import AUTO  # noqa: E402
 from fp16bisect.strategy.alternatives import Alternatives  # noqa: E402
 from fp16bisect.artifacts.files import write_json  # noqa: E402
 from fp16bisect.backends.emulate import EmulateBackend  # noqa: E402
@@ -74,7 +80,25 @@ def loose(found, judge) -> int:
     return sum(1 for m in found if judge(found - {m}))
 
 
-def bench(label: str, which, make, work: Path) -> list[dict]:
+def minimum_row(label: str, path: Path, inputs: Path, tol: Tolerance, first, work: Path) -> dict:
+    """The emulate search again with ``--minimum`` (a journal of its own): what the minimum cost beyond it."""
+    begin = time.perf_counter()
+    outcome = search_model(str(path), [str(inputs)], options=SearchOptions(
+        tol, "emulate", output=str(work / f"{path.stem}.minimum.json"), restart=True, minimum=AUTO))
+    least, result = outcome.minimum, outcome.result
+    extra = result.evaluations - first.evaluations
+    proven = "-" if least is None else ("yes" if least.found.proven else "no") + (
+        " (assumes monotone)" if least is not None and least.found.assumes_monotone else "")
+    return {"model": label, "n": len(outcome.graph.candidates), "k1": len(first.fp32), "e1": first.evaluations,
+            "k": len(result.fp32), "proven": proven, "bound": "-" if least is None else least.to_json()["lower_bound"],
+            "loop": "-" if least is None else least.found.evaluations, "extra": extra,
+            "ratio": extra / max(1, first.evaluations),
+            "target": "yes" if least is not None and least.found.proven and extra <= 3 * first.evaluations else "NO",
+            "contradicted": "-" if least is None else ("yes" if least.found.contradicted else "no"),
+            "seconds": time.perf_counter() - begin}
+
+
+def bench(label: str, which, make, work: Path, minimum: bool = False) -> list[dict]:
     import real_models as rm
 
     path = rm.real_model(which)
@@ -111,6 +135,8 @@ def bench(label: str, which, make, work: Path) -> list[dict]:
         "target": "yes" if result.evaluations <= seg_evals and len(result.fp32) <= len(seg_set or ids) else "NO",
         "ok": judge_row(result, judge), "kb": out.stat().st_size / 1024, "seconds": seconds,
     })
+    if minimum:
+        rows[-1]["minimum"] = minimum_row(label, path, inputs, tol, result, work)
 
     # a judge that disagrees: rounds fewer tensors (fused epilogues), with and without the prior
     variant = Variant(emulator, "fewer", fused=fused_epilogues(graph))
@@ -139,6 +165,7 @@ def bench(label: str, which, make, work: Path) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="", help="comma-separated labels (the part before ' (')")
+    parser.add_argument("--minimum", action="store_true", help="also search --minimum on the emulator (issue 36)")
     args = parser.parse_args()
     import onnxruntime
 
@@ -150,7 +177,7 @@ def main() -> None:
         for label, (which, make) in models().items():
             if wanted and label.split(" (")[0] not in wanted and label not in wanted:
                 continue
-            rows += bench(label, which, make, Path(work))
+            rows += bench(label, which, make, Path(work), args.minimum)
             print(json.dumps(rows[-2:], default=str), file=sys.stderr, flush=True)
     print("| model | candidates | atol | judge | evaluations: ours / no prior / SegmentList | set: ours / no prior "
           "/ SegmentList (loose) | target | ours passes & 1-minimal | file KB | also |")
@@ -160,6 +187,16 @@ def main() -> None:
         print(f"| {r['model']} | {r['n']} | {r['atol']:.3g} | {r['judge']} | {r['ours']} / {r['none']} / {r['seg']} "
               f"| {r['ours_k']} / {r['none_k']} / {r['seg_k']} ({r['seg_loose']}) | {r['target']} | {r['ok']} | {kb} "
               f"| {r['extra']} |")
+    least = [r["minimum"] for r in rows if "minimum" in r]
+    if least:
+        print("\n| --minimum on the emulator | candidates | 1-minimal: set / evaluations | smallest found | proven "
+              "| lower bound | evaluations beyond the search (loop) | x search | proven within 3x | contradicted "
+              "| seconds |")
+        print("|---|---:|---|---:|---|---:|---|---:|---|---|---:|")
+        for m in least:
+            print(f"| {m['model']} | {m['n']} | {m['k1']} / {m['e1']} | {m['k']} | {m['proven']} | {m['bound']} "
+                  f"| {m['extra']} ({m['loop']}) | {m['ratio']:.1f} | {m['target']} | {m['contradicted']} "
+                  f"| {m['seconds']:.1f} |")
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ PLACEHOLDERS = {  # and O.json (the override file of a search) are written first
     ("--timing-cache", "FILE"): "timing.cache", ("--atol", "A"): "0.01", ("--rtol", "R"): "0.01",
     ("--min-cosine", "C"): "0.99", ("--max-mismatch", "F"): "0.0", ("--repeats", "N"): "2", ("--jobs", "N"): "2",
     ("--headroom", "H"): "4", ("--top", "N"): "5", ("--opt-level", "N"): "1", ("--opt-level", "0-5"): "1",
-    ("--devices", "0,1,..."): "0,1"}
+    ("--devices", "0,1,..."): "0,1", ("--minimum", "N"): "20"}
 CHOICES = {"--backend": "command", "--typing": "strong", "--prior": "auto"}  # a|b|c after these flags, in full
 LEFT_OUT = {"--ray", "ADDRESS"}  # out of full runs: a Ray instance (6 s; the batch transcript starts one), a cluster
 HELP: dict[str, set] = {}  # subcommand -> the flags its --help names (check_flags asks each once)

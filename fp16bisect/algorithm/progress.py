@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 # Where the search is. The search's own: precondition, suspects, grow, reorder, reduce, verify, minimality; from a
-# start set: start, alternative, extend; at the end: recheck (the final set afresh), fallback.
+# start set: start, alternative, extend; at the end: recheck (the final set afresh), fallback; search --minimum's
+# hitting-set loop: minimum.
 Phase = Literal["precondition", "suspects", "grow", "reorder", "reduce", "verify", "minimality", "start",
-                "alternative", "extend", "recheck", "fallback"]
+                "alternative", "extend", "recheck", "fallback", "minimum"]
 
 
 def group_testing_bound(n: int, k: int) -> float:

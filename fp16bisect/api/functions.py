@@ -21,6 +21,7 @@ from fp16bisect.model import shapes, weights
 from fp16bisect.model.headroom import factor
 from fp16bisect.model.plan_states import accumulation, is_mark
 from fp16bisect.model.precision import precision_of
+from fp16bisect.strategy.minimum import checked as minimum_of
 from fp16bisect.backends import Options
 from fp16bisect.run.options import CheckOptions, SearchOptions
 from fp16bisect.run.outcome import Listener
@@ -44,8 +45,9 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
            output: str | Path | None = None, jobs: int = 1, devices: str | list | None = None,
            ray: str | None = None, repeats: int = 1, prior: str = "auto", restart: bool = False,
            retry_crashed: bool = False, headroom: float | None = None, min_shapes: Shapes = None,
-           opt_shapes: Shapes = None, max_shapes: Shapes = None, precision: str = "fp16",
-           progress: Progress = None, keep_journal: bool = False, accumulate: str = "fp32") -> SearchResult:
+           opt_shapes: Shapes = None, max_shapes: Shapes = None, precision: str = "fp16", objective: str = "nodes",
+           progress: Progress = None, keep_journal: bool = False, minimum: int | str | None = None,
+           accumulate: str = "fp32") -> SearchResult:
     """Find the smallest set of nodes to keep in FP32 so that the model, the rest in FP16, meets the tolerance.
 
     Args:
@@ -76,17 +78,16 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         prior: ``"auto"``, ``"emulate"`` or ``"none"``: search on the emulator first, then certify on ``backend``.
         restart: Discard the journal of an earlier run of this search instead of resuming it.
         retry_crashed: When resuming, evaluate again the plans an earlier run died evaluating.
-        keep_journal: Keep the journal once the search has finished (by default it is removed when the override
-            JSON is written; an interrupted or failed search always keeps it, to resume).
+        keep_journal: Keep the journal once the search has finished (else removed when the JSON is written).
         headroom: As ``--headroom F``: a tensor whose FP32 peak on any sample exceeds 65504/F counts as an
             overflow; its writer and readers stay in FP32 in every plan, and the search minimises the rest.
         min_shapes: As ``--min-shapes``: the deployment's smallest input shapes, trtexec's text
             (``"x:1x8x64"``) or a dict ``{input name: shape}``; with ``max_shapes`` (and ``opt_shapes``), the
             profile the tensorrt backend builds with.
-        opt_shapes: As ``--opt-shapes``: the deployment's most frequent input shapes.
-        max_shapes: As ``--max-shapes``: the deployment's largest input shapes.
+        opt_shapes: As ``--opt-shapes``: the deployment's most frequent input shapes (``max_shapes``: largest).
         precision: The low precision, ``"fp16"`` or ``"bf16"`` (bfloat16: FP32's range, 8 significant bits).
         progress: A function receiving one line of text per event (e.g. ``print``), or a ``Listener``.
+        minimum: As ``--minimum [N]`` (``True``: its default budget); ``objective``: as ``--objective nodes|cost``.
         accumulate: As ``--accumulate``: ``"fp32"`` (the default) or ``"fp16"`` (FP16 nodes add in FP16 too).
 
     Returns:
@@ -110,8 +111,8 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
             input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes))),
         noise_ok=noise_ok, output=None if output is None else str(output), repeats=repeats, restart=restart,
         retry_crashed=retry_crashed, keep_journal=keep_journal, parallel=inputs.parallel(jobs, devices, ray),
-        prior=prior, headroom=factor(headroom), precision=precision_of(precision),
-        accumulate=accumulation(accumulate))
+        prior=prior, headroom=factor(headroom), precision=precision_of(precision), objective=objective,
+        minimum=minimum_of(minimum), accumulate=accumulation(accumulate))
     with _own_work_directories():
         result = run_search(model, samples, options, reference=reference, progress=progress)
         for sample in result.outcome.oracle.samples:  # the result outlives the work directory: its samples too

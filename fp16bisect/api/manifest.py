@@ -25,6 +25,7 @@ An optional ``defaults`` table applies to every entry; each entry
                 (default: beside the manifest, <name>.overrides.json; <name>-<number>.overrides.json
                 when names repeat)
     keep_journal  search: keep the journal once the search has finished, as --keep-journal  (default false)
+    minimum     search: then the smallest passing set, as --minimum N (true or "auto": its default budget)
     name        a label for the table                            (default: the model's file name)
 
 Relative paths are relative to the manifest. A manifest that cannot be read
@@ -54,6 +55,7 @@ from fp16bisect.model.precision import Precision
 from fp16bisect.tolerance import GivenTolerance
 
 if TYPE_CHECKING:
+    from fp16bisect.strategy.minimum import Setting
     from fp16bisect.parallel.processes import LocalPool
     from fp16bisect.parallel.ray import RayPool
 
@@ -61,7 +63,7 @@ SCHEMA = "fp16bisect.batch/1"
 ACTIONS = ("check", "search")
 KEYS = {"model", "inputs", "references", "action", "atol", "rtol", "min_cosine", "max_mismatch", "backend",
         "overrides", "output", "name", "headroom", "min_shapes", "opt_shapes", "max_shapes", "precision",
-        "keep_journal", "accumulate"}
+        "keep_journal", "accumulate", "minimum"}
 SHAPE_KEYS = ("min_shapes", "opt_shapes", "max_shapes")
 TOLERANCE_KEYS = ("atol", "rtol", "min_cosine", "max_mismatch")
 
@@ -86,6 +88,7 @@ class Entry:
     named: bool = False  # the manifest gave ``name`` (else the model's file name)
     keep_journal: bool = False  # search: keep the journal once the search has finished
     accumulate: Accumulation | None = None  # --accumulate; None: check: the override file's; search: fp32
+    minimum: Setting = None  # search: --minimum's setting (strategy/minimum.py)
 
 
 @dataclass
@@ -216,12 +219,13 @@ def _values(raw: dict) -> dict[str, Any]:
     from fp16bisect.model import headroom, shapes
     from fp16bisect.model.plan_states import accumulation
     from fp16bisect.model.precision import precision_of
+    from fp16bisect.strategy import minimum
 
     backend = raw.get("backend", "auto")
     check_options(backend if isinstance(backend, str) else repr(backend), Options())
     return {"tolerance": GivenTolerance(**{k: raw.get(k) for k in TOLERANCE_KEYS}),
             "precision": None if raw.get("precision") is None else precision_of(raw["precision"]),
-            "headroom": headroom.factor(raw.get("headroom")),
+            "headroom": headroom.factor(raw.get("headroom")), "minimum": minimum.checked(raw.get("minimum")),
             "accumulate": None if raw.get("accumulate") is None else accumulation(raw["accumulate"]),
             "profile": shapes.profile_of(*(raw.get(k) for k in SHAPE_KEYS))}
 
@@ -310,7 +314,8 @@ def _search(entry: Entry) -> dict:
 
     options = SearchOptions(entry.tolerance.over(Tolerance()), entry.backend, Options.of(input_shapes=entry.profile),
                             output=entry.output, headroom=entry.headroom, precision=entry.precision or FP16,
-                            keep_journal=entry.keep_journal, accumulate=entry.accumulate or "fp32")
+                            keep_journal=entry.keep_journal, accumulate=entry.accumulate or "fp32",
+                            minimum=entry.minimum)
     found = run_search(entry.model, list(entry.inputs), options, reference=list(entry.references) or None)
     r = found.outcome.result
     ok = r.passed and r.minimal

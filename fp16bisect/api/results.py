@@ -115,6 +115,13 @@ class SearchResult:
         """The node ids of ``fp32_nodes``, in order."""
         return [n.name for n in self.fp32_nodes]
 
+    @property
+    def minimum(self) -> dict | None:
+        """With ``minimum=``: the smallest set's search (``proven``, ``lower_bound``, ``evaluations``,
+        ``assumes_monotone``, ...: the override JSON's ``search.minimum``), else None."""
+        least = self.outcome.minimum
+        return least.to_json() if least is not None else None
+
     def to_dict(self, output: str | Path | None = None) -> dict:
         """The override JSON (schema ``fp16bisect.overrides/1``) as a dict: what ``write`` writes.
 

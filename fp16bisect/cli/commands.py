@@ -30,12 +30,13 @@ def cmd_search(args) -> int:
     if not args.quiet:
         listener.stage(f"tolerance: {tolerance}")
     try:
-        with flags_named("repeats"):  # SearchOptions checks it: said as the flag
+        with flags_named("repeats", "minimum"):  # SearchOptions checks them: said as the flag
             options = SearchOptions(tolerance, args.backend, BackendArgs.parse(args), noise_ok=args.noise_ok,
                                     output=args.output, repeats=args.repeats, restart=args.restart,
                                     retry_crashed=args.retry_crashed, parallel=parallel, prior=args.prior,
                                     headroom=args.headroom, precision=PrecisionArgs.parse(args),
-                                    keep_journal=args.keep_journal, accumulate=args.accumulate)
+                                    keep_journal=args.keep_journal, accumulate=args.accumulate,
+                                    minimum=args.minimum, objective=args.objective)
         result = run_search(args.model, args.inputs, options, reference=args.reference, progress=listener)
     except CommandAborted as exc:
         raise CommandAborted(f"{exc}; finished evaluations are kept in {latest_journal(args.output)}: fix "

@@ -24,6 +24,7 @@ from fp16bisect.errors import Error, UsageError
 from fp16bisect.model import npz, weights
 from fp16bisect.model.precision import BF16, FP16
 from fp16bisect.strategy.prior_choice import CHOICES
+from fp16bisect.strategy.minimum import OBJECTIVES
 
 INTERNAL_ERROR = Error.exit_code  # a bug of ours: one line, the traceback in a file it names
 
@@ -127,8 +128,7 @@ def _help_last(name: str, parser: argparse.ArgumentParser) -> None:
 def _search(sub) -> None:
     s = _compose(_command(sub, "search", "search the smallest set of nodes to keep in FP32, write the override JSON",
                           "MODEL --inputs X.npz [--inputs ...] [-o overrides.json] [options]",
-                          "Finds the smallest set of ONNX nodes to keep in FP32 for the model to meet the tolerance in "
-                          "FP16 on these samples and writes it to -o; a rerun resumes.",
+                          "Finds the fewest nodes to keep in FP32 to meet the tolerance; writes -o.",
                           "fp16bisect search model.onnx --inputs x.npz -o overrides.json",
                           "fp16bisect search model.onnx --inputs a.npz --inputs b.npz --atol 0.05 --report search.html"),
                  # the most used first: what is searched, where it goes, the tolerance; then how it runs
@@ -145,6 +145,10 @@ def _search(sub) -> None:
                    help="evaluate each plan N times; all must pass (default 1)")
     s.add_argument("--prior", choices=CHOICES, default="auto",
                    help="the emulator searches first (auto: on other backends)")
+    s.add_argument("--minimum", nargs="?", const="auto", default=None, metavar="N",
+                   help="then the smallest passing set in N evaluations (default 3x)")
+    s.add_argument("--objective", choices=OBJECTIVES, default="nodes",
+                   help="--minimum's measure: nodes, or estimated FP32 time")
     s.add_argument("--restart", action="store_true",
                    help="discard this search's journal instead of resuming it")
     s.add_argument("--keep-journal", action="store_true",

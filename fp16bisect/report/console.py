@@ -173,6 +173,9 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
                 soft_wrap=True,
             )
         print_accumulating(overrides.accumulating, console)
+    if outcome.minimum is not None:  # search --minimum
+        searched = states(result.fp32)[0] - {f.node for f in outcome.forced}
+        console.print(f"--minimum: {escape(outcome.minimum.line(searched))}", highlight=False, soft_wrap=True)
     _print_coverage(overrides, console)
     failures = outcome.oracle.build_failures
     if failures:

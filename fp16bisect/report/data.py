@@ -136,7 +136,8 @@ def search_report(outcome, runs: ReportRuns, next_steps: Sequence[tuple] = ()) -
     return {**pack(head, graph, runs, overrides.pinned, outcome.result.trace, overrides.accumulating),
             "next": [list(step) for step in next_steps],
             "headroom": (overrides.headroom or {}).get("tensors", []),
-            "accumulators": overrides.section("accumulators") or []}
+            "accumulators": overrides.section("accumulators") or [],
+            "minimum": (overrides.search or {}).get("minimum")}  # search --minimum: the passing sets found
 
 
 def check_report(outcome, line: str, runs: ReportRuns) -> dict:

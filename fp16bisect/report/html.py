@@ -84,6 +84,7 @@ def render(data: dict) -> str:
         _headroom_section(data),
         _accumulators_section(data),
         _trace_section(data),
+        _minimum_section(data),
         _overrides_section(data),
         _next_section(data),
         f"<footer>Written by fp16bisect {esc(__version__)}. Self-contained: no scripts, no network.</footer>",
@@ -285,6 +286,28 @@ def _trace_section(data: dict) -> str:
         return ""
     svg, caption = trace.plot(steps)
     return "\n".join(["<section>", "<h2>Search trace</h2>", _figure(PLOT_TRACE, svg, caption), "</section>"])
+
+
+def _minimum_section(data: dict) -> str:
+    """``search --minimum``: the passing sets found, smallest (or cheapest) first, with sizes and estimated costs;
+    no section without it."""
+    minimum = data.get("minimum")
+    if not minimum:
+        return ""
+    proven = ("proven" + (", assuming monotone verdicts" if minimum.get("assumes_monotone") else "")
+              if minimum.get("proven") else f"not proven: the minimum is at least {minimum.get('lower_bound')}")
+    costs = minimum.get("objective") == "cost"
+    out = ["<section>", "<h2>Passing sets found (--minimum)</h2>",
+           f"<p>{esc(str(minimum.get('size')))} node(s) kept, {esc(proven)}; the 1-minimal search kept "
+           f"{esc(str(minimum.get('one_minimal')))}; {esc(str(minimum.get('evaluations')))} more evaluation(s) on "
+           f"{esc(str(minimum.get('backend')))}.</p>", '<table id="minimum-sets">',
+           "<tr><th>nodes</th>" + ("<th>estimated cost (us)</th>" if costs else "") + "<th>kept in FP32</th></tr>"]
+    for found in minimum.get("passing") or []:
+        cost = f"<td>{esc(str(found.get('cost_us')))}</td>" if costs else ""
+        names = ", ".join(f"<code>{esc(n)}</code>" for n in found.get("fp32") or [])
+        out.append(f"<tr><td>{esc(str(found.get('size')))}</td>{cost}<td>{names}</td></tr>")
+    out += ["</table>", "</section>"]
+    return "\n".join(out)
 
 
 def _next_section(data: dict) -> str:

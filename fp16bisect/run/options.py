@@ -19,6 +19,7 @@ from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.parallel import Parallel
 from fp16bisect.run.paths import plans_dir, timing_cache_path
 from fp16bisect.strategy.prior_choice import CHOICES
+from fp16bisect.strategy import minimum as minima
 from fp16bisect.tolerance import GivenTolerance, Tolerance
 
 
@@ -52,9 +53,13 @@ class SearchOptions:
     precision: Precision = FP16  # --precision: the low precision every plan runs in (model/precision.py)
     model_name: str | None = None  # what the override JSON calls the model, when not its path (Graph.name)
     accumulate: Accumulation = "fp32"  # --accumulate: what the judge assumes FP16 nodes add in (model/plan_states.py)
+    minimum: minima.Setting = None  # --minimum [N]: then the smallest passing set, N more evaluations (strategy/minimum.py)
+    objective: str = "nodes"  # --objective: nodes (the fewest) or cost (the least estimated cost, model/cost.py)
 
     def __post_init__(self) -> None:
         accumulation(self.accumulate)
+        object.__setattr__(self, "minimum", minima.checked(self.minimum))
+        minima.objective(self.objective)
         if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
             raise UsageError(f"repeats {self.repeats!r}: give a number of evaluations per plan, 1 or more")
         if self.prior not in CHOICES:

@@ -9,6 +9,7 @@ from fp16bisect.model.graph import Graph
 from fp16bisect.model.profile import Profile
 from fp16bisect.evaluation.oracle import Evaluation, Oracle, Reason
 from fp16bisect.strategy.prior import LABEL, Prior
+from fp16bisect.strategy.minimum import Least
 from fp16bisect.algorithm.search import SearchResult, Step
 from fp16bisect.timing import timed
 from fp16bisect.tolerance import Tolerance
@@ -46,6 +47,7 @@ class Outcome:
     headroom: float | None = None  # the --headroom factor (None: not given)
     evaluation_word: str = "built"  # what evaluating a plan is called on its backend (Backend.evaluation_word)
     accumulate: str = "fp32"  # what the judge assumed FP16 nodes add in (SearchOptions.accumulate): JSON "accumulate"
+    minimum: Least | None = None  # search --minimum: the smallest passing set's search (JSON search.minimum)
 
     @property
     def fp16(self) -> Evaluation | None:

@@ -91,6 +91,7 @@ def search_json(o) -> dict:
         # members kept because their removal could not be evaluated: why, from that evaluation
         "unverified": unverified(o),
         "unevaluable": len(oracle.build_failures),
+        **({"minimum": o.minimum.to_json()} if o.minimum is not None else {}),  # search --minimum
         "verified": result.passed,
         "contradictions": contradictions_json(result.contradictions),
         "seconds": round(o.seconds, 3),

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from fp16bisect.strategy import prior as priors
-from fp16bisect.strategy import prior_choice, ranking
+from fp16bisect.strategy import minimum as minima
+from fp16bisect.strategy import hitting_solver, prior_choice, ranking
 from fp16bisect.strategy.agreement import agreement
 from fp16bisect.strategy.alternatives import Alternatives
 from fp16bisect.run.coverage import prepare_samples, searched, with_forced
@@ -26,14 +27,14 @@ from fp16bisect.errors import ToleranceUnreachable, UsageError
 from fp16bisect.evaluation.journal import Journal, journal_key, samples_digest
 from fp16bisect.model.graph import Graph, notes
 from fp16bisect.model.plan_states import accumulates, accumulating, is_mark
-from fp16bisect.model import shapes
+from fp16bisect.model import cost, shapes
 from fp16bisect.model.profile import profile
 from fp16bisect.model.samples import sample_shapes, add_fp32_references, load_samples
 from fp16bisect.evaluation.oracle import EXIT_CODE, OUTPUTS, Oracle
 from fp16bisect.run.options import SearchOptions
 from fp16bisect.run.outcome import Listener, Outcome
-from fp16bisect.strategy.prior import Prior
-from fp16bisect.algorithm.search import Hooks, SearchResult, search
+from fp16bisect.strategy.prior import LABEL, Prior
+from fp16bisect.algorithm.search import Hooks, SearchResult, Step, search
 from fp16bisect.tolerance import Tolerance
 
 __all__ = ["Listener", "Outcome", "prepare", "search_model"]
@@ -178,16 +179,17 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
         # with a prior, the noise is measured on its set, the first plan the search evaluates (its build is kept)
         noise = build_noise(chosen, oracle.samples, options.tolerance, options.noise_ok, listener, oracle.journal,
                             plan=frozenset(found.fp32) if found is not None else frozenset())
+        wanted = _wanted(graph, prof, options)
         if options.accumulate == "fp16":
-            result = _two_states(graph, chosen, oracle, listener, order, found)
+            result, least = _two_states(graph, chosen, oracle, listener, order, found, wanted)
         else:
-            result = _search(graph, chosen, oracle, listener, order, found)
+            result, least = _search(graph, chosen, oracle, listener, order, found, wanted)
         result = with_forced(result, forced)
         info = _backend_info(chosen, oracle, noise)
         outcome = Outcome(graph, options.tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start,
                           prior=found, output=options.output, backend_info=info, forced=forced,
                           environment=chosen.environment(), evaluation_word=chosen.evaluation_word,
-                          headroom=options.headroom, accumulate=options.accumulate,
+                          headroom=options.headroom, accumulate=options.accumulate, minimum=least,
                           shapes=shapes.coverage(graph, oracle.samples, options.backend_options.input_shapes))
         outcome.overrides = overrides_json(outcome)
         return outcome
@@ -212,8 +214,17 @@ def _prior(graph, oracle, prof, listener, options: SearchOptions) -> Prior | Non
     return found
 
 
-def _search(graph, chosen, oracle, listener, prof, prior):
-    """The search's result; an all-FP32 plan that fails or cannot be evaluated is an error said here."""
+def _wanted(graph, prof, options: SearchOptions) -> minima.Wanted | None:
+    """What ``--minimum`` and ``--objective`` ask (None: neither); ``--objective cost`` alone implies ``--minimum``."""
+    if options.minimum is None and options.objective == "nodes":
+        return None
+    return minima.Wanted(minima.AUTO if options.minimum is None else options.minimum,
+                         cost.node_costs(graph, prof) if options.objective == "cost" else {})
+
+
+def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted | None = None):
+    """The search's result (and, with ``minimum``, the smallest set's search: ``_least``); an all-FP32 plan that
+    fails or cannot be evaluated is an error said here."""
     step = lambda step, progress: listener.step(  # noqa: E731
         step, {**progress, "backend": chosen.name, "replayed": (step.plan | oracle.forced) in oracle.replayed})
     recheck = None if chosen.deterministic else lambda plan: oracle.evaluate(plan, 1).verdict
@@ -222,10 +233,17 @@ def _search(graph, chosen, oracle, listener, prof, prior):
         width=oracle.width,
     )
     ids = [n.id for n in graph.candidates if n.id not in oracle.forced]
+    if minimum is not None:  # said before the search, not after it
+        hitting_solver.require_solver(len(ids))
+    least = None
     if prior is not None:
-        listener.stage(f"on the {chosen.name} backend: evaluating the emulator's {len(prior.fp32)} node(s), then "
+        start = prior.fp32
+        if minimum is not None:
+            least = _least_on_prior(ids, prior, minimum, chosen.name, listener)
+            start = tuple(least.fp32) if least is not None else start
+        listener.stage(f"on the {chosen.name} backend: evaluating the emulator's {len(start)} node(s), then "
                        "certifying each (or continuing from them if they fail)")
-        result = search(ids, oracle, order=prior.order, start=prior.fp32, hooks=Hooks(
+        result = search(ids, oracle, order=prior.order, start=start, hooks=Hooks(
             alternatives=Alternatives(graph, prior, oracle, listener), recheck=recheck, on_step=step),
             **common)
         listener.stage(agreement(result, chosen.name))
@@ -234,7 +252,19 @@ def _search(graph, chosen, oracle, listener, prof, prior):
         result = search(ids, oracle, order=prof.order, suspects=prof.suspects,
                         hooks=Hooks(reorder=ranking.reorder_by_effect(graph, chosen, oracle, prof, listener),
                                     recheck=recheck, on_step=step), **common)
-    said = {frozenset(m for m in oracle.forced if is_mark(m)): "the all-FP16 plan", **({frozenset(prior.fp32): "the emulator's set"} if prior else {})}
+        if minimum is not None and result.status == "found":
+
+            def certify(start, seen) -> SearchResult:  # steps already evaluated are not said again
+                def said(s: Step, progress: dict) -> None:
+                    if s.plan | oracle.forced not in seen:
+                        step(s, progress)
+
+                return search(ids, oracle, order=prof.order, start=start,
+                              hooks=Hooks(recheck=recheck, on_step=said), **common)
+
+            result, least = _least(ids, oracle, prof.order, result, minimum, chosen.name, listener, certify)
+    said = {frozenset(m for m in oracle.forced if is_mark(m)): "the all-FP16 plan",
+            **({frozenset(prior.fp32): "the emulator's set"} if prior else {})}
     for plan, what in said.items():
         evaluation = oracle.memo.get(plan)
         if evaluation is not None and evaluation.reason is not None:
@@ -242,29 +272,67 @@ def _search(graph, chosen, oracle, listener, prof, prior):
                            f"{evaluation.error.splitlines()[0]}); the search went on around it, not counting it")
     if result.status == "fp32_fails":
         _refuse_fp32_fails(graph, chosen, oracle)
-    return result
+    return result, least
 
 
-def _two_states(graph, chosen, oracle, listener, prof, prior) -> SearchResult:
+def _least_on_prior(ids, prior: Prior, minimum: minima.Wanted, judge: str, listener) -> minima.Least | None:
+    """``--minimum`` on an expensive judge: the loop on the emulator's oracle, its set the start set to certify."""
+    if prior.oracle is None:
+        listener.stage("--minimum: the emulator's evaluations were read back, not kept (resuming): the judge "
+                       "certifies the emulator's 1-minimal set; rerun with --restart to search the minimum")
+        return None
+    listener.stage(f"--minimum: searching the {_what(minimum)} passing set on the emulator (up to "
+                   f"{minima.budget(minimum.setting, prior.evaluations)} evaluation(s))")
+    return minima.least(ids, prior.oracle, prior.order, prior.fp32, minimum, on=(LABEL, judge),
+                        evaluations=prior.evaluations, say=listener.stage)
+
+
+def _what(minimum: minima.Wanted) -> str:
+    return "cheapest (estimated cost)" if minimum.costs else "smallest"
+
+
+def _least(ids, oracle, order, first: SearchResult, minimum: minima.Wanted, judge: str, listener, certify):
+    """``--minimum`` on the judge itself: the loop on its oracle, seeded with the search's evaluations; a smaller set
+    is certified (``certify(start)``: each single removal evaluated). The result counts every evaluation."""
+    before = len(oracle.history)
+    listener.stage(f"--minimum: searching the {_what(minimum)} passing set (up to "
+                   f"{minima.budget(minimum.setting, first.evaluations)} evaluation(s))")
+    least = minima.least(ids, oracle, order, first.fp32, minimum, on=(judge, judge), evaluations=first.evaluations,
+                         say=listener.stage)
+    result, phases, looped = first, {}, len(oracle.history) - before
+    if least is not None and least.fp32 != frozenset(first.fp32):
+        again = certify(least.fp32, set(oracle.memo))
+        phases = {s.plan: s.phase for s in again.trace}
+        result = replace(again, contradictions=first.contradictions + again.contradictions, agreed=None, added=(),
+                         dropped=())
+    steps = [Step(len(first.trace) + i, e.plan - oracle.forced, e.verdict, "minimum" if i <= looped else
+                  phases.get(e.plan - oracle.forced, "minimality"), first.rounds + i)
+             for i, e in enumerate(oracle.history[before:], 1)]  # the loop's and the certification's, in order
+    return replace(result, trace=first.trace + steps, evaluations=first.evaluations + len(steps),
+                   rounds=first.rounds + len(steps)), least
+
+
+def _two_states(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted | None = None):
     """``--accumulate fp16``'s answer, today's search run twice over the same oracle (the algorithm sees plain
     sets): first the FP32 set S with every accumulator not in a plan in FP32 accumulation (the marks added to
     every plan, as --headroom's forced nodes are), so that each member of S is 1-minimal against its removal
     to FP32 accumulation; then, S pinned, the 1-minimal set T of the other accumulators to keep in FP32
     accumulation, every plan judged with FP16 sums elsewhere. The answer is S and T's marks: the plan the
-    second search saw pass (or S alone, when S passes with FP16 sums)."""
+    second search saw pass (or S alone, when S passes with FP16 sums). ``--minimum`` applies to the FP32 set
+    (the first search); returns the result and that smallest set's search (``_search``)."""
     pinned = oracle.forced
     accumulators = [n.id for n in graph.candidates if accumulates(n.op_type, n.domain) and n.id not in pinned]
     listener.stage(f"--accumulate fp16: first the FP32 set with the {len(accumulators)} accumulating node(s) "
                    "adding in FP32 (FP32 accumulation), then the accumulators that need it")
     oracle.forced = pinned | frozenset(accumulating(a) for a in accumulators)
     try:
-        first = _search(graph, chosen, oracle, listener, prof, prior)
+        first, least = _search(graph, chosen, oracle, listener, prof, prior, minimum)
         kept = frozenset(first.fp32)
         marks = [accumulating(a) for a in sorted(accumulators, key=_rank(prof)) if a not in kept]
         if not marks:  # every accumulator in FP32: the FP32 set, judged once without marks as the answer is
             oracle.forced = pinned
             oracle.evaluate(kept)
-            return first
+            return first, least
         oracle.forced = pinned | kept
         listener.stage(f"searching which of {len(marks)} accumulator(s) need FP32 accumulation, the "
                        f"{len(kept)} FP32 node(s) pinned")
@@ -278,7 +346,7 @@ def _two_states(graph, chosen, oracle, listener, prof, prior) -> SearchResult:
         oracle.forced = pinned
     if first.fp32:  # the all-FP16 plan with FP16 sums, the baseline the result shows (the searches never ran it)
         oracle.evaluate(frozenset())
-    return _composed(first, second)
+    return _composed(first, second), least
 
 
 def _rank(prof):

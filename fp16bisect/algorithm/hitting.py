@@ -1,0 +1,233 @@
+"""The smallest (or cheapest) passing set, by implicit hitting set; a proof of it, or a lower bound.
+
+Pure Python, like ``search.py``: candidate ids, a predicate ``passes(plan) -> True | False | None`` on plans (the
+frozenset of ids kept in FP32) and a hitting-set solver given as a function, so it is property-tested on synthetic
+predicates in milliseconds.
+
+The loop (Reiter's diagnoses with QuickXplain conflicts; the smallest-MUS method of Ignatiev et al., CP 2015):
+
+1. Every failing plan F gives a **conflict**: some candidate outside F must stay in FP32 (under monotone verdicts,
+   no subset of F passes). The failing plans already known (the 1-minimal search's) seed them for free.
+2. The lightest set H hitting every conflict (``solve``) is a **lower bound**: under monotone verdicts no passing
+   set weighs less. If the lightest passing set known weighs no more, it is the minimum: done.
+3. H is evaluated. It passes: it is the minimum. It fails: it is **grown** while it fails (QuickXplain over the
+   candidates outside it, the least suspicious added first), so its conflict is small and cuts many sets at once;
+   every failing plan met on the way is a conflict too. Back to 2.
+
+A budget caps the evaluations; plans already known are free. A plan that could not be evaluated (None) is never
+evidence: while growing, it counts as not failing (the conflict stays sound); a hitting set that cannot be evaluated
+is still cut (so the loop moves on), and then nothing is claimed proven.
+
+``proven`` (what the answer may say):
+- true, with ``assumes_monotone`` false, when every lighter set was evaluated and failed (small models);
+- else true with ``assumes_monotone`` when the loop closed and no evaluated plan contradicted monotonicity (a
+  superset of a passing plan failing): the proof assumes monotone verdicts, and the answer says so;
+- else false: ``lower_bound`` is a bound only (the budget ran out, or the oracle is not monotone here).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Callable, Hashable, Iterable, Mapping, Sequence
+
+__all__ = ["Minimum", "MinimumResult", "exact_hitting_set", "minimum"]
+
+Solver = Callable[[list, Mapping], "frozenset | None"]  # (conflicts, weights) -> the lightest hitting set, or None
+
+# Sets enumerated at most to prove, without the monotonicity assumption, that no lighter set passes.
+EXHAUSTIVE_LIMIT = 4096
+
+
+class _OutOfBudget(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Minimum:
+    """What the loop is given beside the predicate. ``order``: the candidates, most suspicious first (growing a
+    failing plan adds the least suspicious first). ``weights``: per candidate (default 1: the node count).
+    ``known``: plans already evaluated and their verdicts (the seeds). ``budget``: new evaluations at most."""
+
+    candidates: Sequence[Hashable]
+    solve: Solver
+    budget: int
+    weights: Mapping = field(default_factory=dict)
+    known: Mapping = field(default_factory=dict)
+    order: Sequence[Hashable] | None = None
+
+
+@dataclass
+class MinimumResult:
+    fp32: frozenset | None  # the lightest passing set found (None: none known, and none found)
+    proven: bool  # fp32 is the minimum (see ``assumes_monotone``)
+    assumes_monotone: bool  # the proof assumes monotone verdicts (false: every lighter set evaluated and failed)
+    lower_bound: float  # no lighter set passes under monotone verdicts (the last hitting set's weight)
+    evaluations: int  # new plans evaluated by the loop
+    contradicted: bool  # some evaluated plan failed while a subset of it passed
+    passing: list = field(default_factory=list)  # every passing plan known, lightest first
+    conflicts: int = 0  # subset-minimal conflicts at the end
+
+
+def minimum(passes: Callable[[frozenset], bool | None], given: Minimum) -> MinimumResult:
+    """The loop of the module docstring."""
+    ids = list(dict.fromkeys(given.candidates))
+    order = list(given.order) if given.order is not None else ids
+    weights = {c: float(given.weights.get(c, 1)) for c in ids}
+    state = _State(passes, dict(given.known), int(given.budget), frozenset(ids))
+    bound, closed, unsure = 0.0, False, False
+    try:
+        while True:
+            hit = given.solve(state.conflicts(), weights)
+            if hit is None:  # no set hits every conflict: all-FP32 fails (or verdicts contradict each other)
+                break
+            if not state.cut:  # a bound cut by a plan that could not be evaluated is no bound
+                bound = max(bound, _weight(hit, weights))
+            best = state.best(weights)
+            if best is not None and _weight(best, weights) <= bound + 1e-9:
+                closed = True
+                break
+            verdict = state.ask(hit)
+            if verdict:
+                closed = True
+                break
+            if verdict is None:
+                unsure = True
+                state.cut.add(hit)
+            if verdict is False:
+                _grow(state, hit, [c for c in order if c not in hit])
+    except _OutOfBudget:
+        pass
+    return _result(state, weights, bound, closed and not unsure)
+
+
+class _State:
+    """The verdicts known and asked, the budget left."""
+
+    def __init__(self, passes, known: dict, budget: int, everything: frozenset):
+        self.passes = passes
+        self.results: dict[frozenset, bool | None] = {frozenset(p): v for p, v in known.items()}
+        self.budget = budget
+        self.asked = 0
+        self.everything = everything
+        self.cut: set[frozenset] = set()  # hitting sets that could not be evaluated, cut as if they failed
+
+    def ask(self, plan: frozenset) -> bool | None:
+        if plan not in self.results:
+            if self.asked >= self.budget:
+                raise _OutOfBudget
+            self.asked += 1
+            value = self.passes(plan)
+            self.results[plan] = None if value is None else bool(value)
+        return self.results[plan]
+
+    def conflicts(self) -> list:
+        failing = [p for p, v in self.results.items() if v is False] + list(self.cut)
+        return _minimal_sets([self.everything - p for p in failing])
+
+    def passing(self) -> list:
+        return [p for p, v in self.results.items() if v]
+
+    def best(self, weights: dict) -> frozenset | None:
+        passing = self.passing()
+        return min(passing, key=lambda p: (_weight(p, weights), len(p), sorted(map(repr, p)))) if passing else None
+
+
+def _grow(state: _State, failing: frozenset, outside: list) -> None:
+    """A small conflict from a failing plan: the fewest of ``outside`` (the candidates not in it, most suspicious
+    first, preferred in the conflict) that must stay out for it to fail, by QuickXplain over the plans
+    ``everything - C`` (which fail for C = ``outside``). Each failing plan asked on the way is a conflict too; a
+    plan holding a known passing one is taken to pass unasked (under monotone verdicts it does; if it would not,
+    the conflict is only larger than it could be, never wrong: conflicts come from evaluated plans only)."""
+    passing = state.passing()
+
+    def fails(out: frozenset, infer: bool = True) -> bool:
+        plan = state.everything - out
+        if infer and any(p <= plan for p in passing):
+            return False
+        verdict = state.ask(plan)
+        if verdict:
+            passing.append(plan)
+        return verdict is False
+
+    kept_out = frozenset(_quickxplain(fails, frozenset(), False, outside))
+    fails(kept_out, infer=False)  # the conflict found, evaluated (QuickXplain infers its last answer)
+
+
+def _quickxplain(holds, background: frozenset, changed: bool, cands: list) -> list:
+    """Smallest D of ``cands`` with ``holds(background | D)`` (true for all of ``cands``), preferring the earlier."""
+    if changed and holds(background):
+        return []
+    if len(cands) <= 1:
+        return list(cands)
+    half = len(cands) // 2
+    first, second = cands[:half], cands[half:]
+    found_second = _quickxplain(holds, background | frozenset(first), True, second)
+    found_first = _quickxplain(holds, background | frozenset(found_second), bool(found_second), first)
+    return found_first + found_second
+
+
+def _result(state: _State, weights: dict, bound: float, closed: bool) -> MinimumResult:
+    best = state.best(weights)
+    contradicted = _contradicted(state.results)
+    passing = sorted(state.passing(), key=lambda p: (_weight(p, weights), len(p), sorted(map(repr, p))))
+    exhaustive = best is not None and _lighter_all_fail(state, best, weights)
+    proven = exhaustive or (closed and best is not None and not contradicted)
+    if best is not None and proven:
+        bound = _weight(best, weights)
+    return MinimumResult(best, proven, proven and not exhaustive, bound, state.asked, contradicted, passing,
+                         len(state.conflicts()))
+
+
+def _contradicted(results: dict) -> bool:
+    passing = [p for p, v in results.items() if v]
+    return any(v is False and any(p < plan for p in passing) for plan, v in results.items())
+
+
+def _lighter_all_fail(state: _State, best: frozenset, weights: dict) -> bool:
+    """Every set lighter than ``best`` was evaluated and failed (bounded: at most ``EXHAUSTIVE_LIMIT`` sets)."""
+    limit = _weight(best, weights) - 1e-9
+    ids = sorted(state.everything, key=lambda c: (weights[c], repr(c)))
+    size = 0
+    while size < len(ids) and sum(weights[c] for c in ids[: size + 1]) < limit:
+        size += 1  # the most members a lighter set can have
+    if sum(math.comb(len(ids), k) for k in range(size + 1)) > EXHAUSTIVE_LIMIT:
+        return False
+    return all(state.results.get(frozenset(s)) is False for k in range(size + 1) for s in combinations(ids, k)
+               if _weight(s, weights) < limit)
+
+
+def _weight(plan: Iterable, weights: Mapping) -> float:
+    return float(sum(weights.get(c, 1.0) for c in plan))
+
+
+def _minimal_sets(sets: list) -> list:
+    """The sets no other is a proper subset of (duplicates once), smallest first."""
+    kept: list = []
+    for s in sorted(set(sets), key=len):
+        if not any(k <= s for k in kept):
+            kept.append(s)
+    return kept
+
+
+def exact_hitting_set(conflicts: list, weights: Mapping) -> frozenset | None:
+    """The lightest set hitting every conflict, by branch and bound (pure Python: for small instances and tests;
+    ``strategy/hitting_solver.py`` solves large ones). None when a conflict is empty."""
+    if any(not c for c in conflicts):
+        return None
+    best: list = [None, math.inf]
+
+    def branch(chosen: frozenset, cost: float, left: list) -> None:
+        if cost >= best[1] - 1e-12:
+            return
+        open_ = [c for c in left if not (c & chosen)]
+        if not open_:
+            best[0], best[1] = chosen, cost
+            return
+        smallest = min(open_, key=len)
+        for c in sorted(smallest, key=lambda c: (weights.get(c, 1.0), repr(c))):
+            branch(chosen | {c}, cost + float(weights.get(c, 1.0)), open_)
+
+    branch(frozenset(), 0.0, list(conflicts))
+    return best[0]

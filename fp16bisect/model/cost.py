@@ -1,0 +1,82 @@
+"""What keeping a node in FP32 costs at run time, estimated (``search --objective cost``).
+
+An estimate, not a measurement: never run on a GPU. Per candidate, the extra microseconds of its FP32 kernel over
+its FP16 one on a nominal GPU (``Nominal``: 1 TB/s, 20 TFLOP/s in FP32, FP16 8x faster on MatMul, Gemm and Conv
+(tensor cores) and 2x elsewhere), from
+
+* the bytes it moves: every float input and output (weights included) twice as wide;
+* its arithmetic: 2 x output elements x the reduction length for MatMul, Gemm and Conv, one per output element
+  otherwise, at the FP32 rate instead of the FP16 one;
+* the Casts its pin adds at precision boundaries: one per float activation it reads or writes (a read of 4 bytes
+  and a write of 2 per element), as if its neighbours stayed in FP16. Adjacent pinned nodes share a boundary the
+  sum counts twice: the estimate is additive, so a hitting-set solver can weigh sets by it.
+
+Element counts come from the FP32 profile (what the samples' runs produced; a graph input's from its declared
+shape), the reduction length from the weights' and the inferred shapes. Real engines fuse, pick other kernels, and pay launch overheads: the estimate
+ranks sets (a 4096x4096 MatMul against two elementwise nodes), it does not predict latency.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fp16bisect.model.graph import Graph, Node
+
+__all__ = ["Nominal", "node_costs"]
+
+HEAVY = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "MatMulInteger", "Einsum"})
+
+
+@dataclass(frozen=True)
+class Nominal:
+    """The nominal GPU the estimate is in microseconds of."""
+
+    bytes_per_us: float = 1e6  # 1 TB/s
+    fp32_flops_per_us: float = 2e7  # 20 TFLOP/s
+    fp16_speedup_heavy: float = 8.0  # tensor cores on MatMul, Gemm, Conv
+    fp16_speedup_other: float = 2.0  # paired FP16 arithmetic
+
+
+def node_costs(graph: Graph, prof, nominal: Nominal = Nominal()) -> dict[str, float]:
+    """Per candidate id, the estimated extra microseconds of running it in FP32 rather than FP16."""
+    samples = max(1, len(getattr(prof, "sample_order", ())) or 1)
+    initializers = {t.name: t for t in graph.model.graph.initializer}
+
+    def elements(tensor: str) -> float:
+        if tensor in initializers:
+            return float(math.prod(initializers[tensor].dims))
+        stats = prof.tensors.get(tensor)
+        if stats is not None and stats.size:
+            return stats.size / samples
+        shape = graph.shapes.get(tensor)  # a graph input (the profile records what nodes write): its declared shape
+        return float(math.prod(shape)) if shape and all(isinstance(d, int) and d > 0 for d in shape) else 0.0
+
+    return {n.id: _cost(graph, n, elements, initializers, nominal) for n in graph.candidates}
+
+
+def _cost(graph: Graph, node: Node, elements, initializers: dict, nominal: Nominal) -> float:
+    floats = [t for t in (*node.inputs, *node.outputs) if t and graph.is_float(t)]
+    moved = 2.0 * sum(elements(t) for t in floats)  # bytes: 4 instead of 2 per element
+    casts = 6.0 * sum(elements(t) for t in floats if t not in initializers)
+    out = sum(elements(t) for t in node.outputs if t and graph.is_float(t))
+    flops = out * (2.0 * _reduction(graph, node, initializers) if node.op_type in HEAVY else 1.0)
+    speedup = nominal.fp16_speedup_heavy if node.op_type in HEAVY else nominal.fp16_speedup_other
+    compute = flops / nominal.fp32_flops_per_us * (1.0 - 1.0 / speedup)
+    return (moved + casts) / nominal.bytes_per_us + compute
+
+
+def _reduction(graph: Graph, node: Node, initializers: dict) -> float:
+    """The length each output element sums over (1 when unknown)."""
+    if node.op_type in ("Conv", "ConvTranspose") and len(node.inputs) > 1 and node.inputs[1] in initializers:
+        dims = list(initializers[node.inputs[1]].dims)
+        return float(math.prod(dims[1:])) if dims else 1.0
+    if node.op_type in ("MatMul", "Gemm", "MatMulInteger") and node.inputs:
+        shape = graph.shapes.get(node.inputs[0]) if isinstance(graph.shapes, dict) else None
+        last = shape[-1] if shape else None
+        if isinstance(last, int) and last > 0:
+            return float(last)
+        if len(node.inputs) > 1 and node.inputs[1] in initializers:
+            dims = list(initializers[node.inputs[1]].dims)
+            return float(dims[0] if len(dims) == 2 else dims[-2] if len(dims) > 2 else 1)
+    return 1.0

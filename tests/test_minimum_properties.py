@@ -1,0 +1,149 @@
+"""Property tests of the implicit hitting-set loop behind ``search --minimum`` (fp16bisect.algorithm.hitting).
+
+Monotone predicates are built from a family of minimal passing sets (a plan passes when it holds one of them:
+upward closed), so the true minimum is known by brute force; non-monotone ones are random verdicts.
+"""
+
+from __future__ import annotations
+
+import random
+from itertools import combinations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fp16bisect.algorithm.hitting import Minimum, exact_hitting_set, minimum
+from fp16bisect.algorithm.search import search
+from fp16bisect.strategy.hitting_solver import hitting_set
+
+
+class Counted:
+    def __init__(self, verdict):
+        self.verdict = verdict
+        self.calls: list[frozenset] = []
+
+    def __call__(self, plan):
+        assert isinstance(plan, frozenset)
+        self.calls.append(plan)
+        return self.verdict(plan)
+
+
+def every_set(n: int):
+    return (frozenset(s) for k in range(n + 1) for s in combinations(range(n), k))
+
+
+def lightest_passing(n, verdict, weights=None):
+    weights = weights or {}
+    passing = [s for s in every_set(n) if verdict(s)]
+    return min(sum(weights.get(c, 1) for c in s) for s in passing) if passing else None
+
+
+@st.composite
+def monotone(draw, max_n=12):
+    n = draw(st.integers(1, max_n))
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    family = [frozenset(rng.sample(range(n), rng.randint(1, min(n, 5)))) for _ in range(rng.randint(1, 5))]
+    order = list(range(n))
+    rng.shuffle(order)
+    return n, family, order, rng
+
+
+@settings(max_examples=200, deadline=None)
+@given(monotone())
+def test_monotone_predicates_get_their_true_minimum_proven_with_every_evaluation_counted(case):
+    n, family, order, _ = case
+    verdict = Counted(lambda plan: any(f <= plan for f in family))
+    result = minimum(verdict, Minimum(list(range(n)), exact_hitting_set, budget=10_000, order=order))
+    assert result.evaluations == len(verdict.calls) == len(set(verdict.calls))
+    assert result.fp32 is not None and len(result.fp32) == min(map(len, family))
+    assert verdict.verdict(result.fp32)
+    assert result.proven and not result.contradicted and result.lower_bound == len(result.fp32)
+    if not result.assumes_monotone:  # proven without the assumption: every smaller set was evaluated and failed
+        asked = set(verdict.calls)
+        assert all(s in asked for s in every_set(n) if len(s) < len(result.fp32))
+
+
+@settings(max_examples=100, deadline=None)
+@given(monotone(max_n=10))
+def test_seeded_with_the_1_minimal_search_the_loop_costs_less_and_still_finds_the_minimum(case):
+    n, family, order, _ = case
+    verdict = Counted(lambda plan: any(f <= plan for f in family))
+    first = search(list(range(n)), verdict, order=order)
+    known = {p: verdict.verdict(p) for p in verdict.calls}
+    before = len(verdict.calls)
+    result = minimum(verdict, Minimum(list(range(n)), exact_hitting_set, budget=10_000, known=known, order=order))
+    assert len(result.fp32) == min(map(len, family)) <= len(first.fp32)
+    assert result.proven and result.evaluations == len(verdict.calls) - before
+    assert not set(verdict.calls[before:]) & set(known)  # a known plan is never evaluated again
+
+
+@settings(max_examples=100, deadline=None)
+@given(monotone(max_n=10))
+def test_a_budget_is_never_exceeded_and_an_unfinished_loop_reports_a_bound_not_a_proof(case):
+    n, family, order, rng = case
+    budget = rng.randint(0, 4)
+    verdict = Counted(lambda plan: any(f <= plan for f in family))
+    known = {frozenset(range(n)): True}
+    result = minimum(verdict, Minimum(list(range(n)), exact_hitting_set, budget=budget, known=known, order=order))
+    true = min(map(len, family))
+    assert result.evaluations == len(verdict.calls) <= budget
+    assert result.lower_bound <= true <= len(result.fp32)
+    assert result.proven == (len(result.fp32) == true and result.lower_bound == true)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 8), st.integers(0, 2**32 - 1))
+def test_non_monotone_predicates_never_get_a_false_proof_without_the_assumption(n, seed):
+    rng = random.Random(seed)
+    table = {s: rng.random() < 0.4 for s in every_set(n)}
+    table[frozenset(range(n))] = True
+    verdict = Counted(table.__getitem__)
+    result = minimum(verdict, Minimum(list(range(n)), exact_hitting_set, budget=10_000))
+    true = lightest_passing(n, table.__getitem__)
+    assert table[result.fp32]
+    if result.proven and not result.assumes_monotone:
+        assert len(result.fp32) == true
+    if result.contradicted:
+        assert not result.proven or not result.assumes_monotone
+    seen = set(verdict.calls)
+    contradiction = any(table[a] and not table[b] and a < b for a in seen for b in seen)
+    assert result.contradicted == contradiction
+
+
+def test_a_contradiction_in_the_seeds_turns_the_proof_into_a_bound():
+    # {0} passes, {0, 1} fails (a pin that breaks a fusion, say), {1, 2} passes: {0} is the smallest known, the
+    # conflict of {0, 1} bounds the minimum at 1, but the seeds refute the assumption that bound rests on
+    table = {frozenset({0}): True, frozenset({0, 1}): False, frozenset({1, 2}): True}
+    result = minimum(lambda p: table.get(p, len(p) >= 2 and p != frozenset({0, 1})),
+                     Minimum([0, 1, 2, 3, 4], exact_hitting_set, budget=0, known=table))
+    assert result.fp32 == frozenset({0}) and result.contradicted and not result.proven
+    assert result.lower_bound == 1
+
+
+def test_an_unevaluable_hitting_set_is_cut_and_never_counts_as_a_proof():
+    # a plan holding 0 cannot be evaluated (but all-FP32); {1, 2} passes: the minimum found is {1, 2}, but {0}
+    # might pass, so not proven; the plans that could not be evaluated while growing are no conflicts
+    verdict = Counted(lambda plan: None if 0 in plan and len(plan) < 3 else {1, 2} <= plan)
+    result = minimum(verdict, Minimum([0, 1, 2], exact_hitting_set, budget=100, order=[0, 1, 2]))
+    assert frozenset({0}) in verdict.calls
+    assert result.fp32 == frozenset({1, 2}) and not result.proven and result.lower_bound == 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(monotone(max_n=10))
+def test_weights_give_the_cheapest_passing_set_and_scipy_agrees_with_the_pure_solver(case):
+    n, family, order, rng = case
+    weights = {c: rng.choice([1, 1, 2, 5, 0.5]) for c in range(n)}
+    verdict = lambda plan: any(f <= plan for f in family)  # noqa: E731
+    given_ = dict(candidates=list(range(n)), budget=10_000, weights=weights, order=order)
+    pure = minimum(verdict, Minimum(solve=exact_hitting_set, **given_))
+    milp = minimum(verdict, Minimum(solve=hitting_set, **given_))
+    cheapest = lightest_passing(n, verdict, weights)
+    for result in (pure, milp):
+        assert abs(sum(weights[c] for c in result.fp32) - cheapest) < 1e-9 and result.proven
+        assert abs(result.lower_bound - cheapest) < 1e-9
+
+
+def test_an_all_fp32_plan_that_fails_gives_no_set():
+    result = minimum(lambda plan: False, Minimum([0, 1], exact_hitting_set, budget=100))
+    assert result.fp32 is None and not result.proven

@@ -379,7 +379,7 @@ def test_the_extras_named_exist():
 # A wrong flag, a wrong number in a transcript, a wrong Python example: each must fail the example holding it.
 WRONG = [("fp16bisect scan MODEL.onnx --inputs X.npz", "fp16bisect scan MODEL.onnx --inputz X.npz", "--inputz"),
          ("4 evaluation(s) on the emulate backend", "5 evaluation(s) on the emulate backend", "5 evaluation(s)"),
-         ("import apply_overrides, verify_pins", "import apply_overrides, verify_pin", "verify_pin")]
+         ('result.write("overrides.json")', 'result.writ("overrides.json")', "writ")]
 
 
 @pytest.mark.parametrize("right, wrong, named", WRONG, ids=["flag", "transcript", "python"])

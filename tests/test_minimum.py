@@ -214,3 +214,17 @@ def test_the_report_lists_the_passing_sets_found_with_their_sizes(files, tmp_pat
     plain = tmp_path / "plain.html"
     assert run(capsys, *files, "-o", tmp_path / "p.json", "--report", plain, "-q")[0] == 0
     assert "Passing sets found" not in plain.read_text()
+
+
+def test_a_certification_that_drops_a_member_voids_the_loops_proof_and_gives_the_answer():
+    from fp16bisect.algorithm.hitting import MinimumResult
+    from fp16bisect.strategy.minimum import Least
+
+    found = MinimumResult(frozenset("abc"), True, True, 3, 10, False, [frozenset("abc"), frozenset("abcd")])
+    least = Least(frozenset("abc"), found, "emulate", "emulate", 4, 30)
+    assert least.certified("abc") is least and least.certified("cab") is least
+    said = least.certified("ab")  # the judge found "a, b" passing without c: three was no minimum
+    assert said.fp32 == frozenset("ab") and said.found.fp32 == frozenset("ab")
+    assert not said.found.proven and said.found.contradicted and said.found.lower_bound == 2
+    assert said.to_json()["passing"][0] == {"size": 2, "fp32": ["a", "b"]}
+    assert said.line(frozenset("ab")).startswith("2 node(s); the minimum is at least 2 (verdicts contradicted")

@@ -302,6 +302,7 @@ def _least(ids, oracle, order, first: SearchResult, minimum: minima.Wanted, judg
     result, phases, looped = first, {}, len(oracle.history) - before
     if least is not None and least.fp32 != frozenset(first.fp32):
         again = certify(least.fp32, set(oracle.memo))
+        least = least.certified(again.fp32)  # a removal passing refutes the loop's proof
         phases = {s.plan: s.phase for s in again.trace}
         result = replace(again, contradictions=first.contradictions + again.contradictions, agreed=None, added=(),
                          dropped=())

@@ -14,7 +14,7 @@ scales with what the user already paid for keeps its cost predictable; ``--minim
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Collection, Literal, Mapping, Sequence, Union
 
 from fp16bisect.algorithm.hitting import Minimum, MinimumResult, minimum
@@ -107,6 +107,19 @@ class Least:
                              **({"cost_us": _rounded(_cost(p, self.costs))} if self.costs else {})}
                             for p in found.passing[:PASSING_SHOWN]],
                 **({"passing_total": len(found.passing)} if len(found.passing) > PASSING_SHOWN else {})}
+
+    def certified(self, final: Collection) -> "Least":
+        """After the judge certified ``fp32`` (each single removal evaluated): when it dropped members (verdicts
+        are not monotone there), its set is the answer, and a proof or bound of the heavier set is void."""
+        final = frozenset(final)
+        if final == self.fp32 or _cost(final, self.costs) >= _cost(self.fp32, self.costs) - 1e-9:
+            return self
+        found, cost = self.found, _cost(final, self.costs)
+        refuted = found.contradicted or found.proven or cost < found.lower_bound - 1e-9
+        passing = sorted({*found.passing, final}, key=lambda p: (_cost(p, self.costs), len(p), sorted(map(str, p))))
+        return replace(self, fp32=final, found=replace(found, fp32=final, proven=False, assumes_monotone=False,
+                                                       contradicted=refuted, passing=passing,
+                                                       lower_bound=min(found.lower_bound, cost)))
 
     def fewest(self) -> frozenset:
         """The passing set with the fewest nodes seen (the cheapest among those)."""

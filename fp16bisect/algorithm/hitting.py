@@ -105,7 +105,7 @@ def minimum(passes: Callable[[frozenset], bool | None], given: Minimum) -> Minim
                     continue
                 best = state.best(weights)
             closed = True  # the lightest passing set known weighs no more than the bound (if the budget runs out
-            if best in checked or not _below(state, best, order):  # below it, the judge's certification goes on)
+            if best is None or best in checked or not _below(state, best, order):  # below it, the judge's certification goes on)
                 break
             closed = False
             checked.add(best)  # a lighter set passed: the bound rested on verdicts it contradicts; go on without them

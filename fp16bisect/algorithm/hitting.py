@@ -104,8 +104,10 @@ def minimum(passes: Callable[[frozenset], bool | None], given: Minimum) -> Minim
                         break
                     continue
                 best = state.best(weights)
-            closed = True  # the lightest passing set known weighs no more than the bound (if the budget runs out
-            if best is None or best in checked or not _below(state, best, order):  # below it, the judge's certification goes on)
+            # the lightest passing set known weighs no more than the bound: closed (if the budget runs out in
+            # _below, still closed: the judge's certification makes the remaining tries)
+            closed = True
+            if best is None or best in checked or not _below(state, best, order):
                 break
             closed = False
             checked.add(best)  # a lighter set passed: the bound rested on verdicts it contradicts; go on without them

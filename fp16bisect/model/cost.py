@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Mapping
 
 from fp16bisect.model.graph import Graph, Node
 
-__all__ = ["Nominal", "node_costs"]
+__all__ = ["Nominal", "measured", "node_costs"]
 
 HEAVY = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "MatMulInteger", "Einsum"})
 
@@ -38,8 +39,16 @@ class Nominal:
     fp16_speedup_other: float = 2.0  # paired FP16 arithmetic
 
 
-def node_costs(graph: Graph, prof, nominal: Nominal = Nominal()) -> dict[str, float]:
-    """Per candidate id, the estimated extra microseconds of running it in FP32 rather than FP16."""
+def measured(fp16_ms: Mapping[str, float], fp32_ms: Mapping[str, float]) -> dict[str, float]:
+    """Per node timed in both engines (the all-FP16 one and the all-FP32 one), the extra microseconds of its FP32
+    layers (none below 0: a node that ran faster in FP32 costs nothing)."""
+    return {n: max(0.0, (float(fp32_ms[n]) - float(fp16_ms[n])) * 1000.0) for n in fp16_ms if n in fp32_ms}
+
+
+def node_costs(graph: Graph, prof, nominal: Nominal = Nominal(), timed: Mapping[str, float] | None = None
+               ) -> dict[str, float]:
+    """Per candidate id, the estimated extra microseconds of running it in FP32 rather than FP16; ``timed``
+    (``measured``: per node, from engine profiles) replaces the estimate of its kernel, its Casts still estimated."""
     samples = max(1, len(getattr(prof, "sample_order", ())) or 1)
     initializers = {t.name: t for t in graph.model.graph.initializer}
 
@@ -52,10 +61,11 @@ def node_costs(graph: Graph, prof, nominal: Nominal = Nominal()) -> dict[str, fl
         shape = graph.shapes.get(tensor)  # a graph input (the profile records what nodes write): its declared shape
         return float(math.prod(shape)) if shape and all(isinstance(d, int) and d > 0 for d in shape) else 0.0
 
-    return {n.id: _cost(graph, n, elements, initializers, nominal) for n in graph.candidates}
+    timed = timed or {}
+    return {n.id: _cost(graph, n, elements, initializers, nominal, timed.get(n.id)) for n in graph.candidates}
 
 
-def _cost(graph: Graph, node: Node, elements, initializers: dict, nominal: Nominal) -> float:
+def _cost(graph: Graph, node: Node, elements, initializers: dict, nominal: Nominal, timed: float | None) -> float:
     floats = [t for t in (*node.inputs, *node.outputs) if t and graph.is_float(t)]
     moved = 2.0 * sum(elements(t) for t in floats)  # bytes: 4 instead of 2 per element
     casts = 6.0 * sum(elements(t) for t in floats if t not in initializers)
@@ -63,6 +73,8 @@ def _cost(graph: Graph, node: Node, elements, initializers: dict, nominal: Nomin
     flops = out * (2.0 * _reduction(graph, node, initializers) if node.op_type in HEAVY else 1.0)
     speedup = nominal.fp16_speedup_heavy if node.op_type in HEAVY else nominal.fp16_speedup_other
     compute = flops / nominal.fp32_flops_per_us * (1.0 - 1.0 / speedup)
+    if timed is not None:
+        return casts / nominal.bytes_per_us + timed
     return (moved + casts) / nominal.bytes_per_us + compute
 
 

@@ -202,6 +202,26 @@ def test_the_cost_estimate_weighs_a_matmul_by_its_arithmetic_and_weights():
     assert costs["Q1"] + costs["Q2"] < costs["P"] / 5
 
 
+def test_adjacent_pins_share_their_boundary_cast_instead_of_counting_it_twice():
+    from fp16bisect.algorithm.hitting import Weights, weight
+    from fp16bisect.model.cost import Nominal, node_costs, shared_casts
+    from fp16bisect.model.graph import Graph
+    from fp16bisect.model.profile import profile
+    from fp16bisect.model.samples import Sample, add_fp32_references
+
+    graph = Graph(heavy_and_light())
+    samples = [Sample("x", XH)]
+    add_fp32_references(graph, samples)
+    prof = profile(graph, samples)
+    costs, shared = node_costs(graph, prof), shared_casts(graph, prof)
+    cast = 6 * 8 / Nominal().bytes_per_us  # q1: 8 elements, read by Q2 alone, written by Q1
+    assert shared[frozenset({"Q1", "Q2"})] == pytest.approx(2 * cast)  # Q2's Cast and all of Q1's
+    assert set(shared) == {frozenset({"Q1", "Q2"}), frozenset({"Q2", "M"}), frozenset({"P", "M"})}
+    both = Weights(costs, shared)
+    assert weight({"Q1", "Q2"}, both) == pytest.approx(costs["Q1"] + costs["Q2"] - 2 * cast)
+    assert weight({"Q1", "P"}, both) == pytest.approx(costs["Q1"] + costs["P"])  # not adjacent: nothing shared
+
+
 def test_the_report_lists_the_passing_sets_found_with_their_sizes(files, tmp_path, capsys):
     page = tmp_path / "r.html"
     assert run(capsys, *files, "-o", tmp_path / "o.json", "--minimum", "--report", page, "-q")[0] == 0

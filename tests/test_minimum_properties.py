@@ -11,8 +11,9 @@ from itertools import combinations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+import pytest
 
-from fp16bisect.algorithm.hitting import Minimum, exact_hitting_set, minimum
+from fp16bisect.algorithm.hitting import Minimum, Weights, exact_hitting_set, minimum, weight
 from fp16bisect.algorithm.search import search
 from fp16bisect.strategy.hitting_solver import hitting_set
 
@@ -61,6 +62,22 @@ def test_monotone_predicates_get_their_true_minimum_proven_with_every_evaluation
     if not result.assumes_monotone:  # proven without the assumption: every smaller set was evaluated and failed
         asked = set(verdict.calls)
         assert all(s in asked for s in every_set(n) if len(s) < len(result.fp32))
+
+
+@settings(max_examples=100, deadline=None)
+@given(monotone(max_n=9), st.sampled_from([exact_hitting_set, hitting_set]))
+def test_weights_with_shared_pairs_get_the_lightest_passing_set_by_their_true_weight(case, solver):
+    # the cost objective: adjacent pins share a Cast, so a set weighs its members less each pair's share; a set
+    # with more members can then be the lightest, and both solvers must find it
+    n, family, order, rng = case
+    per = {c: rng.uniform(1, 3) for c in range(n)}
+    shared = {frozenset({c, c + 1}): rng.uniform(0, min(per[c], per[c + 1])) for c in range(n - 1) if rng.random() < 0.6}
+    weights = Weights(per, shared)
+    verdict = Counted(lambda plan: any(f <= plan for f in family))
+    result = minimum(verdict, Minimum(list(range(n)), solver, budget=10_000, weights=weights, order=order))
+    true = min(weight(s, weights) for s in every_set(n) if verdict.verdict(s))
+    assert result.fp32 is not None and weight(result.fp32, weights) == pytest.approx(true)
+    assert result.proven and result.lower_bound == pytest.approx(true)
 
 
 @settings(max_examples=100, deadline=None)

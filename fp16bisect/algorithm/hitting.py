@@ -37,16 +37,35 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Callable, Hashable, Iterable, Mapping, Sequence
 
-__all__ = ["Minimum", "MinimumResult", "exact_hitting_set", "minimum"]
+__all__ = ["Minimum", "MinimumResult", "Weights", "exact_hitting_set", "minimum", "weight"]
 
 Solver = Callable[[list, Mapping], "frozenset | None"]  # (conflicts, weights) -> the lightest hitting set, or None
 
 # Sets enumerated at most to prove, without the monotonicity assumption, that no lighter set passes.
 EXHAUSTIVE_LIMIT = 4096
+SHARED_EXHAUSTIVE = 14  # nodes up to which the pure-Python solver weighs shared weights exactly (2^14 sets)
 
 
 class _OutOfBudget(Exception):
     pass
+
+
+class Weights(dict):
+    """Per candidate, its weight; and ``shared``: per pair of candidates (a frozenset of two), what their weights
+    both count when the two are in one set, which then weighs that much less (the cost objective: adjacent FP32
+    nodes need no Cast between them, while each one's weight counts a Cast there)."""
+
+    def __init__(self, per: Mapping, shared: Mapping | None = None):
+        super().__init__(per)
+        self.shared = {frozenset(pair): float(s) for pair, s in (shared or {}).items()}
+
+
+def weight(plan: Iterable, weights: Mapping) -> float:
+    """A set's weight: its members' (1 each when not given), less what pairs of them share."""
+    plan = frozenset(plan)
+    total = float(sum(weights.get(c, 1.0) for c in plan))
+    shared = getattr(weights, "shared", None)
+    return total - sum(s for pair, s in shared.items() if pair <= plan) if shared else total
 
 
 @dataclass(frozen=True)
@@ -79,7 +98,7 @@ def minimum(passes: Callable[[frozenset], bool | None], given: Minimum) -> Minim
     """The loop of the module docstring."""
     ids = list(dict.fromkeys(given.candidates))
     order = list(given.order) if given.order is not None else ids
-    weights = {c: float(given.weights.get(c, 1)) for c in ids}
+    weights = Weights({c: float(given.weights.get(c, 1)) for c in ids}, getattr(given.weights, "shared", None))
     state = _State(passes, dict(given.known), int(given.budget), frozenset(ids))
     steer = _steered(weights, order)
     bound, highest, closed, unsure, checked = 0.0, 0.0, False, False, set()
@@ -158,7 +177,7 @@ def _steered(weights: dict, order: list) -> dict:
     first), by a nudge too small to change which weight is lightest (a set's nudges sum to less than one
     weight); real weights (the cost objective) are given as they are."""
     values = set(weights.values())
-    if len(values) != 1:
+    if len(values) != 1 or getattr(weights, "shared", None):
         return weights
     unit, n = values.pop(), len(weights)
     rank = {c: i for i, c in enumerate(order)}
@@ -246,6 +265,8 @@ def _contradicted(results: dict) -> bool:
 
 def _lighter_all_fail(state: _State, best: frozenset, weights: dict) -> bool:
     """Every set lighter than ``best`` was evaluated and failed (bounded: at most ``EXHAUSTIVE_LIMIT`` sets)."""
+    if getattr(weights, "shared", None):  # a lighter set may have more members: not enumerated
+        return False
     limit = _weight(best, weights) - 1e-9
     ids = sorted(state.everything, key=lambda c: (weights[c], repr(c)))
     size = 0
@@ -257,8 +278,7 @@ def _lighter_all_fail(state: _State, best: frozenset, weights: dict) -> bool:
                if _weight(s, weights) < limit)
 
 
-def _weight(plan: Iterable, weights: Mapping) -> float:
-    return float(sum(weights.get(c, 1.0) for c in plan))
+_weight = weight
 
 
 def _minimal_sets(sets: list) -> list:
@@ -272,9 +292,16 @@ def _minimal_sets(sets: list) -> list:
 
 def exact_hitting_set(conflicts: list, weights: Mapping) -> frozenset | None:
     """The lightest set hitting every conflict, by branch and bound (pure Python: for small instances and tests;
-    ``strategy/hitting_solver.py`` solves large ones). None when a conflict is empty."""
+    ``strategy/hitting_solver.py`` solves large ones). None when a conflict is empty. With shared weights
+    (``Weights.shared``), every subset of up to ``SHARED_EXHAUSTIVE`` nodes is tried; beyond, they are ignored."""
     if any(not c for c in conflicts):
         return None
+    shared = getattr(weights, "shared", None)
+    nodes = sorted({c for conflict in conflicts for c in conflict} | {c for pair in shared or () for c in pair}, key=repr)
+    if shared and len(nodes) <= SHARED_EXHAUSTIVE:  # a set heavier by its members may weigh less: every set tried
+        sets = (frozenset(s) for k in range(len(nodes) + 1) for s in combinations(nodes, k))
+        hitting = [s for s in sets if all(s & c for c in conflicts)]
+        return min(hitting, key=lambda s: (weight(s, weights), len(s), sorted(map(repr, s))))
     best: list = [None, math.inf]
 
     def branch(chosen: frozenset, cost: float, left: list) -> None:

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Collection, Literal, Mapping, Sequence, Union
 
-from fp16bisect.algorithm.hitting import Minimum, MinimumResult, minimum
+from fp16bisect.algorithm.hitting import Minimum, MinimumResult, Weights, minimum, weight
 from fp16bisect.errors import UsageError
-from fp16bisect.model.cost import measured, node_costs
+from fp16bisect.model.cost import measured, node_costs, shared_casts
 from fp16bisect.strategy.hitting_solver import hitting_set
 
 __all__ = ["AUTO", "Least", "budget", "checked", "least", "wanted"]
@@ -67,7 +67,8 @@ def wanted(setting: Setting, objective_: str, graph, prof, backend, samples: Seq
         inputs = samples[0].inputs
         timed = measured(backend.layer_times(frozenset(), inputs),
                               backend.layer_times(frozenset(n.id for n in graph.candidates), inputs))
-    return Wanted(setting, node_costs(graph, prof, timed=timed), frozenset(timed))
+    costs = Weights(node_costs(graph, prof, timed=timed), shared_casts(graph, prof))
+    return Wanted(setting, costs, frozenset(timed))
 
 
 def checked(value) -> Setting:
@@ -230,7 +231,8 @@ def least(ids: Sequence, oracle, order: Sequence, one_minimal: Sequence, wanted:
 
 
 def _cost(plan, costs: Mapping) -> float:
-    return float(sum(costs.get(c, 1.0) for c in plan)) if costs else float(len(plan))
+    """A set's cost: its members' less the Casts adjacent members share (``Weights``), or its size."""
+    return weight(plan, costs) if costs else float(len(plan))
 
 
 def _rounded(x: float) -> float:

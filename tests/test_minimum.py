@@ -202,6 +202,26 @@ def test_the_cost_estimate_weighs_a_matmul_by_its_arithmetic_and_weights():
     assert costs["Q1"] + costs["Q2"] < costs["P"] / 5
 
 
+def test_adjacent_pins_share_their_boundary_cast_instead_of_counting_it_twice():
+    from fp16bisect.algorithm.hitting import Weights, weight
+    from fp16bisect.model.cost import Nominal, node_costs, shared_casts
+    from fp16bisect.model.graph import Graph
+    from fp16bisect.model.profile import profile
+    from fp16bisect.model.samples import Sample, add_fp32_references
+
+    graph = Graph(heavy_and_light())
+    samples = [Sample("x", XH)]
+    add_fp32_references(graph, samples)
+    prof = profile(graph, samples)
+    costs, shared = node_costs(graph, prof), shared_casts(graph, prof)
+    cast = 6 * 8 / Nominal().bytes_per_us  # q1: 8 elements, read by Q2 alone, written by Q1
+    assert shared[frozenset({"Q1", "Q2"})] == pytest.approx(2 * cast)  # Q2's Cast and all of Q1's
+    assert set(shared) == {frozenset({"Q1", "Q2"}), frozenset({"Q2", "M"}), frozenset({"P", "M"})}
+    both = Weights(costs, shared)
+    assert weight({"Q1", "Q2"}, both) == pytest.approx(costs["Q1"] + costs["Q2"] - 2 * cast)
+    assert weight({"Q1", "P"}, both) == pytest.approx(costs["Q1"] + costs["P"])  # not adjacent: nothing shared
+
+
 def test_the_report_lists_the_passing_sets_found_with_their_sizes(files, tmp_path, capsys):
     page = tmp_path / "r.html"
     assert run(capsys, *files, "-o", tmp_path / "o.json", "--minimum", "--report", page, "-q")[0] == 0
@@ -214,3 +234,17 @@ def test_the_report_lists_the_passing_sets_found_with_their_sizes(files, tmp_pat
     plain = tmp_path / "plain.html"
     assert run(capsys, *files, "-o", tmp_path / "p.json", "--report", plain, "-q")[0] == 0
     assert "Passing sets found" not in plain.read_text()
+
+
+def test_a_certification_that_drops_a_member_voids_the_loops_proof_and_gives_the_answer():
+    from fp16bisect.algorithm.hitting import MinimumResult
+    from fp16bisect.strategy.minimum import Least
+
+    found = MinimumResult(frozenset("abc"), True, True, 3, 10, False, [frozenset("abc"), frozenset("abcd")])
+    least = Least(frozenset("abc"), found, "emulate", "emulate", 4, 30)
+    assert least.certified("abc") is least and least.certified("cab") is least
+    said = least.certified("ab")  # the judge found "a, b" passing without c: three was no minimum
+    assert said.fp32 == frozenset("ab") and said.found.fp32 == frozenset("ab")
+    assert not said.found.proven and said.found.contradicted and said.found.lower_bound == 2
+    assert said.to_json()["passing"][0] == {"size": 2, "fp32": ["a", "b"]}
+    assert said.line(frozenset("ab")).startswith("2 node(s); the minimum is at least 2 (verdicts contradicted")

@@ -11,8 +11,9 @@ from itertools import combinations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+import pytest
 
-from fp16bisect.algorithm.hitting import Minimum, exact_hitting_set, minimum
+from fp16bisect.algorithm.hitting import Minimum, Weights, exact_hitting_set, minimum, weight
 from fp16bisect.algorithm.search import search
 from fp16bisect.strategy.hitting_solver import hitting_set
 
@@ -64,6 +65,22 @@ def test_monotone_predicates_get_their_true_minimum_proven_with_every_evaluation
 
 
 @settings(max_examples=100, deadline=None)
+@given(monotone(max_n=9), st.sampled_from([exact_hitting_set, hitting_set]))
+def test_weights_with_shared_pairs_get_the_lightest_passing_set_by_their_true_weight(case, solver):
+    # the cost objective: adjacent pins share a Cast, so a set weighs its members less each pair's share; a set
+    # with more members can then be the lightest, and both solvers must find it
+    n, family, order, rng = case
+    per = {c: rng.uniform(1, 3) for c in range(n)}
+    shared = {frozenset({c, c + 1}): rng.uniform(0, min(per[c], per[c + 1])) for c in range(n - 1) if rng.random() < 0.6}
+    weights = Weights(per, shared)
+    verdict = Counted(lambda plan: any(f <= plan for f in family))
+    result = minimum(verdict, Minimum(list(range(n)), solver, budget=10_000, weights=weights, order=order))
+    true = min(weight(s, weights) for s in every_set(n) if verdict.verdict(s))
+    assert result.fp32 is not None and weight(result.fp32, weights) == pytest.approx(true)
+    assert result.proven and result.lower_bound == pytest.approx(true)
+
+
+@settings(max_examples=100, deadline=None)
 @given(monotone(max_n=10))
 def test_seeded_with_the_1_minimal_search_the_loop_costs_less_and_still_finds_the_minimum(case):
     n, family, order, _ = case
@@ -112,12 +129,37 @@ def test_non_monotone_predicates_never_get_a_false_proof_without_the_assumption(
 
 def test_a_contradiction_in_the_seeds_turns_the_proof_into_a_bound():
     # {0} passes, {0, 1} fails (a pin that breaks a fusion, say), {1, 2} passes: {0} is the smallest known, the
-    # conflict of {0, 1} bounds the minimum at 1, but the seeds refute the assumption that bound rests on
+    # conflict of {0, 1} would bound the minimum at 1, but {0} passing refutes it: a failing plan holding a passing
+    # one gives no conflict, so nothing known bounds the minimum (the all-FP16 plan was never evaluated)
     table = {frozenset({0}): True, frozenset({0, 1}): False, frozenset({1, 2}): True}
     result = minimum(lambda p: table.get(p, len(p) >= 2 and p != frozenset({0, 1})),
                      Minimum([0, 1, 2, 3, 4], exact_hitting_set, budget=0, known=table))
     assert result.fp32 == frozenset({0}) and result.contradicted and not result.proven
-    assert result.lower_bound == 1
+    assert result.lower_bound == 0 and result.conflicts == 0
+    # with the all-FP16 plan known to fail, the bound is 1 again (that conflict rests on no contradicted verdict),
+    # and {0} is proven without the monotonicity assumption: the one lighter set was evaluated and failed
+    again = minimum(lambda p: table.get(p, len(p) >= 2 and p != frozenset({0, 1})),
+                    Minimum([0, 1, 2, 3, 4], exact_hitting_set, budget=0, known={**table, frozenset(): False}))
+    assert again.lower_bound == 1 and again.proven and not again.assumes_monotone
+
+
+def test_a_lighter_set_passing_below_a_false_bound_is_found_before_the_loop_closes():
+    # non-monotone: a plan passes when it holds {0, 1}, except {0, 1, 3, 4}, which fails. The seeds' failing plans
+    # give three disjoint conflicts {0, 3}, {1, 4}, {2, 5}: the bound is 3 and {0, 1, 2} weighs 3, so the loop
+    # would close there; first it tries one node lighter, and {0, 1} passes: the bound was false (it rested on
+    # {0, 1, 3, 4} failing), the loop goes on without that conflict and closes on {0, 1}, proving nothing
+    def verdict(plan):
+        calls.append(plan)
+        return {0, 1} <= plan and plan != frozenset({0, 1, 3, 4})
+
+    calls: list = []
+    everything = frozenset(range(6))
+    known = {frozenset(): False, frozenset({0, 1, 2}): True, **{everything - c: False for c in ({0, 3}, {1, 4}, {2, 5})}}
+    result = minimum(verdict, Minimum(sorted(everything), exact_hitting_set, budget=50, known=known,
+                                      order=[2, 0, 1, 3, 4, 5]))
+    assert result.fp32 == frozenset({0, 1}) and result.contradicted and not result.proven
+    assert result.lower_bound == 2 and frozenset({0, 1}) in calls
+    assert len(calls) == len(set(calls)) == result.evaluations
 
 
 def test_an_unevaluable_hitting_set_is_cut_and_never_counts_as_a_proof():

@@ -7,12 +7,17 @@ predicates in milliseconds.
 The loop (Reiter's diagnoses with QuickXplain conflicts; the smallest-MUS method of Ignatiev et al., CP 2015):
 
 1. Every failing plan F gives a **conflict**: some candidate outside F must stay in FP32 (under monotone verdicts,
-   no subset of F passes). The failing plans already known (the 1-minimal search's) seed them for free.
+   no subset of F passes). The failing plans already known (the 1-minimal search's) seed them for free. A failing
+   plan holding a passing one contradicts monotone verdicts: its conflict is left out (it rests on that verdict).
 2. The lightest set H hitting every conflict (``solve``) is a **lower bound**: under monotone verdicts no passing
-   set weighs less. If the lightest passing set known weighs no more, it is the minimum: done.
+   set weighs less. Among equally light sets the solver is steered to the most suspicious nodes (``_steered``),
+   the likeliest to pass. If the lightest passing set known weighs no more, the loop would close: first it tries
+   each set one node lighter (``_below``, the evaluations the judge's certification makes anyway); one passing
+   means the bound was false, and the loop goes on below it.
 3. H is evaluated. It passes: it is the minimum. It fails: it is **grown** while it fails (QuickXplain over the
-   candidates outside it, the least suspicious added first), so its conflict is small and cuts many sets at once;
-   every failing plan met on the way is a conflict too. Back to 2.
+   candidates outside it, those the fewest conflicts hold first, so the new conflict is one the current hitting
+   sets miss and raises the bound), inferring verdicts that monotonicity implies from the known ones; every failing
+   plan met on the way is a conflict too. Back to 2.
 
 A budget caps the evaluations; plans already known are free. A plan that could not be evaluated (None) is never
 evidence: while growing, it counts as not failing (the conflict stays sound); a hitting set that cannot be evaluated
@@ -32,16 +37,35 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Callable, Hashable, Iterable, Mapping, Sequence
 
-__all__ = ["Minimum", "MinimumResult", "exact_hitting_set", "minimum"]
+__all__ = ["Minimum", "MinimumResult", "Weights", "exact_hitting_set", "minimum", "weight"]
 
 Solver = Callable[[list, Mapping], "frozenset | None"]  # (conflicts, weights) -> the lightest hitting set, or None
 
 # Sets enumerated at most to prove, without the monotonicity assumption, that no lighter set passes.
 EXHAUSTIVE_LIMIT = 4096
+SHARED_EXHAUSTIVE = 14  # nodes up to which the pure-Python solver weighs shared weights exactly (2^14 sets)
 
 
 class _OutOfBudget(Exception):
     pass
+
+
+class Weights(dict):
+    """Per candidate, its weight; and ``shared``: per pair of candidates (a frozenset of two), what their weights
+    both count when the two are in one set, which then weighs that much less (the cost objective: adjacent FP32
+    nodes need no Cast between them, while each one's weight counts a Cast there)."""
+
+    def __init__(self, per: Mapping, shared: Mapping | None = None):
+        super().__init__(per)
+        self.shared = {frozenset(pair): float(s) for pair, s in (shared or {}).items()}
+
+
+def weight(plan: Iterable, weights: Mapping) -> float:
+    """A set's weight: its members' (1 each when not given), less what pairs of them share."""
+    plan = frozenset(plan)
+    total = float(sum(weights.get(c, 1.0) for c in plan))
+    shared = getattr(weights, "shared", None)
+    return total - sum(s for pair, s in shared.items() if pair <= plan) if shared else total
 
 
 @dataclass(frozen=True)
@@ -74,32 +98,41 @@ def minimum(passes: Callable[[frozenset], bool | None], given: Minimum) -> Minim
     """The loop of the module docstring."""
     ids = list(dict.fromkeys(given.candidates))
     order = list(given.order) if given.order is not None else ids
-    weights = {c: float(given.weights.get(c, 1)) for c in ids}
+    weights = Weights({c: float(given.weights.get(c, 1)) for c in ids}, getattr(given.weights, "shared", None))
     state = _State(passes, dict(given.known), int(given.budget), frozenset(ids))
-    bound, closed, unsure = 0.0, False, False
+    steer = _steered(weights, order)
+    bound, highest, closed, unsure, checked = 0.0, 0.0, False, False, set()
     try:
         while True:
-            hit = given.solve(state.conflicts(), weights)
+            hit = given.solve(state.conflicts(), steer)
             if hit is None:  # no set hits every conflict: all-FP32 fails (or verdicts contradict each other)
                 break
             if not state.cut:  # a bound cut by a plan that could not be evaluated is no bound
-                bound = max(bound, _weight(hit, weights))
-            best = state.best(weights)
-            if best is not None and _weight(best, weights) <= bound + 1e-9:
-                closed = True
+                bound = _weight(hit, weights)
+                highest = max(highest, bound)
+            best, asked = state.best(weights), state.asked
+            if best is None or _weight(best, weights) > bound + 1e-9:
+                verdict = state.ask(hit)
+                if verdict is None:
+                    unsure = True
+                    state.cut.add(hit)
+                if verdict is False:
+                    _grow(state, hit, [c for c in order if c not in hit])
+                if not verdict:
+                    if state.asked == asked:  # nothing learnt this round: stop rather than go round again
+                        break
+                    continue
+                best = state.best(weights)
+            # the lightest passing set known weighs no more than the bound: closed (if the budget runs out in
+            # _below, still closed: the judge's certification makes the remaining tries)
+            closed = True
+            if best is None or best in checked or not _below(state, best, order):
                 break
-            verdict = state.ask(hit)
-            if verdict:
-                closed = True
-                break
-            if verdict is None:
-                unsure = True
-                state.cut.add(hit)
-            if verdict is False:
-                _grow(state, hit, [c for c in order if c not in hit])
+            closed = False
+            checked.add(best)  # a lighter set passed: the bound rested on verdicts it contradicts; go on without them
     except _OutOfBudget:
         pass
-    return _result(state, weights, bound, closed and not unsure)
+    return _result(state, weights, highest, closed and not unsure)
 
 
 class _State:
@@ -123,7 +156,11 @@ class _State:
         return self.results[plan]
 
     def conflicts(self) -> list:
-        failing = [p for p, v in self.results.items() if v is False] + list(self.cut)
+        """From every failing plan that holds no passing one (a failing superset of a passing plan contradicts
+        monotone verdicts: the conflict it would give is the one in doubt, so it is left out)."""
+        passing = self.passing()
+        failing = [p for p, v in self.results.items() if v is False and not any(q < p for q in passing)]
+        failing += list(self.cut)
         return _minimal_sets([self.everything - p for p in failing])
 
     def passing(self) -> list:
@@ -134,25 +171,66 @@ class _State:
         return min(passing, key=lambda p: (_weight(p, weights), len(p), sorted(map(repr, p)))) if passing else None
 
 
+def _steered(weights: dict, order: list) -> dict:
+    """The weights the solver is given: with every weight equal (the node count), ties among the lightest hitting
+    sets go to the most suspicious nodes (those likelier to pass: the loop looks among the most harmful nodes
+    first), by a nudge too small to change which weight is lightest (a set's nudges sum to less than one
+    weight); real weights (the cost objective) are given as they are."""
+    values = set(weights.values())
+    if len(values) != 1 or getattr(weights, "shared", None):
+        return weights
+    unit, n = values.pop(), len(weights)
+    rank = {c: i for i, c in enumerate(order)}
+    return {c: w + unit * (rank.get(c, n) + 1) / (n + 1) ** 2 for c, w in weights.items()}
+
+
+def _below(state: _State, best: frozenset, order: list) -> bool:
+    """Before the loop closes on ``best``: does a set one node lighter pass (the least suspicious node out first)?
+    Under monotone verdicts none does and these are the evaluations the judge's certification makes anyway; on a
+    real model one may, and then the bound was false: going below it is worth the evaluations."""
+    for c in sorted(best, key=lambda c: -order.index(c) if c in order else 0):
+        if state.ask(best - {c}):
+            return True
+    return False
+
+
 def _grow(state: _State, failing: frozenset, outside: list) -> None:
-    """A small conflict from a failing plan: the fewest of ``outside`` (the candidates not in it, most suspicious
-    first, preferred in the conflict) that must stay out for it to fail, by QuickXplain over the plans
-    ``everything - C`` (which fail for C = ``outside``). Each failing plan asked on the way is a conflict too; a
-    plan holding a known passing one is taken to pass unasked (under monotone verdicts it does; if it would not,
-    the conflict is only larger than it could be, never wrong: conflicts come from evaluated plans only)."""
-    passing = state.passing()
+    """A small conflict from a failing plan: the fewest of ``outside`` (the candidates not in it) that must stay out
+    for it to fail, by QuickXplain over the plans ``everything - C`` (which fail for C = ``outside``). Each failing
+    plan asked on the way is a conflict too.
+
+    ``outside`` is tried in the order the conflict prefers: the candidates the fewest known conflicts hold first
+    (a conflict of nodes the lightest hitting set does not already cover raises the bound; one sharing the popular
+    nodes often leaves it where it was), the most suspicious first among equals.
+
+    Under monotone verdicts a plan holding a known passing one passes, and one inside a known failing one fails:
+    both are taken unasked (if a verdict would differ, the conflict is only larger than it could be, never wrong:
+    conflicts come from evaluated plans only, and the conflict found is evaluated unless a known failing plan
+    already gives a smaller one)."""
+    passing, failed = state.passing(), [p for p, v in state.results.items() if v is False]
+    held: dict = {}
+    for conflict in state.conflicts():
+        for c in conflict:
+            held[c] = held.get(c, 0) + 1
+    rank = {c: i for i, c in enumerate(outside)}
+    outside = sorted(outside, key=lambda c: (held.get(c, 0), rank[c]))
 
     def fails(out: frozenset, infer: bool = True) -> bool:
         plan = state.everything - out
         if infer and any(p <= plan for p in passing):
             return False
+        if infer and any(plan <= f for f in failed):
+            return True
         verdict = state.ask(plan)
         if verdict:
             passing.append(plan)
+        elif verdict is False:
+            failed.append(plan)
         return verdict is False
 
     kept_out = frozenset(_quickxplain(fails, frozenset(), False, outside))
-    fails(kept_out, infer=False)  # the conflict found, evaluated (QuickXplain infers its last answer)
+    if not any(state.everything - kept_out <= f for f in failed):
+        fails(kept_out, infer=False)  # the conflict found, evaluated (QuickXplain infers its last answer)
 
 
 def _quickxplain(holds, background: frozenset, changed: bool, cands: list) -> list:
@@ -174,7 +252,7 @@ def _result(state: _State, weights: dict, bound: float, closed: bool) -> Minimum
     passing = sorted(state.passing(), key=lambda p: (_weight(p, weights), len(p), sorted(map(repr, p))))
     exhaustive = best is not None and _lighter_all_fail(state, best, weights)
     proven = exhaustive or (closed and best is not None and not contradicted)
-    if best is not None and proven:
+    if best is not None and (proven or bound > _weight(best, weights)):  # never a bound above a passing set
         bound = _weight(best, weights)
     return MinimumResult(best, proven, proven and not exhaustive, bound, state.asked, contradicted, passing,
                          len(state.conflicts()))
@@ -187,6 +265,8 @@ def _contradicted(results: dict) -> bool:
 
 def _lighter_all_fail(state: _State, best: frozenset, weights: dict) -> bool:
     """Every set lighter than ``best`` was evaluated and failed (bounded: at most ``EXHAUSTIVE_LIMIT`` sets)."""
+    if getattr(weights, "shared", None):  # a lighter set may have more members: not enumerated
+        return False
     limit = _weight(best, weights) - 1e-9
     ids = sorted(state.everything, key=lambda c: (weights[c], repr(c)))
     size = 0
@@ -198,14 +278,13 @@ def _lighter_all_fail(state: _State, best: frozenset, weights: dict) -> bool:
                if _weight(s, weights) < limit)
 
 
-def _weight(plan: Iterable, weights: Mapping) -> float:
-    return float(sum(weights.get(c, 1.0) for c in plan))
+_weight = weight
 
 
 def _minimal_sets(sets: list) -> list:
     """The sets no other is a proper subset of (duplicates once), smallest first."""
     kept: list = []
-    for s in sorted(set(sets), key=len):
+    for s in sorted(set(sets), key=lambda s: (len(s), sorted(map(repr, s)))):  # the same order in every process
         if not any(k <= s for k in kept):
             kept.append(s)
     return kept
@@ -213,9 +292,16 @@ def _minimal_sets(sets: list) -> list:
 
 def exact_hitting_set(conflicts: list, weights: Mapping) -> frozenset | None:
     """The lightest set hitting every conflict, by branch and bound (pure Python: for small instances and tests;
-    ``strategy/hitting_solver.py`` solves large ones). None when a conflict is empty."""
+    ``strategy/hitting_solver.py`` solves large ones). None when a conflict is empty. With shared weights
+    (``Weights.shared``), every subset of up to ``SHARED_EXHAUSTIVE`` nodes is tried; beyond, they are ignored."""
     if any(not c for c in conflicts):
         return None
+    shared = getattr(weights, "shared", None)
+    nodes = sorted({c for conflict in conflicts for c in conflict} | {c for pair in shared or () for c in pair}, key=repr)
+    if shared and len(nodes) <= SHARED_EXHAUSTIVE:  # a set heavier by its members may weigh less: every set tried
+        sets = (frozenset(s) for k in range(len(nodes) + 1) for s in combinations(nodes, k))
+        hitting = [s for s in sets if all(s & c for c in conflicts)]
+        return min(hitting, key=lambda s: (weight(s, weights), len(s), sorted(map(repr, s))))
     best: list = [None, math.inf]
 
     def branch(chosen: frozenset, cost: float, left: list) -> None:

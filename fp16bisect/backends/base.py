@@ -65,6 +65,7 @@ class Backend:
     emulator_prior: bool = True  # the emulator's search is a useful start for it (--prior auto); False: it is the
     # emulator, or as cheap
     ranks_by_effect: bool = False  # cheap enough to rank every candidate by its effect alone (ranking.py)
+    times_layers: bool = False  # layer_times(plan, inputs): per node, ms from its engine's profile (tensorrt)
     runs_a_command: bool = False  # judges with the user's command (--check, --keep-plans belong to it)
     strict_versions: tuple[str, ...] = ()  # environment keys whose change can change its verdicts (check)
     typing: Typing | None = None  # tensorrt only
@@ -98,6 +99,10 @@ class Backend:
     def noise(self, inputs: dict, plan: frozenset = frozenset()) -> tuple | None:
         """Two fresh builds' outputs of ``plan`` (backends whose builds vary), or None: no build noise."""
         return None
+
+    def layer_times(self, plan: frozenset, inputs: dict) -> dict:
+        """With ``times_layers``: per node id, the milliseconds its engine layers took running ``inputs``."""
+        return {}
 
     def close(self) -> None:
         """Free what the backend holds."""

@@ -27,7 +27,7 @@ from fp16bisect.errors import ToleranceUnreachable, UsageError
 from fp16bisect.evaluation.journal import Journal, journal_key, samples_digest
 from fp16bisect.model.graph import Graph, notes
 from fp16bisect.model.plan_states import accumulates, accumulating, is_mark
-from fp16bisect.model import cost, shapes
+from fp16bisect.model import shapes
 from fp16bisect.model.profile import profile
 from fp16bisect.model.samples import sample_shapes, add_fp32_references, load_samples
 from fp16bisect.evaluation.oracle import EXIT_CODE, OUTPUTS, Oracle
@@ -179,7 +179,7 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
         # with a prior, the noise is measured on its set, the first plan the search evaluates (its build is kept)
         noise = build_noise(chosen, oracle.samples, options.tolerance, options.noise_ok, listener, oracle.journal,
                             plan=frozenset(found.fp32) if found is not None else frozenset())
-        wanted = _wanted(graph, prof, options)
+        wanted = _wanted(graph, prof, options, chosen, oracle.samples, listener)
         if options.accumulate == "fp16":
             result, least = _two_states(graph, chosen, oracle, listener, order, found, wanted)
         else:
@@ -214,12 +214,12 @@ def _prior(graph, oracle, prof, listener, options: SearchOptions) -> Prior | Non
     return found
 
 
-def _wanted(graph, prof, options: SearchOptions) -> minima.Wanted | None:
+def _wanted(graph, prof, options: SearchOptions, chosen, samples, listener) -> minima.Wanted | None:
     """What ``--minimum`` and ``--objective`` ask (None: neither); ``--objective cost`` alone implies ``--minimum``."""
     if options.minimum is None and options.objective == "nodes":
         return None
-    return minima.Wanted(minima.AUTO if options.minimum is None else options.minimum,
-                         cost.node_costs(graph, prof) if options.objective == "cost" else {})
+    return minima.wanted(minima.AUTO if options.minimum is None else options.minimum, options.objective, graph, prof,
+                         chosen, samples, listener.stage)
 
 
 def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted | None = None):
@@ -302,6 +302,7 @@ def _least(ids, oracle, order, first: SearchResult, minimum: minima.Wanted, judg
     result, phases, looped = first, {}, len(oracle.history) - before
     if least is not None and least.fp32 != frozenset(first.fp32):
         again = certify(least.fp32, set(oracle.memo))
+        least = least.certified(again.fp32)  # a removal passing refutes the loop's proof
         phases = {s.plan: s.phase for s in again.trace}
         result = replace(again, contradictions=first.contradictions + again.contradictions, agreed=None, added=(),
                          dropped=())

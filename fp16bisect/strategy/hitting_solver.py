@@ -33,12 +33,15 @@ def require_solver(candidates: int) -> None:
 
 
 def hitting_set(conflicts: list, weights: Mapping) -> frozenset | None:
-    """The lightest set meeting every conflict (None: a conflict is empty, so none does)."""
+    """The lightest set meeting every conflict (None: a conflict is empty, so none does). With shared weights
+    (``hitting.Weights.shared``: pairs a set weighs less with), one more variable per pair, at most either member
+    (the objective takes it as high as it may: 1 exactly when both are in), makes the program exact."""
     if any(not c for c in conflicts):
         return None
+    shared = dict(getattr(weights, "shared", None) or {})
     if not conflicts:
         return frozenset()
-    ids = sorted({c for conflict in conflicts for c in conflict}, key=repr)
+    ids = sorted({c for conflict in conflicts for c in conflict} | {c for pair in shared for c in pair}, key=repr)
     try:
         import numpy as np
         from scipy.optimize import Bounds, LinearConstraint, milp
@@ -46,11 +49,22 @@ def hitting_set(conflicts: list, weights: Mapping) -> frozenset | None:
     except ImportError:
         return exact_hitting_set(conflicts, weights)
     column = {c: i for i, c in enumerate(ids)}
+    pairs = [sorted(pair, key=repr) for pair in shared if len(pair) == 2]
+    width = len(ids) + len(pairs)
     rows = [r for r, conflict in enumerate(conflicts) for _ in conflict]
     cols = [column[c] for conflict in conflicts for c in conflict]
-    matrix = coo_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(conflicts), len(ids))).tocsr()
-    cost = np.array([float(weights.get(c, 1.0)) for c in ids])
-    solved = milp(cost, constraints=LinearConstraint(matrix, lb=1, ub=np.inf), integrality=np.ones(len(ids)),
+    values = [1.0] * len(rows)
+    for k, (a, b) in enumerate(pairs):  # z_k - x_a <= 0 and z_k - x_b <= 0
+        for r, c in ((2 * k, a), (2 * k + 1, b)):
+            rows += [len(conflicts) + r] * 2
+            cols += [len(ids) + k, column[c]]
+            values += [1.0, -1.0]
+    matrix = coo_matrix((values, (rows, cols)), shape=(len(conflicts) + 2 * len(pairs), width)).tocsr()
+    lower = np.concatenate([np.ones(len(conflicts)), np.full(2 * len(pairs), -np.inf)])
+    upper = np.concatenate([np.full(len(conflicts), np.inf), np.zeros(2 * len(pairs))])
+    cost = np.array([float(weights.get(c, 1.0)) for c in ids] + [-shared[frozenset(p)] for p in pairs])
+    integrality = np.concatenate([np.ones(len(ids)), np.zeros(len(pairs))])
+    solved = milp(cost, constraints=LinearConstraint(matrix, lb=lower, ub=upper), integrality=integrality,
                   bounds=Bounds(0, 1))
     if solved.x is None:
         raise RuntimeError(f"the hitting-set program was not solved: {solved.message}")

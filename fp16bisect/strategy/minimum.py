@@ -14,14 +14,15 @@ scales with what the user already paid for keeps its cost predictable; ``--minim
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Collection, Literal, Mapping, Sequence, Union
 
-from fp16bisect.algorithm.hitting import Minimum, MinimumResult, minimum
+from fp16bisect.algorithm.hitting import Minimum, MinimumResult, Weights, minimum, weight
 from fp16bisect.errors import UsageError
+from fp16bisect.model.cost import measured, node_costs, shared_casts
 from fp16bisect.strategy.hitting_solver import hitting_set
 
-__all__ = ["AUTO", "Least", "budget", "checked", "least"]
+__all__ = ["AUTO", "Least", "budget", "checked", "least", "wanted"]
 
 AUTO: Literal["auto"] = "auto"
 BUDGET_FACTOR = 3
@@ -46,10 +47,28 @@ class Wanted:
 
     setting: Setting
     costs: Mapping = field(default_factory=dict)
+    measured: frozenset = frozenset()  # nodes whose cost rests on engine profiles (the rest: model/cost.py's estimate)
 
     @property
     def objective(self) -> str:
         return "cost" if self.costs else "nodes"
+
+
+def wanted(setting: Setting, objective_: str, graph, prof, backend, samples: Sequence,
+           say: Callable[[str], None] = print) -> Wanted:
+    """What the options ask, with the cost objective's per-node costs: on a backend that times its engines' layers
+    (``times_layers``: TensorRT's profiler), the all-FP16 and all-FP32 engines are timed on the first sample and a
+    node timed in both costs their difference (``cost.measured``); the others keep the estimate."""
+    if objective_ != "cost":
+        return Wanted(setting)
+    timed: dict = {}
+    if backend is not None and backend.times_layers and samples:
+        say("--objective cost: timing each layer of the all-FP16 and the all-FP32 engines (the engine profile)")
+        inputs = samples[0].inputs
+        timed = measured(backend.layer_times(frozenset(), inputs),
+                              backend.layer_times(frozenset(n.id for n in graph.candidates), inputs))
+    costs = Weights(node_costs(graph, prof, timed=timed), shared_casts(graph, prof))
+    return Wanted(setting, costs, frozenset(timed))
 
 
 def checked(value) -> Setting:
@@ -86,6 +105,7 @@ class Least:
     costs: Mapping = field(default_factory=dict)  # node -> estimated cost (the cost objective), else empty
     one_minimal_cost: float | None = None  # with costs: the 1-minimal answer's
     nodes: MinimumResult | None = None  # with costs: the node-minimal set's search (before the cheapest's)
+    measured: frozenset = frozenset()  # with costs: the nodes whose cost was timed (engine profiles)
 
     @property
     def on_prior(self) -> bool:
@@ -102,11 +122,26 @@ class Least:
                     "fewest_nodes": len(self.fewest()),
                     "fewest_nodes_proven": bool(self.nodes is not None and self.nodes.proven
                                                 and len(self.nodes.fp32 or ()) == len(self.fewest())),
-                    "fewest_nodes_cost_us": _rounded(_cost(self.fewest(), self.costs))} if self.costs else {}),
+                    "fewest_nodes_cost_us": _rounded(_cost(self.fewest(), self.costs)),
+                    "costs_measured": len(self.measured), "costs_estimated": len(self.costs) - len(self.measured),
+                    "measured_nodes": sorted(map(str, self.measured))} if self.costs else {}),
                 "passing": [{"size": len(p), "fp32": sorted(map(str, p)),
                              **({"cost_us": _rounded(_cost(p, self.costs))} if self.costs else {})}
                             for p in found.passing[:PASSING_SHOWN]],
                 **({"passing_total": len(found.passing)} if len(found.passing) > PASSING_SHOWN else {})}
+
+    def certified(self, final: Collection) -> "Least":
+        """After the judge certified ``fp32`` (each single removal evaluated): when it dropped members (verdicts
+        are not monotone there), its set is the answer, and a proof or bound of the heavier set is void."""
+        final = frozenset(final)
+        if final == self.fp32 or _cost(final, self.costs) >= _cost(self.fp32, self.costs) - 1e-9:
+            return self
+        found, cost = self.found, _cost(final, self.costs)
+        refuted = found.contradicted or found.proven or cost < found.lower_bound - 1e-9
+        passing = sorted({*found.passing, final}, key=lambda p: (_cost(p, self.costs), len(p), sorted(map(str, p))))
+        return replace(self, fp32=final, found=replace(found, fp32=final, proven=False, assumes_monotone=False,
+                                                       contradicted=refuted, passing=passing,
+                                                       lower_bound=min(found.lower_bound, cost)))
 
     def fewest(self) -> frozenset:
         """The passing set with the fewest nodes seen (the cheapest among those)."""
@@ -147,7 +182,8 @@ class Least:
     def _cost_line(self, final: Collection) -> str:
         """The cost objective: "2 node(s) costing 3.2 us (estimated): the cheapest (...)"."""
         found, cost = self.found, _cost(self.fp32, self.costs)
-        said = f"{len(self.fp32)} node(s) costing {cost:.3g} us (estimated, objective cost)"
+        how = f"{len(self.measured)} node(s) timed, the rest estimated" if self.measured else "estimated"
+        said = f"{len(self.fp32)} node(s) costing {cost:.3g} us ({how}, objective cost)"
         if found.proven:
             said += ": the cheapest" + (", assuming more FP32 never hurts" if found.assumes_monotone else "")
         else:
@@ -191,11 +227,12 @@ def least(ids: Sequence, oracle, order: Sequence, one_minimal: Sequence, wanted:
     if _cost(best, costs) > _cost(one_minimal, costs):  # never worse than the answer already had
         best = frozenset(one_minimal)
     return Least(best, found, on[0], on[1], len(one_minimal), spend, costs,
-                 _cost(one_minimal, costs) if costs else None, fewest)
+                 _cost(one_minimal, costs) if costs else None, fewest, wanted.measured)
 
 
 def _cost(plan, costs: Mapping) -> float:
-    return float(sum(costs.get(c, 1.0) for c in plan)) if costs else float(len(plan))
+    """A set's cost: its members' less the Casts adjacent members share (``Weights``), or its size."""
+    return weight(plan, costs) if costs else float(len(plan))
 
 
 def _rounded(x: float) -> float:

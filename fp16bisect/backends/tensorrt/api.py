@@ -44,6 +44,7 @@ RUNTIME = f"{_PY}/infer/Core/Runtime.html"
 PROFILE = f"{_PY}/infer/Core/OptimizationProfile.html"
 ENGINE = f"{_PY}/infer/Core/Engine.html"
 CONTEXT = f"{_PY}/infer/Core/ExecutionContext.html"
+PROFILER = f"{_PY}/infer/Core/Profiler.html"
 NETWORK = f"{_PY}/infer/Graph/Network.html"
 LAYER_BASE = f"{_PY}/infer/Graph/LayerBase.html"
 DATA_TYPE = f"{_PY}/infer/FoundationalTypes/DataType.html"
@@ -167,6 +168,10 @@ NAMES: dict[str, str] = {
     "IExecutionContext.get_tensor_shape": CONTEXT,
     "IExecutionContext.set_tensor_address": CONTEXT,
     "IExecutionContext.execute_async_v3": CONTEXT,
+    # --objective cost: per-layer times of an engine (called once per layer after each execute_async_v3)
+    "IExecutionContext.profiler": CONTEXT,
+    "IProfiler": PROFILER,
+    "IProfiler.report_layer_time": PROFILER,
 }
 
 # Only in TensorRT 10.x (weak typing). TensorRT 11 and TensorRT-RTX have none of these.

@@ -240,6 +240,16 @@ class TensorRTBackend(Backend):
             self.results.popitem(last=False)
         return outputs
 
+    times_layers = True
+
+    def layer_times(self, plan, inputs: dict[str, np.ndarray]) -> dict[str, float]:
+        """Per candidate node, the milliseconds of the layers computing it in this plan's engine, timed by TensorRT's
+        profiler (``Engine.layer_times``; ``inspection.node_times`` maps layers to nodes by their metadata)."""
+        plan = frozenset(plan)
+        engine = self._engine(plan, plan_key(plan))
+        layers = trt_inspection.engine_layers(self.builder.layers(engine))
+        return trt_inspection.node_times(layers, self._profile(engine, inputs), self._refs)
+
     def noise(self, inputs: dict[str, np.ndarray], plan=frozenset()) -> tuple[dict, dict]:
         """The outputs of two fresh builds of one plan (all-FP16 unless told): how much builds differ.
 
@@ -362,6 +372,12 @@ class TensorRTBackend(Backend):
         outputs = self._live[1].infer(inputs)
         names = [o.name for o in self.graph.outputs]
         return {name: outputs[name] for name in names if name in outputs}
+
+    def _profile(self, engine: bytes, inputs: dict[str, np.ndarray]) -> dict[str, float]:
+        """Per engine layer, its milliseconds (the live engine is freed first: one engine on the GPU at a time)."""
+        self.close()
+        with trt_engine.Engine(self.tensorrt, engine, self.builder.logger) as live:
+            return live.layer_times(inputs)
 
     def _read_cache(self) -> bytes | None:
         try:

@@ -21,6 +21,8 @@ from fp16bisect.errors import UsageError
 from fp16bisect.backends.tensorrt.load import TensorRT
 from fp16bisect.backends.tensorrt.pin import STRONGLY_TYPED, NodeRef, PinnedLayer, pin_layers, resolve
 
+PROFILED_RUNS = 10  # runs whose layer times are averaged (``Engine.layer_times``), after one warm-up run
+
 
 # --------------------------------------------------------------------------- building
 
@@ -69,6 +71,21 @@ def collecting_logger(trt):
             yield self.errors
 
     return Collecting()
+
+
+def timing_profiler(trt):
+    """An ``IProfiler`` summing, per engine layer, the milliseconds TensorRT reports (``report_layer_time``, called
+    once per layer after each run of an execution context it is set on)."""
+
+    class Timing(trt.IProfiler):
+        def __init__(self):
+            trt.IProfiler.__init__(self)
+            self.times: dict[str, float] = {}
+
+        def report_layer_time(self, layer_name, ms):
+            self.times[str(layer_name)] = self.times.get(str(layer_name), 0.0) + float(ms)
+
+    return Timing()
 
 
 @dataclass
@@ -152,11 +169,12 @@ class EngineBuilder:
                                  "drop --typing weak (strongly typed builds take the types from the file)")
             config.set_flag(flag)
             config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
-            config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED  # layer types, for verify_pins
         elif fp32:
             why = f"{self.tensorrt} is strongly typed" if not self.tensorrt.weakly_typed else \
                 "the network was created with NetworkDefinitionCreationFlag.STRONGLY_TYPED"
             raise UsageError(STRONGLY_TYPED.format(why=why))
+        # layer types and ONNX node names, for verify_pins and for the profiler's times per node
+        config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
         if opt_level is not None:
             config.builder_optimization_level = int(opt_level)
         _add_profile(builder, network, config, shapes or {})
@@ -268,6 +286,16 @@ class Engine:
         else:
             buffer.resize(shape)
         return buffer
+
+    def layer_times(self, inputs: Mapping[str, np.ndarray], runs: int = PROFILED_RUNS) -> dict[str, float]:
+        """Per engine layer, its mean milliseconds over ``runs`` runs of ``inputs`` after one unprofiled warm-up
+        run, from TensorRT's profiler (``IExecutionContext.profiler``; profiling slows each run a little)."""
+        self.infer(inputs)
+        profiler = timing_profiler(self.tensorrt.module)
+        self.context.profiler = profiler
+        for _ in range(runs):
+            self.infer(inputs)
+        return {name: total / runs for name, total in profiler.times.items()}
 
     def infer(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         trt = self.tensorrt.module

@@ -152,6 +152,24 @@ def check_pins(layers: Sequence[EngineLayer], refs: Iterable[NodeRef]) -> PinChe
     return result
 
 
+def node_times(layers: Sequence[EngineLayer], times: Mapping[str, float], refs: Mapping[str, NodeRef]) -> dict:
+    """Per node id of ``refs``, the milliseconds of the engine layers whose metadata names it (``times``: per
+    layer name, as the profiler reports them); a fused layer's time is shared evenly among the nodes it names.
+    Nodes no timed layer names are left out."""
+    owner: dict = {}
+    for node, ref in refs.items():
+        for name in ref.names:
+            owner.setdefault(name, node)
+    found: dict = {}
+    for layer in layers:
+        if layer.name not in times:
+            continue
+        mine = list(dict.fromkeys(owner[n] for n in layer.nodes if n in owner))
+        for node in mine:
+            found[node] = found.get(node, 0.0) + float(times[layer.name]) / len(mine)
+    return found
+
+
 def verify_pins(engine, overrides) -> PinCheck:
     """Did TensorRT keep the override nodes in FP32 in this engine? (TensorRT 10.x weakly typed builds.)
 

@@ -107,15 +107,19 @@ class ToleranceArgs:
         self.default_from = default_from
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
-        g = parser.add_argument_group("tolerance (per output: |a - b| <= atol + rtol*|b|, no new NaN/inf)")
+        g = parser.add_argument_group("tolerance (per output: |a - b| <= atol + rtol*|b|, no new NaN/inf; each "
+                                      "value [OUTPUT:]VALUE, repeatable: no OUTPUT, every output's)")
         said = f"default: {self.default_from}, else {{}}" if self.default_from else "default {}"
-        g.add_argument("--atol", type=number, default=None,
-                       help=f"absolute tolerance ({said.format(f'{DEFAULT_ATOL:g}')})")
-        g.add_argument("--rtol", type=number, default=None,
-                       help=f"relative tolerance ({said.format(f'{DEFAULT_RTOL:g}')})")
-        g.add_argument("--min-cosine", type=number, default=None, help="also require this cosine similarity per output")
-        g.add_argument("--max-mismatch", type=number, default=None,
-                       help=f"fraction of elements allowed outside it ({said.format(0)})")
+        for flag, metavar, text in (
+                ("--atol", "[OUTPUT:]VALUE", f"absolute tolerance ({said.format(f'{DEFAULT_ATOL:g}')})"),
+                ("--rtol", "[OUTPUT:]VALUE", f"relative tolerance ({said.format(f'{DEFAULT_RTOL:g}')})"),
+                ("--min-cosine", "[OUTPUT:]VALUE", "also require this cosine similarity"),
+                ("--max-mismatch", "[OUTPUT:]VALUE", f"fraction of elements allowed outside it ({said.format(0)})"),
+                ("--error-stat", "[OUTPUT:]STAT",
+                 f"max|mean|median|pNN of |a - b|/(atol + rtol*|b|) must be <= 1 ({said.format('max')})"),
+                ("--argmax", "OUTPUT[:AXIS]", "judge OUTPUT by its argmax along AXIS (default -1), not its values"),
+                ("--topk", "OUTPUT:K[:AXIS]", "judge OUTPUT by its top-K index sets along AXIS (default -1)")):
+            g.add_argument(flag, default=None, action="append", metavar=metavar, help=text)
 
     @staticmethod
     def given(args) -> GivenTolerance:
@@ -129,7 +133,7 @@ class ToleranceArgs:
         return ToleranceArgs.given(args).over(fallback or Tolerance())
 
 
-TOLERANCE_FIELDS = ("atol", "rtol", "min_cosine", "max_mismatch")
+TOLERANCE_FIELDS = ("atol", "rtol", "min_cosine", "max_mismatch", "error_stat", "argmax", "topk")
 
 
 @contextmanager

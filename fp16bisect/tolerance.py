@@ -17,6 +17,7 @@ equal). Integer and boolean outputs are compared exactly. ``accept``: the Python
 from __future__ import annotations
 
 import math
+import pickle
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -97,6 +98,14 @@ class Tolerance:
         if unknown:
             raise UsageError(f"the tolerance names output {unknown[0]!r}, which the model does not have: its "
                              f"outputs are {', '.join(outputs) or '(none)'}")
+
+    def shippable(self) -> None:
+        """A ``UsageError`` when ``accept`` cannot go to worker processes or Ray tasks (they take it pickled)."""
+        try:
+            pickle.dumps(self.accept)
+        except Exception as exc:
+            raise UsageError(f"the accept function cannot go to parallel workers ({type(exc).__name__}: {exc}): "
+                             "define it at a module's top level (no lambda or closure), or run serially") from None
 
     def __str__(self) -> str:
         text = words(self)

@@ -86,6 +86,7 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, options
         if parallel is not None and not parallel.serial:
             from fp16bisect.parallel import make_executor
 
+            tolerance.shippable()
             executor = make_executor(parallel, chosen, graph, samples, tolerance, graph.judged_output_names(),
                                      backend_options)
             if executor is not None:

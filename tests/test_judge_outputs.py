@@ -226,3 +226,22 @@ def test_silero_vad_per_output_tolerances_pin_what_the_probability_needs():
     assert sorted(n.name for n in each.fp32_nodes) == ["/Sigmoid", "/encoder.3/Conv", "/output/Conv"]
     assert len(one.fp32_nodes) == 16 and "/recurrent/LSTM" in {n.name for n in one.fp32_nodes}
     assert each.evaluations < one.evaluations
+
+
+def test_apply_verify_and_a_batch_manifest_judge_per_output(tmp_path, capsys):
+    model, data = two_outputs(tmp_path)
+    out = tmp_path / "o.json"
+    fp16bisect.search(model, data, atol={"prob": 1e-4, None: 10.0}, rtol=0, output=out, **QUICK)
+    code, _, _ = run(capsys, "apply", model, out, "-o", tmp_path / "m.onnx", "--verify", "--inputs", data)
+    assert code == 0  # the file's per-output values: the state at 10, the probability at 1e-4
+    code, _, _ = run(capsys, "apply", model, out, "-o", tmp_path / "m.onnx", "--verify", "--inputs", data,
+                     "--atol", "1e-4")
+    assert code == 1  # the default given: the state at 1e-4 fails
+    manifest = tmp_path / "batch.toml"
+    manifest.write_text('[[entry]]\nmodel = "two.onnx"\ninputs = "two.npz"\naction = "search"\nbackend = "emulate"\n'
+                        'atol = ["prob:1e-4", "10"]\nrtol = 0\noutput = "b.json"\n')
+    code, _, err = run(capsys, "batch", manifest)
+    assert code == 0, err
+    written = json.loads((tmp_path / "b.json").read_text())
+    assert [n["name"] for n in written["fp32_nodes"]] == ["prob_sigmoid"]
+    assert written["tolerance"]["per_output"] == {"prob": {"atol": 1e-4}}

@@ -123,7 +123,7 @@ def _spec(key: str, text: str) -> tuple[str | None, Any]:
     try:
         return name or None, float(value)
     except ValueError:
-        raise UsageError(f"{key} {text!r}: give [OUTPUT:]VALUE, VALUE a number") from None
+        raise UsageError(f"{key} {text!r} is not a number: give VALUE or OUTPUT:VALUE") from None
 
 def statistic(values: np.ndarray, stat: str) -> float:
     """``max``, ``mean``, ``median`` or ``pNN`` (the NN-th percentile) of ``values`` (0 for none)."""

@@ -68,7 +68,7 @@ def test_an_unknown_output_name_is_exit_2_listing_the_outputs(tmp_path, capsys):
 
 @pytest.mark.parametrize("flags, said", [
     (["--error-stat", "p101"], "--error-stat 'p101': give max, mean, median or pNN"),
-    (["--atol", "prob:abc"], "--atol 'prob:abc': give [OUTPUT:]VALUE, VALUE a number"),
+    (["--atol", "prob:abc"], "--atol 'prob:abc' is not a number: give VALUE or OUTPUT:VALUE"),
     (["--topk", "prob"], "--topk 'prob': give OUTPUT:K[:AXIS]"),
     (["--error-stat", "p99", "--max-mismatch", "0.1"], "give one"),
 ])

@@ -9,8 +9,10 @@ either index is accepted, so an output whose reference cannot say which class wi
 
 from __future__ import annotations
 
+import pickle
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -166,3 +168,22 @@ def topk_differs(actual: np.ndarray, reference: np.ndarray, k: int, axis: int, t
     ok = (np.take_along_axis(b, chosen, axis=-1) >= (kth - tie * np.abs(kth))[:, None]).all(axis=-1)
     return int((~ok).sum()), int(ok.size)
 
+
+@contextmanager
+def for_output_named(name: str | None) -> Iterator[None]:
+    """A value's ``UsageError`` naming the output whose value it is (``atol -1: give ...`` stays first)."""
+    try:
+        yield
+    except UsageError as exc:
+        if name is None or "for output" in str(exc):
+            raise
+        raise UsageError(f"{exc} (for output {name!r})") from None
+
+
+def picklable(accept) -> None:
+    """A ``UsageError`` when ``accept`` cannot go to worker processes or Ray tasks (they take it pickled)."""
+    try:
+        pickle.dumps(accept)
+    except Exception as exc:
+        raise UsageError(f"the accept function cannot go to parallel workers ({type(exc).__name__}: {exc}): "
+                         "define it at a module's top level (no lambda or closure), or run serially") from None

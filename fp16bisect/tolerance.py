@@ -17,18 +17,16 @@ equal). Integer and boolean outputs are compared exactly. ``accept``: the Python
 from __future__ import annotations
 
 import math
-import pickle
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
 from fp16bisect.errors import UsageError
-from fp16bisect.output_rules import (SCALARS, argmax_differs, check_rules, rules_json, split, statistic, topk_differs,
-                                     words)
+from fp16bisect.output_rules import (SCALARS, argmax_differs, check_rules, for_output_named, picklable, rules_json,
+                                     split, statistic, topk_differs, words)
 
 # Defaults a deployment engineer accepts for FP16: its unit roundoff is 4.9e-4,
 # and a few dozen rounded layers in a row drift by ~1e-3 relative. 1e-2 on
@@ -63,7 +61,7 @@ class Tolerance:
                              "(a statistic other than max judges every element already)")
         object.__setattr__(self, "per_output", _per_output(self.per_output))
         for name, given in self.per_output:
-            with _for(name):
+            with for_output_named(name):
                 given.over(replace(self, per_output=()))
         for name in ("atol", "rtol", "max_mismatch"):
             value = _number(name, getattr(self, name))
@@ -101,11 +99,7 @@ class Tolerance:
 
     def shippable(self) -> None:
         """A ``UsageError`` when ``accept`` cannot go to worker processes or Ray tasks (they take it pickled)."""
-        try:
-            pickle.dumps(self.accept)
-        except Exception as exc:
-            raise UsageError(f"the accept function cannot go to parallel workers ({type(exc).__name__}: {exc}): "
-                             "define it at a module's top level (no lambda or closure), or run serially") from None
+        picklable(self.accept)
 
     def __str__(self) -> str:
         text = words(self)
@@ -163,7 +157,7 @@ class GivenTolerance:
         check_rules(self)
         found = []
         for name, values in sorted(per.items()):
-            with _for(name):
+            with for_output_named(name):
                 found.append((name, GivenTolerance(**values)))
         object.__setattr__(self, "per_output", tuple(found))
         self.over(Tolerance())  # each given value checked now, not when the check runs
@@ -188,8 +182,7 @@ class GivenTolerance:
             values["accept"] = self.accept
         if values.get("argmax") is not None:
             values["topk"] = None
-        with _for(None):
-            return replace(base, **values, per_output=tuple(per.items()))
+        return replace(base, **values, per_output=tuple(per.items()))
 
     def to_json(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.values().items() if v is not None}
@@ -216,17 +209,6 @@ def _per_output(value) -> tuple:
             given = GivenTolerance(**given)
         found.append((name, given))
     return tuple(sorted(found, key=lambda p: p[0]))
-
-
-@contextmanager
-def _for(name: str | None) -> Iterator[None]:
-    """A value's ``UsageError`` naming the output whose value it is (``atol -1: give ...`` stays first)."""
-    try:
-        yield
-    except UsageError as exc:
-        if name is None or "for output" in str(exc):
-            raise
-        raise UsageError(f"{exc} (for output {name!r})") from None
 
 
 def _number(name: str, value) -> float:

@@ -4,23 +4,40 @@ An output passes when, elementwise, ``|a - b| <= atol + rtol * |b|`` (NumPy
 ``allclose``) holds for all but ``max_mismatch`` of its elements, no element is
 NaN or inf where the reference is finite, and, when ``min_cosine`` is set, the
 cosine similarity reaches it. All outputs of all samples must pass.
+
+Each output may have its own values (``Tolerance.per_output``, ``for_output``; the flags' ``[OUTPUT:]VALUE``),
+its own statistic of the elementwise error against its allowance (``error_stat``: ``max``, today's rule,
+``mean``, ``median`` or ``pNN``: that statistic of ``|a - b| / (atol + rtol*|b|)`` must be <= 1), or a task
+metric instead of its values: ``argmax`` (the argmax along an axis equals the reference's at every position; where
+the reference's top two are within a relative 1e-6 either index is accepted) or ``topk`` (the top-K index sets are
+equal). Integer and boolean outputs are compared exactly. ``accept``: the Python API's callable
+``(outputs, reference) -> bool``, run per sample, ANDed with the rest (``accepted``).
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
 from fp16bisect.errors import UsageError
+from fp16bisect.output_rules import (SCALARS, argmax_differs, check_rules, for_output_named, picklable, rules_json,
+                                     split, statistic, topk_differs, words)
 
 # Defaults a deployment engineer accepts for FP16: its unit roundoff is 4.9e-4,
 # and a few dozen rounded layers in a row drift by ~1e-3 relative. 1e-2 on
 # both keeps real regressions (inf, NaN, flushed values, wrong ranks) visible.
 DEFAULT_ATOL = 1e-2
 DEFAULT_RTOL = 1e-2
+TIE = 1e-6  # argmax/topk: reference values this close (relative) are a tie, either index accepted
+# The API's forms of a value that may be per output (``GivenTolerance``), and of ``accept``
+PerOutput = Union[float, str, Mapping, Sequence, None]
+Accept = Optional[Callable[[dict, dict], Any]]
+NOT_REPRODUCIBLE = "a Python callable (not reproducible from this file)"  # what the JSON says of ``accept``
 
 
 @dataclass(frozen=True)
@@ -29,10 +46,23 @@ class Tolerance:
     rtol: float = DEFAULT_RTOL
     min_cosine: float | None = None
     max_mismatch: float = 0.0  # fraction of elements allowed outside atol + rtol*|ref|
+    error_stat: str = "max"  # the statistic of |a - b| / (atol + rtol*|b|) that must be <= 1
+    argmax: int | None = None  # an axis: the output passes when its argmax there is the reference's
+    topk: tuple[int, int] | None = None  # (K, axis): the output passes when its top-K index sets are the reference's
+    per_output: tuple = ()  # ((output name, GivenTolerance), ...): an output's values that differ from these
+    accept: Callable[[dict, dict], Any] | None = None  # per sample, (outputs, reference) -> bool, ANDed
 
     def __post_init__(self) -> None:
         """Each value checked here, wherever it comes from (a flag, a manifest, the API, an override file): one
         ``UsageError`` naming the field and what to give instead. Values are stored as floats."""
+        check_rules(self)
+        if self.error_stat != "max" and self.max_mismatch:
+            raise UsageError(f"error_stat {self.error_stat} with max_mismatch {self.max_mismatch:g}: give one "
+                             "(a statistic other than max judges every element already)")
+        object.__setattr__(self, "per_output", _per_output(self.per_output))
+        for name, given in self.per_output:
+            with for_output_named(name):
+                given.over(replace(self, per_output=()))
         for name in ("atol", "rtol", "max_mismatch"):
             value = _number(name, getattr(self, name))
             if not (math.isfinite(value) and value >= 0):
@@ -48,47 +78,137 @@ class Tolerance:
             object.__setattr__(self, "min_cosine", value)
 
     def replace(self, atol: float | None = None, rtol: float | None = None, min_cosine: float | None = None,
-                max_mismatch: float | None = None) -> Tolerance:
+                max_mismatch: float | None = None, **rules) -> Tolerance:
         """This tolerance with each value given (not None) replaced, checked again."""
-        given = {"atol": atol, "rtol": rtol, "min_cosine": min_cosine, "max_mismatch": max_mismatch}
-        return Tolerance(**{k: getattr(self, k) if v is None else v for k, v in given.items()})
+        given = {"atol": atol, "rtol": rtol, "min_cosine": min_cosine, "max_mismatch": max_mismatch, **rules}
+        return replace(self, **{k: v for k, v in given.items() if v is not None})
+
+    def for_output(self, name: str) -> Tolerance:
+        """The values output ``name`` is judged by: these, with its own (``per_output``) in their place."""
+        given = dict(self.per_output).get(name)
+        if given is None:
+            return self if not self.per_output else replace(self, per_output=())
+        return given.over(replace(self, per_output=()))
+
+    def outputs_named(self, outputs) -> None:
+        """A ``UsageError`` listing ``outputs`` when a per-output value names an output not among them."""
+        unknown = [name for name, _ in self.per_output if name not in set(outputs)]
+        if unknown:
+            raise UsageError(f"the tolerance names output {unknown[0]!r}, which the model does not have: its "
+                             f"outputs are {', '.join(outputs) or '(none)'}")
+
+    def shippable(self) -> None:
+        """A ``UsageError`` when ``accept`` cannot go to worker processes or Ray tasks (they take it pickled)."""
+        picklable(self.accept)
 
     def __str__(self) -> str:
-        text = f"atol {self.atol:g}, rtol {self.rtol:g}"
-        if self.min_cosine is not None:
-            text += f", cosine >= {self.min_cosine:g}"
-        if self.max_mismatch:
-            text += f", up to {self.max_mismatch:.2%} of elements may exceed"
-        return text
+        text = words(self)
+        for name, given in self.per_output:
+            text += f"; {name!r}: {words(given.over(replace(self, per_output=())))}"
+        return text + ("; and the Python accept function" if self.accept is not None else "")
 
     def to_json(self) -> dict:
-        return asdict(self)
+        data = {k: getattr(self, k) for k in ("atol", "rtol", "min_cosine", "max_mismatch")}
+        data.update(rules_json(self))
+        if self.per_output:
+            data["per_output"] = {name: given.to_json() for name, given in self.per_output}
+        if self.accept is not None:
+            data["accept"] = NOT_REPRODUCIBLE
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> Tolerance:
+        """An override file's ``tolerance`` (its ``accept``, a callable, is not read back: ``accept`` None)."""
+        rules = {k: data[k] for k in ("error_stat", "argmax", "topk") if data.get(k) is not None}
+        return cls(float(data["atol"]), float(data["rtol"]),
+                   None if data.get("min_cosine") is None else float(data["min_cosine"]),
+                   float(data.get("max_mismatch", 0.0)), **rules,
+                   per_output=tuple((k, GivenTolerance(**v)) for k, v in (data.get("per_output") or {}).items()))
 
 
 @dataclass(frozen=True)
 class GivenTolerance:
     """The tolerance values a caller gave, each None where another source's applies (an override file's
-    recorded tolerance, else the defaults): ``over`` fills them in. Checked when made, as a ``Tolerance``."""
+    recorded tolerance, else the defaults): ``over`` fills them in. Checked when made, as a ``Tolerance``.
 
-    atol: float | None = None
-    rtol: float | None = None
-    min_cosine: float | None = None
-    max_mismatch: float | None = None
+    Each of ``atol``, ``rtol``, ``min_cosine``, ``max_mismatch`` and ``error_stat`` is a value (every output's),
+    a dict ``{output: value}`` (the key None: every output's) or a list of ``"[OUTPUT:]VALUE"`` strings (the
+    flags' form; the last colon splits the output's name from its value; no name: every output's). ``argmax``:
+    a list of ``"OUTPUT[:AXIS]"`` or a dict ``{output: axis}``; ``topk``: a list of ``"OUTPUT:K[:AXIS]"`` or a
+    dict ``{output: K or (K, axis)}``. All end up as one value each plus ``per_output`` (``output_rules``)."""
+
+    atol: Any = None
+    rtol: Any = None
+    min_cosine: Any = None
+    max_mismatch: Any = None
+    error_stat: Any = None
+    argmax: Any = None
+    topk: Any = None
+    accept: Callable[[dict, dict], Any] | None = None
+    per_output: Any = ()
 
     def __post_init__(self) -> None:
-        Tolerance().replace(**self.values())  # each given value checked now, not when the check runs
+        per: dict[str, dict] = {name: given.values() for name, given in _per_output(self.per_output)}
+        for key in (*SCALARS, "argmax", "topk"):
+            default, named = split(key, getattr(self, key))
+            object.__setattr__(self, key, default)
+            for name, value in named.items():
+                per.setdefault(name, {})[key] = value
+        check_rules(self)
+        found = []
+        for name, values in sorted(per.items()):
+            with for_output_named(name):
+                found.append((name, GivenTolerance(**values)))
+        object.__setattr__(self, "per_output", tuple(found))
+        self.over(Tolerance())  # each given value checked now, not when the check runs
 
     def values(self) -> dict:
-        return {"atol": self.atol, "rtol": self.rtol, "min_cosine": self.min_cosine,
-                "max_mismatch": self.max_mismatch}
+        """The given values for every output (None: not given); ``per_output`` apart."""
+        return {k: getattr(self, k) for k in (*SCALARS, "argmax", "topk")}
 
     @property
     def given(self) -> bool:
-        return any(v is not None for v in self.values().values())
+        return (any(v is not None for v in self.values().values()) or bool(self.per_output)
+                or self.accept is not None)
 
     def over(self, base: Tolerance) -> Tolerance:
-        """``base`` with the given values in place of its own."""
-        return base.replace(**self.values())
+        """``base`` with the given values in place of its own, output by output."""
+        per = dict(base.per_output)
+        for name, given in self.per_output:
+            per[name] = GivenTolerance(**{**per.get(name, GivenTolerance()).values(),
+                                          **{k: v for k, v in given.values().items() if v is not None}})
+        values = {k: v for k, v in self.values().items() if v is not None}
+        if self.accept is not None:
+            values["accept"] = self.accept
+        if values.get("argmax") is not None:
+            values["topk"] = None
+        return replace(base, **values, per_output=tuple(per.items()))
+
+    def to_json(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.values().items() if v is not None}
+
+    def keywords(self) -> dict:
+        """These values as the API's keywords take them (a value given per output: a dict, None every output's)."""
+        found: dict = {k: v for k, v in self.values().items() if v is not None}
+        for name, given in self.per_output:
+            for key, value in given.values().items():
+                if value is not None:
+                    found[key] = {**({None: found[key]} if not isinstance(found.get(key, {}), dict) else
+                                     found.get(key, {})), name: value}
+        return {**found, **({"accept": self.accept} if self.accept is not None else {})}
+
+
+def _per_output(value) -> tuple:
+    """``per_output`` as sorted ((name, GivenTolerance), ...) pairs, from pairs or a dict."""
+    pairs = value.items() if isinstance(value, Mapping) else value
+    found = []
+    for name, given in pairs:
+        if not isinstance(name, str) or not name:
+            raise UsageError(f"per-output tolerance for {name!r}: name an output of the model")
+        if not isinstance(given, GivenTolerance):
+            given = GivenTolerance(**given)
+        found.append((name, given))
+    return tuple(sorted(found, key=lambda p: p[0]))
 
 
 def _number(name: str, value) -> float:
@@ -99,6 +219,7 @@ def _number(name: str, value) -> float:
 
 # For metrics alone (what a comparison measures, not whether it passes): no finite error exceeds it.
 METRICS_ONLY = Tolerance(atol=sys.float_info.max, rtol=0.0)
+EXACT = Tolerance(atol=0.0, rtol=0.0)  # integer and boolean outputs
 
 
 @dataclass(frozen=True)
@@ -112,14 +233,21 @@ class OutputMetrics:
     cosine: float
     mismatch: float  # fraction of elements outside atol + rtol*|b| (non-finite ones included)
     nonfinite: int  # NaN or inf where the reference is finite
-    excess: float  # max |a - b| / (atol + rtol*|b|): above 1 fails the elementwise rule
+    excess: float  # max |a - b| / (atol + rtol*|b|): above 1 fails the elementwise rule (with ``rule`` a
+    # statistic: that statistic of it; argmax/topk: the share of positions that differ)
     passed: bool
+    rule: str = ""  # "": every element (max); mean|median|pNN: that statistic; argmax|topk|exact|accept
 
     def to_json(self) -> dict:
-        return {k: _json_float(v) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        return {k: _json_float(v) if isinstance(v, float) else v for k, v in asdict(self).items()
+                if k != "rule" or v}
 
     def ratio(self) -> str:
         """The worst error against its allowance, in words where it is no finite number."""
+        if self.rule in ("argmax", "topk", "accept"):
+            return f"{self.rule} {'holds' if self.passed else 'fails'}"
+        if self.rule not in ("", "exact") and not self.nonfinite:
+            return f"its {self.rule} error {self.excess:.3g}x the allowance"
         if self.nonfinite:
             return "NaN/inf where the reference is finite"
         if math.isinf(self.excess):
@@ -129,6 +257,16 @@ class OutputMetrics:
     def why(self, tol: Tolerance) -> str:
         """Why it failed, with numbers and units."""
         where = f"on output {self.output!r} (sample {self.sample})"
+        tol = tol.for_output(self.output)
+        if self.rule == "accept":
+            return f"the accept function returned False on sample {self.sample}"
+        if self.rule in ("argmax", "topk") and not self.passed and not self.nonfinite:
+            return f"its {self.rule} differs from the reference's at {self.mismatch:.2%} of positions {where}"
+        if self.rule == "exact" and not self.passed:
+            return f"{self.mismatch:.2%} of its integers differ (max |a - b| {self.max_abs:g}) {where}"
+        if self.rule not in ("", "exact", "argmax", "topk") and self.excess > 1 and not self.nonfinite:
+            return (f"the {self.rule} of its error is {self.excess:.3g}x the allowance atol {tol.atol:g} + "
+                    f"rtol {tol.rtol:g}*|ref| {where}")
         if self.nonfinite:
             return f"{self.nonfinite} NaN/inf value(s) where the reference is finite {where}"
         if self.mismatch > tol.max_mismatch:
@@ -146,9 +284,60 @@ def compare(actual: np.ndarray, reference: np.ndarray, tol: Tolerance, output: s
 
 
 def compare_many(pairs, tol: Tolerance, sample: int) -> list[OutputMetrics]:
-    """``compare`` of each (output, actual, reference) in ``pairs``: their elements in one array, each step one
-    NumPy pass over them all and one ``reduceat`` per tensor (the report's per-node errors compare thousands of
-    small tensors, where the calls cost, not the elements)."""
+    """``compare`` of each (output, actual, reference) in ``pairs``, each by its own values (``for_output``);
+    integer and boolean outputs exactly, an output with ``argmax`` or ``topk`` by its indices."""
+    pairs = [(output, np.asarray(x), np.asarray(y)) for output, x, y in pairs]
+    if not tol.per_output and tol.argmax is None and tol.topk is None and all(_floating(y) for _, _, y in pairs):
+        return _compare_values(pairs, tol, sample)
+    return [_compare_one(output, x, y, tol.for_output(output), sample) for output, x, y in pairs]
+
+
+def _floating(y: np.ndarray) -> bool:
+    return y.dtype.kind in "fc" or y.dtype == object
+
+
+def _compare_one(output: str, x: np.ndarray, y: np.ndarray, tol: Tolerance, sample: int) -> OutputMetrics:
+    if x.shape != y.shape:
+        raise ValueError(f"output {output!r} has shape {x.shape}, its reference {y.shape}")
+    if not _floating(y):  # integers and booleans: exactly
+        m = _compare_values([(output, x.astype(np.float64), y.astype(np.float64))], EXACT, sample)[0]
+        return replace(m, rule="exact")
+    m = _compare_values([(output, x, y)], tol, sample)[0]
+    if tol.argmax is None and tol.topk is None:
+        return m
+    rule, axis = ("topk", tol.topk[1]) if tol.topk is not None else ("argmax", int(tol.argmax or 0))
+    if not -y.ndim <= axis < y.ndim:
+        raise UsageError(f"{rule} on output {output!r}: it has {y.ndim} axes, so axis {axis} is none of them: give "
+                         f"an axis from {-y.ndim} to {y.ndim - 1}" if y.ndim else f"{rule} on output {output!r}: it "
+                         "is a scalar: judge it by atol and rtol")
+    differs, positions = (topk_differs(x, y, tol.topk[0], axis, TIE) if tol.topk is not None
+                          else argmax_differs(x, y, axis, TIE))
+    share = differs / max(positions, 1)
+    return replace(m, mismatch=share, excess=share, passed=differs == 0 and m.nonfinite == 0,
+                   rule=rule)
+
+
+def accepted(tol: Tolerance, outputs: dict, reference: dict, sample: int) -> OutputMetrics | None:
+    """The ``accept`` function's verdict on one sample, as a metric of the pseudo-output ``accept()`` (None
+    without one)."""
+    if tol.accept is None:
+        return None
+    try:
+        ok = bool(tol.accept(dict(outputs), dict(reference)))
+    except Exception as exc:
+        raise UsageError(f"the accept function raised {type(exc).__name__} on sample {sample}: {exc}") from exc
+    return OutputMetrics(output=ACCEPT, sample=sample, max_abs=0.0, max_rel=0.0, cosine=1.0,
+                         mismatch=0.0 if ok else 1.0, nonfinite=0, excess=0.0 if ok else 1.0, passed=ok,
+                         rule="accept")
+
+
+ACCEPT = "accept()"  # the pseudo-output the accept function's verdicts are metrics of
+
+
+def _compare_values(pairs, tol: Tolerance, sample: int) -> list[OutputMetrics]:
+    """Each (output, actual, reference) in ``pairs`` by ``tol``'s values: their elements in one array, each step
+    one NumPy pass over them all and one ``reduceat`` per tensor (the report's per-node errors compare thousands
+    of small tensors, where the calls cost, not the elements)."""
     actual, reference, bounds = [], [], [0]
     for output, x, y in pairs:
         x, y = np.asarray(x), np.asarray(y)
@@ -174,11 +363,15 @@ def compare_many(pairs, tol: Tolerance, sample: int) -> list[OutputMetrics]:
             worst = worst_rel = float(np.inf if infinite[i] else np.nan)
             cosine = float("nan")
         passed = bad == 0 and mismatch <= tol.max_mismatch
+        excess = float(np.inf if bad else max_excess[i])
+        if tol.error_stat != "max":  # that statistic of the error against its allowance, not every element's
+            excess = float(np.inf) if bad else statistic(e.excess[bounds[i]:bounds[i + 1]], tol.error_stat)
+            passed = bad == 0 and excess <= 1
         if tol.min_cosine is not None and cosine < tol.min_cosine:
             passed = False
         found.append(OutputMetrics(output=output, sample=sample, max_abs=worst, max_rel=worst_rel, cosine=cosine,
-                                   mismatch=mismatch, nonfinite=bad,
-                                   excess=float(np.inf if bad else max_excess[i]), passed=passed))
+                                   mismatch=mismatch, nonfinite=bad, excess=excess, passed=passed,
+                                   rule="" if tol.error_stat == "max" else tol.error_stat))
     return found
 
 

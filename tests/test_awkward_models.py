@@ -87,7 +87,8 @@ def test_several_inputs_and_outputs_with_integer_and_boolean_tensors(tmp_path, c
                      z=np.ones(4, np.float32))
     data = searched(tmp_path, capsys, path, npz)
     assert sorted(n["name"] for n in data["fp32_nodes"]) == ["a_sqrt", "a_square"]
-    assert set(data["metrics"]["with_overrides"]) == {"y1", "y2"}  # integer outputs are not compared
+    assert set(data["metrics"]["with_overrides"]) == {"y1", "y2", "best"}  # the integer output: exactly
+    assert data["metrics"]["with_overrides"]["best"]["rule"] == "exact"
     onnx.checker.check_model(inline(convert(Graph.load(path), ["a_square", "a_sqrt"]).model), full_check=True)
 
 

@@ -40,7 +40,7 @@ def test_the_api_page_names_each_function_and_shows_its_signature_with_values_be
     signature = re.search(r'class="doc-signature[^"]*".*?</div>', page[page.index('id="fp16bisect.api.functions'
                                                                                   '.search"'):], re.S).group(0)
     text = re.sub(r"<[^>]+>", "", signature)
-    assert "atol: float = 0.01" in text and "rtol: float = 0.01" in text
+    assert "atol: PerOutput = 0.01" in text and "rtol: PerOutput = 0.01" in text  # or per output
     assert "DEFAULT_ATOL" not in page and "DEFAULT_RTOL" not in page
 
 

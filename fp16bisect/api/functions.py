@@ -25,7 +25,7 @@ from fp16bisect.strategy.minimum import checked as minimum_of
 from fp16bisect.backends import Options
 from fp16bisect.run.options import CheckOptions, SearchOptions
 from fp16bisect.run.outcome import Listener
-from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL, GivenTolerance, Tolerance
+from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Accept, GivenTolerance, PerOutput, Tolerance
 
 if TYPE_CHECKING:
     import onnx  # only when a ModelProto is given (inputs.model_file)
@@ -38,8 +38,9 @@ Progress = Union[Callable[[str], None], Listener, None]
 __all__ = ["apply", "check", "run_check", "run_search", "scan", "search"]
 
 
-def search(model: Model, samples: Samples, *, reference: Samples | None = None, atol: float = DEFAULT_ATOL,
-           rtol: float = DEFAULT_RTOL, min_cosine: float | None = None, max_mismatch: float = 0.0,
+def search(model: Model, samples: Samples, *, reference: Samples | None = None, atol: PerOutput = DEFAULT_ATOL,
+           rtol: PerOutput = DEFAULT_RTOL, min_cosine: PerOutput = None, max_mismatch: PerOutput = 0.0,
+           error_stat: PerOutput = None, argmax: PerOutput = None, topk: PerOutput = None, accept: Accept = None,
            backend: str = "auto", check: str | None = None, keep_plans: bool = False, typing: str = "strong",
            opt_level: int | None = None, timing_cache: str | None = None, noise_ok: bool = False,
            output: str | Path | None = None, jobs: int = 1, devices: str | list | None = None,
@@ -56,17 +57,16 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         samples: The inputs: an ``.npz`` path (one array per model input), a directory (every ``*.npz`` in it,
             sorted by name), a dict ``{input name: array}`` (one sample), or a list or iterable of those.
         reference: Expected outputs, one per sample, in the same forms (default: an FP32 ONNX Runtime run).
-        atol: Absolute tolerance per output element: ``|a - b| <= atol + rtol * |b|``.
-        rtol: Relative tolerance.
-        min_cosine: Also require this cosine similarity per output.
-        max_mismatch: Fraction of elements allowed outside ``atol + rtol * |b|``.
+        atol: Absolute tolerance per element, ``|a - b| <= atol + rtol * |b|``; it, ``rtol``, ``min_cosine``,
+            ``max_mismatch``, ``error_stat``, ``argmax`` and ``topk`` as the flags: a value, a dict ``{output:
+            value}`` (key None: every output) or the flags' strings (docs/tolerance.md); ``accept``: a function
+            ``(outputs, reference) -> bool`` run per sample, ANDed (picklable for ``jobs``/``ray``).
         backend: ``"auto"`` (the default, as on the command line: ``"tensorrt"`` when TensorRT, Polygraphy and a
             GPU are present, else ``"emulate"``), ``"emulate"`` (FP16 emulated on ONNX Runtime CPU),
             ``"tensorrt"`` or ``"command"``.
         check: With ``backend="command"``: the shell command that judges a plan (see ``fp16bisect search --help``).
         keep_plans: With ``backend="command"``: keep each plan's files.
-        typing: TensorRT: ``"strong"`` or ``"weak"`` (10.x only).
-        opt_level: TensorRT builder optimisation level, 0 to 5.
+        typing: TensorRT: ``"strong"`` or ``"weak"`` (10.x only); ``opt_level``: its optimisation level, 0 to 5.
         timing_cache: TensorRT timing cache file (default: beside ``output``).
         noise_ok: Search even if two builds of the all-FP16 engine differ beyond the tolerance.
         output: Write the override JSON there, and journal the evaluations beside it, so the same search run
@@ -105,7 +105,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         ['ln1_square', 'ln1_var']
     """
     options = SearchOptions(
-        GivenTolerance(atol, rtol, min_cosine, max_mismatch).over(Tolerance()), backend,
+        GivenTolerance(atol, rtol, min_cosine, max_mismatch, error_stat, argmax, topk, accept).over(Tolerance()), backend,
         inputs.backend_options(backend, Options.of(
             command=check, keep_plans=keep_plans, typing=typing, opt_level=opt_level, timing_cache=timing_cache,
             input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes))),
@@ -164,8 +164,9 @@ def _search_result(outcome) -> SearchResult:
 
 
 def check(model: Model, samples: Samples, overrides=None, *, reference: Samples | None = None,
-          atol: float | None = None, rtol: float | None = None, min_cosine: float | None = None,
-          max_mismatch: float | None = None, backend: str = "auto", check: str | None = None, keep_plans: bool = False,
+          atol: PerOutput = None, rtol: PerOutput = None, min_cosine: PerOutput = None,
+          max_mismatch: PerOutput = None, error_stat: PerOutput = None, argmax: PerOutput = None, topk: PerOutput = None, accept: Accept = None,
+          backend: str = "auto", check: str | None = None, keep_plans: bool = False,
           typing: str = "strong", opt_level: int | None = None, timing_cache: str | None = None, jobs: int = 1,
           devices: str | list | None = None, ray: str | None = None, headroom: float | None = None,
           min_shapes: Shapes = None, opt_shapes: Shapes = None, max_shapes: Shapes = None,
@@ -188,6 +189,8 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
         rtol: Relative tolerance.
         min_cosine: Also require this cosine similarity per output.
         max_mismatch: Fraction of elements allowed outside the tolerance.
+        error_stat: As in ``search`` (so are ``argmax``, ``topk``, ``accept``; and each of the tolerance's values
+            may be per output, as there). ``accept`` is never read from the override file.
         backend: ``"auto"`` (the default), ``"emulate"``, ``"tensorrt"`` or ``"command"``.
         check: With ``backend="command"``: the shell command that judges the plan.
         keep_plans: With ``backend="command"``: keep the plan's files.
@@ -224,7 +227,7 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
         True
     """
     options = CheckOptions(
-        GivenTolerance(atol, rtol, min_cosine, max_mismatch), backend,
+        GivenTolerance(atol, rtol, min_cosine, max_mismatch, error_stat, argmax, topk, accept=accept), backend,
         inputs.backend_options(backend, Options.of(
             command=check, keep_plans=keep_plans, typing=typing, opt_level=opt_level, timing_cache=timing_cache,
             input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes))),
@@ -294,8 +297,9 @@ def scan(model: Model, samples: Samples, *, precision: str = "fp16", progress: P
 
 
 def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = False, samples: Samples | None = None,
-          reference: Samples | None = None, atol: float | None = None, rtol: float | None = None,
-          min_cosine: float | None = None, max_mismatch: float | None = None, fp16_io: bool = False,
+          reference: Samples | None = None, atol: PerOutput = None, rtol: PerOutput = None,
+          min_cosine: PerOutput = None, max_mismatch: PerOutput = None, fp16_io: bool = False,
+          error_stat: PerOutput = None, argmax: PerOutput = None, topk: PerOutput = None, accept: Accept = None,
           force: bool = False, keep_fp32: Iterable[str] = (), precision: str | None = None,
           progress: Progress = None, shown: Callable | None = None, accumulate: str | None = None) -> ApplyResult:
     """Write the mixed-precision ONNX model the overrides describe (for strongly typed TensorRT builds).
@@ -315,6 +319,7 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
         rtol: Relative tolerance.
         min_cosine: Cosine similarity required per output.
         max_mismatch: Fraction of elements allowed outside the tolerance.
+        error_stat: As in ``search`` (so are ``argmax``, ``topk``, ``accept``, and per-output values).
         fp16_io: Make the float graph inputs and outputs FP16 (default FP32).
         force: Apply even if the override file was made for another version of the model.
         keep_fp32: More node ids to keep in FP32.
@@ -359,7 +364,7 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
         fp16_io=fp16_io, force=force, keep_fp32=tuple(keep_fp32), inputs=entries,
         precision=None if precision is None else precision_of(precision).name,
         references=None if entries is None else _references(reference, entries), strict_mode=verify == "strict",
-        tolerance=GivenTolerance(atol, rtol, min_cosine, max_mismatch))
+        tolerance=GivenTolerance(atol, rtol, min_cosine, max_mismatch, error_stat, argmax, topk, accept=accept))
     with _own_work_directories(), inputs.model_file(model) as path, inputs.overrides_file(overrides) as file:
         assert file is not None  # overrides was given (refused above when None)
         written = apply_to_file(file, path, str(output), inputs.listener(progress), options, shown=shown)

@@ -63,9 +63,9 @@ SCHEMA = "fp16bisect.batch/1"
 ACTIONS = ("check", "search")
 KEYS = {"model", "inputs", "references", "action", "atol", "rtol", "min_cosine", "max_mismatch", "backend",
         "overrides", "output", "name", "headroom", "min_shapes", "opt_shapes", "max_shapes", "precision",
-        "keep_journal", "accumulate", "minimum"}
+        "keep_journal", "accumulate", "minimum", "error_stat", "argmax", "topk"}
 SHAPE_KEYS = ("min_shapes", "opt_shapes", "max_shapes")
-TOLERANCE_KEYS = ("atol", "rtol", "min_cosine", "max_mismatch")
+TOLERANCE_KEYS = ("atol", "rtol", "min_cosine", "max_mismatch", "error_stat", "argmax", "topk")  # each per output too
 
 
 @dataclass(frozen=True)

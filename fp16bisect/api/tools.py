@@ -14,7 +14,7 @@ from fp16bisect.api.results import ApplyResult, CheckResult, SearchResult
 from fp16bisect.errors import UsageError
 from fp16bisect.model.plan_states import accumulation
 from fp16bisect.model.precision import precision_of
-from fp16bisect.tolerance import GivenTolerance, Tolerance
+from fp16bisect.tolerance import Accept, GivenTolerance, PerOutput, Tolerance
 
 if TYPE_CHECKING:
     from fp16bisect.artifacts.migrate import Mapping, Pins
@@ -52,8 +52,9 @@ class CompareResult:
 
 
 def compare(model: Model, samples: Samples, *, reference: Samples | None = None, overrides=None,
-            atol: float | None = None, rtol: float | None = None, min_cosine: float | None = None,
-            max_mismatch: float | None = None, max_error: float | None = None, precision: str | None = None,
+            atol: PerOutput = None, rtol: PerOutput = None, min_cosine: PerOutput = None,
+            max_mismatch: PerOutput = None, error_stat: PerOutput = None, argmax: PerOutput = None, topk: PerOutput = None, accept: Accept = None,
+            max_error: float | None = None, precision: str | None = None,
             progress: Progress = None, accumulate: str | None = None) -> CompareResult:
     """Compare every node's output in FP16 with FP32 (emulated) and name the first node that fails.
 
@@ -67,6 +68,7 @@ def compare(model: Model, samples: Samples, *, reference: Samples | None = None,
         rtol: Relative tolerance.
         min_cosine: Cosine similarity required per output.
         max_mismatch: Fraction of elements allowed outside the tolerance.
+        error_stat: As in ``search`` (so are ``argmax``, ``topk``, ``accept``, and per-output values).
         max_error: A node fails when its max abs error exceeds this fraction of its max |FP32 value| (default
             0.125).
         precision: ``"fp16"`` or ``"bf16"`` (None: the override file's, else fp16).
@@ -89,7 +91,7 @@ def compare(model: Model, samples: Samples, *, reference: Samples | None = None,
     from fp16bisect.diagnose.preflight import recorded
     from fp16bisect.run.options import CheckOptions
 
-    given = GivenTolerance(atol, rtol, min_cosine, max_mismatch)
+    given = GivenTolerance(atol, rtol, min_cosine, max_mismatch, error_stat, argmax, topk, accept=accept)
     entries = inputs.sample_entries(samples)
     references = _references(reference, entries)
     listener = inputs.listener(progress)
@@ -132,8 +134,9 @@ class MigrateResult:
 def migrate(model: str | Path, output: str | Path, *, trtexec_args: str | None = None,
             layer_precisions: str | Path | None = None, overrides_out: str | Path | None = None,
             verify: bool = False, samples: Samples | None = None, reference: Samples | None = None,
-            atol: float | None = None, rtol: float | None = None, min_cosine: float | None = None,
-            max_mismatch: float | None = None, fp16_io: bool = False, progress: Progress = None,
+            atol: PerOutput = None, rtol: PerOutput = None, min_cosine: PerOutput = None,
+            max_mismatch: PerOutput = None, error_stat: PerOutput = None, argmax: PerOutput = None, topk: PerOutput = None, accept: Accept = None,
+            fp16_io: bool = False, progress: Progress = None,
             shown: Callable | None = None) -> MigrateResult:
     """Turn TensorRT 10 FP32 layer pins into an override JSON and the strongly typed mixed-precision model.
 
@@ -152,6 +155,7 @@ def migrate(model: str | Path, output: str | Path, *, trtexec_args: str | None =
         rtol: Relative tolerance.
         min_cosine: Cosine similarity required per output.
         max_mismatch: Fraction of elements allowed outside the tolerance.
+        error_stat: As in ``search`` (so are ``argmax``, ``topk``, ``accept``, and per-output values).
         fp16_io: Make the float graph inputs and outputs FP16.
         progress: A function receiving one line of text per event, or a ``Listener``.
         shown: Called with the written model's description (``Mixed``) once it is written.
@@ -178,7 +182,8 @@ def migrate(model: str | Path, output: str | Path, *, trtexec_args: str | None =
     check_writable(str(overrides))
     pins = pins_of.pins_from_trtexec(trtexec_args) if trtexec_args is not None else \
         pins_of.pins_from_list(_text(layer_precisions), str(layer_precisions))
-    tolerance = GivenTolerance(atol, rtol, min_cosine, max_mismatch).over(Tolerance())
+    tolerance = GivenTolerance(atol, rtol, min_cosine, max_mismatch, error_stat, argmax, topk,
+                               accept=accept).over(Tolerance())
     with _own_work_directories():
         graph = Graph.load(str(model))
         mapping = pins_of.map_layers(graph, pins.fp32)

@@ -64,9 +64,10 @@ def verify_mixed(graph: Graph, mixed: onnx.ModelProto, inputs: list[str], refere
 
     The all-FP16 contrast keeps ``keep_fp32`` nodes in FP32 too: those a user pinned because FP16 cannot hold them.
     """
+    tolerance.outputs_named([o.name for o in graph.outputs])  # exit 2 listing the outputs
     samples = load_samples(graph, inputs, references)
     add_fp32_references(graph, samples)
-    outputs = graph.float_output_names()
+    outputs = graph.judged_output_names()
     contrast = convert(graph, keep_fp32, fp16_io=fp16_io).model
     result = Verification(
         tolerance,

@@ -207,10 +207,8 @@ def _order(key: str) -> int:
 def _tolerance(t) -> Tolerance | None:
     """The file's tolerance, or None when it lacks atol or rtol (the schema allows null)."""
     try:
-        return Tolerance(float(t["atol"]), float(t["rtol"]),
-                         None if t.get("min_cosine") is None else float(t["min_cosine"]),
-                         float(t.get("max_mismatch", 0.0)))
-    except (TypeError, KeyError, ValueError, UsageError):
+        return Tolerance.from_json(t)
+    except (TypeError, KeyError, ValueError, AttributeError, UsageError):
         return None
 
 

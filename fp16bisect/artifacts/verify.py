@@ -29,7 +29,7 @@ from fp16bisect.model.graph import Graph
 from fp16bisect.model.precision import PRECISIONS
 from fp16bisect.model.subgraphs import subgraphs
 from fp16bisect.model.runtime import first_line, run, session
-from fp16bisect.tolerance import OutputMetrics, Tolerance, compare, worst_per_output
+from fp16bisect.tolerance import OutputMetrics, Tolerance, accepted, compare, worst_per_output
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
 LOW = {p.onnx_type: p.dtype for p in PRECISIONS.values()}  # the half-width types a file may hold
@@ -127,6 +127,8 @@ def verify(mixed: onnx.ModelProto, samples, tolerance: Tolerance, outputs: list[
         got = run(sess, outputs, feed_for(mixed, sample.inputs), what)
         for name, value in zip(outputs, got):
             check.metrics.append(compare(value, sample.reference[name], tolerance, name, i))
+        verdict = accepted(tolerance, dict(zip(outputs, got)), sample.reference, i)
+        check.metrics += [verdict] if verdict is not None else []
     return check
 
 

@@ -107,15 +107,19 @@ class ToleranceArgs:
         self.default_from = default_from
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
-        g = parser.add_argument_group("tolerance (per output: |a - b| <= atol + rtol*|b|, no new NaN/inf)")
+        g = parser.add_argument_group("judging (per output |a - b| <= atol + rtol*|b|, no new NaN/inf; each "
+                                      "[OUTPUT:]VALUE)")
         said = f"default: {self.default_from}, else {{}}" if self.default_from else "default {}"
-        g.add_argument("--atol", type=number, default=None,
-                       help=f"absolute tolerance ({said.format(f'{DEFAULT_ATOL:g}')})")
-        g.add_argument("--rtol", type=number, default=None,
-                       help=f"relative tolerance ({said.format(f'{DEFAULT_RTOL:g}')})")
-        g.add_argument("--min-cosine", type=number, default=None, help="also require this cosine similarity per output")
-        g.add_argument("--max-mismatch", type=number, default=None,
-                       help=f"fraction of elements allowed outside it ({said.format(0)})")
+        for flag, metavar, text in (
+                ("--atol", "[OUTPUT:]VALUE", f"absolute tolerance ({said.format(f'{DEFAULT_ATOL:g}')})"),
+                ("--rtol", "[OUTPUT:]VALUE", f"relative tolerance ({said.format(f'{DEFAULT_RTOL:g}')})"),
+                ("--min-cosine", "[OUTPUT:]VALUE", "also require this cosine similarity"),
+                ("--max-mismatch", "[OUTPUT:]VALUE", f"fraction of elements allowed outside it ({said.format(0)})"),
+                ("--error-stat", "[OUTPUT:]STAT",
+                 f"max|mean|median|pNN of error/allowance <= 1 ({said.format('max')})"),
+                ("--argmax", "OUTPUT[:AXIS]", "judge OUTPUT by its argmax along AXIS (default -1)"),
+                ("--topk", "OUTPUT:K[:AXIS]", "judge OUTPUT by its top-K indices along AXIS (default -1)")):
+            g.add_argument(flag, default=None, action="append", metavar=metavar, help=text)
 
     @staticmethod
     def given(args) -> GivenTolerance:
@@ -129,7 +133,7 @@ class ToleranceArgs:
         return ToleranceArgs.given(args).over(fallback or Tolerance())
 
 
-TOLERANCE_FIELDS = ("atol", "rtol", "min_cosine", "max_mismatch")
+TOLERANCE_FIELDS = ("atol", "rtol", "min_cosine", "max_mismatch", "error_stat", "argmax", "topk")
 
 
 @contextmanager
@@ -261,6 +265,11 @@ def headroom_factor(text: str) -> float | None:
     return factor(text)
 
 
+def joined(parser: argparse.ArgumentParser, *titles: str):
+    """The parser's first group whose title starts with one of ``titles`` (None: none), for flags that join it."""
+    return next((g for g in parser._action_groups if (g.title or "").startswith(titles)), None)
+
+
 class HeadroomArgs:
     """``--headroom F`` (search, check): a tensor whose FP32 peak on any sample exceeds 65504/F counts as an
     overflow (fp16bisect.model.headroom)."""
@@ -269,7 +278,8 @@ class HeadroomArgs:
         self.help = help_text
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
-        g = parser.add_argument_group("headroom (FP16 keeps |x| <= 65504)")
+        """Into the judging group when the parser has one (``ToleranceArgs``): one screen of help."""
+        g = joined(parser, "judging") or parser.add_argument_group("headroom (FP16 keeps |x| <= 65504)")
         g.add_argument("--headroom", type=headroom_factor, default=None, metavar="F", help=self.help)
 
 
@@ -284,7 +294,7 @@ class PrecisionArgs:
         from fp16bisect.model.precision import NAMES
 
         said = "default fp16" if self.default else "default: the override file's, else fp16"
-        parser.add_argument_group("precision").add_argument(
+        (joined(parser, "judging") or parser.add_argument_group("precision")).add_argument(
             "--precision", choices=NAMES, default=self.default,
             help=f"fp16 (max 65504) or bf16 (FP32's range), {said}")
 
@@ -313,7 +323,6 @@ class AccumulateArgs:
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         """Into the ``precision`` group when the parser has one (``PrecisionArgs`` first): one screen of help."""
         said = "default fp32" if self.default else "default: the file's"
-        group = next((g for g in parser._action_groups if g.title == "precision"), None)
-        (group or parser.add_argument_group("precision")).add_argument(
+        (joined(parser, "judging", "precision") or parser.add_argument_group("precision")).add_argument(
             "--accumulate", type=accumulate_value, default=self.default, metavar="fp32|fp16",
             help=f"fp16: FP16 nodes add in FP16 too ({said})")

@@ -145,7 +145,7 @@ def cmd_compare(args) -> int:
     try:
         result = compare(args.model, args.inputs, reference=args.reference, overrides=args.overrides,
                          max_error=args.max_error, progress=listener, precision=args.precision,
-                         accumulate=args.accumulate, **given.values())
+                         accumulate=args.accumulate, **given.keywords())
     finally:
         listener.close()
     print_compare(result.layerwise, args.csv, result.outputs, result.tolerance,
@@ -171,7 +171,7 @@ def cmd_apply(args) -> int:
                    reference=args.reference, fp16_io=args.fp16_io, force=args.force, keep_fp32=args.keep_fp32,
                    progress=ConsoleListener(quiet=args.quiet), shown=Written(args.output), precision=args.precision,
                    accumulate=args.accumulate,
-                   **ToleranceArgs.given(args).values())
+                   **ToleranceArgs.given(args).keywords())
     return _verified(result)
 
 
@@ -209,7 +209,7 @@ def cmd_migrate(args) -> int:
     result = migrate(args.model, args.output, trtexec_args=args.trtexec_args, layer_precisions=args.layer_precisions,
                      overrides_out=args.overrides_out, verify=args.verify or False, samples=args.inputs,
                      reference=args.reference, fp16_io=args.fp16_io, progress=ConsoleListener(quiet=args.quiet),
-                     shown=Written(args.output), **ToleranceArgs.given(args).values())
+                     shown=Written(args.output), **ToleranceArgs.given(args).keywords())
     if not args.quiet:
         print_migration(result.pins, result.mapping, str(result.overrides))
     return _verified(result.applied)

@@ -170,6 +170,9 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
     judged, source = given.judged_with(recorded(overrides) if overrides else None)
     tolerance = judged.tolerance
     listener.stage(f"tolerance: {tolerance} ({source})")
+    if overrides and tolerance.accept is None and "accept" in (read(overrides).data.get("tolerance") or {}):
+        listener.stage("warning: the search also ran a Python accept function, which a file cannot hold: this "
+                       "check does not; pass it again (fp16bisect.check(..., accept=...)) to judge by it too")
     start = time.perf_counter()
     # the references, where not given, come from the FP32 profile's run, as in a search: a check and a search
     # judge a plan against the same numbers (at atol 0 too)

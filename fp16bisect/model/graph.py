@@ -29,6 +29,8 @@ from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.subgraphs import nested_nodes, outer_reads, subgraphs
 
 FLOAT = TensorProto.FLOAT
+EXACT_TYPES = {TensorProto.BOOL, TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
+               TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}  # compared exactly
 
 # Ops that move or reshape data, compute shapes, or only change types.
 TRANSPARENT_OPS = frozenset(
@@ -243,6 +245,10 @@ class Graph:
 
     def float_output_names(self) -> list[str]:
         return [o.name for o in self.outputs if o.elem_type == FLOAT]
+
+    def judged_output_names(self) -> list[str]:
+        """The outputs a plan is judged on: the float32 ones, and the integer and boolean ones (exactly)."""
+        return [o.name for o in self.outputs if o.elem_type == FLOAT or o.elem_type in EXACT_TYPES]
 
     def _is_candidate(self, node: Node) -> bool:
         if node.op_type in TRANSPARENT_OPS:

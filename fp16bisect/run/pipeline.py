@@ -55,6 +55,7 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, options
     with listener.timed(f"loading {model}"):
         graph = Graph.load(model, str(Path(output).resolve().parent) if output else None, precision=options.precision)
     graph.name = options.model_name
+    options.tolerance.outputs_named([o.name for o in graph.outputs])  # exit 2 listing the outputs
     outputs = graph.float_output_names()
     if not outputs:
         raise UsageError(
@@ -85,13 +86,16 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, options
         if parallel is not None and not parallel.serial:
             from fp16bisect.parallel import make_executor
 
-            executor = make_executor(parallel, chosen, graph, samples, tolerance, outputs, backend_options)
+            tolerance.shippable()
+            executor = make_executor(parallel, chosen, graph, samples, tolerance, graph.judged_output_names(),
+                                     backend_options)
             if executor is not None:
                 listener.stage(f"evaluating up to {executor.width} plan(s) at once on {executor.where}")
     except BaseException:
         chosen.close()
         raise
-    oracle = Oracle(chosen, samples, tolerance, outputs, repeats=options.repeats, journal=journal, executor=executor)
+    oracle = Oracle(chosen, samples, tolerance, graph.judged_output_names(), repeats=options.repeats, journal=journal,
+                    executor=executor)
     return graph, chosen, oracle
 
 

@@ -15,6 +15,7 @@ from fp16bisect.model.precision import precision_of
 from fp16bisect.report.formatting import esc
 from fp16bisect.report.plots import PLOT_HEADROOM
 from fp16bisect.report.plots.figure import new_figure, power_of_ten
+from fp16bisect.report.plots.svg import text_width
 
 SHOWN = 25
 _COLOR_OVER, _COLOR_TIGHT, _COLOR_FINE = "#d62728", "#ff7f0e", "#1f77b4"
@@ -27,7 +28,9 @@ def plot(tensors: list[dict], low: str = "FP16") -> tuple[str, str]:
     limit = limit_text(precision.max)
     rows = [t for t in tensors if t.get("peak_fraction")][:SHOWN]
     height = 1.0 + 0.28 * max(len(rows), 1)
-    fig = new_figure(10.0, height, {"left": 3.2, "right": 0.4, "top": 0.35, "bottom": 0.55})
+    labels = [_label(t["tensor"]) for t in rows]
+    left = 0.2 + max((text_width(label, 8) for label in labels), default=0.0) / 72  # as wide as the names need
+    fig = new_figure(10.0, height, {"left": left, "right": 0.4, "top": 0.35, "bottom": 0.55})
     fractions = [float(t["peak_fraction"]) for t in rows]
     colors = [_COLOR_OVER if f > 1 else _COLOR_TIGHT if f > 1 / TIGHT else _COLOR_FINE for f in fractions]
     positions = list(range(len(rows)))[::-1]
@@ -35,7 +38,7 @@ def plot(tensors: list[dict], low: str = "FP16") -> tuple[str, str]:
     fig.set_x("log", left, max([*fractions, 1.0]) * 2)
     fig.set_y("linear", -0.5, max(len(rows), 1) - 0.5)
     fig.hbars(positions, fractions, colors, 0.6)
-    fig.yticks(positions, [_label(t["tensor"]) for t in rows])
+    fig.yticks(positions, labels)
     fig.vline(1.0, _COLOR_OVER, 1.2)
     fig.vline(1 / TIGHT, _COLOR_TIGHT, 1.0, dash="4 2")
     fig.text(fig.x(1.0), -2, f" {limit}", 8, _COLOR_OVER, baseline="bottom")

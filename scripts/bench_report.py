@@ -17,9 +17,12 @@ without. Models:
 - ``ppocr_det``: PP-OCRv4's text detector (a real model from a PyPI wheel, ``tests/real_models.py``, 329
   candidates) on 48 page-like images of 64x96 (``scripts/bench_expensive.py``'s), each shifted in brightness.
 
-The two sample models search in under a second: there the report's fixed cost (importing Matplotlib and drawing
-four plots, about 0.6 s) decides the ratio. The per-node errors run on at most 8 most stressing samples (plus
-each output's worst), so on a model whose runs cost, the report costs about the same whatever the data set's size.
+The two sample models search in under a second: there a fixed cost decides the ratio. Until 2026-11-27 the
+report drew its plots with Matplotlib (importing it 0.4 s, drawing 0.2-0.3 s: 2.2-2.3x on these rows); they are
+SVG written by fp16bisect now (``report/plots/svg.py``, about 10 ms for the four). The per-node errors run on at
+most 8 most stressing samples (plus each output's worst), in float32 one large tensor at a time
+(``tolerance.tensor_errors``), so on a model whose runs cost, the report costs about the same whatever the data
+set's size.
 
 Target: with ``--report`` the command costs at most 1.5x the search without it.
 """

@@ -65,6 +65,9 @@ def report_data(n=40, with_plan=True, trace=True, overrides=True) -> dict:
         "trace": [{"index": i + 1, "fp32": size, "passed": ok, "phase": phase} for i, (size, ok, phase) in enumerate(
             [(40, True, "precondition"), (0, False, "precondition"), (2, True, "suspects"), (1, False, "minimality"),
              (1, False, "minimality")])] if trace else [],
+        "headroom": [{"tensor": name, "node": name.split("_")[0], "peak": 65504 * f, "peak_fraction": f,
+                      "peak_sample": {"source": "x.npz"}}
+                     for name, f in (("big_out", 1.6), ("tight_out", 0.5), (f"{NASTY}_y", 0.2), ("calm_out", 1e-3))],
         "overrides": [{"name": NASTY, "op_type": "Mul", "outputs": [f"{NASTY}_out"], "fp32_profile": "max |x| > 65504"},
                       {"name": "node_6", "op_type": "Add", "outputs": ["node_6_out"], "fp32_profile": ""}]
         if overrides else [],
@@ -159,3 +162,35 @@ def test_write_is_atomic(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(UsageError):
         html_report.write(tmp_path / "file" / "report.html", data)
+
+
+def test_each_plot_is_well_formed_svg_sized_by_its_view_box(page):
+    """fp16bisect writes the SVG itself: each figure parses as XML, scales to the page by its viewBox, keeps its
+    ids unique to it, and shows its text as text (the headroom plot: the tensors, the limit and the 4x line)."""
+    import xml.etree.ElementTree as ET
+
+    ns = "{http://www.w3.org/2000/svg}"
+    ids = []
+    for fig_id in ("plot-node-error", "plot-magnitudes", "plot-headroom", "plot-trace"):
+        root = ET.fromstring(figure(page, fig_id).split("<figcaption>")[0].strip())
+        assert root.tag == f"{ns}svg"
+        width, height = (float(v) for v in root.get("viewBox").split()[2:])
+        assert (float(root.get("width")), float(root.get("height"))) == (width, height) and width > 500
+        ids += [e.get("id") for e in root.iter() if e.get("id")]
+        texts = " ".join("".join(t.itertext()) for t in root.iter(f"{ns}text"))
+        if fig_id == "plot-headroom":
+            assert all(name in texts for name in ("big_out", "tight_out", f"{NASTY}_y", "65504", "4x"))
+    assert len(ids) == len(set(ids)) == 4  # one clip path each, salted by the plot's id
+    caption = figure(page, "plot-headroom").split("<figcaption>")[1]
+    assert "1 past FP16's limit, 1 with less than 4x headroom" in caption
+
+
+def test_scales_map_decades_and_small_plan_sizes_apart():
+    from fp16bisect.report.plots.svg import Scale
+
+    log = Scale("log", 1e-4, 1e4, 0.0, 800.0)
+    assert [log(10.0**k) for k in (-4, 0, 4)] == [0.0, 400.0, 800.0]
+    assert log(0.0) < 0  # zero is off a log scale (drawn at a floor by the plots)
+    sym = Scale("symlog", -0.3, 100.0, 300.0, 0.0, linthresh=1, linscale=0.6)  # y: down the page
+    ys = [sym(v) for v in (0, 1, 2, 4, 100)]
+    assert ys == sorted(ys, reverse=True) and ys[0] - ys[1] > 20 and ys[1] - ys[2] > 20

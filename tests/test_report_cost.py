@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 import weakref
+from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from conftest import SAMPLES, make_model, run
 from onnx import TensorProto, helper
 
@@ -106,3 +108,60 @@ def test_the_per_node_errors_run_on_the_most_stressing_samples_not_all(tmp_path,
                                                 r"samples \(the most stressing and each output's worst\) "
                                                 r"\(emulated\)"), err), err
     assert f"Per-node errors on {k} of {count} samples" in (tmp_path / "r.html").read_text()
+
+
+def test_the_report_draws_its_plots_without_a_plotting_library(tmp_path):
+    """Importing Matplotlib (0.4 s) and drawing with it (0.2-0.3 s) alone cost more than half of a short search;
+    the plots are SVG written by fp16bisect, and a whole report is written without importing it."""
+    import subprocess
+    import sys
+
+    script = ("import sys; sys.path.insert(0, 'tests'); from test_html_report import report_data; "
+              "from fp16bisect.report import html; html.write(sys.argv[1], report_data()); "
+              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'PIL')))")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "r.html")], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent, check=True)
+    assert done.stdout.strip() == "[]"
+    page = (tmp_path / "r.html").read_text()
+    assert page.count("<svg") == 4 and page.count("</svg>") == 4
+
+
+def test_tensor_errors_give_compare_manys_metrics_in_fewer_passes():
+    """The per-node errors' own measure (float32, BLAS dot products, large tensors one at a time) gives the numbers
+    compare_many gives under METRICS_ONLY: max abs, max rel, cosine, NaN/inf counts, within 1e-6."""
+    import math
+
+    from fp16bisect.tolerance import METRICS_ONLY, compare_many, tensor_errors
+
+    rng = np.random.default_rng(0)
+    pairs = []
+    for i, n in enumerate([1 << 16] * 9 + [300] * 9 + [0]):  # large ones alone, small ones in one batch
+        b = (rng.normal(size=n) * 100 + 3).astype(np.float32)
+        a = b.astype(np.float16).astype(np.float32)  # FP16 rounding: cosine within 1e-7 of 1
+        if n and i % 9 == 1:
+            a[5] = np.inf
+        if n and i % 9 == 2:
+            a[7] = np.nan
+        if n and i % 9 == 3:
+            b[:10], a[:3] = 0.0, 1.0  # a zero reference: no relative error there
+        if n and i % 9 == 4:
+            a, b = a * np.float32(3e19), b * np.float32(3e19)  # squares past float32's range
+        if n and i % 9 == 5:
+            a = -b
+        if n and i % 9 == 6:
+            a = np.zeros_like(b)
+        if n and i % 9 == 7:
+            a = (b + rng.normal(size=n) * 30).astype(np.float32)
+        pairs.append((f"t{i}", a.reshape(-1, 4) if n == 1 << 16 else a, b.reshape(-1, 4) if n == 1 << 16 else b))
+    pairs.append(("f64", rng.normal(size=1 << 16), rng.normal(size=1 << 16)))  # not float32: the batch
+    expected, got = compare_many(pairs, METRICS_ONLY, 3), tensor_errors(pairs, 3)
+    assert [m.output for m in got] == [p[0] for p in pairs] and {m.sample for m in got} == {3}
+    for e, g in zip(expected, got):
+        assert (g.nonfinite, g.passed) == (e.nonfinite, e.passed), e.output
+        for field in ("max_abs", "max_rel", "cosine", "mismatch"):
+            x, y = getattr(e, field), getattr(g, field)
+            assert (math.isnan(x) and math.isnan(y)) or x == y or abs(x - y) <= 1e-6 * abs(x), (e.output, field, x, y)
+    near = [(e.cosine, g.cosine) for e, g in zip(expected, got) if e.output == "t0"]
+    assert abs(near[0][0] - near[0][1]) < 1e-10  # the digits near 1 kept (1 - cosine is 2e-8 here)
+    with pytest.raises(ValueError):
+        tensor_errors([("y", np.zeros(3, np.float32), np.zeros(4, np.float32))], 0)

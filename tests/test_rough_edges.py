@@ -168,19 +168,18 @@ def test_a_search_says_what_to_do_next_on_the_console_and_in_the_report_not_with
 
 
 def test_the_report_legend_stays_whole_and_check_reports_have_no_empty_search_trace(tmp_path, capsys):
-    from fp16bisect.report.plots.figure import legend_above, new_figure
+    from fp16bisect.report.plots.figure import new_figure
+    from fp16bisect.report.plots.svg import Mark
 
     fig = new_figure(12, 4.0, {"left": 0.9, "right": 0.15, "top": 0.45, "bottom": 1.0})
-    ax = fig.subplots()
     labels = ["fails above 0.125", *(f"{series}: {what}" for series in ("all FP16", "with overrides")
                                      for what in ("within tolerance", "fails", "inf/NaN values")),
               "kept in FP32 (pinned)"]  # the per-node plot's, which ran past the figure ("kept in FP32 (pi")
-    for label in labels:
-        ax.plot([0, 1], [0, 1], label=label)
-    added = legend_above(ax, ncol=len(labels))  # in one row it ran 2.7 inches past the right edge
-    box, whole = ax.get_legend().get_window_extent(fig.canvas.get_renderer()), fig.bbox
-    assert whole.x0 <= box.x0 and box.x1 <= whole.x1 and box.y1 <= whole.y1, (box, whole)
-    assert added >= 0 and ax.get_legend()._ncols < len(labels)  # in more than one row
+    box = fig.legend([Mark(label) for label in labels], ncol=len(labels))  # in one row: 2.7 inches too wide
+    assert box is not None and box.x1 <= fig.width + fig.margins[2] and box.y0 >= -fig.margins[1], box
+    assert box.y1 - box.y0 > 8 * 1.6 + 1  # in more than one row
+    svg = fig.svg("legend")
+    assert all(label in svg for label in labels)
     code, _, _ = run(capsys, "check", *TWO, "--report", tmp_path / "c.html", "-q")
     page = (tmp_path / "c.html").read_text()
     assert code == 1 and "<h2>Outputs</h2>" in page and "Search trace" not in page and 'id="next"' not in page

@@ -36,7 +36,7 @@ from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.samples import add_fp32_references, load_samples
 from fp16bisect.artifacts.files import write_atomic
 from fp16bisect.diagnose.preflight import use_overrides
-from fp16bisect.tolerance import METRICS_ONLY, OutputMetrics, Tolerance, compare_many
+from fp16bisect.tolerance import OutputMetrics, Tolerance, tensor_errors
 
 
 def scaled_error(max_abs: float, scale: float, low: Precision = FP16) -> float:
@@ -129,7 +129,6 @@ class LayerwiseRunner:
         ``only``: over those sample indices)."""
         plans = [frozenset(p) for p in plans]
         thresholds = thresholds or Thresholds(low=self.graph.precision)
-        loose = METRICS_ONLY  # the metrics only; the thresholds judge
         worst: list[dict[str, NodeError]] = [{} for _ in plans]
         everything = frozenset(self.tensors)
         owners = [(node, t) for node in self.graph.candidates for t in self.tensors[node.id]]
@@ -138,7 +137,7 @@ class LayerwiseRunner:
             scales = {t: _max_abs(v) for t, v in fp32.items()}
             for plan, found in zip(plans, worst):
                 fp16 = self.backend.run(plan, self.samples[i].inputs)
-                for (node, t), m in zip(owners, compare_many([(t, fp16[t], fp32[t]) for _, t in owners], loose, i)):
+                for (node, t), m in zip(owners, tensor_errors([(t, fp16[t], fp32[t]) for _, t in owners], i)):
                     here = NodeError(node.id, node.op_type, node.id in plan, m, thresholds.fails(m, scales[t]),
                                      scales[t], self.graph.precision)
                     if node.id not in found or _rank(here) > _rank(found[node.id]):

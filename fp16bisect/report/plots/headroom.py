@@ -8,11 +8,14 @@ limit in red, with less than ``TIGHT`` headroom in orange.
 
 from __future__ import annotations
 
+import math
+
 from fp16bisect.model.headroom import TIGHT, limit_text, said
 from fp16bisect.model.precision import precision_of
 from fp16bisect.report.formatting import esc
 from fp16bisect.report.plots import PLOT_HEADROOM
-from fp16bisect.report.plots.figure import inline_svg, new_figure
+from fp16bisect.report.plots.figure import new_figure, power_of_ten
+from fp16bisect.report.plots.svg import text_width
 
 SHOWN = 25
 _COLOR_OVER, _COLOR_TIGHT, _COLOR_FINE = "#d62728", "#ff7f0e", "#1f77b4"
@@ -25,29 +28,35 @@ def plot(tensors: list[dict], low: str = "FP16") -> tuple[str, str]:
     limit = limit_text(precision.max)
     rows = [t for t in tensors if t.get("peak_fraction")][:SHOWN]
     height = 1.0 + 0.28 * max(len(rows), 1)
-    fig = new_figure(10.0, height, {"left": 3.2, "right": 0.4, "top": 0.35, "bottom": 0.55})
-    ax = fig.add_subplot(1, 1, 1) if not fig.axes else fig.axes[0]
+    labels = [_label(t["tensor"]) for t in rows]
+    left = 0.2 + max((text_width(label, 8) for label in labels), default=0.0) / 72  # as wide as the names need
+    fig = new_figure(10.0, height, {"left": left, "right": 0.4, "top": 0.35, "bottom": 0.55})
     fractions = [float(t["peak_fraction"]) for t in rows]
     colors = [_COLOR_OVER if f > 1 else _COLOR_TIGHT if f > 1 / TIGHT else _COLOR_FINE for f in fractions]
     positions = list(range(len(rows)))[::-1]
-    ax.barh(positions, fractions, color=colors, height=0.6)
-    ax.set_yticks(positions)
-    ax.set_yticklabels([_label(t["tensor"]) for t in rows], fontsize=8)
-    ax.set_xscale("log")
     left = min([*fractions, 0.01]) / 2
-    ax.set_xlim(left, max([*fractions, 1.0]) * 2)
-    ax.axvline(1.0, color=_COLOR_OVER, linewidth=1.2)
-    ax.axvline(1 / TIGHT, color=_COLOR_TIGHT, linewidth=1.0, linestyle="--")
-    ax.text(1.0, 1.01, f" {limit}", transform=ax.get_xaxis_transform(), fontsize=8, color=_COLOR_OVER)
-    ax.text(1 / TIGHT, 1.01, f"{TIGHT:g}x ", transform=ax.get_xaxis_transform(), fontsize=8, color=_COLOR_TIGHT,
-            ha="right")
-    ax.set_xlabel(f"FP32 peak |x| over the samples, as a fraction of {limit} (log)")
+    fig.set_x("log", left, max([*fractions, 1.0]) * 2)
+    fig.set_y("linear", -0.5, max(len(rows), 1) - 0.5)
+    fig.hbars(positions, fractions, colors, 0.6)
+    fig.yticks(positions, labels)
+    fig.vline(1.0, _COLOR_OVER, 1.2)
+    fig.vline(1 / TIGHT, _COLOR_TIGHT, 1.0, dash="4 2")
+    fig.text(fig.x(1.0), -2, f" {limit}", 8, _COLOR_OVER, baseline="bottom")
+    fig.text(fig.x(1 / TIGHT), -2, f"{TIGHT:g}x ", 8, _COLOR_TIGHT, "end", "bottom")
+    decade_x_ticks(fig)
+    fig.xlabel(f"FP32 peak |x| over the samples, as a fraction of {limit} (log)")
     over = sum(f > 1 for f in fractions)
     tight = sum(1 / TIGHT < f <= 1 for f in fractions)
     caption = (f"The {len(rows)} tightest tensor(s) computed in {precision.label}: {over} past {precision.label}'s "
                f"limit, {tight} with less than {TIGHT:g}x headroom (a peak above {limit}/F counts as an overflow "
                "with <code>--headroom F</code>).")
-    return inline_svg(fig, PLOT_HEADROOM), caption
+    return fig.svg(PLOT_HEADROOM), caption
+
+
+def decade_x_ticks(fig) -> None:
+    """x ticks at the powers of ten within the scale."""
+    first, last = math.ceil(math.log10(fig.x.low) - 1e-9), math.floor(math.log10(fig.x.high) + 1e-9)
+    fig.xticks([10.0**k for k in range(first, last + 1)], [power_of_ten(k) for k in range(first, last + 1)])
 
 
 def _label(name: str) -> str:

@@ -14,8 +14,8 @@ import math
 from fp16bisect.model.precision import NEAR, Precision, precision_of
 from fp16bisect.report.formatting import finite, num, plural, short
 from fp16bisect.report.plots import PLOT_MAGNITUDES
-from fp16bisect.report.plots.figure import (decade_ticks, inline_svg, legend_above, log_floor, new_figure,
-                                            place_labels, text_renderer)
+from fp16bisect.report.plots.figure import decade_ticks, log_floor, new_figure, nice_ticks, place_labels
+from fp16bisect.report.plots.svg import Figure, Mark
 
 _MAX_NAME_LABELS = 15  # tensors labelled by name
 # where a tensor's name may go around its marker (points), tried in order
@@ -68,23 +68,22 @@ class _MagnitudePlot:
 
     def draw(self) -> str:
         fig = new_figure(12, 5.2, {"left": 0.8, "right": 1.9, "top": 0.45, "bottom": 0.5})
-        ax = fig.subplots()
-        ax.set_yscale("log")
-        self._draw_limits(ax)
+        fig.set_x("linear", -1, max(self.n, 2))
+        fig.set_y("log", self.floor / 3, self.ceiling * 5)
+        self._draw_limits(fig)
         for kind, color, marker in (("activation", _COLOR_ACTIVATION, "o"), ("weight", _COLOR_WEIGHT, "D")):
-            self._draw_kind(ax, kind, color, marker)
-        self._draw_axes(ax)
-        renderer = text_renderer(fig)
-        self.labelled = place_labels(ax, renderer, self._name_points(), _LABEL_OFFSETS)
-        return inline_svg(fig, PLOT_MAGNITUDES)
+            self._draw_kind(fig, kind, color, marker)
+        self._draw_axes(fig)
+        self.labelled = place_labels(fig, self._name_points(), _LABEL_OFFSETS)
+        return fig.svg(PLOT_MAGNITUDES)
 
-    def _draw_limits(self, ax) -> None:
+    def _draw_limits(self, fig: Figure) -> None:
         """The precision's overflow, subnormal and flush-to-zero ranges, shaded, and their limits, labelled (those
         within the plot's scale)."""
         low = self.low
-        ax.axhspan(low.max, self.ceiling * 100, color="#d62728", alpha=0.07, lw=0, zorder=0)
-        ax.axhspan(low.smallest_subnormal, low.smallest_normal, color="#ffbf00", alpha=0.10, lw=0, zorder=0)
-        ax.axhspan(self.floor / 100, low.smallest_subnormal, color="#888", alpha=0.10, lw=0, zorder=0)
+        fig.hspan(low.max, self.ceiling * 100, "#d62728", 0.07)
+        fig.hspan(low.smallest_subnormal, low.smallest_normal, "#ffbf00", 0.10)
+        fig.hspan(self.floor / 100, low.smallest_subnormal, "#888", 0.10)
         limits = [
             (low.max, "#d62728", f"{low.max_text} {low.label} max\n(above: inf)"),
             (low.smallest_normal, "#b8860b", f"{low.normal_text} smallest normal\n(below: subnormal)"),
@@ -92,9 +91,8 @@ class _MagnitudePlot:
                                              f"(below {low.flushed_at:.0e}: 0)"),
         ]
         for y, color, text in [limit for limit in limits if self.floor <= limit[0] <= self.ceiling]:
-            ax.axhline(y, color=color, lw=1.1, ls="--", zorder=1)
-            ax.text(1.006, y, text, transform=ax.get_yaxis_transform(), fontsize=8, color=color, ha="left",
-                    va="center", linespacing=1.1)
+            fig.hline(y, color, 1.1, dash="4 2")
+            fig.text(fig.width + 4, fig.y(y), text, 8, color)
 
     def _kind_points(self, kind: str) -> tuple[list, list, list, list, list]:
         """The tensors of ``kind``: x and max |x| of the finite ones (zeros at the floor), x and min nonzero |x|
@@ -123,27 +121,25 @@ class _MagnitudePlot:
                 lo.append(float(mn))
         return xs, hi, lo_x, lo, inf_x
 
-    def _draw_kind(self, ax, kind: str, color: str, marker: str) -> None:
+    def _draw_kind(self, fig: Figure, kind: str, color: str, marker: str) -> None:
         xs, hi, lo_x, lo, inf_x = self._kind_points(kind)
         if lo_x:
-            ax.vlines(lo_x, lo, [hi[xs.index(i)] for i in lo_x], color=color, lw=0.7, alpha=0.35, zorder=2)
-        ax.scatter(xs, hi, s=16, marker=marker, color=color, zorder=3, label=f"{kind}: max |x|")
+            fig.vsegments(lo_x, lo, [hi[xs.index(i)] for i in lo_x], color, 0.7, 0.35)
+        fig.scatter(xs, hi, Mark(f"{kind}: max |x|", color=color, shape=marker), radius=2.3, width=0.5)
         if lo_x:
-            ax.scatter(lo_x, lo, s=12, marker=marker, facecolors="white", edgecolors=color, lw=0.9, zorder=2.5,
-                       label=f"{kind}: min nonzero |x|")
+            fig.scatter(lo_x, lo, Mark(f"{kind}: min nonzero |x|", color=color, shape=marker, fill="white"),
+                        radius=2.0, width=0.9)
         if inf_x:
-            ax.scatter(inf_x, [self.ceiling] * len(inf_x), s=50, marker="^", color=color, edgecolors="black",
-                       lw=0.6, zorder=4, label=f"{kind}: inf/NaN in FP32 already")
+            fig.scatter(inf_x, [self.ceiling] * len(inf_x), Mark(f"{kind}: inf/NaN in FP32 already", color=color,
+                                                                 shape="^", edge="black"), radius=4.0, width=0.6)
 
-    def _draw_axes(self, ax) -> None:
-        ax.set_xlim(-1, max(self.n, 2))
-        ax.set_ylim(self.floor / 3, self.ceiling * 5)
-        ax.set_xlabel(f"tensor, sorted by max |x| ({plural(self.n, 'tensor')})")
-        ax.set_ylabel("|x| in the FP32 run (log)")
-        decade_ticks(ax, self.floor / 3, self.ceiling * 5)
-        legend_above(ax, ncol=6)
-        ax.grid(axis="y", which="major", color="#eee", lw=0.6)
-        ax.set_axisbelow(True)
+    def _draw_axes(self, fig: Figure) -> None:
+        fig.xlabel(f"tensor, sorted by max |x| ({plural(self.n, 'tensor')})")
+        fig.ylabel("|x| in the FP32 run (log)")
+        decade_ticks(fig, self.floor / 3, self.ceiling * 5)
+        ticks = nice_ticks(0, max(self.n - 1, 1))  # tensor ranks along x
+        fig.xticks(ticks, [str(t) for t in ticks])
+        fig.legend(ncol=6)
 
     def _name_points(self) -> list[tuple]:
         """Where the riskiest tensors' names point: at the limit each is near (max |x|, or its smallest values)."""

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from fp16bisect.report.formatting import capital, esc, finite, listing, num, plural, short
 from fp16bisect.report.plots import PLOT_NODE_ERROR
-from fp16bisect.report.plots.figure import (COLOR_FP16, COLOR_PLAN, decade_ticks, inline_svg, legend_above,
-                                            log_floor, new_figure, place_note, text_renderer)
+from fp16bisect.report.plots.figure import COLOR_FP16, COLOR_PLAN, decade_ticks, log_floor, new_figure, place_note
+from fp16bisect.report.plots.svg import Box, Figure, Mark
 
 _DENSE_TICKS = 64  # up to this many nodes, every node's id is a tick label
 _COLOR_PINNED = "#ff9f1c"
@@ -78,28 +78,25 @@ class _NodeErrorPlot:
         return floor, 10.0 ** (math.floor(math.log10(top_finite)) + 2)
 
     def draw(self) -> str:
-        margins = {"left": 0.9, "right": 0.15, "top": 0.45, "bottom": 1.0}  # bottom grows to fit the node ids
-        fig = new_figure(12, 4.0, margins)
-        ax = fig.subplots()
-        ax.set_yscale("log")
-        self._draw_marks(ax)
+        fig = new_figure(12, 4.0, {"left": 0.6, "right": 0.15, "top": 0.45, "bottom": 0.3})
+        fig.set_x("linear", -0.7, self.n - 0.3)
+        fig.set_y("log", self.floor / 2, self.ceiling * 3)
+        self._draw_marks(fig)
         for key, label, color, marker in self.series:
-            self._draw_series(ax, key, label, color, marker)
-        margins["top"] += self._draw_legend(ax)
-        self._draw_axes(ax)
-        renderer = text_renderer(fig)
-        self._fit_node_ids(fig, ax, renderer, margins)
-        self._note_first_failing(ax, renderer)
-        return inline_svg(fig, PLOT_NODE_ERROR)
+            self._draw_series(fig, key, label, color, marker)
+        self._draw_legend(fig)
+        self._draw_axes(fig)
+        self._note_first_failing(fig)
+        return fig.svg(PLOT_NODE_ERROR)
 
-    def _draw_marks(self, ax) -> None:
+    def _draw_marks(self, fig: Figure) -> None:
         """The bands of the pinned nodes, the inf/NaN row and the rule's bound."""
         for i in self.pinned:
-            ax.axvspan(i - 0.5, i + 0.5, color=_COLOR_PINNED, alpha=0.28, lw=0, zorder=0)
-        ax.axhline(self.ceiling, color="#999", lw=0.8, ls=":", zorder=1)
+            fig.vspan(i - 0.5, i + 0.5, _COLOR_PINNED, 0.28)
+        fig.hline(self.ceiling, "#999", 0.8, dash="1 2")
         if self.bound:
-            ax.axhline(float(self.bound), color="#c0392b", lw=0.9, ls="--", zorder=1,
-                       label=f"fails above {float(self.bound):g}")
+            fig.hline(float(self.bound), "#c0392b", 0.9, dash="4 2")
+            fig.marks.append(Mark(f"fails above {float(self.bound):g}", kind="line", color="#c0392b", dash="4 2"))
 
     def _points(self, key: str) -> _SeriesPoints:
         p = _SeriesPoints()
@@ -123,61 +120,42 @@ class _NodeErrorPlot:
                 p.fail_y.append(v)
         return p
 
-    def _draw_series(self, ax, key: str, label: str, color: str, marker: str) -> None:
+    def _draw_series(self, fig: Figure, key: str, label: str, color: str, marker: str) -> None:
         p = self._points(key)
-        size = 34 if key == "fp16" else 16  # the all-FP16 circles stay visible around equal plan squares
-        ax.plot(p.line_x, p.line_y, color=color, lw=1.0, alpha=0.55, zorder=2)
-        ax.scatter(p.xs, p.ys, s=size, marker=marker, facecolors="white", edgecolors=color, lw=1.1, zorder=3,
-                   label=f"{label}: within tolerance")
-        ax.scatter(p.fail_x, p.fail_y, s=size, marker=marker, color=color, zorder=4, label=f"{label}: fails")
+        radius = 3.3 if key == "fp16" else 2.3  # the all-FP16 circles stay visible around equal plan squares
+        fig.line(p.line_x, p.line_y, color, 1.0, opacity=0.55)
+        fig.scatter(p.xs, p.ys, Mark(f"{label}: within tolerance", color=color, shape=marker, fill="white"),
+                    radius=radius, width=1.1)
+        fig.scatter(p.fail_x, p.fail_y, Mark(f"{label}: fails", color=color, shape=marker), radius=radius)
         if p.bad_x:
-            ax.scatter(p.bad_x, [self.ceiling] * len(p.bad_x), s=60, marker="X", color=color, edgecolors="black",
-                       lw=0.6, zorder=5, label=f"{label}: inf/NaN values")
+            fig.scatter(p.bad_x, [self.ceiling] * len(p.bad_x),
+                        Mark(f"{label}: inf/NaN values", color=color, shape="X", edge="black"), radius=4.4,
+                        width=0.6)
         self.counts[key] = (len(p.bad_x), p.zeros)
         self.drawn += list(zip(p.xs, p.ys)) + [(x, self.ceiling) for x in p.bad_x]
 
-    def _draw_legend(self, ax) -> float:
-        """The legend (``legend_above``); the inches it added at the top."""
-        handles, labels = ax.get_legend_handles_labels()
+    def _draw_legend(self, fig: Figure) -> None:
         if self.pinned:
-            from matplotlib.patches import Patch
+            fig.marks.append(Mark("kept in FP32 (pinned)", kind="patch", color=_COLOR_PINNED, opacity=0.4))
+        fig.legend(ncol=len(fig.marks))
 
-            handles.append(Patch(color=_COLOR_PINNED, alpha=0.4, lw=0))
-            labels.append("kept in FP32 (pinned)")
-        return legend_above(ax, handles, labels, ncol=len(labels))
-
-    def _draw_axes(self, ax) -> None:
+    def _draw_axes(self, fig: Figure) -> None:
         n, nodes = self.n, self.nodes
-        ax.set_xlim(-0.7, n - 0.3)
-        ax.set_ylim(self.floor / 2, self.ceiling * 3)
-        decade_ticks(ax, self.floor, self.ceiling / 10, [(self.ceiling, "inf/NaN")])
-        ax.set_ylabel("max abs error / max |FP32| (log)" if self.bound else "max abs error vs FP32 (log)")
-        ax.grid(axis="y", which="major", color="#eee", lw=0.6)
-        ax.set_axisbelow(True)
+        decade_ticks(fig, self.floor, self.ceiling / 10, [(self.ceiling, "inf/NaN")])
+        fig.ylabel("max abs error / max |FP32| (log)" if self.bound else "max abs error vs FP32 (log)")
         if n <= _DENSE_TICKS:
             ticks = list(range(n))
-            ax.set_xlabel("node (topological order)")
+            fig.xlabel("node (topological order)")
         else:
             step = math.ceil(n / 40)
             ticks = list(range(0, n, step))
-            ax.set_xlabel(f"node index in topological order (one label every {step} nodes)")
-        ax.set_xticks(ticks, [short(str(nodes[i].get("id", "")), 24) if n <= _DENSE_TICKS
-                              else f"{i} {short(str(nodes[i].get('id', '')), 18)}" for i in ticks],
-                      rotation=90, fontsize=7.5)
+            fig.xlabel(f"node index in topological order (one label every {step} nodes)")
+        fig.xticks(ticks, [short(str(nodes[i].get("id", "")), 24) if n <= _DENSE_TICKS
+                           else f"{i} {short(str(nodes[i].get('id', '')), 18)}" for i in ticks], 7.5, rotate=True)
 
-    @staticmethod
-    def _fit_node_ids(fig, ax, renderer, margins: dict) -> None:
-        """Grow the figure's bottom margin to fit the rotated node ids and the axis label, the axes unchanged."""
-        tick_height = max((t.get_window_extent(renderer).height for t in ax.get_xticklabels()), default=0) / fig.dpi
-        axes_height = fig.get_figheight() - margins["top"] - margins["bottom"]
-        margins["bottom"] = tick_height + 0.5  # room for the rotated ids and the axis label
-        fig.set_size_inches(12, axes_height + margins["top"] + margins["bottom"])
-        fig.subplots_adjust(bottom=margins["bottom"] / fig.get_figheight(),
-                            top=1 - margins["top"] / fig.get_figheight())
-
-    def _note_first_failing(self, ax, renderer) -> None:
+    def _note_first_failing(self, fig: Figure) -> None:
         index = {node.get("id"): i for i, node in enumerate(self.nodes)}
-        taken: list = []  # boxes of the notes placed so far
+        taken: list[Box] = []  # boxes of the notes placed so far
         for key, label, color, _ in self.series:
             name = self.first.get(key)
             if name is None or name not in index:
@@ -185,8 +163,7 @@ class _NodeErrorPlot:
             i = index[name]
             m = self.nodes[i].get(key) or {}
             y = self.ceiling if _broken(m) else max(_node_y(m) if m else self.floor, self.floor)
-            taken.append(place_note(ax, renderer, (i, y), f"{label} fails first:\n{short(name)}", color,
-                                    self.drawn, taken))
+            taken.append(place_note(fig, (i, y), f"{label} fails first:\n{short(name)}", color, self.drawn, taken))
 
     def caption(self) -> str:
         bound = self.bound

@@ -131,7 +131,8 @@ def test_tensor_errors_give_compare_manys_metrics_in_fewer_passes():
     compare_many gives under METRICS_ONLY: max abs, max rel, cosine, NaN/inf counts, within 1e-6."""
     import math
 
-    from fp16bisect.tolerance import METRICS_ONLY, compare_many, tensor_errors
+    from fp16bisect.diagnose.tensor_errors import tensor_errors
+    from fp16bisect.tolerance import METRICS_ONLY, compare_many
 
     rng = np.random.default_rng(0)
     pairs = []

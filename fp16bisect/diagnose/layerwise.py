@@ -36,7 +36,8 @@ from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.samples import add_fp32_references, load_samples
 from fp16bisect.artifacts.files import write_atomic
 from fp16bisect.diagnose.preflight import use_overrides
-from fp16bisect.tolerance import OutputMetrics, Tolerance, tensor_errors
+from fp16bisect.diagnose.tensor_errors import tensor_errors
+from fp16bisect.tolerance import OutputMetrics, Tolerance
 
 
 def scaled_error(max_abs: float, scale: float, low: Precision = FP16) -> float:

@@ -149,6 +149,12 @@ def _search(sub) -> None:
                    help="then the smallest passing set in N evaluations (default 3x)")
     s.add_argument("--objective", choices=OBJECTIVES, default="nodes",
                    help="--minimum's measure: nodes, or estimated FP32 time")
+    s.add_argument("--keep-fp32", action="append", default=[], metavar="PATTERN",
+                   help="keep matching nodes in FP32 in every plan (regex on node ids, or op:TYPE)")
+    s.add_argument("--keep-fp16", action="append", default=[], metavar="PATTERN",
+                   help="never keep matching nodes in FP32 (regex on node ids, or op:TYPE)")
+    s.add_argument("--group-by", default=None, metavar="scope[:DEPTH]|function",
+                   help="search blocks of nodes first (node-name scopes), then nodes inside")
     s.add_argument("--restart", action="store_true",
                    help="discard this search's journal instead of resuming it")
     s.add_argument("--keep-journal", action="store_true",

@@ -134,7 +134,7 @@ def test_group_by_scope_finds_the_block_then_the_nodes_inside(scoped, tmp_path, 
     assert sorted(nodes(tmp_path)) == ["/block1/big", "/block1/small"]
     assert data["blocks"] == [{"name": "/block1/", "nodes": 3, "fp32_nodes": ["/block1/big", "/block1/small"]}]
     assert data["search"]["minimal"] is True
-    assert data["search"]["evaluations"] == 6 == len(data["search"]["trace"])  # each distinct plan counted once
+    assert data["search"]["evaluations"] == 5 == len(data["search"]["trace"])  # each distinct plan counted once
     assert "--group-by scope:1: 6 candidate(s) in 3 block(s) (1 node(s) with no scope, each its own block)" in err
     assert "blocks: 1 of 3 kept in FP32 by the block search" in out and "/block1/ 2 of 3" in out
 

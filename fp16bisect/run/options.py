@@ -65,9 +65,10 @@ class SearchOptions:
         object.__setattr__(self, "keep_fp32", constraints.patterns(self.keep_fp32, "--keep-fp32"))
         object.__setattr__(self, "keep_fp16", constraints.patterns(self.keep_fp16, "--keep-fp16"))
         object.__setattr__(self, "group_by", blocks.grouping(self.group_by))
-        if self.group_by is not None and (self.minimum is not None or self.objective != "nodes"):
-            raise UsageError("--group-by with --minimum or --objective cost: choose one (the block search is "
-                             "1-minimal, not the smallest)")
+        if self.group_by is not None and (self.minimum is not None or self.objective != "nodes"
+                                          or self.accumulate != "fp32"):
+            raise UsageError("--group-by with --minimum, --objective cost or --accumulate fp16: choose one (the "
+                             "block search is over FP32 sets, 1-minimal)")
         object.__setattr__(self, "minimum", minima.checked(self.minimum))
         minima.objective(self.objective)
         if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:

@@ -174,3 +174,19 @@ def test_the_api_and_a_manifest_take_the_same_constraints_and_blocks(tmp_path):
     assert [sorted(r.fp32_nodes) for r in batch.entries] == [["P"], ["/block1/big", "/block1/small", "final"]]
     with pytest.raises(UsageError, match="keep_fp32 'Q\\(' is not a regular expression"):
         fp16bisect.search(str(tmp_path / "two_paths.onnx"), str(tmp_path / "x.npz"), keep_fp32=["Q("])
+
+
+def test_under_accumulate_fp16_a_keep_fp16_node_may_still_add_in_fp32(tmp_path, capsys):
+    """_storage_and_sum (tests/test_accumulate_judge.py): mean's sum passes 65504, FP32 accumulation suffices."""
+    from test_accumulate_judge import _saved, _storage_and_sum
+
+    model, data = _saved(tmp_path, "both", *_storage_and_sum())
+    code, _, err = run(capsys, "search", model, "--inputs", data, "--accumulate", "fp16", "-o", tmp_path / "o.json",
+                       "--keep-fp16", "mean|scale_up")
+    assert code == 3 and "--keep-fp16 'mean|scale_up' leave no passing plan" in one_line_error(err)
+    code, _, err = run(capsys, "search", model, "--inputs", data, "--accumulate", "fp16", "-o", tmp_path / "o.json",
+                       "--keep-fp16", "mean")
+    assert code == 0, err
+    data = written(tmp_path)
+    assert sorted(nodes(tmp_path)) == ["scale_down", "scale_up"]
+    assert [n["name"] for n in data["fp32_accumulate_nodes"]] == ["mean"]

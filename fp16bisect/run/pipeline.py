@@ -117,6 +117,8 @@ def _journal(graph, chosen, given: str, options: SearchOptions, listener: Listen
                             accumulate=options.accumulate)
     if graph.precision.name != "fp16":  # another precision is another search (FP16 journals keep their header)
         header["precision"] = graph.precision.name
+    if options.keep_fp32 or options.keep_fp16:  # another search's plans (and prior) are over other candidates
+        header["constraints"] = {"keep_fp32": list(options.keep_fp32), "keep_fp16": list(options.keep_fp16)}
     # keyed by what the search is: another search at this -o journals beside it; one journaled before journals
     # were keyed resumes from its old file
     path = journal_path(options.output, journal_key(header))

@@ -183,7 +183,10 @@ class ParallelArgs:
 
     @staticmethod
     def add_to(parser: argparse.ArgumentParser) -> None:
-        g = parser.add_argument_group("parallel evaluation")
+        g = next((g for g in parser._action_groups if g.title == "backend"), None)  # one screen of help
+        if g is not None:
+            g.title = "backend and parallel evaluation"
+        g = g or parser.add_argument_group("parallel evaluation")
         g.add_argument("--jobs", "-j", type=jobs, default=1, metavar="N",
                        help="evaluate up to N plans at once (default 1)")
         g.add_argument("--devices", default=None, metavar="0,1,...",
@@ -284,7 +287,10 @@ class PrecisionArgs:
         from fp16bisect.model.precision import NAMES
 
         said = "default fp16" if self.default else "default: the override file's, else fp16"
-        parser.add_argument_group("precision").add_argument(
+        headroom = next((g for g in parser._action_groups if (g.title or "").startswith("headroom")), None)
+        if headroom is not None:  # one group, one screen of help (search)
+            headroom.title = f"precision and {headroom.title}"
+        (headroom or parser.add_argument_group("precision")).add_argument(
             "--precision", choices=NAMES, default=self.default,
             help=f"fp16 (max 65504) or bf16 (FP32's range), {said}")
 
@@ -313,7 +319,7 @@ class AccumulateArgs:
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         """Into the ``precision`` group when the parser has one (``PrecisionArgs`` first): one screen of help."""
         said = "default fp32" if self.default else "default: the file's"
-        group = next((g for g in parser._action_groups if g.title == "precision"), None)
+        group = next((g for g in parser._action_groups if (g.title or "").startswith("precision")), None)
         (group or parser.add_argument_group("precision")).add_argument(
             "--accumulate", type=accumulate_value, default=self.default, metavar="fp32|fp16",
             help=f"fp16: FP16 nodes add in FP16 too ({said})")

@@ -150,11 +150,11 @@ def _search(sub) -> None:
     s.add_argument("--objective", choices=OBJECTIVES, default="nodes",
                    help="--minimum's measure: nodes, or estimated FP32 time")
     s.add_argument("--keep-fp32", action="append", default=[], metavar="PATTERN",
-                   help="keep matching nodes in FP32 in every plan (regex on node ids, or op:TYPE)")
+                   help="nodes in FP32 in every plan (node-id regex, op:TYPE)")
     s.add_argument("--keep-fp16", action="append", default=[], metavar="PATTERN",
-                   help="never keep matching nodes in FP32 (regex on node ids, or op:TYPE)")
-    s.add_argument("--group-by", default=None, metavar="scope[:DEPTH]|function",
-                   help="search blocks of nodes first (node-name scopes), then nodes inside")
+                   help="nodes never in FP32 (node-id regex, op:TYPE)")
+    s.add_argument("--group-by", default=None, metavar="scope[:DEPTH]",
+                   help="search blocks (name scopes) first, then nodes in them")
     s.add_argument("--restart", action="store_true",
                    help="discard this search's journal instead of resuming it")
     s.add_argument("--keep-journal", action="store_true",

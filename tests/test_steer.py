@@ -190,3 +190,14 @@ def test_under_accumulate_fp16_a_keep_fp16_node_may_still_add_in_fp32(tmp_path, 
     data = written(tmp_path)
     assert sorted(nodes(tmp_path)) == ["scale_down", "scale_up"]
     assert [n["name"] for n in data["fp32_accumulate_nodes"]] == ["mean"]
+
+
+@pytest.mark.parametrize("name, depth, block", [
+    ("/bert/encoder/layer.3/attention/self/MatMul", 3, "/bert/encoder/layer.3/"),
+    ("/bert/encoder/layer.3/attention/self/MatMul", None, "/bert/encoder/layer.3/attention/self/"),
+    ("/bert/pooler/Tanh", 3, "/bert/pooler/"),  # fewer components than DEPTH: its whole scope
+    ("MatMul_12", 3, None)])  # no scope: a block of its own
+def test_a_scope_is_the_name_cut_at_depth_path_components(name, depth, block):
+    from fp16bisect.strategy.blocks import scope
+
+    assert scope(name, depth) == block

@@ -298,6 +298,7 @@ def _grouped(graph, chosen, oracle, listener, prof, how: blocks.Grouping):
     step = lambda step, progress: listener.step(  # noqa: E731
         step, {**progress, "backend": chosen.name, "replayed": (step.plan | oracle.forced) in oracle.replayed})
     result, picked = blocks.search_blocks(grouped, oracle, prof.order, prof.suspects, step, width=oracle.width,
+                                          reorder=ranking.reorder_by_effect(graph, chosen, oracle, prof, listener),
                                           test_many=oracle.test_many if oracle.width > 1 else None)
     if result.status == "fp32_fails":
         _refuse_fp32_fails(ids, chosen, oracle)

@@ -84,18 +84,21 @@ class Chosen:
                 for name, nodes in self.blocks.items()]
 
 
-def search_blocks(grouped: dict[str, tuple], test, order, suspects: int, step,
+def search_blocks(grouped: dict[str, tuple], test, order, suspects: int, step, reorder=None,
                   **common) -> tuple[SearchResult, Chosen | None]:
     """The block search, then the node search inside the blocks it chose: one result over nodes (evaluations,
     rounds and trace of both; the block steps' plans as their nodes). ``test``: the oracle; ``order``: the nodes,
     most suspicious first, the first ``suspects`` flagged (a block ranks as its most suspicious node, and is a
-    suspect when it holds one); ``step(step, progress)``: each step said."""
+    suspect when it holds one); ``step(step, progress)``: each step said; ``reorder()``: the nodes ranked by measured
+    effect, asked once when no suspect explains a failure (blocks then rank as their best-ranked node)."""
     rank = {node: i for i, node in enumerate(order)}
     names = sorted(grouped, key=lambda b: min(rank.get(n, len(rank)) for n in grouped[b]))
     flagged = set(order[:suspects])
     nodes_of = lambda plan: frozenset(n for b in plan for n in grouped[b])  # noqa: E731
+    ranked = _once(reorder)
     first = search(list(grouped), lambda plan: test(nodes_of(plan)), order=names,
                    suspects=sum(1 for b in names if flagged & set(grouped[b])), hooks=Hooks(
+        reorder=(lambda: _blocks_by(ranked(), grouped)) if ranked else None,
         on_step=lambda s, progress: step(replace(s, plan=nodes_of(s.plan)), progress)),
         test_many=(lambda plans: common["test_many"]([nodes_of(p) for p in plans])) if common.get("test_many")
         else None, width=common.get("width", 1))
@@ -114,8 +117,8 @@ def search_blocks(grouped: dict[str, tuple], test, order, suspects: int, step,
             seen.add(s.plan)
             step(replace(s, index=first.evaluations + len(new)), progress)
 
-    second = search(inside, test, order=inside, suspects=len(flagged & set(inside)), hooks=Hooks(on_step=said),
-                    **common)
+    second = search(inside, test, order=inside, suspects=len(flagged & set(inside)), hooks=Hooks(
+        reorder=(lambda: [n for n in ranked() if n in set(inside)]) if ranked else None, on_step=said), **common)
     trace = [replace(s, index=first.evaluations + new.index(s.plan) + 1) for s in second.trace if s.plan in new]
     how = (f"{second.minimality}, over the nodes of the {len(chosen.blocks)} block(s) chosen (of {len(grouped)}: "
            f"1-minimal over blocks, evaluations 1-{first.evaluations}), every other block in FP16")
@@ -123,3 +126,22 @@ def search_blocks(grouped: dict[str, tuple], test, order, suspects: int, step,
                    rounds=first.rounds + len(new), trace=first.trace + trace,
                    contradictions=first.contradictions + second.contradictions,
                    unevaluable=first.unevaluable + second.unevaluable), chosen
+
+
+def _once(reorder):
+    """``reorder`` asked at most once (it measures every candidate), or None."""
+    if reorder is None:
+        return None
+    kept: list = []
+
+    def ranked() -> list:
+        if not kept:
+            kept.append(list(reorder()))
+        return kept[0]
+
+    return ranked
+
+
+def _blocks_by(nodes: list, grouped: dict[str, tuple]) -> list:
+    rank = {node: i for i, node in enumerate(nodes)}
+    return sorted(grouped, key=lambda b: min(rank.get(n, len(rank)) for n in grouped[b]))

@@ -22,6 +22,8 @@ from fp16bisect.model.headroom import factor
 from fp16bisect.model.plan_states import accumulation, is_mark
 from fp16bisect.model.precision import precision_of
 from fp16bisect.strategy.minimum import checked as minimum_of
+from fp16bisect.strategy.blocks import grouping
+from fp16bisect.strategy.constraints import patterns
 from fp16bisect.backends import Options
 from fp16bisect.run.options import CheckOptions, SearchOptions
 from fp16bisect.run.outcome import Listener
@@ -48,7 +50,8 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
            retry_crashed: bool = False, headroom: float | None = None, min_shapes: Shapes = None,
            opt_shapes: Shapes = None, max_shapes: Shapes = None, precision: str = "fp16", objective: str = "nodes",
            progress: Progress = None, keep_journal: bool = False, minimum: int | str | None = None,
-           accumulate: str = "fp32") -> SearchResult:
+           accumulate: str = "fp32", keep_fp32: Iterable[str] = (), keep_fp16: Iterable[str] = (),
+           group_by: str | None = None) -> SearchResult:
     """Find the smallest set of nodes to keep in FP32 so that the model, the rest in FP16, meets the tolerance.
 
     Args:
@@ -65,9 +68,8 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
             GPU are present, else ``"emulate"``), ``"emulate"`` (FP16 emulated on ONNX Runtime CPU),
             ``"tensorrt"`` or ``"command"``.
         check: With ``backend="command"``: the shell command that judges a plan (see ``fp16bisect search --help``).
-        keep_plans: With ``backend="command"``: keep each plan's files.
-        typing: TensorRT: ``"strong"`` or ``"weak"`` (10.x only); ``opt_level``: its optimisation level, 0 to 5.
-        timing_cache: TensorRT timing cache file (default: beside ``output``).
+        keep_plans: With ``backend="command"``: keep each plan's files. typing: TensorRT: ``"strong"`` or ``"weak"``.
+        opt_level: TensorRT builder optimisation level, 0 to 5; timing_cache: its file (default: beside ``output``).
         noise_ok: Search even if two builds of the all-FP16 engine differ beyond the tolerance.
         output: Write the override JSON there, and journal the evaluations beside it, so the same search run
             again after an interruption resumes (as ``fp16bisect search -o``). None: nothing written.
@@ -76,8 +78,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         ray: Evaluate as Ray tasks on the cluster at this address (``""``: a local Ray instance).
         repeats: Evaluations per plan; all must pass.
         prior: ``"auto"``, ``"emulate"`` or ``"none"``: search on the emulator first, then certify on ``backend``.
-        restart: Discard the journal of an earlier run of this search instead of resuming it.
-        retry_crashed: When resuming, evaluate again the plans an earlier run died evaluating.
+        restart: Discard an earlier run's journal instead of resuming it; retry_crashed: rerun plans it died on.
         keep_journal: Keep the journal once the search has finished (else removed when the JSON is written).
         headroom: As ``--headroom F``: a tensor whose FP32 peak on any sample exceeds 65504/F counts as an
             overflow; its writer and readers stay in FP32 in every plan, and the search minimises the rest.
@@ -89,6 +90,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         progress: A function receiving one line of text per event (e.g. ``print``), or a ``Listener``.
         minimum: As ``--minimum [N]`` (``True``: its default budget); ``objective``: as ``--objective nodes|cost``.
         accumulate: As ``--accumulate``: ``"fp32"`` (the default) or ``"fp16"`` (FP16 nodes add in FP16 too).
+        keep_fp32, keep_fp16, group_by: As ``--keep-fp32``/``--keep-fp16`` (patterns) and ``--group-by``.
 
     Returns:
         The nodes to keep in FP32 and how the search knows (``SearchResult``).
@@ -112,7 +114,8 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         noise_ok=noise_ok, output=None if output is None else str(output), repeats=repeats, restart=restart,
         retry_crashed=retry_crashed, keep_journal=keep_journal, parallel=inputs.parallel(jobs, devices, ray),
         prior=prior, headroom=factor(headroom), precision=precision_of(precision), objective=objective,
-        minimum=minimum_of(minimum), accumulate=accumulation(accumulate))
+        minimum=minimum_of(minimum), accumulate=accumulation(accumulate), keep_fp32=patterns(keep_fp32, "keep_fp32"),
+        keep_fp16=patterns(keep_fp16, "keep_fp16"), group_by=grouping(group_by))
     with _own_work_directories():
         result = run_search(model, samples, options, reference=reference, progress=progress)
         for sample in result.outcome.oracle.samples:  # the result outlives the work directory: its samples too

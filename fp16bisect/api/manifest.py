@@ -26,6 +26,9 @@ An optional ``defaults`` table applies to every entry; each entry
                 when names repeat)
     keep_journal  search: keep the journal once the search has finished, as --keep-journal  (default false)
     minimum     search: then the smallest passing set, as --minimum N (true or "auto": its default budget)
+    keep_fp32, keep_fp16
+                search: a pattern or a list of patterns, as --keep-fp32/--keep-fp16 PATTERN
+    group_by    search: "scope", "scope:DEPTH" or "function", as --group-by
     name        a label for the table                            (default: the model's file name)
 
 Relative paths are relative to the manifest. A manifest that cannot be read
@@ -56,6 +59,7 @@ from fp16bisect.tolerance import GivenTolerance
 
 if TYPE_CHECKING:
     from fp16bisect.strategy.minimum import Setting
+    from fp16bisect.strategy.blocks import Grouping
     from fp16bisect.parallel.processes import LocalPool
     from fp16bisect.parallel.ray import RayPool
 
@@ -63,7 +67,7 @@ SCHEMA = "fp16bisect.batch/1"
 ACTIONS = ("check", "search")
 KEYS = {"model", "inputs", "references", "action", "atol", "rtol", "min_cosine", "max_mismatch", "backend",
         "overrides", "output", "name", "headroom", "min_shapes", "opt_shapes", "max_shapes", "precision",
-        "keep_journal", "accumulate", "minimum", "error_stat", "argmax", "topk"}
+        "keep_journal", "accumulate", "minimum", "error_stat", "argmax", "topk", "keep_fp32", "keep_fp16", "group_by"}
 SHAPE_KEYS = ("min_shapes", "opt_shapes", "max_shapes")
 TOLERANCE_KEYS = ("atol", "rtol", "min_cosine", "max_mismatch", "error_stat", "argmax", "topk")  # each per output too
 
@@ -89,6 +93,9 @@ class Entry:
     keep_journal: bool = False  # search: keep the journal once the search has finished
     accumulate: Accumulation | None = None  # --accumulate; None: check: the override file's; search: fp32
     minimum: Setting = None  # search: --minimum's setting (strategy/minimum.py)
+    keep_fp32: tuple[str, ...] = ()  # search: --keep-fp32 patterns (strategy/constraints.py)
+    keep_fp16: tuple[str, ...] = ()  # search: --keep-fp16 patterns
+    group_by: Grouping | None = None  # search: --group-by (strategy/blocks.py)
 
 
 @dataclass
@@ -219,7 +226,7 @@ def _values(raw: dict) -> dict[str, Any]:
     from fp16bisect.model import headroom, shapes
     from fp16bisect.model.plan_states import accumulation
     from fp16bisect.model.precision import precision_of
-    from fp16bisect.strategy import minimum
+    from fp16bisect.strategy import blocks, constraints, minimum
 
     backend = raw.get("backend", "auto")
     check_options(backend if isinstance(backend, str) else repr(backend), Options())
@@ -227,7 +234,10 @@ def _values(raw: dict) -> dict[str, Any]:
             "precision": None if raw.get("precision") is None else precision_of(raw["precision"]),
             "headroom": headroom.factor(raw.get("headroom")), "minimum": minimum.checked(raw.get("minimum")),
             "accumulate": None if raw.get("accumulate") is None else accumulation(raw["accumulate"]),
-            "profile": shapes.profile_of(*(raw.get(k) for k in SHAPE_KEYS))}
+            "profile": shapes.profile_of(*(raw.get(k) for k in SHAPE_KEYS)),
+            "keep_fp32": constraints.patterns(raw.get("keep_fp32"), "keep_fp32"),
+            "keep_fp16": constraints.patterns(raw.get("keep_fp16"), "keep_fp16"),
+            "group_by": blocks.grouping(raw.get("group_by"))}
 
 
 def _result(entry: Entry, *, verdict: str, seconds: float | None, error: str) -> dict:
@@ -315,7 +325,8 @@ def _search(entry: Entry) -> dict:
     options = SearchOptions(entry.tolerance.over(Tolerance()), entry.backend, Options.of(input_shapes=entry.profile),
                             output=entry.output, headroom=entry.headroom, precision=entry.precision or FP16,
                             keep_journal=entry.keep_journal, accumulate=entry.accumulate or "fp32",
-                            minimum=entry.minimum)
+                            minimum=entry.minimum, keep_fp32=entry.keep_fp32, keep_fp16=entry.keep_fp16,
+                            group_by=entry.group_by)
     found = run_search(entry.model, list(entry.inputs), options, reference=list(entry.references) or None)
     r = found.outcome.result
     ok = r.passed and r.minimal

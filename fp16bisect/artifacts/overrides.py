@@ -47,7 +47,7 @@ AGAIN = "run 'fp16bisect search' again to write a new one"
 # and what the graph holds beyond the search.
 SECTIONS = ("schema", "model", "backend", "environment", "precision", "accumulate", "tolerance", "fp32_nodes",
             "fp32_accumulate_nodes", "search", "prior", "metrics", "shapes", "samples", "headroom", "accumulators",
-            "skipped_nodes", "notes", "conversions", "exports")
+            "constraints", "blocks", "skipped_nodes", "notes", "conversions", "exports")
 
 
 @dataclass(frozen=True)

@@ -187,7 +187,10 @@ class ParallelArgs:
 
     @staticmethod
     def add_to(parser: argparse.ArgumentParser) -> None:
-        g = parser.add_argument_group("parallel evaluation")
+        g = next((g for g in parser._action_groups if g.title == "backend"), None)  # one screen of help
+        if g is not None:
+            g.title = "backend and parallel evaluation"
+        g = g or parser.add_argument_group("parallel evaluation")
         g.add_argument("--jobs", "-j", type=jobs, default=1, metavar="N",
                        help="evaluate up to N plans at once (default 1)")
         g.add_argument("--devices", default=None, metavar="0,1,...",

@@ -36,7 +36,9 @@ def cmd_search(args) -> int:
                                     retry_crashed=args.retry_crashed, parallel=parallel, prior=args.prior,
                                     headroom=args.headroom, precision=PrecisionArgs.parse(args),
                                     keep_journal=args.keep_journal, accumulate=args.accumulate,
-                                    minimum=args.minimum, objective=args.objective)
+                                    minimum=args.minimum, objective=args.objective,
+                                    keep_fp32=tuple(args.keep_fp32), keep_fp16=tuple(args.keep_fp16),
+                                    group_by=args.group_by)
         result = run_search(args.model, args.inputs, options, reference=args.reference, progress=listener)
     except CommandAborted as exc:
         raise CommandAborted(f"{exc}; finished evaluations are kept in {latest_journal(args.output)}: fix "

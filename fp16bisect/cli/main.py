@@ -117,12 +117,12 @@ def _command(sub, name: str, summary: str, usage: str, description: str, *exampl
 
 def _help_last(name: str, parser: argparse.ArgumentParser) -> None:
     """The groups in the order they were composed (the model and --inputs first), then the command's own flags,
-    then -h/--help."""
-    parser.add_argument_group("help").add_argument("-h", "--help", action="help", help="show this help and exit")
+    -h/--help last among them (no group of its own: one screen of help)."""
     own = parser._optionals  # argparse's default group: the flags the command adds itself
+    own.add_argument("-h", "--help", action="help", help="show this help and exit")
     own.title = f"{name} options"
     groups = [g for g in parser._action_groups if g not in (parser._positionals, own)]
-    parser._action_groups[:] = [*groups[:-1], own, groups[-1]]
+    parser._action_groups[:] = [*groups, own]
 
 
 def _search(sub) -> None:
@@ -149,6 +149,12 @@ def _search(sub) -> None:
                    help="then the smallest passing set in N evaluations (default 3x)")
     s.add_argument("--objective", choices=OBJECTIVES, default="nodes",
                    help="--minimum's measure: nodes, or estimated FP32 time")
+    s.add_argument("--keep-fp32", action="append", default=[], metavar="PATTERN",
+                   help="nodes in FP32 in every plan (node-id regex, op:TYPE)")
+    s.add_argument("--keep-fp16", action="append", default=[], metavar="PATTERN",
+                   help="nodes never in FP32 (node-id regex, op:TYPE)")
+    s.add_argument("--group-by", default=None, metavar="scope[:DEPTH]",
+                   help="search blocks (name scopes) first, then nodes in them")
     s.add_argument("--restart", action="store_true",
                    help="discard this search's journal instead of resuming it")
     s.add_argument("--keep-journal", action="store_true",

@@ -173,6 +173,7 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
                 soft_wrap=True,
             )
         print_accumulating(overrides.accumulating, console)
+        _print_steering(outcome, console)
     if outcome.minimum is not None:  # search --minimum
         searched = states(result.fp32)[0] - {f.node for f in outcome.forced}
         console.print(f"--minimum: {escape(outcome.minimum.line(searched))}", highlight=False, soft_wrap=True)
@@ -199,6 +200,22 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
         + (f"; overrides written to {output_path}" if output_path else ""),
         highlight=False,
     )
+
+
+def _print_steering(outcome, console) -> None:
+    """What --keep-fp32/--keep-fp16 and --group-by did, in a line each."""
+    steer, picked = outcome.constraints, outcome.blocks
+    if steer:
+        console.print(f"constraints: {len(steer.fp32)} node(s) kept in FP32, {len(steer.fp16)} never in FP32 "
+                      f"({escape(steer.named())}); minimal over the other "
+                      f"{steer.to_json(len(outcome.graph.candidates))['free']} node(s)", highlight=False,
+                      soft_wrap=True)
+    if picked is not None:
+        fp32 = set(outcome.result.fp32)
+        console.print(f"blocks: {len(picked.blocks)} of {picked.total} kept in FP32 by the block search "
+                      f"({picked.evaluations} evaluation(s)), refined to nodes: " + "; ".join(
+                          f"{escape(name)} {sum(n in fp32 for n in nodes)} of {len(nodes)}"
+                          for name, nodes in picked.blocks.items()), highlight=False, soft_wrap=True)
 
 
 def _print_prior(outcome: Outcome, console: Console) -> None:

@@ -19,6 +19,7 @@ from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.parallel import Parallel
 from fp16bisect.run.paths import plans_dir, timing_cache_path
 from fp16bisect.strategy.prior_choice import CHOICES
+from fp16bisect.strategy import blocks, constraints
 from fp16bisect.strategy import minimum as minima
 from fp16bisect.tolerance import GivenTolerance, Tolerance
 
@@ -55,9 +56,19 @@ class SearchOptions:
     accumulate: Accumulation = "fp32"  # --accumulate: what the judge assumes FP16 nodes add in (model/plan_states.py)
     minimum: minima.Setting = None  # --minimum [N]: then the smallest passing set, N more evaluations (strategy/minimum.py)
     objective: str = "nodes"  # --objective: nodes (the fewest) or cost (the least estimated cost, model/cost.py)
+    keep_fp32: tuple[str, ...] = ()  # --keep-fp32 PATTERN: in FP32 in every plan (strategy/constraints.py)
+    keep_fp16: tuple[str, ...] = ()  # --keep-fp16 PATTERN: never in FP32
+    group_by: blocks.Grouping | None = None  # --group-by: blocks first, then nodes (strategy/blocks.py)
 
     def __post_init__(self) -> None:
         accumulation(self.accumulate)
+        object.__setattr__(self, "keep_fp32", constraints.patterns(self.keep_fp32, "--keep-fp32"))
+        object.__setattr__(self, "keep_fp16", constraints.patterns(self.keep_fp16, "--keep-fp16"))
+        object.__setattr__(self, "group_by", blocks.grouping(self.group_by))
+        if self.group_by is not None and (self.minimum is not None or self.objective != "nodes"
+                                          or self.accumulate != "fp32"):
+            raise UsageError("--group-by with --minimum, --objective cost or --accumulate fp16: choose one (the "
+                             "block search is over FP32 sets, 1-minimal)")
         object.__setattr__(self, "minimum", minima.checked(self.minimum))
         minima.objective(self.objective)
         if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:

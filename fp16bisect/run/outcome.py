@@ -10,6 +10,8 @@ from fp16bisect.model.profile import Profile
 from fp16bisect.evaluation.oracle import Evaluation, Oracle, Reason
 from fp16bisect.strategy.prior import LABEL, Prior
 from fp16bisect.strategy.minimum import Least
+from fp16bisect.strategy.blocks import Chosen
+from fp16bisect.strategy.constraints import Constraints
 from fp16bisect.algorithm.search import SearchResult, Step
 from fp16bisect.timing import timed
 from fp16bisect.tolerance import Tolerance
@@ -48,6 +50,8 @@ class Outcome:
     evaluation_word: str = "built"  # what evaluating a plan is called on its backend (Backend.evaluation_word)
     accumulate: str = "fp32"  # what the judge assumed FP16 nodes add in (SearchOptions.accumulate): JSON "accumulate"
     minimum: Least | None = None  # search --minimum: the smallest passing set's search (JSON search.minimum)
+    constraints: Constraints = field(default_factory=Constraints)  # --keep-fp32/--keep-fp16 (JSON "constraints")
+    blocks: Chosen | None = None  # --group-by: the blocks the first search kept in FP32 (JSON "blocks")
 
     @property
     def fp16(self) -> Evaluation | None:

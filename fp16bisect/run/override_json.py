@@ -131,6 +131,7 @@ def overrides_json(o) -> Overrides:
     sources = [s.source for s in o.oracle.samples]
     reasons = {r.node: r.reason for r in o.profile.risks}
     reasons.update({f.node: f.reason(sources) for f in o.forced})
+    reasons.update({n: o.constraints.reason(n) for n in o.constraints.fp32})
     reasons.update({accumulating(a.node): accumulator_reason(a, sources, graph.precision)
                     for a in o.profile.accumulators})
     return overrides_file(
@@ -142,4 +143,6 @@ def overrides_json(o) -> Overrides:
               "prior": prior_json(o), "shapes": o.shapes, **graph_sections(graph, result.fp32),
               "samples": samples_json(o.oracle, o.profile.sample_order),
               "headroom": answer_headroom(graph, o.profile, fp32, sources, o.headroom, o.forced),
-              "accumulators": answer_accumulators(graph, o.profile, result.fp32, sources)})
+              "accumulators": answer_accumulators(graph, o.profile, result.fp32, sources),
+              **({"constraints": o.constraints.to_json(len(graph.candidates))} if o.constraints else {}),
+              **({"blocks": o.blocks.to_json(fp32)} if o.blocks is not None else {})})

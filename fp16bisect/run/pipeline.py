@@ -15,7 +15,7 @@ from typing import Any
 
 from fp16bisect.strategy import prior as priors
 from fp16bisect.strategy import minimum as minima
-from fp16bisect.strategy import hitting_solver, prior_choice, ranking
+from fp16bisect.strategy import blocks, constraints, hitting_solver, prior_choice, ranking
 from fp16bisect.strategy.agreement import agreement
 from fp16bisect.strategy.alternatives import Alternatives
 from fp16bisect.run.coverage import prepare_samples, searched, with_forced
@@ -121,6 +121,8 @@ def _journal(graph, chosen, given: str, options: SearchOptions, listener: Listen
                             accumulate=options.accumulate)
     if graph.precision.name != "fp16":  # another precision is another search (FP16 journals keep their header)
         header["precision"] = graph.precision.name
+    if options.keep_fp32 or options.keep_fp16:  # another search's plans (and prior) are over other candidates
+        header["constraints"] = {"keep_fp32": list(options.keep_fp32), "keep_fp16": list(options.keep_fp16)}
     # keyed by what the search is: another search at this -o journals beside it; one journaled before journals
     # were keyed resumes from its old file
     path = journal_path(options.output, journal_key(header))
@@ -176,24 +178,32 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
                 oracle.journal.discard_if_unused()
             raise
         forced = prepare_samples(graph, oracle, prof, options.headroom, listener)
-        order = searched(prof, forced)  # the candidates the search orders: the forced nodes are not searched
-        found = None
-        if prior_choice.wanted(options.prior, chosen):
+        steer = constraints.resolve(graph, options.keep_fp32, options.keep_fp16)
+        # the candidates the search orders: the forced and the constrained nodes are not searched
+        order = constraints.steer(oracle, searched(prof, forced), steer, listener.stage)
+        found, picked, least = None, None, None
+        if prior_choice.wanted(options.prior, chosen) and options.group_by is None:
             found = _prior(graph, oracle, order, listener, options)
         # with a prior, the noise is measured on its set, the first plan the search evaluates (its build is kept)
         noise = build_noise(chosen, oracle.samples, options.tolerance, options.noise_ok, listener, oracle.journal,
                             plan=frozenset(found.fp32) if found is not None else frozenset())
         wanted = _wanted(graph, prof, options, chosen, oracle.samples, listener)
-        if options.accumulate == "fp16":
-            result, least = _two_states(graph, chosen, oracle, listener, order, found, wanted)
-        else:
-            result, least = _search(graph, chosen, oracle, listener, order, found, wanted)
-        result = with_forced(result, forced)
+        try:
+            if options.accumulate == "fp16":
+                result, least = _two_states(graph, chosen, oracle, listener, order, found, wanted)
+            elif options.group_by is not None:
+                result, picked = _grouped(graph, chosen, oracle, listener, order, options.group_by)
+            else:
+                result, least = _search(graph, chosen, oracle, listener, order, found, wanted)
+        except ToleranceUnreachable as e:
+            raise constraints.unreachable(steer, e) from None
+        result = with_forced(constraints.constrained(result, steer), forced)
         info = _backend_info(chosen, oracle, noise)
         outcome = Outcome(graph, options.tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start,
                           prior=found, output=options.output, backend_info=info, forced=forced,
                           environment=chosen.environment(), evaluation_word=chosen.evaluation_word,
                           headroom=options.headroom, accumulate=options.accumulate, minimum=least,
+                          constraints=steer, blocks=picked,
                           shapes=shapes.coverage(graph, oracle.samples, options.backend_options.input_shapes))
         outcome.overrides = overrides_json(outcome)
         return outcome
@@ -236,7 +246,8 @@ def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted
         test_many=oracle.test_many if oracle.width > 1 else None,
         width=oracle.width,
     )
-    ids = [n.id for n in graph.candidates if n.id not in oracle.forced]
+    free = set(prof.order)  # without the --keep-fp16 nodes (and the forced ones)
+    ids = [n.id for n in graph.candidates if n.id in free and n.id not in oracle.forced]
     if minimum is not None:  # said before the search, not after it
         hitting_solver.require_solver(len(ids))
     least = None
@@ -275,8 +286,27 @@ def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted
             listener.stage(f"{what} could not be evaluated on the {chosen.name} backend ({evaluation.reason.kind}: "
                            f"{evaluation.error.splitlines()[0]}); the search went on around it, not counting it")
     if result.status == "fp32_fails":
-        _refuse_fp32_fails(graph, chosen, oracle)
+        _refuse_fp32_fails(ids, chosen, oracle)
     return result, least
+
+
+def _grouped(graph, chosen, oracle, listener, prof, how: blocks.Grouping):
+    """``--group-by``: the blocks to keep in FP32, then the nodes inside them (``strategy/blocks.py``)."""
+    free = set(prof.order)
+    ids = [n.id for n in graph.candidates if n.id in free and n.id not in oracle.forced]
+    grouped = blocks.blocks(graph, ids, how)
+    lone = sum(1 for b, nodes in grouped.items() if nodes == (b,))
+    listener.stage(f"--group-by {how}: {len(ids)} candidate(s) in {len(grouped)} block(s)"
+                   + (f" ({lone} node(s) with no scope, each its own block)" if lone else "")
+                   + "; searching the blocks to keep in FP32, then the nodes inside them")
+    step = lambda step, progress: listener.step(  # noqa: E731
+        step, {**progress, "backend": chosen.name, "replayed": (step.plan | oracle.forced) in oracle.replayed})
+    result, picked = blocks.search_blocks(grouped, oracle, prof.order, prof.suspects, step, width=oracle.width,
+                                          reorder=ranking.reorder_by_effect(graph, chosen, oracle, prof, listener),
+                                          test_many=oracle.test_many if oracle.width > 1 else None)
+    if result.status == "fp32_fails":
+        _refuse_fp32_fails(ids, chosen, oracle)
+    return result, picked
 
 
 def _least_on_prior(ids, prior: Prior, minimum: minima.Wanted, judge: str, listener) -> minima.Least | None:
@@ -377,9 +407,10 @@ def _composed(first: SearchResult, second: SearchResult) -> SearchResult:
                    unevaluable=first.unevaluable + second.unevaluable)
 
 
-def _refuse_fp32_fails(graph, chosen, oracle) -> None:
-    """The all-FP32 plan failed: bad input (it could not be evaluated), or a tolerance even FP32 misses."""
-    everything = oracle.memo[frozenset(n.id for n in graph.candidates) | oracle.forced]
+def _refuse_fp32_fails(ids, chosen, oracle) -> None:
+    """The all-FP32 plan (of the searched ``ids``) failed: bad input (it could not be evaluated), or a tolerance
+    even FP32 misses."""
+    everything = oracle.memo[frozenset(ids) | oracle.forced]
     if everything.reason is not None:
         raise UsageError(f"the all-FP32 plan could not be {chosen.evaluation_word} on the {chosen.name} backend: "
                          f"{everything.error}")

@@ -124,7 +124,8 @@ class Alternatives:
     def _answer(self, oracle, avoid: frozenset) -> frozenset | None:
         """The emulator's answer with ``avoid`` in FP16, from S without them; None if it cannot pass so. The nodes
         the oracle forces to FP32 (``--headroom``) are in every plan and never searched, as in the prior's search."""
-        ids = [n.id for n in self.graph.candidates if n.id not in avoid and n.id not in oracle.forced]
+        free = set(self.prior.order)  # the searched candidates: without --keep-fp16 nodes
+        ids = [n.id for n in self.graph.candidates if n.id in free and n.id not in avoid and n.id not in oracle.forced]
         result = search(ids, oracle, order=[c for c in self.prior.order if c not in avoid],
                         start=[c for c in self.prior.fp32 if c not in avoid])
         return frozenset(result.fp32) if result.status == "found" else None

@@ -79,7 +79,8 @@ def run(graph, backend, judge: Oracle, prof, listener, journaled: PriorJournal |
     oracle = Oracle(backend, samples, tolerance, outputs, journal=journal)
     oracle.prefer(judge.stress)  # the same samples, most stressing first; the same nodes forced (--headroom)
     oracle.forced = judge.forced
-    ids = [n.id for n in graph.candidates if n.id not in judge.forced]
+    free = set(prof.order)  # the searched candidates: without --keep-fp16 nodes
+    ids = [n.id for n in graph.candidates if n.id in free and n.id not in judge.forced]
     listener.stage(f"prior: measuring the output error each of {len(ids)} candidate(s) causes alone in FP16 "
                    "(emulate backend)")
     measured = ranking.effects(backend, samples, tolerance, outputs, ids)

@@ -73,8 +73,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         noise_ok: Search even if two builds of the all-FP16 engine differ beyond the tolerance.
         output: Write the override JSON there, and journal the evaluations beside it, so the same search run
             again after an interruption resumes (as ``fp16bisect search -o``). None: nothing written.
-        jobs: Plans evaluated at once.
-        devices: GPU ids, one worker each (``"0,1"`` or ``[0, 1]``).
+        jobs: Plans evaluated at once; devices: GPU ids, one worker each (``"0,1"`` or ``[0, 1]``).
         ray: Evaluate as Ray tasks on the cluster at this address (``""``: a local Ray instance).
         repeats: Evaluations per plan; all must pass.
         prior: ``"auto"``, ``"emulate"`` or ``"none"``: search on the emulator first, then certify on ``backend``.

@@ -4,6 +4,7 @@ manifests; the override file's ``fp32_accumulate_nodes`` and ``accumulate`` keys
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -197,3 +198,23 @@ def test_a_rerun_replays_every_evaluation_and_says_so(tmp_path, capsys, accumula
     assert code == 0, err
     steps = [line for line in err.splitlines() if "fp16bisect: evaluation " in line]
     assert steps and all("(from the journal)" in line for line in steps), err
+
+
+def test_the_console_the_file_and_the_report_say_which_state_and_why(tmp_path, capsys):
+    """An --accumulate fp16 answer names its FP32-accumulation node apart from the FP32 pins, with why (its sum's
+    peak against 65504, its terms, the sample), in the console, the override file and the HTML report; the
+    progress lines count it apart and number the second stage after the first; Next: offers the mixed file."""
+    model, data, culprit = _case(tmp_path, "layernorm")
+    out_json, page = tmp_path / "o.json", tmp_path / "r.html"
+    code, out, err = run(capsys, "search", model, "--inputs", data, "--backend", "emulate", "--accumulate", "fp16",
+                         "-o", out_json, "--report", page)
+    assert code == 0, err
+    why = "sums 4096 terms to a peak of 1.024e+05 > 65504"
+    assert f"{culprit}  LayerNormalization; FP32 accumulation; FP32 run: {why}" in out
+    entry = json.loads(out_json.read_text())["fp32_accumulate_nodes"][0]
+    assert entry["name"] == culprit and entry["fp32_profile"].startswith(why)
+    assert 'id="fp32-accumulation"' in page.read_text() and html.escape(why) in page.read_text()
+    steps = [line for line in err.splitlines() if "fp16bisect: evaluation " in line]
+    assert [line.split(":")[1].split()[1] for line in steps] == [str(i) for i in range(1, len(steps) + 1)], steps
+    assert "0 node(s) in FP32, 1 in FP32 accumulation -> pass" in steps[-1]
+    assert "nothing needs FP32" not in out and "--stronglyTyped" in out and "--layerPrecisions" not in out

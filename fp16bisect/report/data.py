@@ -62,7 +62,8 @@ def pack(head: dict, graph: Graph, runs: ReportRuns, overrides: Sequence[Pinned]
             for p in overrides
         ],
         "fp32_accumulate_nodes": [
-            {"name": p.node.name, "op_type": p.node.op_type, "outputs": list(p.node.outputs)} for p in accumulating
+            {"name": p.node.name, "op_type": p.node.op_type, "outputs": list(p.node.outputs),
+             "fp32_profile": p.fp32_profile} for p in accumulating
         ],
     }
 

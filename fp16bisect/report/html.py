@@ -25,6 +25,7 @@ from fp16bisect.report.plots import headroom as headroom_plot
 
 # ids of the page's sections: part of the contract (tests and links look for them), with the plots' PLOT_* ids
 OUTPUTS_TABLE = "outputs"
+ACCUMULATING_TABLE = "fp32-accumulation"  # id of the FP32-accumulation table
 OVERRIDES_TABLE = "overrides"
 NEXT_STEPS = "next"
 
@@ -323,14 +324,25 @@ def _next_section(data: dict) -> str:
 
 
 def _overrides_section(data: dict) -> str:
-    overrides = data.get("overrides") or []
+    overrides, accumulating = data.get("overrides") or [], data.get("fp32_accumulate_nodes") or []
     out = ["<section>", f"<h2>Overrides: nodes kept in FP32 ({len(overrides)})</h2>"]
     if not overrides:
-        out.append(f'<p id="{OVERRIDES_TABLE}" class="empty">none: every candidate node runs in FP16</p>')
+        rest = "the nodes below add in FP32, every other runs in FP16" if accumulating else \
+            "every candidate node runs in FP16"
+        out.append(f'<p id="{OVERRIDES_TABLE}" class="empty">none: {rest}</p>')
     else:
         out.append(f'<table id="{OVERRIDES_TABLE}">')
         out.append("<tr><th>node</th><th>op type</th><th>outputs</th><th>FP32 profile</th></tr>")
         for o in overrides:
+            outs = ", ".join(f"<code>{esc(t)}</code>" for t in o.get("outputs") or [])
+            out.append(f"<tr><td><code>{esc(o.get('name', ''))}</code></td><td>{esc(o.get('op_type', ''))}</td>"
+                       f"<td>{outs}</td><td>{esc(o.get('fp32_profile', ''))}</td></tr>")
+        out.append("</table>")
+    if accumulating:  # the third state: stored in FP16, adding in FP32 (Casts around the node in the file)
+        out.append(f"<h3>Nodes in FP32 accumulation ({len(accumulating)}): FP16 storage, FP32 sums</h3>")
+        out.append(f'<table id="{ACCUMULATING_TABLE}">')
+        out.append("<tr><th>node</th><th>op type</th><th>outputs</th><th>why (FP32 run)</th></tr>")
+        for o in accumulating:
             outs = ", ".join(f"<code>{esc(t)}</code>" for t in o.get("outputs") or [])
             out.append(f"<tr><td><code>{esc(o.get('name', ''))}</code></td><td>{esc(o.get('op_type', ''))}</td>"
                        f"<td>{outs}</td><td>{esc(o.get('fp32_profile', ''))}</td></tr>")

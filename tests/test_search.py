@@ -621,3 +621,19 @@ def test_three_valued_oracles_never_count_unevaluable_plans_as_evidence(n, seed,
         assert "far from monotone" in result.minimality or "evaluated again" in result.minimality
     if monotone and result.minimal and not result.contradictions:
         assert found == culprits
+
+
+def test_a_search_that_gives_up_names_long_sets_by_their_first_members_and_size():
+    """When the search gives up on 1-minimality it names the contradictions it saw; sets too long to read are cut
+    to their first members and their size, and a superset by what it adds, so the line stays readable (on a real
+    classifier it printed every member of six 120-node sets: thousands of characters)."""
+    from types import SimpleNamespace
+
+    from fp16bisect.algorithm.search import _smallest_passing
+
+    small = frozenset(range(100))
+    big = small | {100, 101}
+    ask = SimpleNamespace(passing=lambda: [small], memo=SimpleNamespace(contradictions=[(small, big), (big, big)]))
+    why = _smallest_passing(ask, "far from monotone here").why_not_minimal
+    assert "{0, 1, 10, 11, 12, 13, ... (100 in all)} passed but adding {100, 101} to it failed" in why, why
+    assert "... (102 in all)} passed, then failed when evaluated again" in why and len(why) < 300, why

@@ -335,6 +335,9 @@ def _reduce(ask, current: frozenset, rank: dict, distrusted: frozenset) -> _Answ
                                   "pass: the judging oracle is far from monotone here")
 
 
+SHOWN = 6  # members of a set a message names before it gives the count
+
+
 def _smallest_passing(ask, why: str) -> _Answer:
     """The smallest plan seen to pass (and not seen to fail since); never claimed minimal."""
     passing = ask.passing()
@@ -345,11 +348,12 @@ def _smallest_passing(ask, why: str) -> _Answer:
         passing = [everything]
     contradictions = ask.memo.contradictions
 
-    def shown(plan) -> str:
-        return "{" + ", ".join(sorted(map(str, plan))) + "}"
+    def shown(plan, most: int = SHOWN) -> str:  # a set too long to read is given by its size and first members
+        names = sorted(map(str, plan))
+        return "{" + ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most else "") + "}"
 
     names = "; ".join(f"{shown(small)} passed, then failed when evaluated again" if small == big
-                      else f"{shown(small)} passed but its superset {shown(big)} failed"
+                      else f"{shown(small)} passed but adding {shown(big - small)} to it failed"
                       for small, big in contradictions[:3])
     return _Answer("found", min(passing, key=len), why_not_minimal=f"not minimal: {why}" +
                    (f" ({names})" if names else ""))

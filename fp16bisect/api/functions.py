@@ -89,7 +89,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         progress: A function receiving one line of text per event (e.g. ``print``), or a ``Listener``.
         minimum: As ``--minimum [N]`` (``True``: its default budget); ``objective``: as ``--objective nodes|cost``.
         accumulate: As ``--accumulate``: ``"fp32"`` (the default) or ``"fp16"`` (FP16 nodes add in FP16 too).
-        keep_fp32, keep_fp16, group_by: As ``--keep-fp32``/``--keep-fp16`` (patterns) and ``--group-by``.
+        keep_fp32: As ``--keep-fp32`` (patterns); ``keep_fp16``, ``group_by``: ``--keep-fp16``, ``--group-by``.
 
     Returns:
         The nodes to keep in FP32 and how the search knows (``SearchResult``).

@@ -24,6 +24,7 @@ from onnx import TensorProto
 
 from fp16bisect.errors import UsageError
 from fp16bisect.model import fp16, weights
+from fp16bisect.model.functions import inline
 from fp16bisect.model.loading import DEFAULT_DOMAINS, load_model
 from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.subgraphs import nested_nodes, outer_reads, subgraphs
@@ -82,6 +83,7 @@ class Graph:
         """``precision``: the low precision every plan of this graph runs in (``model/precision.py``); a BF16
         graph below the opset where its operators take bfloat16 is upgraded (``upgraded_for``)."""
         self.precision = precision
+        model, self.calls = inline(model)  # inlined node id -> (function, outermost call id): ``model/functions.py``
         model = upgraded_for(model, precision)
         self.model = model  # loaded by ``load``: a skeleton whose weights are in files (``model/weights.py``)
         self.path = path  # the file the model is read from
@@ -412,4 +414,8 @@ def notes(graph: "Graph") -> list[str]:
             f"({', '.join(list(graph.nested)[:5])}) are not searched one by one: each control-flow node is one "
             "candidate, and its subgraphs are rounded with it (FP16 inside when it is in FP16)"
         )
+    if graph.calls:
+        calls = sorted({call for _, call in graph.calls.values()})
+        found.append(f"the model's local functions were inlined: node ids <call>/<node> name the nodes of "
+                     f"{len(calls)} function call(s) ({', '.join(calls[:5])}{', ...' if len(calls) > 5 else ''})")
     return found

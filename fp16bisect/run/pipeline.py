@@ -297,7 +297,8 @@ def _grouped(graph, chosen, oracle, listener, prof, how: blocks.Grouping):
     grouped = blocks.blocks(graph, ids, how)
     lone = sum(1 for b, nodes in grouped.items() if nodes == (b,))
     listener.stage(f"--group-by {how}: {len(ids)} candidate(s) in {len(grouped)} block(s)"
-                   + (f" ({lone} node(s) with no scope, each its own block)" if lone else "")
+                   + (f" ({lone} node(s) {'outside any function call' if how.kind == blocks.FUNCTION else 'with no scope'}, "
+                      "each its own block)" if lone else "")
                    + "; searching the blocks to keep in FP32, then the nodes inside them")
     step = lambda step, progress: listener.step(  # noqa: E731
         step, {**progress, "backend": chosen.name, "replayed": (step.plan | oracle.forced) in oracle.replayed})

@@ -5,7 +5,8 @@ cut at DEPTH path components; without DEPTH, the node's whole scope); a node wit
 its own. The first search runs over block ids, a block's plan being all its candidate nodes in FP32 (the oracle
 wrapped: ``algorithm/search.py`` sees plain sets); the second over the nodes of the blocks it chose, every other
 block in FP16. The answer is 1-minimal over nodes all the same: each of its single removals was seen to fail.
-``--group-by function`` (ONNX local functions) needs the model's functions, which fp16bisect does not inline.
+``--group-by function``: a block is the nodes inlined from one call of an ONNX local function in the model's graph
+(a nested call belongs to its outermost call; ``model/functions.py``), a node outside any call a block of its own.
 """
 
 from __future__ import annotations
@@ -52,18 +53,16 @@ def scope(name: str, depth: int | None) -> str | None:
 
 def blocks(graph, ids, how: Grouping) -> dict[str, tuple]:
     """The blocks of the candidates ``ids``, in graph order: block name -> its node ids."""
-    if how.kind == FUNCTION:
-        functions = list(getattr(graph.model, "functions", ()))
-        if not functions:
-            raise UsageError("--group-by function: the model has no ONNX local functions (its export inlined "
-                             "them): use --group-by scope[:DEPTH] on its node names")
-        raise UsageError(f"--group-by function: the model has {len(functions)} local function(s), which fp16bisect "
-                         "does not inline: inline them (onnx.inliner.inline_local_functions) and use --group-by "
-                         "scope[:DEPTH]")
+    if how.kind == FUNCTION and not graph.calls:
+        raise UsageError("--group-by function: the model has no ONNX local functions (its export inlined "
+                         "them): use --group-by scope[:DEPTH] on its node names")
     found: dict[str, list] = {}
     for node_id in ids:
         node = graph.by_id[node_id]
-        found.setdefault(scope(node.name or node.id, how.depth) or node.id, []).append(node_id)
+        if how.kind == FUNCTION:  # the outermost call of the model's graph; a node outside any: its own block
+            found.setdefault(graph.calls[node_id][1] if node_id in graph.calls else node_id, []).append(node_id)
+        else:
+            found.setdefault(scope(node.name or node.id, how.depth) or node.id, []).append(node_id)
     return {name: tuple(nodes) for name, nodes in found.items()}
 
 

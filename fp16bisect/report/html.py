@@ -331,21 +331,19 @@ def _overrides_section(data: dict) -> str:
             "every candidate node runs in FP16"
         out.append(f'<p id="{OVERRIDES_TABLE}" class="empty">none: {rest}</p>')
     else:
-        out.append(f'<table id="{OVERRIDES_TABLE}">')
-        out.append("<tr><th>node</th><th>op type</th><th>outputs</th><th>FP32 profile</th></tr>")
-        for o in overrides:
-            outs = ", ".join(f"<code>{esc(t)}</code>" for t in o.get("outputs") or [])
-            out.append(f"<tr><td><code>{esc(o.get('name', ''))}</code></td><td>{esc(o.get('op_type', ''))}</td>"
-                       f"<td>{outs}</td><td>{esc(o.get('fp32_profile', ''))}</td></tr>")
-        out.append("</table>")
+        out += _entries_table(OVERRIDES_TABLE, overrides, "FP32 profile")
     if accumulating:  # the third state: stored in FP16, adding in FP32 (Casts around the node in the file)
         out.append(f"<h3>Nodes in FP32 accumulation ({len(accumulating)}): FP16 storage, FP32 sums</h3>")
-        out.append(f'<table id="{ACCUMULATING_TABLE}">')
-        out.append("<tr><th>node</th><th>op type</th><th>outputs</th><th>why (FP32 run)</th></tr>")
-        for o in accumulating:
-            outs = ", ".join(f"<code>{esc(t)}</code>" for t in o.get("outputs") or [])
-            out.append(f"<tr><td><code>{esc(o.get('name', ''))}</code></td><td>{esc(o.get('op_type', ''))}</td>"
-                       f"<td>{outs}</td><td>{esc(o.get('fp32_profile', ''))}</td></tr>")
-        out.append("</table>")
+        out += _entries_table(ACCUMULATING_TABLE, accumulating, "why (FP32 run)")
     out.append("</section>")
     return "\n".join(out)
+
+
+def _entries_table(table_id: str, entries: list, why: str) -> list[str]:
+    """A table of override-file node entries: name, op type, outputs and what the FP32 run saw (``why``)."""
+    rows = [f'<table id="{table_id}">', f"<tr><th>node</th><th>op type</th><th>outputs</th><th>{why}</th></tr>"]
+    for o in entries:
+        outs = ", ".join(f"<code>{esc(t)}</code>" for t in o.get("outputs") or [])
+        rows.append(f"<tr><td><code>{esc(o.get('name', ''))}</code></td><td>{esc(o.get('op_type', ''))}</td>"
+                    f"<td>{outs}</td><td>{esc(o.get('fp32_profile', ''))}</td></tr>")
+    return rows + ["</table>"]

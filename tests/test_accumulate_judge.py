@@ -104,6 +104,13 @@ def test_an_answer_with_both_states_each_in_its_own(tmp_path, capsys):
     assert sorted(_names(written, "fp32_nodes")) == ["scale_down", "scale_up"]
     assert _names(written, "fp32_accumulate_nodes") == ["mean"]
     assert "FP32 accumulation set (1)" in written["search"]["minimality"]
+    # each FP32 node checked in the answer itself (removed; demoted when it sums), and every evaluation counted,
+    # the all-FP16 baseline with FP16 sums included: one progress line each
+    assert written["search"]["minimality"].endswith("2 check(s) of its FP32 nodes (each removed, each accumulator "
+                                                    "also demoted to FP32 accumulation): each failed")
+    assert written["search"]["minimal"] is True
+    steps = [line for line in err.splitlines() if "fp16bisect: evaluation " in line]
+    assert len(steps) == written["search"]["evaluations"] == len(written["search"]["trace"]) == 7, steps
 
 
 def test_the_api_and_a_manifest_entry_give_the_same_answer(tmp_path):

@@ -21,12 +21,13 @@ from fp16bisect.strategy.alternatives import Alternatives
 from fp16bisect.run.coverage import prepare_samples, searched, with_forced
 from fp16bisect.run.override_json import overrides_json
 from fp16bisect.run.paths import journal_path
+from fp16bisect.run.two_states import stepper, two_states
 from fp16bisect.backends import Options, PlanJudge, make_backend
 from fp16bisect.strategy.build_noise import build_noise
 from fp16bisect.errors import ToleranceUnreachable, UsageError
 from fp16bisect.evaluation.journal import Journal, journal_key, samples_digest
 from fp16bisect.model.graph import Graph, notes
-from fp16bisect.model.plan_states import accumulates, accumulating, is_mark
+from fp16bisect.model.plan_states import is_mark
 from fp16bisect.model import shapes
 from fp16bisect.model.profile import profile
 from fp16bisect.model.samples import sample_shapes, add_fp32_references, load_samples
@@ -190,7 +191,7 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
         wanted = _wanted(graph, prof, options, chosen, oracle.samples, listener)
         try:
             if options.accumulate == "fp16":
-                result, least = _two_states(graph, chosen, oracle, listener, order, found, wanted)
+                result, least = two_states(graph, chosen, oracle, listener, order, found, wanted, _search)
             elif options.group_by is not None:
                 result, picked = _grouped(graph, chosen, oracle, listener, order, options.group_by)
             else:
@@ -239,8 +240,7 @@ def _wanted(graph, prof, options: SearchOptions, chosen, samples, listener) -> m
 def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted | None = None):
     """The search's result (and, with ``minimum``, the smallest set's search: ``_least``); an all-FP32 plan that
     fails or cannot be evaluated is an error said here."""
-    step = lambda step, progress: listener.step(  # noqa: E731
-        step, {**progress, "backend": chosen.name, "replayed": (step.plan | oracle.forced) in oracle.replayed})
+    step = stepper(chosen, oracle, listener)
     recheck = None if chosen.deterministic else lambda plan: oracle.evaluate(plan, 1).verdict
     common = dict(
         test_many=oracle.test_many if oracle.width > 1 else None,
@@ -300,8 +300,7 @@ def _grouped(graph, chosen, oracle, listener, prof, how: blocks.Grouping):
                    + (f" ({lone} node(s) {'outside any function call' if how.kind == blocks.FUNCTION else 'with no scope'}, "
                       "each its own block)" if lone else "")
                    + "; searching the blocks to keep in FP32, then the nodes inside them")
-    step = lambda step, progress: listener.step(  # noqa: E731
-        step, {**progress, "backend": chosen.name, "replayed": (step.plan | oracle.forced) in oracle.replayed})
+    step = stepper(chosen, oracle, listener)
     result, picked = blocks.search_blocks(grouped, oracle, prof.order, prof.suspects, step, width=oracle.width,
                                           reorder=ranking.reorder_by_effect(graph, chosen, oracle, prof, listener),
                                           test_many=oracle.test_many if oracle.width > 1 else None)
@@ -346,66 +345,6 @@ def _least(ids, oracle, order, first: SearchResult, minimum: minima.Wanted, judg
              for i, e in enumerate(oracle.history[before:], 1)]  # the loop's and the certification's, in order
     return replace(result, trace=first.trace + steps, evaluations=first.evaluations + len(steps),
                    rounds=first.rounds + len(steps)), least
-
-
-def _two_states(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted | None = None):
-    """``--accumulate fp16``'s answer, today's search run twice over the same oracle (the algorithm sees plain
-    sets): first the FP32 set S with every accumulator not in a plan in FP32 accumulation (the marks added to
-    every plan, as --headroom's forced nodes are), so that each member of S is 1-minimal against its removal
-    to FP32 accumulation; then, S pinned, the 1-minimal set T of the other accumulators to keep in FP32
-    accumulation, every plan judged with FP16 sums elsewhere. The answer is S and T's marks: the plan the
-    second search saw pass (or S alone, when S passes with FP16 sums). ``--minimum`` applies to the FP32 set
-    (the first search); returns the result and that smallest set's search (``_search``)."""
-    pinned = oracle.forced
-    accumulators = [n.id for n in graph.candidates if accumulates(n.op_type, n.domain) and n.id not in pinned]
-    listener.stage(f"--accumulate fp16: first the FP32 set with the {len(accumulators)} accumulating node(s) "
-                   "adding in FP32 (FP32 accumulation), then the accumulators that need it")
-    oracle.forced = pinned | frozenset(accumulating(a) for a in accumulators)
-    try:
-        first, least = _search(graph, chosen, oracle, listener, prof, prior, minimum)
-        kept = frozenset(first.fp32)
-        marks = [accumulating(a) for a in sorted(accumulators, key=_rank(prof)) if a not in kept]
-        if not marks:  # every accumulator in FP32: the FP32 set, judged once without marks as the answer is
-            oracle.forced = pinned
-            oracle.evaluate(kept)
-            return first, least
-        oracle.forced = pinned | kept
-        listener.stage(f"searching which of {len(marks)} accumulator(s) need FP32 accumulation, the "
-                       f"{len(kept)} FP32 node(s) pinned")
-        step = lambda step, progress: listener.step(  # noqa: E731  numbered after the first stage's evaluations
-            replace(step, index=first.evaluations + step.index),
-            {**progress, "backend": chosen.name, "replayed": (step.plan | oracle.forced) in oracle.replayed})
-        recheck = None if chosen.deterministic else lambda plan: oracle.evaluate(plan, 1).verdict
-        second = search(marks, oracle, hooks=Hooks(recheck=recheck, on_step=step),
-                        test_many=oracle.test_many if oracle.width > 1 else None, width=oracle.width)
-    finally:
-        oracle.forced = pinned
-    if first.fp32:  # the all-FP16 plan with FP16 sums, the baseline the result shows (the searches never ran it)
-        oracle.evaluate(frozenset())
-    return _composed(first, second), least
-
-
-def _rank(prof):
-    order = {node: i for i, node in enumerate(prof.order)}
-    return lambda node: order.get(node, len(order))
-
-
-def _composed(first: SearchResult, second: SearchResult) -> SearchResult:
-    """One result of the two searches of ``_two_states``: the FP32 set, then the accumulators' marks."""
-    found = first.status == "found" or second.status == "found"
-    stored = ("none needed (every node in FP16 storage, the accumulators adding in FP32, passed: evaluation 1)"
-              if first.status == "fp16_passes" else
-              f"{first.minimality}, every summing node outside the set in FP32 accumulation (evaluations "
-              f"1-{first.evaluations})")
-    how = (f"FP32 set ({len(first.fp32)}): {stored}; FP32 accumulation set ({len(second.fp32)}): "
-           f"{second.minimality}, with the FP32 set pinned and FP16 sums elsewhere (evaluations "
-           f"{first.evaluations + 1}-{first.evaluations + second.evaluations})")
-    return replace(first, status="found" if found else "fp16_passes", fp32=tuple(first.fp32) + tuple(second.fp32),
-                   passed=first.passed and second.passed, minimal=first.minimal and second.minimal, minimality=how,
-                   evaluations=first.evaluations + second.evaluations, rounds=first.rounds + second.rounds,
-                   trace=first.trace + second.trace, contradictions=first.contradictions + second.contradictions,
-                   unverified=first.unverified + second.unverified,
-                   unevaluable=first.unevaluable + second.unevaluable)
 
 
 def _refuse_fp32_fails(ids, chosen, oracle) -> None:

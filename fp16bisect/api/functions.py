@@ -348,7 +348,6 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
     """
     from fp16bisect.artifacts.apply import ApplyOptions, apply_to_file
     from fp16bisect.artifacts.files import check_writable
-    from fp16bisect.artifacts.overrides import read
 
     if overrides is None:
         raise UsageError("apply needs overrides: pass an override JSON path or a search result")
@@ -371,7 +370,7 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
         assert file is not None  # overrides was given (refused above when None)
         written = apply_to_file(file, path, str(output), inputs.listener(progress), options, shown=shown)
         summed = None
-        if verify and samples is not None and (accumulate or read(file).accumulate) == "fp16":  # the file's plan, judged with FP16 sums
+        if verify and samples is not None and (accumulate or written.accumulate) == "fp16":  # the file's plan, judged with FP16 sums
             summed = check(path, samples, reference=reference, overrides=file, backend="emulate", precision=precision,
                            progress=progress, accumulate="fp16", **options.tolerance.values())
     return ApplyResult(path=Path(output), fp32_nodes=list(written.fp32_nodes), verification=written.verification,

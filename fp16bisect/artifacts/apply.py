@@ -99,12 +99,14 @@ class ApplyOptions:
 @dataclass(frozen=True)
 class Written:
     """What ``apply_to_file`` wrote: the mixed model, the nodes it keeps in FP32 (graph order), with ``inputs``
-    its verification (else None), and the nodes it writes in FP32 accumulation (graph order)."""
+    its verification (else None), the nodes it writes in FP32 accumulation (graph order), and what the file says
+    its judge assumed FP16 nodes add in (``accumulate``)."""
 
     mixed: Mixed
     fp32_nodes: tuple[Node, ...]
     verification: Verification | None = None
     fp32_accumulate_nodes: tuple[Node, ...] = ()
+    accumulate: str = "fp32"
 
 
 def apply_to_file(overrides: str, model: str, output: str, listener, options: ApplyOptions = ApplyOptions(),
@@ -129,7 +131,7 @@ def apply_to_file(overrides: str, model: str, output: str, listener, options: Ap
     nodes = tuple(Node.of(graph.by_id[i]) for i in mixed.pinned)
     accumulating = tuple(Node.of(graph.by_id[i]) for i in mixed.accumulating)
     if not inputs:
-        return Written(mixed, nodes, None, accumulating)
+        return Written(mixed, nodes, None, accumulating, data.accumulate)
 
     given = options.tolerance
     try:
@@ -141,4 +143,4 @@ def apply_to_file(overrides: str, model: str, output: str, listener, options: Ap
     with listener.timed("verifying the written model and the all-FP16 one on the samples"):
         verification = verify_mixed(graph, mixed.model, inputs, references, chosen, fp16_io=options.fp16_io,
                                      strict_mode=options.strict_mode, keep_fp32=keep_fp32)
-    return Written(mixed, nodes, verification, accumulating)
+    return Written(mixed, nodes, verification, accumulating, data.accumulate)

@@ -63,7 +63,7 @@ def one_row(frame: int, count: int) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="fp16bisect-bench-coverage-") as tmp:
         model, frames = write_case(Path(tmp), frame, count)
-        outcome = search_model(str(model), [str(p) for p in frames], None, SearchOptions(backend="emulate"))
+        outcome = search_model(str(model), [str(p) for p in frames], None, SearchOptions(judge="emulate"))
     runs = sum(len(e.samples) for e in outcome.oracle.history)
     return {"n": count, "evaluations": outcome.result.evaluations, "runs": runs, "seconds": outcome.seconds,
             "fp32": sorted(outcome.result.fp32),

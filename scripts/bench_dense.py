@@ -55,7 +55,7 @@ from fp16bisect.model.graph import Graph  # noqa: E402
 from fp16bisect.model.profile import profile  # noqa: E402
 from fp16bisect.model.samples import Sample, add_fp32_references  # noqa: E402
 from fp16bisect.evaluation.oracle import Oracle  # noqa: E402
-from fp16bisect.run.options import SearchOptions  # noqa: E402
+from fp16bisect.run.options import Journaling, SearchOptions, Strategy  # noqa: E402
 from fp16bisect.run.pipeline import Listener, search_model  # noqa: E402
 from fp16bisect.algorithm.search import Hooks, search  # noqa: E402
 from fp16bisect.tolerance import Tolerance  # noqa: E402
@@ -84,7 +84,8 @@ def minimum_row(label: str, path: Path, inputs: Path, tol: Tolerance, first, wor
     """The emulate search again with ``--minimum`` (a journal of its own): what the minimum cost beyond it."""
     begin = time.perf_counter()
     outcome = search_model(str(path), [str(inputs)], options=SearchOptions(
-        tol, "emulate", output=str(work / f"{path.stem}.minimum.json"), restart=True, minimum=AUTO))
+        tol, "emulate", strategy=Strategy(minimum=AUTO), journal=Journaling(restart=True),
+        output=str(work / f"{path.stem}.minimum.json")))
     least, result = outcome.minimum, outcome.result
     extra = result.evaluations - first.evaluations
     proven = "-" if least is None else ("yes" if least.found.proven else "no") + (
@@ -119,7 +120,8 @@ def bench(label: str, which, make, work: Path, minimum: bool = False) -> list[di
     out = work / f"{path.stem}.json"
     begin = time.perf_counter()
     outcome = search_model(str(path), [str(inputs)],
-                           options=SearchOptions(tol, "emulate", output=str(out), restart=True))
+                           options=SearchOptions(tol, "emulate", journal=Journaling(restart=True),
+                                                                 output=str(out)))
     seconds = time.perf_counter() - begin
     write_json(str(out), outcome.overrides.to_json())
     result = outcome.result

@@ -218,8 +218,7 @@ def judge_command(variant: Variant) -> str:
 def bench_command(name: str, spec: dict, work: Path) -> list[dict]:
     """The pipeline end to end through ``--backend command`` (one judge process per evaluation), with and
     without the prior, on a sample model; the variants as in ``bench_model``."""
-    from fp16bisect.backends.base import Options
-    from fp16bisect.run.options import SearchOptions
+    from fp16bisect.run.options import Journaling, Judge, SearchOptions, Strategy
     from fp16bisect.run.pipeline import search_model
 
     path = ROOT / "sample_models" / f"{name}.onnx"
@@ -236,8 +235,8 @@ def bench_command(name: str, spec: dict, work: Path) -> list[dict]:
         runs = {}
         for prior in ("auto", "none"):
             out = work / f"{name}-{variant.name}-{prior}.json"
-            options = SearchOptions(tol, "command", Options.of(command=judge_command(variant)), output=str(out),
-                                    prior=prior, restart=True)
+            options = SearchOptions(tol, Judge("command", check=judge_command(variant)), output=str(out),
+                                    strategy=Strategy(prior=prior), journal=Journaling(restart=True))
             runs[prior] = search_model(str(path), [str(path.with_suffix(".npz"))], options=options)
         with_prior, without = runs["auto"].result, runs["none"].result
         rows.append({"model": name, "variant": variant.name, "evals": f"{with_prior.evaluations} / {without.evaluations}",

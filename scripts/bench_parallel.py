@@ -117,7 +117,7 @@ def sample_models(widths, ray: bool) -> list[str]:
     for name in ("transformer_block", "two_branches", "accumulation"):
         base = None
         for where, width in runs:
-            r, wall = search_sample(name, Parallel(jobs=width, ray="" if where == "ray" else None), backend="emulate")
+            r, wall = search_sample(name, Parallel(jobs=width, ray="" if where == "ray" else None), judge="emulate")
             base = base or r
             same = "same" if r.fp32 == base.fp32 and r.minimal else "DIFFERENT"
             rows.append(f"| {name} | {where} | {width} | {r.rounds} | {r.rounds / base.rounds:.2f} "
@@ -130,7 +130,7 @@ def command_backend(widths) -> list[str]:
     ONNX Runtime session per plan), the emulator's set as the prior (--prior auto), N commands at once."""
     import tempfile
 
-    from fp16bisect.backends.base import Options
+    from fp16bisect.run.options import Judge
     from fp16bisect.parallel import Parallel
 
     judge = f"{sys.executable} {ROOT / 'scripts' / 'judge_onnxruntime.py'} --provider cpu {{model}} {{inputs}} {{outputs}}"
@@ -140,8 +140,8 @@ def command_backend(widths) -> list[str]:
         base = None
         for width in widths:
             with tempfile.TemporaryDirectory() as tmp:
-                r, wall = search_sample(name, Parallel(jobs=width), backend="command",
-                                        backend_options=Options.of(command=judge), output=str(Path(tmp) / "o.json"))
+                r, wall = search_sample(name, Parallel(jobs=width), judge=Judge("command", check=judge),
+                                        output=str(Path(tmp) / "o.json"))
             base = base or r
             same = "same" if r.fp32 == base.fp32 and r.minimal else "DIFFERENT"
             rows.append(f"| {name} | {width} | {r.agreed} | {r.rounds} | {r.rounds / base.rounds:.2f} "

@@ -18,12 +18,11 @@ import pytest
 from conftest import LN, LN_IN, ROOT, SAMPLES, journal_of, one_line_error, run
 
 from fp16bisect.artifacts.mixed import convert
-from fp16bisect.backends.base import Options
 from fp16bisect.backends.command import CommandAborted, check_template, substitute
 from fp16bisect.errors import UsageError
 from fp16bisect.model import weights
 from fp16bisect.evaluation.oracle import EXIT_CODE, OUTPUTS
-from fp16bisect.run.options import SearchOptions
+from fp16bisect.run.options import Judge, SearchOptions
 from fp16bisect.run.pipeline import Listener, prepare
 from fp16bisect.tolerance import Tolerance
 
@@ -61,7 +60,7 @@ def culprit_judge(tmp_path):
 def command_oracle(tmp_path, command, inputs=(LN_IN,), model=LN, stop_early=False):
     """``stop_early`` False (as ``check`` runs): one command on every sample; True (as a search runs): the first
     sample alone, then the rest."""
-    options = SearchOptions(Tolerance(), "command", Options.of(command=command, plans_dir=str(tmp_path / "plans dir")))
+    options = SearchOptions(Tolerance(), Judge("command", check=command), plans=str(tmp_path / "plans dir"))
     graph, backend, oracle = prepare(str(model), [str(i) for i in inputs], None, options, Listener())
     oracle.stop_early = stop_early
     return graph, backend, oracle

@@ -299,11 +299,13 @@ def test_headroom_in_the_api_and_a_manifest_means_what_the_flag_means(capsys, tm
 
 @pytest.mark.parametrize("value", [1, 0.5, "nan", "x", True])
 def test_a_bad_headroom_is_the_same_one_line_from_the_flag_the_api_and_a_manifest(capsys, tmp_path, value):
+    """One check, one line: the flag names itself as the flag, the API and a manifest by the key."""
     import fp16bisect
 
     code, _, err = run(capsys, "search", MODEL, *inputs(QUIET8), "--headroom", str(value))
-    said = one_line_error(err).removeprefix("fp16bisect: error: ")
-    assert code == 2 and said.startswith(f"--headroom {value} must be a finite number above 1")
+    flagged = one_line_error(err).removeprefix("fp16bisect: error: ")
+    assert code == 2 and flagged.startswith(f"--headroom {value}: give a finite number above 1")
+    said = flagged.removeprefix("--")
     for api in (fp16bisect.search, fp16bisect.check):
         with pytest.raises(fp16bisect.UsageError) as raised:
             api(MODEL, QUIET8, headroom=float("nan") if value == "nan" else value)

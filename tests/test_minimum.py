@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 import fp16bisect
 from fp16bisect.artifacts.overrides import problems
 from fp16bisect.errors import UsageError
-from fp16bisect.run.options import SearchOptions
+from fp16bisect.run.options import Strategy
 
 
 def two_paths() -> onnx.ModelProto:
@@ -94,7 +94,7 @@ def test_the_python_api_takes_minimum_and_returns_its_record():
 @pytest.mark.parametrize("value", [-1, "x", 2.5])
 def test_a_bad_minimum_is_one_usage_error(value, files, capsys):
     with pytest.raises(UsageError, match="minimum"):
-        SearchOptions(minimum=value)
+        Strategy(minimum=value)
     code, _, err = run(capsys, *files, "--minimum", str(value), "-q")
     assert code == 2 and "--minimum" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 

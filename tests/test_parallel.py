@@ -80,8 +80,8 @@ def test_check_with_two_jobs_gives_the_serial_verdict(known):
     from fp16bisect.run.options import CheckOptions
 
     model, data = str(SAMPLES / "cnn_batchnorm.onnx"), [str(SAMPLES / "cnn_batchnorm.npz")]
-    serial = check_model(model, data, options=CheckOptions(backend="emulate"))
-    parallel = check_model(model, data, options=CheckOptions(backend="emulate", parallel=Parallel(jobs=2)))
+    serial = check_model(model, data, options=CheckOptions(judge="emulate"))
+    parallel = check_model(model, data, options=CheckOptions(judge="emulate", parallel=Parallel(jobs=2)))
     assert (serial.passed, parallel.passed) == (False, False)
     assert parallel.fp32 is not None and parallel.fp32.passed == serial.fp32.passed is True
 

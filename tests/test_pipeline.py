@@ -8,7 +8,7 @@ import pytest
 from conftest import SAMPLES, fresh_oracle, journal_of
 from doubles import Fake
 
-from fp16bisect.run.options import SearchOptions
+from fp16bisect.run.options import Journaling, Judge, SearchOptions
 from fp16bisect.run.pipeline import search_model
 from fp16bisect.tolerance import Tolerance
 
@@ -105,7 +105,7 @@ def test_the_override_file_keeps_contradictions_and_failures_short(known, monkey
     out = tmp_path / "o.json"
     outcome = search_model(str(SAMPLES / "transformer_block.onnx"), [str(SAMPLES / "transformer_block.npz")],
                            options=SearchOptions(Tolerance(atol=spec["atol"], rtol=spec["rtol"]), output=str(out),
-                                                 keep_journal=True))
+                                                 journal=Journaling(keep_journal=True)))
     failures = outcome.oracle.build_failures
     search = outcome.overrides.search
     assert len(failures) > override_json.EXAMPLES and search["build_failures_total"] == len(failures)
@@ -142,8 +142,8 @@ def test_the_timing_cache_goes_beside_the_output_unless_a_path_was_given_even_th
     from fp16bisect.backends.base import Options
 
     out = str(tmp_path / "o.json")
-    beside = SearchOptions(output=out).beside_output().backend_options.tensorrt.timing_cache
-    asked = SearchOptions(output=out, backend_options=Options.of(timing_cache="fp16bisect.timing.cache"))
+    beside = SearchOptions(output=out).backend_options.tensorrt.timing_cache
+    asked = SearchOptions(output=out, judge=Judge(timing_cache="fp16bisect.timing.cache"))
     assert beside == str(tmp_path / "o.timing.cache")
-    assert asked.beside_output().backend_options.tensorrt.timing_cache == "fp16bisect.timing.cache"
+    assert asked.backend_options.tensorrt.timing_cache == "fp16bisect.timing.cache"
     assert Options().tensorrt.timing_cache_file == "fp16bisect.timing.cache"  # no -o: the working directory

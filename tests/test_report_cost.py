@@ -61,7 +61,7 @@ def test_the_report_holds_one_sample_of_tensors_at_a_time(tmp_path, monkeypatch)
     for i in range(count):
         samples.append(tmp_path / f"s{i:02d}.npz")
         np.savez(samples[-1], x=rng.uniform(0, 40, size=(1, n)).astype(np.float32))
-    outcome = run_search(str(path), [str(p) for p in samples], SearchOptions(backend="emulate")).outcome
+    outcome = run_search(str(path), [str(p) for p in samples], SearchOptions(judge="emulate")).outcome
     assert sorted(outcome.result.fp32) == ["scale", "unscale"]
     refs, most = [], [0]  # weak references to every tensor the runs returned; the most alive at once
     original = EmulateBackend.run
@@ -89,7 +89,7 @@ def test_the_per_node_errors_run_on_the_most_stressing_samples_not_all(tmp_path,
     folder.mkdir()
     for i in range(count):  # sample 11 is the loudest by far: it alone overflows
         np.savez(folder / f"s{i:02d}.npz", x=rng.uniform(0, 40 if i == 11 else 10, size=(1, n)).astype(np.float32))
-    outcome = run_search(str(path), [str(folder)], SearchOptions(backend="emulate")).outcome
+    outcome = run_search(str(path), [str(folder)], SearchOptions(judge="emulate")).outcome
     assert sorted(outcome.result.fp32) == ["scale", "unscale"]
     calls = []
     original = EmulateBackend.run

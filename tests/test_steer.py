@@ -15,7 +15,7 @@ from test_minimum import X, two_paths
 import fp16bisect
 from fp16bisect.artifacts.overrides import problems
 from fp16bisect.errors import UsageError
-from fp16bisect.run.options import SearchOptions
+from fp16bisect.run.options import Space
 
 F = TensorProto.FLOAT
 
@@ -155,7 +155,7 @@ def test_group_by_function_on_a_model_without_functions_is_exit_2(scoped, capsys
 @pytest.mark.parametrize("value", ["scope:0", "layers", "function:2"])
 def test_a_bad_group_by_is_a_usage_error_in_the_value(value):
     with pytest.raises(UsageError, match="--group-by"):
-        SearchOptions(group_by=value)
+        Space(group_by=value)
 
 
 def test_the_api_and_a_manifest_take_the_same_constraints_and_blocks(tmp_path):

@@ -17,17 +17,12 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Union
 from fp16bisect.api import inputs
 from fp16bisect.api.results import ApplyResult, CheckResult, Node, ScanNode, ScanResult, ScanRow, SearchResult
 from fp16bisect.errors import UsageError
-from fp16bisect.model import shapes, weights
-from fp16bisect.model.headroom import factor
+from fp16bisect.model import weights
 from fp16bisect.model.plan_states import accumulation, is_mark
 from fp16bisect.model.precision import precision_of
-from fp16bisect.strategy.minimum import checked as minimum_of
-from fp16bisect.strategy.blocks import grouping
-from fp16bisect.strategy.constraints import patterns
-from fp16bisect.backends import Options
 from fp16bisect.run.options import CheckOptions, SearchOptions
 from fp16bisect.run.outcome import Listener
-from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Accept, GivenTolerance, PerOutput, Tolerance
+from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Accept, GivenTolerance, PerOutput
 
 if TYPE_CHECKING:
     import onnx  # only when a ModelProto is given (inputs.model_file)
@@ -105,16 +100,14 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         >>> sorted(n.name for n in result.fp32_nodes)
         ['ln1_square', 'ln1_var']
     """
-    options = SearchOptions(
-        GivenTolerance(atol, rtol, min_cosine, max_mismatch, error_stat, argmax, topk, accept).over(Tolerance()), backend,
-        inputs.backend_options(backend, Options.of(
-            command=check, keep_plans=keep_plans, typing=typing, opt_level=opt_level, timing_cache=timing_cache,
-            input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes))),
-        noise_ok=noise_ok, output=None if output is None else str(output), repeats=repeats, restart=restart,
-        retry_crashed=retry_crashed, keep_journal=keep_journal, parallel=inputs.parallel(jobs, devices, ray),
-        prior=prior, headroom=factor(headroom), precision=precision_of(precision), objective=objective,
-        minimum=minimum_of(minimum), accumulate=accumulation(accumulate), keep_fp32=patterns(keep_fp32, "keep_fp32"),
-        keep_fp16=patterns(keep_fp16, "keep_fp16"), group_by=grouping(group_by))
+    options = SearchOptions.of(
+        atol=atol, rtol=rtol, min_cosine=min_cosine, max_mismatch=max_mismatch, error_stat=error_stat,
+        argmax=argmax, topk=topk, accept=accept, backend=backend, check=check, keep_plans=keep_plans, typing=typing,
+        opt_level=opt_level, timing_cache=timing_cache, min_shapes=min_shapes, opt_shapes=opt_shapes,
+        max_shapes=max_shapes, noise_ok=noise_ok, repeats=repeats, jobs=jobs, devices=devices, ray=ray,
+        output=None if output is None else str(output), restart=restart, retry_crashed=retry_crashed,
+        keep_journal=keep_journal, prior=prior, headroom=headroom, precision=precision, objective=objective,
+        minimum=minimum, accumulate=accumulate, keep_fp32=keep_fp32, keep_fp16=keep_fp16, group_by=group_by)
     with _own_work_directories():
         result = run_search(model, samples, options, reference=reference, progress=progress)
         for sample in result.outcome.oracle.samples:  # the result outlives the work directory: its samples too
@@ -228,14 +221,12 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
         >>> fp16bisect.check(model, data, overrides=fp16bisect.search(model, data)).passed
         True
     """
-    options = CheckOptions(
-        GivenTolerance(atol, rtol, min_cosine, max_mismatch, error_stat, argmax, topk, accept=accept), backend,
-        inputs.backend_options(backend, Options.of(
-            command=check, keep_plans=keep_plans, typing=typing, opt_level=opt_level, timing_cache=timing_cache,
-            input_shapes=shapes.profile_of(min_shapes, opt_shapes, max_shapes))),
-        parallel=inputs.parallel(jobs, devices, ray), headroom=factor(headroom),
-        precision=None if precision is None else precision_of(precision), strict_environment=strict_environment,
-        accumulate=None if accumulate is None else accumulation(accumulate))
+    options = CheckOptions.of(
+        atol=atol, rtol=rtol, min_cosine=min_cosine, max_mismatch=max_mismatch, error_stat=error_stat,
+        argmax=argmax, topk=topk, accept=accept, backend=backend, check=check, keep_plans=keep_plans, typing=typing,
+        opt_level=opt_level, timing_cache=timing_cache, min_shapes=min_shapes, opt_shapes=opt_shapes,
+        max_shapes=max_shapes, jobs=jobs, devices=devices, ray=ray, headroom=headroom, precision=precision,
+        strict_environment=strict_environment, accumulate=accumulate)
     with _own_work_directories():
         result = run_check(model, samples, options, overrides=overrides, reference=reference, progress=progress)
         for sample in result.outcome.samples:  # the result outlives the work directory: its samples too

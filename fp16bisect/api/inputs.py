@@ -107,7 +107,7 @@ def parallel(jobs: int = 1, devices=None, ray: str | None = None):
 
         load_ray()  # how to install it, before any work
     chosen = parse_devices(devices if devices is None or isinstance(devices, str) else ",".join(map(str, devices)))
-    return Parallel(jobs=jobs, devices=chosen, ray=ray)
+    return Parallel(jobs=jobs, devices=tuple(chosen), ray=ray)
 
 
 class _Lines(Listener):

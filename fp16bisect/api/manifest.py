@@ -302,11 +302,11 @@ def run_entry(_state, entry: Entry) -> BatchRow:
 
 def _check(entry: Entry) -> dict:
     from fp16bisect.api.functions import run_check
-    from fp16bisect.backends import Options
-    from fp16bisect.run.options import CheckOptions
+    from fp16bisect.run.options import CheckOptions, Judge, Space
 
-    options = CheckOptions(entry.tolerance, entry.backend, Options.of(input_shapes=entry.profile),
-                           headroom=entry.headroom, precision=entry.precision, accumulate=entry.accumulate)
+    options = CheckOptions(entry.tolerance, Judge(entry.backend, **_shapes(entry.profile)),
+                           Space(precision=entry.precision.name if entry.precision else None, accumulate=entry.accumulate,
+                                 headroom=entry.headroom))
     checked = run_check(entry.model, list(entry.inputs), options, overrides=entry.overrides,
                         reference=list(entry.references) or None, hint=f"fp16bisect search {entry.model}")
     return {"passed": checked.passed, "verdict": "PASS" if checked.passed else "FAIL",
@@ -317,22 +317,29 @@ def _check(entry: Entry) -> dict:
 
 def _search(entry: Entry) -> dict:
     from fp16bisect.api.functions import run_search
-    from fp16bisect.backends import Options
-    from fp16bisect.model.precision import FP16
-    from fp16bisect.run.options import SearchOptions
+    from fp16bisect.run.options import Journaling, Judge, SearchOptions, Space, Strategy
     from fp16bisect.tolerance import Tolerance
 
-    options = SearchOptions(entry.tolerance.over(Tolerance()), entry.backend, Options.of(input_shapes=entry.profile),
-                            output=entry.output, headroom=entry.headroom, precision=entry.precision or FP16,
-                            keep_journal=entry.keep_journal, accumulate=entry.accumulate or "fp32",
-                            minimum=entry.minimum, keep_fp32=entry.keep_fp32, keep_fp16=entry.keep_fp16,
-                            group_by=entry.group_by)
+    options = SearchOptions(entry.tolerance.over(Tolerance()), Judge(entry.backend, **_shapes(entry.profile)),
+                            Space(precision=entry.precision.name if entry.precision else None, accumulate=entry.accumulate,
+                                  headroom=entry.headroom, keep_fp32=entry.keep_fp32, keep_fp16=entry.keep_fp16,
+                                  group_by=str(entry.group_by) if entry.group_by else None),
+                            Strategy(minimum=entry.minimum), journal=Journaling(keep_journal=entry.keep_journal),
+                            output=entry.output)
     found = run_search(entry.model, list(entry.inputs), options, reference=list(entry.references) or None)
     r = found.outcome.result
     ok = r.passed and r.minimal
     return {"passed": ok, "verdict": "FOUND" if ok else "NOT MINIMAL", "fp32_nodes": list(r.fp32),
             "set_size": len(r.fp32), "evaluations": r.evaluations, "result": found.to_dict(),
             "error": "" if ok else r.minimality}
+
+
+def _shapes(profile: dict | None) -> dict:
+    """An entry's shape profile as the judge's three shape fields (min, opt, max), each trtexec's text."""
+    if not profile:
+        return {}
+    return {key: ",".join(f"{name}:{'x'.join(map(str, dims[k]))}" for name, dims in profile.items())
+            for k, key in enumerate(("min_shapes", "opt_shapes", "max_shapes"))}
 
 
 def run_batch(entries: list[Entry], jobs: int = 2, ray: str | None = None,

@@ -12,8 +12,6 @@ from fp16bisect.api import inputs
 from fp16bisect.api.functions import Model, Progress, Samples, _own_work_directories, _references, apply
 from fp16bisect.api.results import ApplyResult, CheckResult, SearchResult
 from fp16bisect.errors import UsageError
-from fp16bisect.model.plan_states import accumulation
-from fp16bisect.model.precision import precision_of
 from fp16bisect.tolerance import Accept, GivenTolerance, PerOutput, Tolerance
 
 if TYPE_CHECKING:
@@ -89,14 +87,13 @@ def compare(model: Model, samples: Samples, *, reference: Samples | None = None,
     """
     from fp16bisect.diagnose.layerwise import compare_model, outputs_against
     from fp16bisect.diagnose.preflight import recorded
-    from fp16bisect.run.options import CheckOptions
+    from fp16bisect.run.options import CheckOptions, Judge, Space
 
     given = GivenTolerance(atol, rtol, min_cosine, max_mismatch, error_stat, argmax, topk, accept=accept)
     entries = inputs.sample_entries(samples)
     references = _references(reference, entries)
     listener = inputs.listener(progress)
-    asked = CheckOptions(given, "emulate", precision=None if precision is None else precision_of(precision),
-                         accumulate=None if accumulate is None else accumulation(accumulate))
+    asked = CheckOptions(given, Judge("emulate"), Space(precision=precision, accumulate=accumulate))
     with _own_work_directories(), inputs.model_file(model) as path, inputs.overrides_file(overrides) as file:
         judged, _ = asked.judged_with(recorded(file) if file else None)  # check's rule: given, else the file's
         tolerance = judged.tolerance

@@ -265,7 +265,8 @@ def headroom_factor(text: str) -> float | None:
     ``UsageError`` passes through argparse, the same one line."""
     from fp16bisect.model.headroom import factor
 
-    return factor(text)
+    with flags_named("headroom"):
+        return factor(text)
 
 
 def joined(parser: argparse.ArgumentParser, *titles: str):

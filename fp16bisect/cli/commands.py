@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import sys
 
-from fp16bisect.cli.args import (BackendArgs, OutputArgs, ParallelArgs, PrecisionArgs, ToleranceArgs, flags_named,
-                                  model_then_overrides)
+from fp16bisect.cli.args import (OutputArgs, ParallelArgs, ToleranceArgs, model_then_overrides)
+from fp16bisect.records import spelled_as_flags
 from fp16bisect.errors import CheckFailed, ToleranceUnreachable, UsageError
 
 DONE, CHECK_FAILED, UNREACHABLE, INTERRUPTED = 0, CheckFailed.exit_code, ToleranceUnreachable.exit_code, 130
@@ -18,7 +18,7 @@ DONE, CHECK_FAILED, UNREACHABLE, INTERRUPTED = 0, CheckFailed.exit_code, Toleran
 def cmd_search(args) -> int:
     from fp16bisect.api import run_search
     from fp16bisect.backends.command import CommandAborted
-    from fp16bisect.run.options import SearchOptions
+    from fp16bisect.run.options import Journaling, SearchOptions, Space, Strategy
     from fp16bisect.run.paths import latest_journal
     from fp16bisect.report.console import ConsoleListener, print_next, print_summary
     from fp16bisect.report.next_steps import next_steps
@@ -30,15 +30,14 @@ def cmd_search(args) -> int:
     if not args.quiet:
         listener.stage(f"tolerance: {tolerance}")
     try:
-        with flags_named("repeats", "minimum"):  # SearchOptions checks them: said as the flag
-            options = SearchOptions(tolerance, args.backend, BackendArgs.parse(args), noise_ok=args.noise_ok,
-                                    output=args.output, repeats=args.repeats, restart=args.restart,
-                                    retry_crashed=args.retry_crashed, parallel=parallel, prior=args.prior,
-                                    headroom=args.headroom, precision=PrecisionArgs.parse(args),
-                                    keep_journal=args.keep_journal, accumulate=args.accumulate,
-                                    minimum=args.minimum, objective=args.objective,
-                                    keep_fp32=tuple(args.keep_fp32), keep_fp16=tuple(args.keep_fp16),
-                                    group_by=args.group_by)
+        with spelled_as_flags():  # the records' messages name the flags
+            options = SearchOptions(
+                tolerance, _judge(args), Space(precision=args.precision, accumulate=args.accumulate,
+                                               headroom=args.headroom, keep_fp32=tuple(args.keep_fp32),
+                                               keep_fp16=tuple(args.keep_fp16), group_by=args.group_by),
+                Strategy(prior=args.prior, minimum=args.minimum, objective=args.objective), parallel,
+                Journaling(restart=args.restart, keep_journal=args.keep_journal, retry_crashed=args.retry_crashed),
+                output=args.output)
         result = run_search(args.model, args.inputs, options, reference=args.reference, progress=listener)
     except CommandAborted as exc:
         raise CommandAborted(f"{exc}; finished evaluations are kept in {latest_journal(args.output)}: fix "
@@ -57,6 +56,16 @@ def cmd_search(args) -> int:
     if args.report:
         _report(result, args.report, listener, next_steps=steps)
     return DONE
+
+
+def _judge(args):
+    """The judge the backend flags give."""
+    from fp16bisect.run.options import Judge
+
+    return Judge(args.backend, check=args.check_command, keep_plans=args.keep_plans, typing=args.typing,
+                 opt_level=args.opt_level, timing_cache=args.timing_cache, noise_ok=getattr(args, "noise_ok", False),
+                 repeats=getattr(args, "repeats", 1), min_shapes=args.min_shapes, opt_shapes=args.opt_shapes,
+                 max_shapes=args.max_shapes, strict_environment=getattr(args, "strict_environment", False))
 
 
 def _report(result, path: str, listener, **more) -> None:
@@ -80,7 +89,7 @@ def search_hint(args) -> str:
 def cmd_check(args) -> int:
     from fp16bisect.api import run_check
     from fp16bisect.artifacts.files import write_json
-    from fp16bisect.run.options import CheckOptions
+    from fp16bisect.run.options import CheckOptions, Space
     from fp16bisect.run.paths import plans_dir
     from fp16bisect.report.console import ConsoleListener, print_check
 
@@ -90,9 +99,9 @@ def cmd_check(args) -> int:
     listener = ConsoleListener(quiet=args.quiet)
     # the command backend's plan files: beside --json, else ./fp16bisect.plans/ (removed unless --keep-plans)
     plans = plans_dir(args.json) if args.json else None
-    options = CheckOptions(given, args.backend, BackendArgs.parse(args, plans), parallel=parallel,
-                           headroom=args.headroom, precision=args.precision and PrecisionArgs.parse(args),
-                           strict_environment=args.strict_environment, accumulate=args.accumulate)
+    with spelled_as_flags():
+        options = CheckOptions(given, _judge(args), Space(precision=args.precision, accumulate=args.accumulate,
+                                                          headroom=args.headroom), parallel, plans=plans)
     try:
         result = run_check(args.model, args.inputs, options, overrides=args.overrides, reference=args.reference,
                            progress=listener, hint=search_hint(args))

@@ -163,7 +163,7 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
     two. With ``overrides``, the file's environment is compared with the backend's here (``drift.py``);
     ``strict_environment``: a change of GPU or TensorRT fails the check."""
     given = options or CheckOptions()
-    if given.strict_environment and not overrides:
+    if given.judge.strict_environment and not overrides:
         raise UsageError("--strict-environment compares where an override file was verified with here: "
                          "give the file with --overrides O.json, or drop --strict-environment")
     listener = listener or Listener()
@@ -185,7 +185,7 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
         plan = plan_of(use.nodes, use.accumulating) if use else frozenset()  # the file's whole plan, marks included
         drift = None
         if use is not None:
-            drift = compare(use.path, use.environment, chosen.environment(), given.strict_environment)
+            drift = compare(use.path, use.environment, chosen.environment(), given.judge.strict_environment)
             drift.again = again_line(drift, model, inputs, references, tolerance)
         oracle.stop_early = False  # a check reports every sample
         lacking = [s for s in oracle.samples if s.reference is None]

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fp16bisect.errors import UsageError
+from fp16bisect import records
 from fp16bisect.model.accumulators import Accumulator
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.plan_states import states
@@ -44,16 +44,8 @@ SHOWN, LIMIT = 3, 100
 def factor(value) -> float | None:
     """``--headroom F`` checked, as the command line, the Python API (``headroom=``) and batch manifests take it:
     None, or a finite number above 1 (or its text); anything else is a ``UsageError``, the same line everywhere."""
-    if value is None:
-        return None
-    try:
-        number = math.nan if isinstance(value, bool) else float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if not (number > 1 and math.isfinite(number)):
-        raise UsageError(f"--headroom {value} must be a finite number above 1 (e.g. 4: a peak above a quarter of "
-                         "the precision's largest value counts as an overflow)")
-    return number
+    return records.real(1, above=True, optional=True, what="e.g. 4: a peak above a quarter of the precision's "
+                        "largest value counts as an overflow")(value, "headroom")
 
 
 def said(value: float, threshold: float | None = None, spec: str = ".3g") -> str:

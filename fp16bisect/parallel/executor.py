@@ -14,11 +14,12 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fp16bisect.backends.base import Backend, Options
+from fp16bisect import records
 from fp16bisect.errors import UsageError
 from fp16bisect.parallel.processes import Died, LocalPool
 from fp16bisect.tolerance import Tolerance
@@ -28,14 +29,40 @@ if TYPE_CHECKING:  # workers import the backends when they make one, not with th
     from fp16bisect.tolerance import Tolerance
 
 
-@dataclass
-class Parallel:
+def _devices(value, name: str) -> tuple[str, ...]:
+    """GPU ids: ``"0,1,3"`` (the flag's text), a list of ids, or None."""
+    if value is None or value == "" or value == ():
+        return ()
+    if isinstance(value, (list, tuple)) and all(isinstance(d, (int, str)) and not isinstance(d, bool) for d in value):
+        value = ",".join(map(str, value))
+    if not isinstance(value, str):
+        raise UsageError(f"{name} {value!r}: give GPU ids, e.g. '0,1' or [0, 1]")
+    return tuple(parse_devices(value))
+
+
+def _ray(value, name: str) -> str | None:
+    """A Ray address ("" a local Ray instance, "auto", host:port) or None; Ray must import (said before any work)."""
+    address = records.text()(value, name)
+    if address is not None:
+        from fp16bisect.parallel.ray import load_ray
+
+        load_ray()
+    return address
+
+
+@dataclass(frozen=True)
+class Parallel(records.Record):
     """How evaluations run: ``jobs`` at once; ``devices`` GPU ids (one worker each, tensorrt and command);
     ``ray``: None for local processes, else a Ray address ("" for a local Ray instance, "auto", host:port)."""
 
-    jobs: int = 1
-    devices: list = field(default_factory=list)
-    ray: str | None = None
+    SHORTHAND = "jobs"
+
+    jobs: int = records.option(1, records.whole(1, what="the number of evaluations to run at once,"),
+                               "evaluate up to N plans at once (default 1)", metavar="N", short="-j")
+    devices: tuple = records.option((), _devices, "GPUs, one worker each (default: the first --jobs GPUs)",
+                                    metavar="0,1,...")
+    ray: str | None = records.option(None, _ray, "evaluate as Ray tasks (pip install 'fp16bisect[ray]')",
+                                     metavar="ADDRESS", nargs="?", const="")
 
     @property
     def serial(self) -> bool:

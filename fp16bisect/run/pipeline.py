@@ -95,7 +95,7 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, options
     except BaseException:
         chosen.close()
         raise
-    oracle = Oracle(chosen, samples, tolerance, graph.judged_output_names(), repeats=options.repeats, journal=journal,
+    oracle = Oracle(chosen, samples, tolerance, graph.judged_output_names(), repeats=options.judge.repeats, journal=journal,
                     executor=executor)
     return graph, chosen, oracle
 
@@ -117,23 +117,24 @@ def _journal(graph, chosen, given: str, options: SearchOptions, listener: Listen
     if not options.output:
         return None
     # another judge (the command backend: another command) is another search: its verdicts are not replayed
-    header = journal_header(graph, chosen.journal_name, options.tolerance, given, options.repeats,
+    header = journal_header(graph, chosen.journal_name, options.tolerance, given, options.judge.repeats,
                             headroom=options.headroom, profile=options.backend_options.input_shapes,
                             accumulate=options.accumulate)
     if graph.precision.name != "fp16":  # another precision is another search (FP16 journals keep their header)
         header["precision"] = graph.precision.name
-    if options.keep_fp32 or options.keep_fp16:  # another search's plans (and prior) are over other candidates
-        header["constraints"] = {"keep_fp32": list(options.keep_fp32), "keep_fp16": list(options.keep_fp16)}
+    space = options.space
+    if space.keep_fp32 or space.keep_fp16:  # another search's plans (and prior) are over other candidates
+        header["constraints"] = {"keep_fp32": list(space.keep_fp32), "keep_fp16": list(space.keep_fp16)}
     # keyed by what the search is: another search at this -o journals beside it; one journaled before journals
     # were keyed resumes from its old file
     path = journal_path(options.output, journal_key(header))
     if not Path(path).exists() and Journal.belongs(journal_path(options.output), header):
         path = journal_path(options.output)
-    journal = Journal(path, header, restart=options.restart, retry_crashed=options.retry_crashed,
-                      keep=options.keep_journal)
+    kept = options.journal
+    journal = Journal(path, header, restart=kept.restart, retry_crashed=kept.retry_crashed, keep=kept.keep_journal)
     if journal.entries:
         listener.stage(f"resuming: {len(journal.entries)} evaluation(s) replayed from {path}")
-    if journal.crashed and not options.retry_crashed:
+    if journal.crashed and not kept.retry_crashed:
         listener.stage(f"{len(journal.crashed)} plan(s) killed the process evaluating them before: counted as "
                        "could not evaluate, not run again (--retry-crashed evaluates them)")
     return journal
@@ -161,11 +162,8 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
     """The smallest set of nodes to keep in FP32 for ``model`` on these samples, as ``options`` say (see
     ``SearchOptions``: tolerance, backend, output, resuming, parallel evaluation, the prior)."""
     options = options or SearchOptions()
-    if options.prior not in prior_choice.CHOICES:
-        raise UsageError(f"unknown prior {options.prior!r}: use one of {', '.join(prior_choice.CHOICES)}")
     listener = listener or Listener()
     start = time.perf_counter()
-    options = options.beside_output()
     graph, chosen, oracle = prepare(model, inputs, references, options, listener, defer_references=True)
     with chosen, oracle:  # the backend's resources and the oracle's workers live until the search ends
         lacking = [s for s in oracle.samples if s.reference is None]
@@ -179,21 +177,21 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
                 oracle.journal.discard_if_unused()
             raise
         forced = prepare_samples(graph, oracle, prof, options.headroom, listener)
-        steer = constraints.resolve(graph, options.keep_fp32, options.keep_fp16)
+        steer = constraints.resolve(graph, options.space.keep_fp32, options.space.keep_fp16)
         # the candidates the search orders: the forced and the constrained nodes are not searched
         order = constraints.steer(oracle, searched(prof, forced), steer, listener.stage)
         found, picked, least = None, None, None
-        if prior_choice.wanted(options.prior, chosen) and options.group_by is None:
+        if prior_choice.wanted(options.strategy.prior, chosen) and options.space.group_by is None:
             found = _prior(graph, oracle, order, listener, options)
         # with a prior, the noise is measured on its set, the first plan the search evaluates (its build is kept)
-        noise = build_noise(chosen, oracle.samples, options.tolerance, options.noise_ok, listener, oracle.journal,
+        noise = build_noise(chosen, oracle.samples, options.tolerance, options.judge.noise_ok, listener, oracle.journal,
                             plan=frozenset(found.fp32) if found is not None else frozenset())
         wanted = _wanted(graph, prof, options, chosen, oracle.samples, listener)
         try:
             if options.accumulate == "fp16":
                 result, least = two_states(graph, chosen, oracle, listener, order, found, wanted, _search)
-            elif options.group_by is not None:
-                result, picked = _grouped(graph, chosen, oracle, listener, order, options.group_by)
+            elif options.space.grouping is not None:
+                result, picked = _grouped(graph, chosen, oracle, listener, order, options.space.grouping)
             else:
                 result, least = _search(graph, chosen, oracle, listener, order, found, wanted)
         except ToleranceUnreachable as e:
@@ -216,13 +214,13 @@ def _prior(graph, oracle, prof, listener, options: SearchOptions) -> Prior | Non
     if journal is not None and journal.prior is not None:
         listener.stage(f"prior: the emulator's result read from {journal.path} (not run again)")
         return Prior.from_json(journal.prior)
-    backend = prior_choice.emulator(graph, options.prior, listener)
+    backend = prior_choice.emulator(graph, options.strategy.prior, listener)
     if backend is None:
         return None
     output, journaled = options.output, None
     if output:
         journaled = priors.PriorJournal(lambda header: journal_path(output, journal_key(header), prior=True),
-                                        options.restart, options.retry_crashed)
+                                        options.journal.restart, options.journal.retry_crashed)
     found = priors.run(graph, backend, oracle, prof, listener, journaled)
     if found is not None and journal is not None:
         journal.record_prior(found.to_json())
@@ -231,9 +229,10 @@ def _prior(graph, oracle, prof, listener, options: SearchOptions) -> Prior | Non
 
 def _wanted(graph, prof, options: SearchOptions, chosen, samples, listener) -> minima.Wanted | None:
     """What ``--minimum`` and ``--objective`` ask (None: neither); ``--objective cost`` alone implies ``--minimum``."""
-    if options.minimum is None and options.objective == "nodes":
+    strategy = options.strategy
+    if strategy.minimum is None and strategy.objective == "nodes":
         return None
-    return minima.wanted(minima.AUTO if options.minimum is None else options.minimum, options.objective, graph, prof,
+    return minima.wanted(minima.AUTO if strategy.minimum is None else strategy.minimum, strategy.objective, graph, prof,
                          chosen, samples, listener.stage)
 
 

@@ -60,6 +60,10 @@ def test_the_sample_answers_pins_land_in_their_layernorms_kernel_fp16_in_and_out
         assert set(kernel["covers"]) == LN1 and kernel["casts"] >= 2  # our Casts to FP32 and back, inside it
         assert kernel["inputs"] == ["float16", "float16"] and kernel["outputs"] == ["float16"]
         assert not node["moot"] and node["split"] is None
+        # the pinned square and mean between our Casts; all-FP16, that kernel squares and averages in FP16
+        assert "SubCastMulMeanCast" in kernel["name"]
+        assert [k["name"] for k in node["fp16_kernels"]] == [
+            "__myl_AddAddMeanSubMulMeanAddSqrtCastDivCastMulCastMulAdd_myl0_7"]
     assert plan["kernels"] == plan["fp16_kernels"] == 11
     # TensorRT names the LayerNorm reductions it runs in FP16: the others, no longer ln1_var; it did all-FP16
     (warning,) = plan["warnings"]

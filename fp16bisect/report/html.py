@@ -358,18 +358,20 @@ def kernel_plan_section(data: dict) -> str:
 
     out = ["<section>", f"<h2>Engine kernel plan ({esc(plan['runtime'])})</h2>", f"<p>{esc(plan['summary'])}</p>",
            f'<table id="{KERNEL_PLAN}"><tr><th>node</th><th>op</th><th>state</th><th>kernel</th><th>type</th>'
-           "<th>reads</th><th>writes</th><th>output</th><th>covers</th></tr>"]
+           "<th>reads</th><th>writes</th><th>output</th><th>covers</th><th>all-FP16 kernel</th></tr>"]
     for node in plan["nodes"]:
         head = (f"<td><code>{esc(node['name'])}</code></td><td>{esc(node['op_type'])}</td>"
                 f"<td>{esc(node['state'])}</td>")
+        before = "<br>".join(f"<code>{esc(k['name'])}</code> {esc(types(k['inputs']))} -&gt; {esc(types(k['outputs']))}"
+                             for k in node["fp16_kernels"]) or "no kernel"
         if not node["kernels"]:
             out.append(f'<tr>{head}<td colspan="4" class="empty">no kernel</td><td>{esc(node["output"])}</td>'
-                       "<td></td></tr>")
+                       f"<td></td><td>{before}</td></tr>")
         for k in node["kernels"]:
             casts = f" and {plural(k['casts'], 'Cast')} of fp16bisect" if k["casts"] else ""
             out.append(f"<tr>{head}<td><code>{esc(k['name'])}</code></td><td>{esc(k['layer_type'])}</td>"
                        f"<td>{esc(types(k['inputs']))}</td><td>{esc(types(k['outputs']))}</td>"
-                       f"<td>{esc(node['output'])}</td><td>{listing(k['covers'], 50)}{casts}</td></tr>")
+                       f"<td>{esc(node['output'])}</td><td>{listing(k['covers'], 50)}{casts}</td><td>{before}</td></tr>")
     out.append("</table>")
     out.append('<ul class="notes">' + "".join(f"<li>{esc(line)}</li>" for line in plan["findings"]) + "</ul>")
     out.append("</section>")

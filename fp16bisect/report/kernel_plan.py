@@ -28,6 +28,11 @@ def covers(kernel: dict, limit: int | None = None) -> str:
     return f"{len(nodes)} node{'s' if len(nodes) != 1 else ''}: {', '.join(shown)}{more}{casts}"
 
 
+def flow(kernel: dict) -> str:
+    """``FP16 -> FP32``: the data types a kernel reads and writes."""
+    return f"{types(kernel['inputs'])} -> {types(kernel['outputs'])}"
+
+
 def print_kernel_plan(plan: dict, console: Console | None = None) -> None:
     """The plan: its summary line, one row per kernel of each node of the answer, what each of those kernels
     covers, then the findings."""
@@ -38,16 +43,18 @@ def print_kernel_plan(plan: dict, console: Console | None = None) -> None:
     if not plan["nodes"]:
         console.print("the answer keeps no node in FP32 or FP32 accumulation: nothing to place", highlight=False)
     table = Table()
-    for column in ("node", "op", "state", "kernel", "type", "reads -> writes", "output"):
+    for column in ("node", "op", "state", "kernel", "type", "reads -> writes", "output", "all-FP16"):
         table.add_column(column, overflow="fold")
     kernels: dict[str, dict] = {}
     for node in plan["nodes"]:
         state = STATES.get(node["state"], node["state"])
+        before = "; ".join(flow(k) for k in node["fp16_kernels"]) or "no kernel"
         if not node["kernels"]:
-            table.add_row(escape(node["name"]), node["op_type"], state, "-", "-", "-", node["output"])
+            table.add_row(escape(node["name"]), node["op_type"], state, "-", "-", "-", node["output"], before)
         for kernel in node["kernels"]:
             table.add_row(escape(node["name"]), node["op_type"], state, escape(kernel["name"]), kernel["layer_type"],
-                          f"{types(kernel['inputs'])} -> {types(kernel['outputs'])}", node["output"])
+                          flow(kernel), node["output"], before)
+            before = '"'  # said on the node's first row
             kernels.setdefault(kernel["name"], kernel)
     if plan["nodes"]:
         console.print(table)

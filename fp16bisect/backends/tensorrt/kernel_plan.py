@@ -130,10 +130,12 @@ class Placement:
     computed: bool = True  # the answer's engine computes it
     split: Split | None = None
     warned: bool = False  # a warning of the all-FP16 build names it
+    fp16_kernels: tuple[Landing, ...] = ()  # the kernels that name it in the all-FP16 engine
 
     def to_dict(self) -> dict:
         return {"name": self.node, "op_type": self.op_type, "state": self.state,
                 "kernels": [k.to_dict() for k in self.kernels], "output": self.output, "moot": bool(self.moot),
+                "fp16_kernels": [k.to_dict() for k in self.fp16_kernels],
                 "moot_reason": self.moot or None, "computed": self.computed,
                 "split": None if self.split is None else {"kernel": self.split.kernel, "nodes": self.split.nodes,
                                                           "into": list(self.split.into)},
@@ -256,12 +258,14 @@ def compare(answer: Engine, fp16: Engine, nodes: Mapping[str, tuple[str, str]], 
     for node, (op_type, state) in nodes.items():
         layer, layer16 = answer.wiring.layer_of(node), fp16.wiring.layer_of(node)
         mine = homes.get(layer, ()) if layer else ()
+        theirs = homes16.get(layer16, ()) if layer16 else ()
         placements.append(Placement(
             node, op_type, state, tuple(answer.landing(i) for i in mine),
             output_kept(layer, answer.wiring, homes) if layer else ABSENT,
-            moot=_not_computed(fp16.log.kernels, homes16.get(layer16, ()) if layer16 else (), op_type),
+            moot=_not_computed(fp16.log.kernels, theirs, op_type),
             computed=not _not_computed(answer.log.kernels, mine, op_type),
-            split=_split(node, answer, fp16, homes, homes16) if more else None, warned=node in warned))
+            split=_split(node, answer, fp16, homes, homes16) if more else None, warned=node in warned,
+            fp16_kernels=tuple(fp16.landing(i) for i in theirs)))
     outputs = {STORED: 0, INTERNAL: 0, SPREAD: 0}
     for layer, owner in answer.wiring.owner.items():
         if owner and layer in homes:

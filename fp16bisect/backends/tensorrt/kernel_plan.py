@@ -14,6 +14,7 @@ Nothing here changes a verdict: the engines are built, not run.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -60,7 +61,8 @@ class Wiring:
         """The wiring of ``model``, a file written from ``graph`` (the model's nodes keep their names there; an
         unnamed node in FP32 accumulation writes a renamed tensor that its own Cast down reads)."""
         named = {n.name: n.id for n in graph.nodes if n.name and n.name not in graph.duplicate_names}
-        first = {n.outputs[0]: n.id for n in graph.nodes if n.outputs and n.id not in named.values()}
+        ids = set(named.values())
+        first = {n.outputs[0]: n.id for n in graph.nodes if n.outputs and n.id not in ids}
         owner: dict[str, str] = {}
         op_type: dict[str, str] = {}
         outputs: dict[str, tuple[str, ...]] = {}
@@ -82,6 +84,11 @@ class Wiring:
                 layers.setdefault(node, layer)
         return cls(owner, op_type, outputs, {t: tuple(r) for t, r in readers.items()},
                    frozenset(o.name for o in model.graph.output), layers)
+
+    @functools.cached_property
+    def order(self) -> dict[str, int]:
+        """Model node id -> its place in the file (topological order)."""
+        return {node: i for i, node in enumerate(self.layers)}
 
     def layer_of(self, node: str) -> str | None:
         """The layer that computes model node ``node`` (None: the file has none)."""
@@ -241,7 +248,7 @@ class Engine:
     def landing(self, i: int) -> Landing:
         kernel = self.log.kernels[i]
         covers = [self.wiring.owner.get(layer, "") for layer in kernel.nodes]
-        order = {node: i for i, node in enumerate(self.wiring.layers)}  # the file's (topological) order
+        order = self.wiring.order
         nodes = sorted(dict.fromkeys(c for c in covers if c), key=lambda n: order.get(n, len(order)))
         return Landing(kernel.name, kernel.layer_type, tuple(t.dtype for t in kernel.inputs),
                        tuple(t.dtype for t in kernel.outputs), tuple(nodes), sum(1 for c in covers if not c))

@@ -10,6 +10,7 @@ without a GPU; it cannot run the engines, and nothing here runs one. Every ``trt
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import tempfile
 from collections.abc import Callable, Mapping
@@ -59,8 +60,6 @@ def verbose_logger(trt):
                 self.errors.append(str(msg))
 
         def capture(self):
-            import contextlib
-
             self.errors = []
             return contextlib.nullcontext(self.errors)
 
@@ -69,11 +68,12 @@ def verbose_logger(trt):
 
 def build_logged(path: str | Path, *, precision: str = "fp16", shapes: Mapping[str, tuple] | None = None,
                  tensorrt: TensorRT | None = None) -> list[str]:
-    """Build the ONNX file at ``path`` strongly typed (every type from the file; ``precision``, the file's low
-    precision, is then TensorRT's to read from it) with ``ProfilingVerbosity.DETAILED``, and return every message
-    TensorRT logged, each opening with its severity (``[E]``, ``[W]``, ``[V]`` for INFO, ``[X]`` for VERBOSE).
-    ``shapes``: input name -> (min, opt, max), for inputs with dynamic dimensions. TensorRT's refusal is a
-    ``TensorRTError`` carrying its words."""
+    """Build the ONNX file at ``path`` strongly typed with ``ProfilingVerbosity.DETAILED``, and return every message
+    TensorRT logged, each opening with its severity (``[E]``, ``[W]``, ``[V]`` for INFO, ``[X]`` for VERBOSE), as
+    Polygraphy's logger writes them. ``shapes``: input name -> (min, opt, max), for inputs with dynamic dimensions.
+    ``precision``: the file's low precision (``fp16``, ``bf16``); a strongly typed build reads every type from the
+    file, so nothing here uses it: it is named as the TensorRT backend's build will name it (that build, on
+    Polygraphy, is to replace this one). TensorRT's refusal is a ``TensorRTError`` carrying its words."""
     loaded = tensorrt or load()
     logger = verbose_logger(loaded.module)
     # a Path: EngineBuilder.parse reads the file itself (parse_from_file), external weights beside it included
@@ -98,9 +98,8 @@ def kernel_plan_of(graph: Graph, plan: frozenset[str], *, fp16_io: bool = False,
     nodes = {i: (graph.by_id[i].op_type, FP32) for i in answer.pinned}
     nodes.update({i: (graph.by_id[i].op_type, ACCUMULATION) for i in answer.accumulating})
     notes = (LIMITS, RTX_ONLY) if loaded.flavour == "tensorrt_rtx" else (LIMITS,)
-    plan_found = compare(engines[0], engines[1], nodes, model=model, overrides=overrides, runtime=str(loaded),
-                         notes=notes)
-    return KernelPlan(**{**plan_found.__dict__, "shapes": dict(shapes or {})})
+    found = compare(engines[0], engines[1], nodes, model=model, overrides=overrides, runtime=str(loaded), notes=notes)
+    return dataclasses.replace(found, shapes=dict(shapes or {}))
 
 
 def _engine(graph: Graph, mixed: Mixed, path: Path, what: str, loaded: TensorRT, shapes: Mapping[str, tuple],

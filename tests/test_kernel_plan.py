@@ -13,6 +13,7 @@ answer's file and the all-FP16 file built, each pin and FP32-accumulation node p
 from __future__ import annotations
 
 import doctest
+import hashlib
 import json
 
 import numpy as np
@@ -74,6 +75,7 @@ def test_the_sample_answers_pins_land_in_their_layernorms_kernel_fp16_in_and_out
     assert "ln1_square" in out and "FP16 -> FP16" in out and "internal" in out
     assert "chosen at JIT time on a GPU" in out and "TensorRT 10/11" in out  # the limits, said
     page = (tmp_path / "k.html").read_text()
+    assert plan["model_sha256"] == hashlib.sha256(LN.read_bytes()).hexdigest() and plan["model_sha256"] in page
     assert 'id="kernel-plan"' in page and "ln1_square" in page and "Detected layernorm nodes in FP16" in page
     assert "building the answer&#x27;s file" not in page and "building the answer's file" in err
 

@@ -356,7 +356,7 @@ def kernel_plan_section(data: dict) -> str:
         return ""
     from fp16bisect.backends.tensorrt.kernel_plan import types
 
-    out = ["<section>", f"<h2>Engine kernel plan ({esc(plan['runtime'])})</h2>", f"<p>{esc(plan['summary'])}</p>",
+    out = ["<section>", "<h2>Engine kernel plan</h2>", f"<p>{esc(plan['summary'])}</p>",
            f'<table id="{KERNEL_PLAN}"><tr><th>node</th><th>op</th><th>state</th><th>kernel</th><th>type</th>'
            "<th>reads</th><th>writes</th><th>output</th><th>covers</th><th>all-FP16 kernel</th></tr>"]
     for node in plan["nodes"]:

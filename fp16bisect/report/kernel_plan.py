@@ -66,7 +66,7 @@ def print_kernel_plan(plan: dict, console: Console | None = None) -> None:
 
 def write_page(path: str, plan: dict, command: str) -> None:
     """The ``kernels --report`` page: the header and the kernel plan's section."""
-    data = {"title": f"fp16bisect kernel plan: {plan['model']}", "model": {"path": plan["model"]},
+    data = {"title": f"fp16bisect kernel plan: {plan['model']}", "model": {"path": plan["model"], "sha256": plan["model_sha256"]},
             "backend": plan["runtime"], "tolerance": "none: the engines are built, not run", "command": command,
             "summary": plan["summary"], "kernel_plan": plan}
     html.write(path, data, sections=(html.kernel_plan_section,))

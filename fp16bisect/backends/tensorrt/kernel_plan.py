@@ -176,6 +176,7 @@ class KernelPlan:
     warnings: tuple[NamedWarning, ...] = ()
     notes: tuple[str, ...] = (LIMITS,)
     shapes: Mapping[str, tuple] = field(default_factory=dict)  # input -> (min, opt, max) the engines were built for
+    sha256: str = ""  # the model's
 
     @property
     def moot(self) -> list[Placement]:
@@ -213,7 +214,8 @@ class KernelPlan:
         return "\n".join(rows + self.lines())
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "overrides": self.overrides, "runtime": self.runtime, "summary": self.summary(),
+        return {"model": self.model, "model_sha256": self.sha256, "overrides": self.overrides, "runtime": self.runtime,
+                "summary": self.summary(),
                 "shapes": {k: [list(s) for s in v] for k, v in self.shapes.items()},
                 "kernels": self.kernels, "fp16_kernels": self.fp16_kernels, "outputs": dict(self.outputs),
                 "nodes": [p.to_dict() for p in self.placements],

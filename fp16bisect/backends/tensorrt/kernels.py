@@ -99,7 +99,7 @@ def kernel_plan_of(graph: Graph, plan: frozenset[str], *, fp16_io: bool = False,
     nodes.update({i: (graph.by_id[i].op_type, ACCUMULATION) for i in answer.accumulating})
     notes = (LIMITS, RTX_ONLY) if loaded.flavour == "tensorrt_rtx" else (LIMITS,)
     found = compare(engines[0], engines[1], nodes, model=model, overrides=overrides, runtime=str(loaded), notes=notes)
-    return dataclasses.replace(found, shapes=dict(shapes or {}))
+    return dataclasses.replace(found, shapes=dict(shapes or {}), sha256=graph.sha256)
 
 
 def _engine(graph: Graph, mixed: Mixed, path: Path, what: str, loaded: TensorRT, shapes: Mapping[str, tuple],

@@ -152,6 +152,21 @@ def test_a_node_no_all_fp16_kernel_names_is_moot_and_a_node_of_an_op_without_wor
     assert not compare(answer, fp16, {"scale_up": ("SomeCustomOp", FP32)}).moot
 
 
+def test_where_kernels_name_no_node_absence_proves_nothing_and_is_said_so():
+    """Myelin leaves some kernels' metadata empty (PP-OCRv4's recognizer: its squeeze-excitation FC kernels; its
+    detector: 41 of 124 kernels), so a node no kernel names may be computed in one of them: never moot, "not told"."""
+    unnamed = "[ONNX Layer: fp16bisect/cast_output/y][ONNX Layer: bias][ONNX Layer: mm1]"
+    _graph, answer, fp16 = engines([FP16[0].replace(unnamed + "[ONNX Layer: scale_down][ONNX Layer: scale_up]", "")])
+    answer = Engine(parse([m.replace(unnamed, "") for m in ANSWER]), answer.wiring)
+    plan = compare(answer, fp16, {"scale_up": ("Mul", FP32), "scale_down": ("Div", FP32)})
+    assert not plan.moot and plan.fp16_unnamed == plan.unnamed == 1
+    up, down = plan.placements
+    assert (up.output, down.output) == ("internal", "not told")  # down's reader mm1 may be in the unnamed kernel
+    assert ("scale_up: no kernel of the all-FP16 engine names it, and 1 of its kernels name no node: whether it "
+            "computes it is not told") in plan.lines()
+    assert "1 kernels name no ONNX node (all-FP16: 1)" in plan.summary()
+
+
 def test_warnings_that_name_model_nodes_are_kept_with_those_nodes():
     graph = cancelling_pair()
     log = ANSWER + ["[W] Detected layernorm nodes in FP16.", "[X] mm1,not_a_node", "[W] Weights of bias are odd.",

@@ -22,11 +22,11 @@ import onnx
 
 from fp16bisect.artifacts.accumulation import CAST_PREFIX
 from fp16bisect.artifacts.exports import trtexec_layer_name
-from fp16bisect.backends.tensorrt.build_log import BuildLog, Kernel, LoggedWarning
+from fp16bisect.backends.tensorrt.build_log import BuildLog, LoggedWarning
 from fp16bisect.model.graph import TRANSPARENT_OPS, Graph, Node
 
 FP32, ACCUMULATION = "fp32", "fp32-accumulation"  # the two states a node of the answer is in
-STORED, INTERNAL, SPREAD, ABSENT = "stored", "internal", "spread", "not in a kernel"
+STORED, INTERNAL, SPREAD, UNTOLD, ABSENT = "stored", "internal", "spread", "not told", "no kernel names it"
 PASS_THROUGH = TRANSPARENT_OPS - {"Shape", "Size"}  # ops that hand their input's values on
 # The words a kernel Myelin generated writes in its name for an op's arithmetic (seen on TensorRT-RTX 1.7 builds
 # of the sample models and PP-OCRv4: Div -> Mul by the reciprocal, Pow(x, 2) -> Mul, MatMul -> Fc, Conv -> Corr).
@@ -36,7 +36,7 @@ OP_WORDS = {
     "Sqrt": {"Sqrt", "Rsqrt"}, "Reciprocal": {"Div", "Rcp"}, "Neg": {"Neg", "Sub", "Mul"}, "Abs": {"Abs"},
     "Exp": {"Exp"}, "Log": {"Log"}, "Erf": {"Erf"}, "Tanh": {"Tanh"}, "Relu": {"Relu", "Max"},
     "Sigmoid": {"Sigm", "Sigmoid", "Silu"}, "Clip": {"Max", "Min", "Clip"}, "MatMul": {"Fc"}, "Gemm": {"Fc"},
-    "Conv": {"Corr", "Conv"}, "ReduceMean": {"Mean"}, "ReduceSum": {"Sum"}, "GlobalAveragePool": {"Mean"},
+    "Conv": {"Corr", "Conv", "Fc"}, "ReduceMean": {"Mean"}, "ReduceSum": {"Sum"}, "GlobalAveragePool": {"Mean"},
     "Softmax": {"Exp"}, "BatchNormalization": {"Mul", "Add"},
 }
 LIMITS = ("the engines are built, not run: which arithmetic and accumulators the kernels use inside is chosen at "
@@ -132,9 +132,9 @@ class Placement:
     op_type: str
     state: str  # FP32 or ACCUMULATION
     kernels: tuple[Landing, ...]  # in the answer's engine (usually one)
-    output: str  # STORED, INTERNAL, SPREAD (over several kernels: not told) or ABSENT
-    moot: str = ""  # why the all-FP16 engine does not compute it ("" when it does)
-    computed: bool = True  # the answer's engine computes it
+    output: str  # STORED, INTERNAL, SPREAD (in several kernels), UNTOLD (a reader in no named kernel) or ABSENT
+    moot: str = ""  # why the all-FP16 engine does not compute it ("" when it does, or when that is not told)
+    computed: bool | None = True  # the answer's engine computes it (None: not told)
     split: Split | None = None
     warned: bool = False  # a warning of the all-FP16 build names it
     fp16_kernels: tuple[Landing, ...] = ()  # the kernels that name it in the all-FP16 engine
@@ -177,6 +177,8 @@ class KernelPlan:
     notes: tuple[str, ...] = (LIMITS,)
     shapes: Mapping[str, tuple] = field(default_factory=dict)  # input -> (min, opt, max) the engines were built for
     sha256: str = ""  # the model's
+    unnamed: int = 0  # kernels of the answer's engine whose metadata names no ONNX node
+    fp16_unnamed: int = 0  # the same in the all-FP16 engine
 
     @property
     def moot(self) -> list[Placement]:
@@ -191,14 +193,20 @@ class KernelPlan:
         count = f"{self.kernels} kernels (all-FP16: {self.fp16_kernels}" + \
             (f"; the answer's pins add {more})" if more > 0 else ")")
         stored = ", ".join(f"{n} {where}" for where, n in self.outputs.items() if n)
-        return f"{self.runtime}: {count}; the model's node outputs: {stored or 'none'}"
+        unnamed = f"; {self.unnamed} kernels name no ONNX node (all-FP16: {self.fp16_unnamed})" \
+            if self.unnamed or self.fp16_unnamed else ""
+        return f"{self.runtime}: {count}; the model's node outputs: {stored or 'none'}{unnamed}"
 
     def lines(self) -> list[str]:
         """The findings after the table: moot pins, splits, warnings, notes."""
         said = [f"moot: {p.node}: {p.moot}" for p in self.moot]
         said += [f"split: {p.node} {p.split}" for p in self.splits]
-        said += [f"not computed by the answer's engine either: {p.node}" for p in self.placements
-                 if not p.computed and p.moot]
+        said += [f"{p.node}: no kernel of the all-FP16 engine names it, and {self.fp16_unnamed} of its kernels name "
+                 "no node: whether it computes it is not told" for p in self.placements
+                 if not p.fp16_kernels and not p.moot]
+        said += [f"{p.node}: no kernel of the answer's engine names it" + (
+            f", and {self.unnamed} of its kernels name no node: whether it computes it is not told" if self.unnamed
+            else ": it does not compute it either") for p in self.placements if not p.kernels]
         said += [f"TensorRT warns: {w}" for w in self.warnings]
         quiet = {n for w in self.warnings for n in w.nodes}
         said += [f"TensorRT's warning in the all-FP16 build names {p.node}; the answer's build does not"
@@ -247,6 +255,11 @@ class Engine:
                 found.setdefault(layer, []).append(i)
         return {layer: tuple(dict.fromkeys(k)) for layer, k in found.items()}
 
+    @property
+    def unnamed(self) -> int:
+        """Its kernels whose metadata names no ONNX node (Myelin leaves some so: a node may be in one unseen)."""
+        return sum(1 for kernel in self.log.kernels if not kernel.nodes)
+
     def landing(self, i: int) -> Landing:
         kernel = self.log.kernels[i]
         covers = [self.wiring.owner.get(layer, "") for layer in kernel.nodes]
@@ -270,29 +283,31 @@ def compare(answer: Engine, fp16: Engine, nodes: Mapping[str, tuple[str, str]], 
         theirs = homes16.get(layer16, ()) if layer16 else ()
         placements.append(Placement(
             node, op_type, state, tuple(answer.landing(i) for i in mine),
-            output_kept(layer, answer.wiring, homes) if layer else ABSENT,
-            moot=_not_computed(fp16.log.kernels, theirs, op_type),
-            computed=not _not_computed(answer.log.kernels, mine, op_type),
+            output_kept(layer, answer.wiring, homes, answer.unnamed > 0) if layer else ABSENT,
+            moot=_not_computed(fp16, theirs, op_type),
+            computed=None if not mine and answer.unnamed else not _not_computed(answer, mine, op_type),
             split=_split(node, answer, fp16, homes, homes16) if more else None, warned=node in warned,
             fp16_kernels=tuple(fp16.landing(i) for i in theirs)))
     outputs = {STORED: 0, INTERNAL: 0, SPREAD: 0}
     for layer, owner in answer.wiring.owner.items():
         if owner and layer in homes:
-            where = output_kept(layer, answer.wiring, homes)
+            where = output_kept(layer, answer.wiring, homes, answer.unnamed > 0)
             outputs[where] = outputs.get(where, 0) + 1
     warnings = tuple(NamedWarning(w.text, named) for w in answer.log.warnings if (named := _named(w, answer.wiring)))
     return KernelPlan(model, overrides, runtime, tuple(placements), len(answer.log.kernels), len(fp16.log.kernels),
-                      outputs, warnings, notes)
+                      outputs, warnings, notes, unnamed=answer.unnamed, fp16_unnamed=fp16.unnamed)
 
 
-def output_kept(layer: str, wiring: Wiring, homes: Mapping[str, tuple[int, ...]]) -> str:
+def output_kept(layer: str, wiring: Wiring, homes: Mapping[str, tuple[int, ...]], unnamed: bool = False) -> str:
     """Where the output of ``layer`` lives in the engine: STORED when it reaches another kernel or is an output of
     the model (through Casts fp16bisect wrote and data movement no kernel names), INTERNAL when every reader is in
-    its one kernel, SPREAD when the layer is in several kernels and no reader shows a boundary, ABSENT when no
-    kernel names it."""
+    its one kernel, SPREAD when the layer is in several kernels and no reader shows a boundary, UNTOLD when a reader
+    is in no named kernel while some kernels name no node (``unnamed``: it may be in one of those), ABSENT when no
+    kernel names the layer."""
     mine = set(homes.get(layer, ()))
     if not mine:
         return ABSENT
+    untold = False
     seen: set[str] = set()
     todo = list(wiring.outputs.get(layer, ()))
     while todo:
@@ -308,17 +323,22 @@ def output_kept(layer: str, wiring: Wiring, homes: Mapping[str, tuple[int, ...]]
                 return STORED
             if not wiring.owner.get(reader) or not theirs and wiring.op_type.get(reader) in PASS_THROUGH:
                 todo.extend(wiring.outputs.get(reader, ()))  # our Casts, and data movement: the value goes on
-    return INTERNAL if len(mine) == 1 else SPREAD
+            elif not theirs and unnamed:
+                untold = True
+    return UNTOLD if untold else INTERNAL if len(mine) == 1 else SPREAD
 
 
-def _not_computed(kernels: tuple[Kernel, ...], mine: Iterable[int], op_type: str) -> str:
-    """Why no kernel computes a node of ``op_type`` named by ``mine`` ("" when one may)."""
+def _not_computed(engine: Engine, mine: Iterable[int], op_type: str) -> str:
+    """Why no kernel of ``engine`` computes a node of ``op_type`` its kernels ``mine`` name ("" when one may, or
+    when that is not told: no kernel names it, but some kernels name no node)."""
     mine = list(mine)
     if not mine:
-        return "no kernel of the all-FP16 engine names it: the compiler removed or folded it"
+        return "" if engine.unnamed else \
+            "no kernel of the all-FP16 engine names it, and each kernel there names its nodes: it is removed or folded"
     words = OP_WORDS.get(op_type)
     if words is None:
         return ""
+    kernels = engine.log.kernels
     for i in mine:
         ops = kernels[i].ops
         if ops is None or words & set(ops):

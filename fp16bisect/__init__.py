@@ -17,12 +17,13 @@ _LAZY = {name: "fp16bisect.api.functions" for name in ("search", "check", "scan"
 _LAZY.update({name: "fp16bisect.api.tools" for name in ("compare", "migrate", "write_report", "CompareResult",
                                                        "MigrateResult")})
 _LAZY.update({name: "fp16bisect.api.manifest" for name in ("batch", "BatchResult")})
+_LAZY.update({name: "fp16bisect.api.kernels" for name in ("kernel_plan", "KernelPlan")})
 _LAZY.update({name: "fp16bisect.api.results" for name in ("SearchResult", "CheckResult", "ScanResult",
                                                          "ApplyResult", "Node", "ScanRow", "ScanNode")})
 
-__all__ = ["ApplyResult", "BatchResult", "CheckFailed", "CheckResult", "CompareResult", "Error", "MigrateResult",
-           "Node", "ScanNode", "ScanResult", "ScanRow", "SearchResult", "ToleranceUnreachable", "UsageError", "__version__",
-           "apply", "batch", "check", "compare", "migrate", "scan", "search", "write_report"]
+__all__ = ["ApplyResult", "BatchResult", "CheckFailed", "CheckResult", "CompareResult", "Error", "KernelPlan",
+           "MigrateResult", "Node", "ScanNode", "ScanResult", "ScanRow", "SearchResult", "ToleranceUnreachable", "UsageError", "__version__",
+           "apply", "batch", "check", "compare", "kernel_plan", "migrate", "scan", "search", "write_report"]
 
 
 def __getattr__(name: str):

@@ -226,5 +226,30 @@ def cmd_migrate(args) -> int:
     return _verified(result.applied)
 
 
+def cmd_kernels(args) -> int:
+    import shlex
+
+    from fp16bisect.api.kernels import kernel_plan
+    from fp16bisect.artifacts.files import write_json
+    from fp16bisect.report.console import ConsoleListener
+    from fp16bisect.report.kernel_plan import print_kernel_plan, write_page
+
+    OutputArgs.check(args)
+    listener = ConsoleListener(quiet=args.quiet)
+    try:
+        plan = kernel_plan(args.model, args.overrides, fp16_io=args.fp16_io, force=args.force,
+                           min_shapes=args.min_shapes, opt_shapes=args.opt_shapes, max_shapes=args.max_shapes,
+                           progress=listener).to_dict()
+    finally:
+        listener.close()
+    print_kernel_plan(plan)
+    if args.json:
+        write_json(args.json, plan)
+    if args.report:
+        write_page(args.report, plan, shlex.join(["fp16bisect", "kernels", args.model, args.overrides]))
+        print(f"report written to {args.report}")
+    return DONE
+
+
 COMMANDS = {"search": cmd_search, "check": cmd_check, "scan": cmd_scan, "compare": cmd_compare, "apply": cmd_apply,
-            "batch": cmd_batch, "migrate": cmd_migrate}
+            "batch": cmd_batch, "migrate": cmd_migrate, "kernels": cmd_kernels}

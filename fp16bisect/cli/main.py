@@ -280,6 +280,27 @@ def _migrate(sub) -> None:
     _mixed_model(g, ToleranceArgs())
 
 
+def _kernels(sub) -> None:
+    k = _command(sub, "kernels", "build the answer's file and the all-FP16 file with TensorRT (TensorRT-RTX: on a "
+                                 "CPU) and show the kernel each pin landed in",
+                 "MODEL OVERRIDES [--json FILE] [--report FILE.html] [options]",
+                 "Builds the mixed-precision file of the override file's answer (what apply writes) and the all-FP16 "
+                 "file, and says for each FP32 pin and FP32-accumulation node the engine kernel it landed in, the "
+                 "nodes that kernel covers, the types it reads and writes, whether the node's output is stored or "
+                 "internal; pins the all-FP16 engine removes (moot), kernels a pin splits, and TensorRT's warnings "
+                 "that name nodes. Builds, never runs: no verdict changes.",
+                 "fp16bisect kernels model.onnx overrides.json --report kernels.html")
+    g = k.add_argument_group("model and overrides")
+    g.add_argument("model", metavar="MODEL", help="the FP32 ONNX model the overrides were searched on")
+    g.add_argument("overrides", metavar="OVERRIDES", help="the override JSON written by 'fp16bisect search'")
+    for flag, which in (("--min-shapes", "smallest"), ("--opt-shapes", "tuned-for"), ("--max-shapes", "largest")):
+        g.add_argument(flag, default=None, metavar="NAME:AxB,...",
+                       help=f"the {which} input shapes to build for (default: the override file's)")
+    _compose(k, OutputArgs(json="the kernel plan", report=True))
+    k.add_argument("--fp16-io", action="store_true", help="FP16 graph inputs and outputs in both files (as apply's)")
+    k.add_argument("--force", action="store_true", help="use an override file made for another model version")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fp16bisect", formatter_class=_Formatter,
                      description="Find the ONNX nodes an FP16 build must keep in FP32.",
@@ -288,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "\n\n'fp16bisect COMMAND --help' describes each command.")
     parser.add_argument("--version", action="version", version=f"fp16bisect {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for add in (_search, _check, _batch, _scan, _compare, _apply, _migrate):
+    for add in (_search, _check, _batch, _scan, _compare, _apply, _migrate, _kernels):
         add(sub)
     for name, command in sub.choices.items():
         _help_last(name, command)

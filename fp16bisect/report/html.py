@@ -13,12 +13,12 @@ atomically.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from fp16bisect import __version__
 from fp16bisect.artifacts.files import write_atomic
 from fp16bisect.timing import timed
-from fp16bisect.report.formatting import esc, num, plural
+from fp16bisect.report.formatting import esc, listing, num, plural
 from fp16bisect.report.plots import (PLOT_HEADROOM, PLOT_MAGNITUDES, PLOT_NODE_ERROR, PLOT_TRACE, magnitudes,
                                     node_error, trace)
 from fp16bisect.report.plots import headroom as headroom_plot
@@ -28,6 +28,7 @@ OUTPUTS_TABLE = "outputs"
 ACCUMULATING_TABLE = "fp32-accumulation"  # id of the FP32-accumulation table
 OVERRIDES_TABLE = "overrides"
 NEXT_STEPS = "next"
+KERNEL_PLAN = "kernel-plan"  # id of the engine's kernel plan table
 
 _STYLE = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #222; margin: 0 auto;
@@ -65,8 +66,13 @@ def _silent(text: str) -> None:
 
 
 
-def render(data: dict) -> str:
-    """The whole report page for ``data`` (the dict ``report/data.py`` gathers), as one HTML string."""
+def render(data: dict, sections: Sequence[Callable[[dict], str]] | None = None) -> str:
+    """The whole report page for ``data`` (the dict ``report/data.py`` gathers), as one HTML string; ``sections``:
+    the sections after the header (default: every one, each absent or empty where ``data`` has nothing for it)."""
+    if sections is None:
+        sections = (_outputs_section, _node_error_section, _magnitudes_section, _headroom_section,
+                    _accumulators_section, _trace_section, _minimum_section, _overrides_section,
+                    kernel_plan_section, _next_section)
     title = data.get("title") or "fp16bisect report"
     parts = [
         "<!DOCTYPE html>",
@@ -79,15 +85,7 @@ def render(data: dict) -> str:
         "</head>",
         "<body>",
         _header(data),
-        _outputs_section(data),
-        _node_error_section(data),
-        _magnitudes_section(data),
-        _headroom_section(data),
-        _accumulators_section(data),
-        _trace_section(data),
-        _minimum_section(data),
-        _overrides_section(data),
-        _next_section(data),
+        *(section(data) for section in sections),
         f"<footer>Written by fp16bisect {esc(__version__)}. Self-contained: no scripts, no network.</footer>",
         "</body>",
         "</html>",
@@ -95,11 +93,12 @@ def render(data: dict) -> str:
     return "\n".join(parts) + "\n"
 
 
-def write(path, data: dict, say: Callable[[str], None] = _silent) -> None:
-    """Render ``data`` and write it to ``path`` atomically (an unwritable path raises UsageError); ``say`` (a
-    listener's ``stage``) is told the seconds the plots and the page took."""
+def write(path, data: dict, say: Callable[[str], None] = _silent,
+          sections: Sequence[Callable[[dict], str]] | None = None) -> None:
+    """Render ``data`` (with ``sections``, as ``render``) and write it to ``path`` atomically (an unwritable path
+    raises UsageError); ``say`` (a listener's ``stage``) is told the seconds the plots and the page took."""
     with timed(say, "report: plots and page"):
-        page = render(data)
+        page = render(data, sections)
     write_atomic(Path(path), page.encode("utf-8"))
 
 
@@ -347,3 +346,33 @@ def _entries_table(table_id: str, entries: list, why: str) -> list[str]:
         rows.append(f"<tr><td><code>{esc(o.get('name', ''))}</code></td><td>{esc(o.get('op_type', ''))}</td>"
                     f"<td>{outs}</td><td>{esc(o.get('fp32_profile', ''))}</td></tr>")
     return rows + ["</table>"]
+
+
+def kernel_plan_section(data: dict) -> str:
+    """The engine's kernel plan of the answer (``kernels``; ``KernelPlan.to_dict()``): each node's kernel, the
+    types it reads and writes, whether the node's output is stored, the nodes it covers, then the findings."""
+    plan = data.get("kernel_plan")
+    if not plan:
+        return ""
+    from fp16bisect.backends.tensorrt.kernel_plan import types
+
+    out = ["<section>", "<h2>Engine kernel plan</h2>", f"<p>{esc(plan['summary'])}</p>",
+           f'<table id="{KERNEL_PLAN}"><tr><th>node</th><th>op</th><th>state</th><th>kernel</th><th>type</th>'
+           "<th>reads</th><th>writes</th><th>output</th><th>covers</th><th>all-FP16 kernel</th></tr>"]
+    for node in plan["nodes"]:
+        head = (f"<td><code>{esc(node['name'])}</code></td><td>{esc(node['op_type'])}</td>"
+                f"<td>{esc(node['state'])}</td>")
+        before = "<br>".join(f"<code>{esc(k['name'])}</code> {esc(types(k['inputs']))} -&gt; {esc(types(k['outputs']))}"
+                             for k in node["fp16_kernels"]) or "no kernel"
+        if not node["kernels"]:
+            out.append(f'<tr>{head}<td colspan="4" class="empty">no kernel</td><td>{esc(node["output"])}</td>'
+                       f"<td></td><td>{before}</td></tr>")
+        for k in node["kernels"]:
+            casts = f" and {plural(k['casts'], 'Cast')} of fp16bisect" if k["casts"] else ""
+            out.append(f"<tr>{head}<td><code>{esc(k['name'])}</code></td><td>{esc(k['layer_type'])}</td>"
+                       f"<td>{esc(types(k['inputs']))}</td><td>{esc(types(k['outputs']))}</td>"
+                       f"<td>{esc(node['output'])}</td><td>{listing(k['covers'], 50)}{casts}</td><td>{before}</td></tr>")
+    out.append("</table>")
+    out.append('<ul class="notes">' + "".join(f"<li>{esc(line)}</li>" for line in plan["findings"]) + "</ul>")
+    out.append("</section>")
+    return "\n".join(out)

@@ -1,0 +1,122 @@
+"""The kernel plan of an answer: its mixed-precision file and the all-FP16 file built with TensorRT, compared.
+
+``build_logged`` is the one place that builds for the kernel plan: a file in, every message TensorRT logged out
+(``build_log.py`` reads them). ``kernel_plan_of`` writes both files of a plan (``artifacts/mixed.py``, what
+``apply`` writes), builds each and compares their kernels (``kernel_plan.py``). TensorRT-RTX builds on a machine
+without a GPU; it cannot run the engines, and nothing here runs one. Every ``trt.<name>`` used here is listed in
+``fp16bisect/backends/tensorrt/api.py``. Importing this module does not import TensorRT.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import tempfile
+from collections.abc import Callable, Mapping
+from typing import ContextManager
+from pathlib import Path
+
+from fp16bisect.artifacts.apply import save
+from fp16bisect.artifacts.mixed import Mixed, convert
+from fp16bisect.backends.tensorrt.build_log import NoLayerList, parse
+from fp16bisect.backends.tensorrt.engine import BuildError, EngineBuilder, TensorRTError
+from fp16bisect.backends.tensorrt.kernel_plan import ACCUMULATION, FP32, LIMITS, RTX_ONLY, Engine, KernelPlan, \
+    Wiring, compare
+from fp16bisect.backends.tensorrt.load import TensorRT, load
+from fp16bisect.errors import UsageError
+from fp16bisect.model.graph import Graph
+
+NEEDS_TENSORRT = ("the kernel plan builds engines with TensorRT, which is not installed: pip install "
+                  "'fp16bisect[tensorrt]' on a machine with an NVIDIA GPU, or pip install tensorrt-rtx-cu13 for "
+                  "TensorRT-RTX, which builds (not runs) engines on a CPU")
+Stage = Callable[[str], ContextManager]  # a stage that takes time: a Listener's timed
+SEVERITY = {"INTERNAL_ERROR": "[E]", "ERROR": "[E]", "WARNING": "[W]", "INFO": "[V]", "VERBOSE": "[X]"}
+
+
+def tensorrt() -> TensorRT:
+    """TensorRT or TensorRT-RTX, loaded; a UsageError saying how to install one when neither is there."""
+    if not any(importlib.util.find_spec(name) for name in ("tensorrt", "tensorrt_rtx")):
+        raise UsageError(NEEDS_TENSORRT)
+    return load()
+
+
+def verbose_logger(trt):
+    """An ``ILogger`` keeping every message with its severity as Polygraphy's logger writes it (``[W] text``), and
+    the errors and warnings ``EngineBuilder`` reads."""
+    letters = {getattr(trt.ILogger.Severity, name): letter for name, letter in SEVERITY.items()}
+
+    class Verbose(trt.ILogger):
+        def __init__(self):
+            trt.ILogger.__init__(self)
+            self.messages: list[str] = []
+            self.errors: list[str] = []
+            self.warnings: list[str] = []
+
+        def log(self, severity, msg):
+            letter = letters.get(severity, "[X]")
+            self.messages.append(f"{letter} {msg}")
+            if letter == "[E]":
+                self.errors.append(str(msg))
+
+        def capture(self):
+            self.errors = []
+            return contextlib.nullcontext(self.errors)
+
+    return Verbose()
+
+
+def build_logged(path: str | Path, *, precision: str = "fp16", shapes: Mapping[str, tuple] | None = None,
+                 tensorrt: TensorRT | None = None) -> list[str]:
+    """Build the ONNX file at ``path`` strongly typed with ``ProfilingVerbosity.DETAILED``, and return every message
+    TensorRT logged, each opening with its severity (``[E]``, ``[W]``, ``[V]`` for INFO, ``[X]`` for VERBOSE), as
+    Polygraphy's logger writes them. ``shapes``: input name -> (min, opt, max), for inputs with dynamic dimensions.
+    ``precision``: the file's low precision (``fp16``, ``bf16``); a strongly typed build reads every type from the
+    file, so nothing here uses it: it is named as the TensorRT backend's build will name it (that build, on
+    Polygraphy, is to replace this one). TensorRT's refusal is a ``TensorRTError`` carrying its words."""
+    loaded = tensorrt or load()
+    logger = verbose_logger(loaded.module)
+    # a Path: EngineBuilder.parse reads the file itself (parse_from_file), external weights beside it included
+    EngineBuilder(loaded, logger).build(Path(path), shapes=shapes, strongly_typed=True)  # type: ignore[arg-type]
+    return logger.messages
+
+
+def kernel_plan_of(graph: Graph, plan: frozenset[str], *, fp16_io: bool = False,
+                   shapes: Mapping[str, tuple] | None = None, timed: Stage = lambda text: contextlib.nullcontext(),
+                   model: str = "", overrides: str = "") -> KernelPlan:
+    """The kernel plan of ``plan`` (FP32 ids and FP32-accumulation marks) on ``graph``'s model: its file and the
+    all-FP16 file, as ``apply`` writes them, built with TensorRT and compared. ``timed(text)``: a context in
+    which a stage that takes time runs (a ``Listener``'s ``timed``); ``model`` and ``overrides``: how the plan
+    names them."""
+    loaded = tensorrt()
+    answer = convert(graph, plan, fp16_io=fp16_io)
+    fp16 = convert(graph, (), fp16_io=fp16_io)
+    engines = []
+    with tempfile.TemporaryDirectory(prefix="fp16bisect-kernels-") as folder:
+        for what, mixed in (("the answer's file", answer), ("the all-FP16 file", fp16)):
+            engines.append(_engine(graph, mixed, Path(folder) / "model.onnx", what, loaded, shapes or {}, timed))
+    nodes = {i: (graph.by_id[i].op_type, FP32) for i in answer.pinned}
+    nodes.update({i: (graph.by_id[i].op_type, ACCUMULATION) for i in answer.accumulating})
+    notes = (LIMITS, RTX_ONLY) if loaded.flavour == "tensorrt_rtx" else (LIMITS,)
+    found = compare(engines[0], engines[1], nodes, model=model, overrides=overrides, runtime=str(loaded), notes=notes)
+    return dataclasses.replace(found, shapes=dict(shapes or {}), sha256=graph.sha256)
+
+
+def _engine(graph: Graph, mixed: Mixed, path: Path, what: str, loaded: TensorRT, shapes: Mapping[str, tuple],
+            timed: Stage) -> Engine:
+    save(mixed.model, path, external=graph.external_data)
+    with timed(f"building {what} with {loaded}"):
+        try:
+            log = build_logged(path, precision=graph.precision.name, shapes=shapes, tensorrt=loaded)
+        except BuildError as exc:
+            if any("no sample shape for input" in m for m in exc.messages):
+                raise UsageError("the model has dynamic input dimensions and no shapes to build for: pass "
+                                 "--opt-shapes (or --min-shapes/--max-shapes), e.g. x:1x3x224x224") from None
+            raise UsageError(f"{loaded} could not build {what}: {exc}") from None
+        except TensorRTError as exc:  # the parser refused the file
+            raise UsageError(f"{loaded} could not build {what}: {exc}") from None
+    try:
+        return Engine(parse(log), Wiring.of(mixed.model, graph))
+    except NoLayerList:
+        raise UsageError(f"{loaded} printed no engine layer list ('Layers:') for {what}: the kernel plan reads "
+                         "the list TensorRT-RTX prints; install tensorrt-rtx-cu13") from None

@@ -179,7 +179,7 @@ def compare_model(model: str, inputs: list[str], references, overrides: str | No
     graph = Graph.load(model, precision=precision)
     samples = load_samples(graph, inputs, references)
     add_fp32_references(graph, samples)
-    use = use_overrides(graph, overrides) if overrides else None
+    use = use_overrides(graph, overrides, listener.stage) if overrides else None
     if use and not use.same_model:
         listener.stage(f"note: {overrides} was made for another version of this model: comparing anyway")
     # the file's whole plan: its FP32 nodes and (once override files have them) its FP32-accumulation nodes

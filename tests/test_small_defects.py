@@ -1,0 +1,120 @@
+"""The smaller defects of issue 40 (item 7), one test or a few each, each written to fail on the code before its
+fix: an override file naming a node that is not a candidate, the suite writing into the working tree, a journal
+left by a run that evaluated nothing, a broken pipe, long reprs, a cut op-type list, compare's max_error."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import onnx
+import pytest
+from conftest import F, make_model, one_line_error, run
+from onnx import TensorProto, helper
+from real_models import PP_OCRV4_DET, real_model
+
+
+def concat_model(tmp_path):
+    """left = x*2 and right = x*3 (candidates) -> Concat 'concat' -> 'big' = *1e5 (overflows FP16) -> 'down' =
+    *1e-5; 'moved' is a Transpose of the graph input alone, 'shape' (Shape) computes integers only. The all-FP16 plan
+    fails (inf); {big, down} is the answer."""
+    nodes = [helper.make_node("Mul", ["x", "two"], ["l"], name="left"),
+             helper.make_node("Mul", ["x", "three"], ["r"], name="right"),
+             helper.make_node("Concat", ["l", "r"], ["c"], name="concat", axis=0),
+             helper.make_node("Mul", ["c", "up"], ["b"], name="big"),
+             helper.make_node("Mul", ["b", "tiny"], ["y"], name="down"),
+             helper.make_node("Transpose", ["x"], ["xt"], name="moved"),
+             helper.make_node("Shape", ["x"], ["s"], name="shape")]
+    inits = {"two": np.array(2, np.float32), "three": np.array(3, np.float32), "up": np.array(1e5, np.float32),
+             "tiny": np.array(1e-5, np.float32)}
+    model = make_model(nodes, [("x", F, [4])], [("y", F, [8]), ("xt", F, [4]), ("s", TensorProto.INT64, [1])],
+                       inits)
+    path = tmp_path / "concat.onnx"
+    onnx.save(model, path)
+    np.savez(tmp_path / "x.npz", x=np.linspace(1, 2, 4, dtype=np.float32))
+    return path, tmp_path / "x.npz"
+
+
+def with_nodes(found: dict, graph_nodes: dict, *names: str) -> dict:
+    """The override file ``found`` with ``names`` added to its fp32_nodes (as a hand-written or AutoCast-derived
+    list may: any node of the model); ``graph_nodes``: node name -> (op type, outputs)."""
+    data = json.loads(json.dumps(found))
+    data["fp32_nodes"] += [{"name": n, "op_type": graph_nodes[n][0], "outputs": list(graph_nodes[n][1])}
+                           for n in names]
+    return data
+
+
+def searched(capsys, tmp_path, model, inputs) -> tuple[dict, dict]:
+    out = tmp_path / "o.json"
+    code, _, err = run(capsys, "search", model, "--inputs", inputs, "-o", out, "-q")
+    assert code == 0, err
+    nodes = {n.name: (n.op_type, tuple(n.output)) for n in onnx.load(model).graph.node}
+    return json.loads(out.read_text()), nodes
+
+
+def test_an_override_file_naming_a_transparent_node_keeps_its_producers_in_fp32(tmp_path, capsys):
+    """A Concat in the file (not a candidate: it moves data and takes its producers' precision) was an internal
+    KeyError (exit 4) in check and compare; apply pinned the Concat itself. Now each follows it to its producers,
+    saying so in one line."""
+    model, x = concat_model(tmp_path)
+    found, nodes = searched(capsys, tmp_path, model, x)
+    assert sorted(n["name"] for n in found["fp32_nodes"]) == ["big", "down"]
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(with_nodes(found, nodes, "concat")))
+
+    code, out, err = run(capsys, "check", model, "--inputs", x, "--overrides", edited, "--json", tmp_path / "c.json")
+    assert code == 0, err
+    said = [line for line in err.splitlines() if "'concat'" in line]
+    assert len(said) == 1 and "'left', 'right'" in said[0] and "Traceback" not in err, err
+    assert sorted(json.loads((tmp_path / "c.json").read_text())["overrides"]["nodes"]) == \
+        ["big", "down", "left", "right"]
+
+    code, out, err = run(capsys, "compare", model, "--inputs", x, "--overrides", edited, "--csv", tmp_path / "c.csv")
+    assert code == 0, err
+    assert len([line for line in err.splitlines() if "'concat'" in line]) == 1, err
+    rows = list(csv.DictReader((tmp_path / "c.csv").read_text().splitlines()))
+    assert {r["node"] for r in rows if r["fp32"] == "True"} == {"big", "down", "left", "right"}
+
+    code, out, err = run(capsys, "apply", model, edited, "-o", tmp_path / "m.onnx")
+    assert code == 0, err
+    assert "'concat' -> 'left', 'right'" in " ".join(out.split()), out
+    assert "4 pinned in FP32 (left, right, big, down)" in " ".join(out.split()), out
+
+
+@pytest.mark.parametrize("node, why", [("shape", "has no float output"), ("moved", "no candidate")])
+def test_an_override_file_naming_a_node_with_no_candidate_behind_it_is_refused_in_one_line(tmp_path, capsys, node,
+                                                                                            why):
+    """An integer-only node, or a Transpose of the graph input: nothing there for FP32 to keep; exit 2 in each
+    command, one line naming the node."""
+    model, x = concat_model(tmp_path)
+    found, nodes = searched(capsys, tmp_path, model, x)
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(with_nodes(found, nodes, node)))
+    for argv in (["check", model, "--inputs", x, "--overrides", edited],
+                 ["compare", model, "--inputs", x, "--overrides", edited],
+                 ["apply", model, edited, "-o", tmp_path / "m.onnx"]):
+        code, _, err = run(capsys, *argv)
+        assert code == 2, (argv[0], err)
+        line = one_line_error(err)
+        assert f"'{node}'" in line and why in line, line
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_pp_ocrv4_det_override_file_with_its_concat_is_checked_with_the_concat_producers(tmp_path, capsys):
+    """PP-OCRv4's detector: p2o.Concat.0 joins three Resize outputs and an Add (all candidates)."""
+    model = real_model(PP_OCRV4_DET)
+    x = tmp_path / "x.npz"
+    np.savez(x, x=np.random.default_rng(0).normal(size=(1, 3, 64, 64)).astype(np.float32))
+    out = tmp_path / "o.json"
+    assert run(capsys, "search", model, "--inputs", x, "--atol", "0.05", "-o", out, "-q")[0] == 0
+    nodes = {n.name: (n.op_type, tuple(n.output)) for n in onnx.load(model, load_external_data=False).graph.node}
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(with_nodes(json.loads(out.read_text()), nodes, "p2o.Concat.0")))
+    producers = {"nearest_interp_v2_3.tmp_0", "nearest_interp_v2_4.tmp_0", "nearest_interp_v2_5.tmp_0",
+                 "p2o.Add.277"}
+    ids = {n: name for name, (_, outs) in nodes.items() for n in outs}  # tensor -> its producer's node name
+    code, _, err = run(capsys, "check", model, "--inputs", x, "--overrides", edited, "--json", tmp_path / "c.json")
+    assert code == 0, err
+    assert len([line for line in err.splitlines() if "p2o.Concat.0" in line]) == 1, err
+    assert set(json.loads((tmp_path / "c.json").read_text())["overrides"]["nodes"]) >= {ids[t] for t in producers}

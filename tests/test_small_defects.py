@@ -10,7 +10,7 @@ import json
 import numpy as np
 import onnx
 import pytest
-from conftest import F, make_model, one_line_error, run
+from conftest import LN, LN_IN, F, make_model, one_line_error, run
 from onnx import TensorProto, helper
 from real_models import PP_OCRV4_DET, real_model
 
@@ -118,3 +118,23 @@ def test_pp_ocrv4_det_override_file_with_its_concat_is_checked_with_the_concat_p
     assert code == 0, err
     assert len([line for line in err.splitlines() if "p2o.Concat.0" in line]) == 1, err
     assert set(json.loads((tmp_path / "c.json").read_text())["overrides"]["nodes"]) >= {ids[t] for t in producers}
+
+
+@pytest.mark.parametrize("flags", [["--keep-fp32", "nomatch"], ["--keep-fp16", "op:Nope"],
+                                   ["--keep-fp32", "op:Erf", "--keep-fp16", "gelu_erf"]])
+def test_a_usage_error_after_the_profile_leaves_no_journal(tmp_path, capsys, flags):
+    """Refused after the FP32 profile (the constraints are resolved on it), a search that evaluated nothing left a
+    journal holding its header alone beside -o."""
+    code, _, err = run(capsys, "search", LN, "--inputs", LN_IN, "-o", tmp_path / "o.json", *flags)
+    assert code == 2
+    one_line_error(err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_workers_that_cannot_take_the_search_leave_no_journal(tmp_path):
+    """Refused while setting up its workers (an accept function that cannot be pickled, with jobs=2): no journal."""
+    import fp16bisect
+
+    with pytest.raises(fp16bisect.UsageError):
+        fp16bisect.search(LN, LN_IN, output=tmp_path / "o.json", jobs=2, accept=lambda got, expected: True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

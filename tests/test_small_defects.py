@@ -138,3 +138,31 @@ def test_workers_that_cannot_take_the_search_leave_no_journal(tmp_path):
     with pytest.raises(fp16bisect.UsageError):
         fp16bisect.search(LN, LN_IN, output=tmp_path / "o.json", jobs=2, accept=lambda got, expected: True)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, code", [
+    (["search", LN, "--inputs", LN_IN, "-o", "{tmp}/o.json"], 0),
+    (["scan", LN, "--inputs", LN_IN], 0),
+    (["check", LN, "--inputs", LN_IN], 1),  # the check's own verdict: all FP16 fails the tolerance
+    (["search", "--help"], 0),
+])
+def test_a_reader_that_closes_stdout_early_leaves_the_run_its_own_exit_code(tmp_path, argv, code):
+    """``fp16bisect search ... | head -1`` exited 1 (the code of a failed check) on the broken pipe: rich's console
+    exits 1 when stdout's reader has gone. The reader leaving is no failure of the run: its own code, no traceback,
+    nothing more printed; the override JSON is written all the same."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    argv = [str(a).replace("{tmp}", str(tmp_path)) for a in argv]
+    with subprocess.Popen([sys.executable, "-m", "fp16bisect", *argv], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, cwd=tmp_path, env=env) as process:
+        process.stdout.close()  # the reader leaves before the first line (head -1, after it): every write fails
+        err = process.stderr.read().decode()
+    assert process.returncode == code, err
+    assert "Traceback" not in err and "Exception ignored" not in err and "error" not in err, err
+    if argv[0] == "search" and "-o" in argv:
+        assert json.loads((tmp_path / "o.json").read_text())["fp32_nodes"]

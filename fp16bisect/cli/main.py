@@ -20,6 +20,7 @@ from fp16bisect.cli.args import (AccumulateArgs, BackendArgs, HeadroomArgs, Outp
                                   ToleranceArgs, jobs,
                                   nonnegative)
 from fp16bisect.cli.commands import COMMANDS, INTERRUPTED
+from fp16bisect.cli.stdout import reader_may_leave
 from fp16bisect.errors import Error, UsageError
 from fp16bisect.model import npz, weights
 from fp16bisect.model.precision import BF16, FP16
@@ -309,6 +310,11 @@ def _traceback_file() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with reader_may_leave():  # `fp16bisect search ... | head -1`: the command's own exit code all the same
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     debug = bool(os.environ.get("FP16BISECT_DEBUG"))
     weights.return_freed_memory()
     stores = weights.alive()

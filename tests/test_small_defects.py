@@ -166,3 +166,39 @@ def test_a_reader_that_closes_stdout_early_leaves_the_run_its_own_exit_code(tmp_
     assert "Traceback" not in err and "Exception ignored" not in err and "error" not in err, err
     if argv[0] == "search" and "-o" in argv:
         assert json.loads((tmp_path / "o.json").read_text())["fp32_nodes"]
+
+
+REPR_CHARS = 300  # "a line or a few": what it is, the counts, the verdict
+
+
+def short(result) -> str:
+    text = repr(result)
+    assert len(text) <= REPR_CHARS and text.count("\n") <= 2, f"{type(result).__name__}: {len(text)} chars: {text[:400]}"
+    return text
+
+
+@pytest.mark.parametrize("name", ["transformer_block", "cnn_batchnorm", "attention_unscaled", "log_underflow",
+                                  "two_branches", "fp16_safe", "accumulation"])
+def test_every_public_result_has_a_short_repr(tmp_path, name):
+    """``repr`` of a compare result was 27 KB on the 41-node transformer block (every node's metrics)."""
+    import fp16bisect
+    from conftest import SAMPLES
+
+    model, x = SAMPLES / f"{name}.onnx", SAMPLES / f"{name}.npz"
+    found = fp16bisect.search(model, x, output=tmp_path / "o.json")
+    short(found)
+    short(fp16bisect.check(model, x, overrides=found))
+    short(fp16bisect.scan(model, x))
+    short(fp16bisect.apply(model, found, tmp_path / "m.onnx", verify=True, samples=x))
+    compared = fp16bisect.compare(model, x)
+    assert short(compared).startswith("CompareResult(")
+    short(compared.first_failing)  # None when every node passes, else a NodeError
+    pins = ",".join(f"{n}:fp32" for n in found.names) or f"{found.outcome.graph.candidates[0].id}:fp32"
+    short(fp16bisect.migrate(model, tmp_path / "migrated.onnx", trtexec_args=f"--fp16 --layerPrecisions={pins}"))
+    manifest = tmp_path / "batch.toml"
+    manifest.write_text(f'[[entry]]\nmodel = "{model}"\ninputs = "{x}"\naction = "search"\noutput = '
+                        f'"{tmp_path / "b.json"}"\n\n[[entry]]\nmodel = "{model}"\ninputs = "{x}"\naction = "check"\n')
+    batch = fp16bisect.batch(manifest, jobs=1)
+    short(batch)
+    for row in batch.entries:
+        short(row)

@@ -37,6 +37,7 @@ from fp16bisect.model.samples import add_fp32_references, load_samples
 from fp16bisect.artifacts.files import write_atomic
 from fp16bisect.diagnose.preflight import use_overrides
 from fp16bisect.diagnose.tensor_errors import tensor_errors
+from fp16bisect.errors import shown
 from fp16bisect.tolerance import OutputMetrics, Tolerance
 
 
@@ -81,6 +82,15 @@ class NodeError:
     failed: bool
     scale: float = 0.0  # max |FP32 value| of that output on that sample
     low: Precision = FP16  # the precision the node ran in
+
+    def __repr__(self) -> str:
+        """One line: ``NodeError('ln1_square' (Mul): 'ln1_sq' on sample 0, max abs error inf of max |FP32|
+        1.644e+05, 4 inf/NaN; failed)``."""
+        m = self.metrics
+        bad = f", {m.nonfinite} inf/NaN" if m.nonfinite else ""
+        return (f"NodeError({shown(self.node)} ({self.op_type}){', in FP32' if self.pinned else ''}: "
+                f"{shown(m.output)} on sample {m.sample}, max abs error {m.max_abs:.4g} of max |FP32| {self.scale:.4g}"
+                f"{bad}; {'failed' if self.failed else 'passed'})")
 
     @property
     def error(self) -> float:

@@ -202,3 +202,12 @@ def test_every_public_result_has_a_short_repr(tmp_path, name):
     short(batch)
     for row in batch.entries:
         short(row)
+
+
+@pytest.mark.parametrize("flag", ["--keep-fp16", "--keep-fp32"])
+def test_a_pattern_matching_nothing_says_how_many_op_types_it_does_not_list(tmp_path, capsys, flag):
+    """The transformer block has 9 op types among its candidates; the refusal listed six and stopped."""
+    code, _, err = run(capsys, "search", LN, "--inputs", LN_IN, "-o", tmp_path / "o.json", flag, "op:Nope")
+    assert code == 2
+    line = one_line_error(err)
+    assert "(op types here: Add, Div, Erf, MatMul, Mul, ReduceMean and 3 more)" in line, line

@@ -211,3 +211,26 @@ def test_a_pattern_matching_nothing_says_how_many_op_types_it_does_not_list(tmp_
     assert code == 2
     line = one_line_error(err)
     assert "(op types here: Add, Div, Erf, MatMul, Mul, ReduceMean and 3 more)" in line, line
+
+
+@pytest.mark.parametrize("value", [-1, "x", float("nan"), float("inf"), True, [0.1]])
+def test_compare_refuses_a_bad_max_error_in_the_api_and_the_cli_alike(capsys, value):
+    """``fp16bisect.compare(model, x, max_error=-1)`` marked every node failing and ``max_error="x"`` raised a bare
+    TypeError; only the command line refused them, with its own words. One check now, said the same way."""
+    import fp16bisect
+
+    with pytest.raises(fp16bisect.UsageError) as refused:
+        fp16bisect.compare(LN, LN_IN, max_error=value)
+    said = str(refused.value)
+    assert "\n" not in said and "--max-error" in said, said
+    if isinstance(value, (str, float, int)) and not isinstance(value, bool):
+        code, _, err = run(capsys, "compare", LN, "--inputs", LN_IN, "--max-error", str(value))
+        assert code == 2 and one_line_error(err) == f"fp16bisect: error: {said}"
+
+
+@pytest.mark.parametrize("value", [0.5, "0.25", 1])
+def test_compare_takes_a_good_max_error(value):
+    import fp16bisect
+
+    found = fp16bisect.compare(LN, LN_IN, max_error=value)
+    assert found.first_failing is not None and found.first_failing.node == "ln1_square"

@@ -78,7 +78,7 @@ def compare(model: Model, samples: Samples, *, reference: Samples | None = None,
         max_mismatch: Fraction of elements allowed outside the tolerance.
         error_stat: As in ``search`` (so are ``argmax``, ``topk``, ``accept``, and per-output values).
         max_error: A node fails when its max abs error exceeds this fraction of its max |FP32 value| (default
-            0.125).
+            0.125): a finite number >= 0.
         precision: ``"fp16"`` or ``"bf16"`` (None: the override file's, else fp16).
         progress: A function receiving one line of text per event, or a ``Listener``.
         accumulate: ``"fp32"`` or ``"fp16"``, as ``--accumulate`` (None: the override file's, else fp32).

@@ -184,3 +184,50 @@ def override_files_match_their_schema():
     files.write_atomic = checked
     yield
     files.write_atomic = write
+
+
+# What a test run may leave in the repository: the tools' own caches and bytecode, never a file of a test's.
+TOOL_CACHES = {".git", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache",
+               ".import_linter_cache"}
+
+
+def working_tree() -> dict[str, tuple[int, int]]:
+    """Every file of the repository's working tree, the tools' caches aside: path -> (size, modification time), so
+    a file overwritten in place (an ignored ``overrides.json``) shows as changed too."""
+    found = {}
+    for where, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in TOOL_CACHES]
+        for name in files:
+            path = os.path.join(where, name)
+            try:
+                stat = os.lstat(path)
+            except FileNotFoundError:  # removed while listed
+                continue
+            found[os.path.relpath(path, ROOT)] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+def differing(before: dict, after: dict) -> list[str]:
+    """The files added, removed or changed from ``before`` to ``after`` (``working_tree``'s)."""
+    return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+
+
+AT_START = working_tree()  # before any fixture runs: a session or module fixture's writes count too
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The run fails when the working tree differs at its end (what a fixture of wider scope than a test left)."""
+    changed = differing(AT_START, working_tree())
+    if changed:
+        print(f"\nthe tests wrote into the repository's working tree {ROOT}: {changed}; write under tmp_path")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(autouse=True)
+def leaves_the_working_tree_alone():
+    """A test writes under its tmp_path (``-o``, ``--json``, cwd), never into the repository: a search without
+    ``-o`` there overwrote the ``overrides.json`` the README's first command wrote. Fails the test that did."""
+    before = working_tree()
+    yield
+    changed = differing(before, working_tree())
+    assert not changed, f"the test wrote into the repository's working tree {ROOT}: {changed}; write under tmp_path"

@@ -110,10 +110,10 @@ def test_headroom_f_warns_below_the_max_over_f(tmp_path, capsys):
     """A peak of about 20000 fits 65504 but not 65504/4: with --headroom 4 the search names it; without, not."""
     case = CASES["global_pool"](side=64)  # sum of 4096 values of 4 to 6: about 20500
     model, data = saved(tmp_path, case)
-    code, out, err = run(capsys, "search", model, "--inputs", data)
+    code, out, err = run(capsys, "search", model, "--inputs", data, "-o", tmp_path / "o.json")
     assert code == 0, err
     assert "sum past" not in out
-    code, out, err = run(capsys, "search", model, "--inputs", data, "--headroom", "4")
+    code, out, err = run(capsys, "search", model, "--inputs", data, "--headroom", "4", "-o", tmp_path / "o4.json")
     assert code == 0, err
     assert "warning: 1 node(s) left in FP16 sum past 65504/4" in out and "'pool'" in out
 

@@ -88,7 +88,8 @@ def test_the_tensorrt_double_records_gpu_tensorrt_and_cuda(trt, engines_run_as_b
     # the same file checked on another GPU and TensorRT: said, exit 0; --strict-environment: exit 1
     fake_tensorrt.install_cuda(monkeypatch, fake_tensorrt.make_cuda("NVIDIA A100-SXM4-80GB", (8, 0)))
     older = edited(tmp_path, out, tensorrt="10.3.0")
-    check = ["check", TRANSFORMER, "--inputs", LN_IN, "--backend", "tensorrt", "--overrides", older]
+    check = ["check", TRANSFORMER, "--inputs", LN_IN, "--backend", "tensorrt", "--overrides", older,
+             "--timing-cache", tmp_path / "check.timing.cache"]  # not the working directory's
     code, stdout, err = run(capsys, *check)
     assert code == 0, err
     assert "GPU: NVIDIA L4 (8.9) -> NVIDIA A100-SXM4-80GB (8.0)" in stdout

@@ -52,6 +52,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from fp16bisect.api.results import _names, _nodes
 from fp16bisect.errors import UsageError
 from fp16bisect.model.plan_states import Accumulation
 from fp16bisect.model.precision import Precision
@@ -278,6 +279,17 @@ class BatchRow:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    def __repr__(self) -> str:
+        """One line: ``BatchRow(1 m.onnx: search FOUND; 2 FP32 nodes: a, b; 4 evaluations; 1.1 s)``."""
+        nodes = "" if self.fp32_nodes is None else f"; {_nodes(self.fp32_nodes)}"
+        evaluations = "" if self.evaluations is None else \
+            f"; {self.evaluations} evaluation{'' if self.evaluations == 1 else 's'}"
+        seconds = "" if self.seconds is None else f"; {self.seconds:.1f} s"
+        first = self.error.splitlines()[0] if self.error else ""
+        error = f"; {first[:80]}{'...' if len(first) > 80 else ''}" if first else ""
+        return (f"BatchRow({self.number} {_names([self.name])}: {self.action} {self.verdict}{nodes}{evaluations}"
+                f"{seconds}{error})")
 
 
 def run_entry(_state, entry: Entry) -> BatchRow:

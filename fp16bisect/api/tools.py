@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable
 
 from fp16bisect.api import inputs
 from fp16bisect.api.functions import Model, Progress, Samples, _own_work_directories, _references, apply
-from fp16bisect.api.results import ApplyResult, CheckResult, SearchResult
+from fp16bisect.api.results import ApplyResult, CheckResult, SearchResult, _names, _nodes
 from fp16bisect.errors import UsageError
 from fp16bisect.tolerance import Accept, GivenTolerance, PerOutput, Tolerance
 
@@ -42,6 +42,14 @@ class CompareResult:
     outputs: Evaluation = field(kw_only=True, repr=False)  # the model's outputs judged
     runner: LayerwiseRunner = field(kw_only=True, repr=False, compare=False)  # the emulation (the report reruns it)
 
+    def __repr__(self) -> str:
+        """One line: ``CompareResult(41 nodes, 3 failing, the first ln1_square (Mul); 0 FP32 nodes; outputs FAILED)``."""
+        failing = sum(n.failed for n in self.nodes)
+        first = self.first_failing
+        where = f", the first {_names([first.node])} ({first.op_type})" if first is not None else ""
+        return (f"CompareResult({len(self.nodes)} node{'' if len(self.nodes) == 1 else 's'}, {failing} failing{where}; "
+                f"{_nodes([n.node for n in self.nodes if n.pinned])}; outputs {'passed' if self.passed else 'FAILED'})")
+
     def write_csv(self, path: str | Path) -> None:
         """Every node's row as CSV (``fp16bisect compare --csv``)."""
         from fp16bisect.diagnose.layerwise import write_csv
@@ -68,7 +76,7 @@ def compare(model: Model, samples: Samples, *, reference: Samples | None = None,
         max_mismatch: Fraction of elements allowed outside the tolerance.
         error_stat: As in ``search`` (so are ``argmax``, ``topk``, ``accept``, and per-output values).
         max_error: A node fails when its max abs error exceeds this fraction of its max |FP32 value| (default
-            0.125).
+            0.125): a finite number >= 0.
         precision: ``"fp16"`` or ``"bf16"`` (None: the override file's, else fp16).
         progress: A function receiving one line of text per event, or a ``Listener``.
         accumulate: ``"fp32"`` or ``"fp16"``, as ``--accumulate`` (None: the override file's, else fp32).
@@ -121,6 +129,14 @@ class MigrateResult:
     mapping: Mapping
     overrides: Path
     applied: ApplyResult
+
+    def __repr__(self) -> str:
+        """One line: ``MigrateResult(2 FP32 layer pins -> 2 FP32 nodes: a, b; m.overrides.json; not verified)``."""
+        pins, unmapped = len(self.pins.fp32), len(self.mapping.unmapped) + len(self.mapping.not_candidates)
+        verified = "not verified" if self.passed is None else f"verified: {'passed' if self.passed else 'FAILED'}"
+        return (f"MigrateResult({pins} FP32 layer pin{'' if pins == 1 else 's'} -> {_nodes(self.mapping.nodes)}"
+                f"{f' ({unmapped} not mapped to a candidate)' if unmapped else ''}; {_names([self.overrides.name])}; "
+                f"{verified})")
 
     @property
     def passed(self) -> bool | None:

@@ -11,9 +11,10 @@ from fp16bisect.artifacts.verify import Check, strict, verify
 from fp16bisect.model.graph import Graph
 from fp16bisect.artifacts.mixed import Mixed, convert
 from fp16bisect.artifacts.files import write_atomic
-from fp16bisect.artifacts.overrides import Node, Overrides, file_precision, read, recorded_tolerance
+from fp16bisect.artifacts.overrides import Node, Overrides, file_precision, followed, read, recorded_tolerance
 from fp16bisect.errors import UsageError
 from fp16bisect.model import weights
+from fp16bisect.model.plan_states import plan_of
 from fp16bisect.model.precision import precision_of
 from fp16bisect.model.samples import add_fp32_references, load_samples
 from fp16bisect.tolerance import GivenTolerance, Tolerance
@@ -29,7 +30,10 @@ def apply(overrides: str | Path, model: str | Path, *, fp16_io: bool = False, fo
     """
     graph = graph or Graph.load(model)
     data = read(overrides, model, force=force, graph=graph)  # another model's file: refused even with --force
-    mixed = convert(graph, data.plan | set(keep_fp32), fp16_io=fp16_io)
+    pinned, note = followed(graph, data.names, overrides)  # a transparent node: its producers
+    mixed = convert(graph, plan_of(pinned, (p.node.name for p in data.accumulating)) | set(keep_fp32),
+                    fp16_io=fp16_io)
+    mixed.notes[:0] = [note] if note else []
     try:
         onnx.checker.check_model(weights.checkable(mixed.model), full_check=True)
     except onnx.checker.ValidationError as exc:  # our bug, not the user's input

@@ -33,7 +33,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from fp16bisect.errors import UsageError
+from fp16bisect.errors import UsageError, shown
 from fp16bisect.model.plan_states import Accumulation, accumulation, plan_of
 from fp16bisect.tolerance import Tolerance
 
@@ -333,6 +333,43 @@ def refuse_foreign(overrides: Overrides, path: str | Path, graph: Graph) -> None
         f"{str(path)} names {len(names)} node(s), none of which is in {model}: it was made for another model; "
         "pass the override file written for this model (or run 'fp16bisect search' on it)"
     )
+
+
+def followed(graph: Graph, names: list[str], path: str | Path) -> tuple[list[str], str]:
+    """The FP32 node ids ``names`` (an override file's, which a hand-written or AutoCast-derived list may fill with
+    any node) as a plan on ``graph`` holds them, and one line saying what was changed ('' when nothing): a candidate,
+    or an id the model lacks (each caller's case), stays; a transparent node (it moves data and takes its
+    producers' precision) is replaced by its producers (``Graph.producers``). A node with nothing behind it to keep
+    in FP32 (no float output, a custom domain's, a transparent node of graph inputs and constants) is refused."""
+    ids: list[str] = []
+    moved: list[str] = []
+    candidates = {n.id for n in graph.candidates}
+    for name in names:
+        node = graph.by_id.get(name)
+        if node is None or name in candidates:
+            ids.append(name)
+            continue
+        producers = graph.producers(node)
+        if not producers:
+            raise UsageError(f"{str(path)!r}: node {shown(name)} ({node.op_type}) {_nothing_behind(graph, node)}, so "
+                             "there is nothing to keep in FP32: remove it from the file's fp32_nodes")
+        ids += producers
+        moved.append(f"{shown(name)} -> {', '.join(shown(p) for p in producers)}")
+    if not moved:
+        return list(dict.fromkeys(ids)), ""
+    listed = "; ".join(moved[:3]) + (f"; and {len(moved) - 3} more" if len(moved) > 3 else "")
+    return list(dict.fromkeys(ids)), (
+        f"{str(path)!r} keeps {len(moved)} node(s) in FP32 that move data (no candidates: each takes its "
+        f"producers' precision), so their producers are kept in FP32 instead: {listed}")
+
+
+def _nothing_behind(graph: Graph, node) -> str:
+    """Why no plan can keep ``node`` (not a candidate) in FP32, for ``followed``'s refusal."""
+    if not graph.float_outputs(node):
+        return "has no float output"
+    if node.id in graph.skipped:
+        return f"is no candidate ({graph.skipped[node.id]}: it runs as in the model in every plan)"
+    return "moves only graph inputs and constants (no candidate computes what it passes on)"
 
 
 def file_precision(path: str | Path) -> str:

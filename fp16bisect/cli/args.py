@@ -9,7 +9,6 @@ the console output, checked writable before any work; ``-q``).
 from __future__ import annotations
 
 import argparse
-import math
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -17,20 +16,6 @@ from fp16bisect.backends import FLAGS, Options, check_options
 from fp16bisect.errors import UsageError
 from fp16bisect.run.options import BACKENDS
 from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL, GivenTolerance, Tolerance
-
-
-def number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-
-
-def nonnegative(text: str) -> float:
-    value = number(text)
-    if not (value >= 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
-    return value
 
 
 def jobs(text: str) -> int:
@@ -307,6 +292,14 @@ class PrecisionArgs:
         from fp16bisect.model.precision import precision_of
 
         return precision_of(getattr(args, "precision", None))
+
+
+def max_error_value(text: str) -> float | None:
+    """``--max-error``, checked by ``diagnose.layerwise.max_error_of`` (the API's check): its ``UsageError`` passes
+    through argparse, the same one line."""
+    from fp16bisect.diagnose.layerwise import max_error_of
+
+    return max_error_of(text)
 
 
 def accumulate_value(text: str) -> str:

@@ -17,9 +17,9 @@ from rich_argparse import RawDescriptionRichHelpFormatter
 
 from fp16bisect import __version__
 from fp16bisect.cli.args import (AccumulateArgs, BackendArgs, HeadroomArgs, OutputArgs, ParallelArgs, PrecisionArgs, Samples,
-                                  ToleranceArgs, jobs,
-                                  nonnegative)
+                                  ToleranceArgs, jobs, max_error_value)
 from fp16bisect.cli.commands import COMMANDS, INTERRUPTED
+from fp16bisect.cli.stdout import reader_may_leave
 from fp16bisect.errors import Error, UsageError
 from fp16bisect.model import npz, weights
 from fp16bisect.model.precision import BF16, FP16
@@ -221,7 +221,7 @@ def _compare(sub) -> None:
     m.add_argument("--overrides", metavar="O.json", help="keep the nodes of this override file in FP32")
     t = m.add_argument_group("layer-wise failure rule (a node fails on inf/NaN where FP32 is finite, or on a "
                              "large error for its own scale)")
-    t.add_argument("--max-error", type=nonnegative, default=None, metavar="FRACTION",
+    t.add_argument("--max-error", type=max_error_value, default=None, metavar="FRACTION",
                    help="fail when a tensor's max abs error exceeds this fraction of its max |FP32 value| "
                         f"(default: 256 unit roundoffs of --precision, {FP16.max_error:g} for FP16, "
                         f"{BF16.max_error:g} for BF16)")
@@ -330,6 +330,11 @@ def _traceback_file() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with reader_may_leave():  # `fp16bisect search ... | head -1`: the command's own exit code all the same
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     debug = bool(os.environ.get("FP16BISECT_DEBUG"))
     weights.return_freed_memory()
     stores = weights.alive()

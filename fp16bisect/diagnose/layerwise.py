@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ from fp16bisect.model.samples import add_fp32_references, load_samples
 from fp16bisect.artifacts.files import write_atomic
 from fp16bisect.diagnose.preflight import use_overrides
 from fp16bisect.diagnose.tensor_errors import tensor_errors
+from fp16bisect.errors import UsageError, shown
 from fp16bisect.tolerance import OutputMetrics, Tolerance
 
 
@@ -46,13 +48,33 @@ def scaled_error(max_abs: float, scale: float, low: Precision = FP16) -> float:
     return max_abs / max(scale, low.smallest_normal)
 
 
+def max_error_of(value) -> float | None:
+    """``max_error`` (``--max-error``) checked, the API's and the command line's one check: None (the precision's
+    own), or a finite number >= 0 (a string of one too); anything else a ``UsageError``, one line."""
+    if value is None:
+        return None
+    try:
+        number = float(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else math.nan
+    except ValueError:
+        number = math.nan
+    if not (math.isfinite(number) and number >= 0):
+        raise UsageError(f"max error {str(value)!r}: give --max-error (max_error= in Python) a finite number >= 0, the "
+                         "fraction of a tensor's max |FP32 value| its max abs error may reach (default "
+                         f"{FP16.max_error:g} for FP16)")
+    return number
+
+
 @dataclass(frozen=True)
 class Thresholds:
     """The per-node pass rule of ``compare`` and of the report's per-node plot (one implementation), in the
-    precision ``low``: ``given`` (``--max-error``), or None for the precision's own (``Precision.max_error``)."""
+    precision ``low``: ``given`` (``--max-error``, checked by ``max_error_of``), or None for the precision's own
+    (``Precision.max_error``)."""
 
     given: float | None = None
     low: Precision = FP16
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "given", max_error_of(self.given))
 
     @property
     def max_error(self) -> float:
@@ -81,6 +103,15 @@ class NodeError:
     failed: bool
     scale: float = 0.0  # max |FP32 value| of that output on that sample
     low: Precision = FP16  # the precision the node ran in
+
+    def __repr__(self) -> str:
+        """One line: ``NodeError('ln1_square' (Mul): 'ln1_sq' on sample 0, max abs error inf of max |FP32|
+        1.644e+05, 4 inf/NaN; failed)``."""
+        m = self.metrics
+        bad = f", {m.nonfinite} inf/NaN" if m.nonfinite else ""
+        return (f"NodeError({shown(self.node)} ({self.op_type}){', in FP32' if self.pinned else ''}: "
+                f"{shown(m.output)} on sample {m.sample}, max abs error {m.max_abs:.4g} of max |FP32| {self.scale:.4g}"
+                f"{bad}; {'failed' if self.failed else 'passed'})")
 
     @property
     def error(self) -> float:
@@ -175,16 +206,16 @@ def compare_model(model: str, inputs: list[str], references, overrides: str | No
                   listener, precision: Precision = FP16, accumulate: str = "fp32"):
     """``compare``: the layer-wise runner and its result for the plan of ``overrides`` (none: all-FP16), in
     ``precision``, FP16 nodes adding in ``accumulate``."""
+    thresholds = Thresholds(max_error, precision)  # a bad max_error is refused before anything loads
     listener.stage(f"loading {model}")
     graph = Graph.load(model, precision=precision)
     samples = load_samples(graph, inputs, references)
     add_fp32_references(graph, samples)
-    use = use_overrides(graph, overrides) if overrides else None
+    use = use_overrides(graph, overrides, listener.stage) if overrides else None
     if use and not use.same_model:
         listener.stage(f"note: {overrides} was made for another version of this model: comparing anyway")
     # the file's whole plan: its FP32 nodes and (once override files have them) its FP32-accumulation nodes
     plan = plan_of(use.nodes, getattr(use, "accumulating", ())) if use else frozenset()
-    thresholds = Thresholds(max_error, graph.precision)
     listener.stage(f"running {len(graph.candidates)} candidate node(s) in FP32 and in FP16 (emulated)")
     runner = LayerwiseRunner(graph, samples, accumulate, notify=listener.stage)
     return runner, runner.run(plan, thresholds)

@@ -31,7 +31,7 @@ from fp16bisect.model.headroom import (Headroom, accumulators_json, fp16_accumul
 from fp16bisect.model.profile import profile
 from fp16bisect.evaluation.oracle import Evaluation
 from fp16bisect.artifacts.accumulation import checked_states
-from fp16bisect.artifacts.overrides import read, recorded_tolerance, refuse_other_precision
+from fp16bisect.artifacts.overrides import followed, read, recorded_tolerance, refuse_other_precision
 from fp16bisect.model.plan_states import plan_of, states
 from fp16bisect.model.precision import precision_of
 from fp16bisect.model.samples import add_fp32_references
@@ -122,15 +122,18 @@ class CheckOutcome:
         }
 
 
-def use_overrides(graph: Graph, path: str) -> OverrideUse:
+def use_overrides(graph: Graph, path: str, say=None) -> OverrideUse:
     """The file's nodes present in this model. A file made for another version of the model (its sha256
     differs) may name nodes that are gone: those are listed, not refused; but one none of whose nodes is in the
     model belongs to another model: refused (``overrides.refuse_foreign``). A file made for this very model
-    that names a node it does not have is damaged or hand-edited: refused."""
+    that names a node it does not have is damaged or hand-edited: refused. A node that is no candidate is
+    followed to its producers, ``say`` saying so, or refused (``overrides.followed``)."""
     data = read(path, graph=graph)  # schema checked; another model's file refused; the hash compared here
     refuse_other_precision(data, path, graph.precision.name, "run")
-    names = data.names
-    usable = [n for n in names if n in graph.by_id and graph.float_outputs(graph.by_id[n])]
+    names, note = followed(graph, data.names, path)
+    if note and say is not None:
+        say(f"note: {note}")
+    usable = [n for n in names if n in graph.by_id]
     made_for = data.model_sha256
     same_model = made_for == graph.sha256
     missing = [n for n in names if n not in usable]
@@ -178,7 +181,7 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
     # judge a plan against the same numbers (at atol 0 too)
     graph, chosen, oracle = prepare(model, inputs, references, judged, listener, defer_references=True)
     with chosen, oracle:
-        use = use_overrides(graph, overrides) if overrides else None
+        use = use_overrides(graph, overrides, listener.stage) if overrides else None
         if use is not None and not use.same_model:
             listener.stage(f"note: {overrides} was made for another version of this model "
                            f"(sha256 {use.made_for[:12]}..., this one {graph.sha256[:12]}...): checking it anyway")

@@ -220,9 +220,12 @@ class Oracle:
         return self
 
     def __exit__(self, *exc) -> None:
-        """Stops the executor's workers (if any). The backend's own lifetime is ``with backend:``."""
+        """Stops the executor's workers (if any); a run ended by an exception (a refusal, an interrupt) that
+        evaluated nothing leaves no journal. The backend's own lifetime is ``with backend:``."""
         if self.executor is not None:
             self.executor.close()
+        if exc[0] is not None and self.journal is not None:
+            self.journal.discard_if_unused()
 
     def evaluate_many(self, plans) -> list[Evaluation]:
         """Evaluations of independent plans; those not yet known run together on the executor."""

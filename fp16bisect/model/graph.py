@@ -245,6 +245,24 @@ class Graph:
             self._folds[node.id] = fp16.batchnorm_fold(self, node, self.precision)
         return self._folds[node.id]
 
+    def producers(self, node: Node) -> list[str]:
+        """The candidates whose values transparent ``node`` passes on (it takes their precision): the producers of
+        its float inputs, followed back through other transparent nodes; graph inputs and constants have none."""
+        made = {t: n for n in self.nodes for t in n.outputs if t}
+        candidates, found, seen = {n.id for n in self.candidates}, [], set()
+        passes = node.op_type in TRANSPARENT_OPS and self.float_outputs(node)  # a Shape passes on no float
+        stack = [t for t in reversed(node.inputs) if self.is_float(t)] if passes else []
+        while stack:
+            source = made.get(tensor := stack.pop())
+            if source is None or tensor in seen:
+                continue
+            seen.add(tensor)
+            if source.id in candidates:
+                found.append(source.id)
+            elif source.op_type in TRANSPARENT_OPS:
+                stack.extend(t for t in reversed(source.inputs) if self.is_float(t))
+        return list(dict.fromkeys(found))
+
     def float_output_names(self) -> list[str]:
         return [o.name for o in self.outputs if o.elem_type == FLOAT]
 

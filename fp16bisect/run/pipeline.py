@@ -81,6 +81,7 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, options
             graph, backend_options.input_shapes, samples))
     backend_options = _shared(backend_options, samples, tolerance, listener)
     chosen = make_backend(options.backend, graph, backend_options)
+    journal = None
     try:  # a journal of another search, workers that do not start: the backend is freed before the error
         journal = _journal(graph, chosen, given, options, listener)
         executor = None
@@ -94,6 +95,8 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, options
                 listener.stage(f"evaluating up to {executor.width} plan(s) at once on {executor.where}")
     except BaseException:
         chosen.close()
+        if journal is not None:  # evaluated nothing: leaves none
+            journal.discard_if_unused()
         raise
     oracle = Oracle(chosen, samples, tolerance, graph.judged_output_names(), repeats=options.judge.repeats, journal=journal,
                     executor=executor)
@@ -168,14 +171,9 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
     with chosen, oracle:  # the backend's resources and the oracle's workers live until the search ends
         lacking = [s for s in oracle.samples if s.reference is None]
         also = " and computing the FP32 references" if lacking else ""
-        try:
-            with listener.timed(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s){also}"):
-                prof = profile(graph, oracle.samples)  # its FP32 run gives the references the samples lack
-                add_fp32_references(graph, oracle.samples, computed=lacking)
-        except UsageError:  # the model does not run, or its FP32 outputs hold NaN: nothing evaluated, no journal
-            if oracle.journal is not None:
-                oracle.journal.discard_if_unused()
-            raise
+        with listener.timed(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s){also}"):
+            prof = profile(graph, oracle.samples)  # its FP32 run gives the references the samples lack
+            add_fp32_references(graph, oracle.samples, computed=lacking)
         forced = prepare_samples(graph, oracle, prof, options.headroom, listener)
         steer = constraints.resolve(graph, options.space.keep_fp32, options.space.keep_fp16)
         # the candidates the search orders: the forced and the constrained nodes are not searched

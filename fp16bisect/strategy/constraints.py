@@ -101,9 +101,10 @@ def resolve(graph, keep_fp32=(), keep_fp16=()) -> Constraints:
 
 def _examples(graph) -> str:
     ids = [n.id for n in graph.candidates[:3]]
-    ops = sorted({n.op_type for n in graph.candidates})[:6]
+    ops = sorted({n.op_type for n in graph.candidates})
+    more = f" and {len(ops) - 6} more" if len(ops) > 6 else ""
     return (f"give a regular expression matching whole node ids (such as {', '.join(map(repr, ids))}) or "
-            f"op:TYPE (op types here: {', '.join(ops)})")
+            f"op:TYPE (op types here: {', '.join(ops[:6])}{more})")
 
 
 def constrained(result: SearchResult, constraints: Constraints) -> SearchResult:

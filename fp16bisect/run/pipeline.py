@@ -32,6 +32,7 @@ from fp16bisect.model import shapes
 from fp16bisect.model.profile import profile
 from fp16bisect.model.samples import sample_shapes, add_fp32_references, load_samples
 from fp16bisect.evaluation.oracle import EXIT_CODE, OUTPUTS, Oracle
+from fp16bisect.parallel import one_line_at_a_time
 from fp16bisect.run.options import SearchOptions
 from fp16bisect.run.outcome import Listener, Outcome
 from fp16bisect.strategy.prior import LABEL, Prior
@@ -105,7 +106,8 @@ def _shared(options: Options, samples, tolerance: Tolerance, listener: Listener)
     shared: dict[str, Any] = {
         "input_shapes": sample_shapes(samples),
         "notify": listener.stage,  # tensorrt: ignored FP32 pins, the typing fallback, said once
-        "progress": listener.stage,  # the command backend says which command runs on which plan
+        # the command backend says which command runs on which plan (from several threads with --jobs)
+        "progress": one_line_at_a_time(listener.stage),
         "tolerance": tolerance.to_json(),  # ... and writes it into each plan's override file
     }
     return replace(options, **{k: v for k, v in shared.items() if getattr(options, k) is None})

@@ -55,6 +55,7 @@ from fp16bisect.model.graph import Graph  # noqa: E402
 from fp16bisect.model.profile import profile  # noqa: E402
 from fp16bisect.model.samples import Sample, add_fp32_references  # noqa: E402
 from fp16bisect.evaluation.oracle import Oracle  # noqa: E402
+from fp16bisect.evaluation.space import PlanSpace, View  # noqa: E402
 from fp16bisect.run.options import Journaling, SearchOptions, Strategy  # noqa: E402
 from fp16bisect.run.pipeline import Listener, search_model  # noqa: E402
 from fp16bisect.algorithm.search import Hooks, search  # noqa: E402
@@ -143,10 +144,12 @@ def bench(label: str, which, make, work: Path, minimum: bool = False) -> list[di
     # a judge that disagrees: rounds fewer tensors (fused epilogues), with and without the prior
     variant = Variant(emulator, "fewer", fused=fused_epilogues(graph))
     prof = profile(graph, samples)
-    found = priors.run(graph, emulator, Oracle(emulator, samples, tol, outputs), prof, Listener())
+    found = priors.run(graph, emulator, View(Oracle(emulator, samples, tol, outputs), PlanSpace.of(graph)), prof,
+                        Listener())
     expensive = Oracle(variant, samples, tol, outputs)
     with_prior = search(ids, expensive, order=found.order, start=found.fp32,
-                        hooks=Hooks(alternatives=Alternatives(graph, found, expensive, Listener())))
+                        hooks=Hooks(alternatives=Alternatives(graph, found, View(expensive, PlanSpace.of(graph)),
+                                                              Listener())))
     without = search(ids, Oracle(variant, samples, tol, outputs), order=prof.order, suspects=prof.suspects)
     judge = Oracle(variant, samples, tol, outputs)
     seg_evals, seg_set = segment_list(graph, Oracle(variant, samples, tol, outputs))

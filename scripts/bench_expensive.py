@@ -51,6 +51,7 @@ from fp16bisect.model.graph import Graph  # noqa: E402
 from fp16bisect.model.profile import profile  # noqa: E402
 from fp16bisect.model.samples import Sample, add_fp32_references, load_samples  # noqa: E402
 from fp16bisect.evaluation.oracle import Oracle  # noqa: E402
+from fp16bisect.evaluation.space import PlanSpace, View  # noqa: E402
 from fp16bisect.algorithm.search import Hooks, search  # noqa: E402
 from fp16bisect.tolerance import Tolerance  # noqa: E402
 
@@ -164,7 +165,8 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
     prof = profile(graph, samples)
 
     # The prior: the pipeline's emulator search (prior.py), measured effects included.
-    found = priors.run(graph, emulator, Oracle(emulator, samples, tol, outputs), prof, Listener())
+    found = priors.run(graph, emulator, View(Oracle(emulator, samples, tol, outputs), PlanSpace.of(graph)), prof,
+                        Listener())
     prior_set, prior_order = list(found.fp32), found.order
     after_prior = dict(found.oracle.memo), list(found.oracle.history)
     measured = ranking.effects(emulator, samples, tol, outputs, ids)  # (the prior measured the same)
@@ -177,10 +179,11 @@ def bench_model(label: str, graph: Graph, samples, tol: Tolerance, emulator=None
             return Oracle(variant, samples, tol, outputs)
 
         found.alternatives = {}  # the emulator as the pipeline leaves it after the prior: alternatives cost afresh
-        found.oracle.memo, found.oracle.history = dict(after_prior[0]), list(after_prior[1])
+        emulated = found.oracle.oracle
+        emulated.memo, emulated.history = dict(after_prior[0]), list(after_prior[1])
         expensive = oracle()
         with_prior = search(ids, expensive, order=prior_order, start=prior_set, hooks=Hooks(
-            alternatives=Alternatives(graph, found, expensive, Listener())))
+            alternatives=Alternatives(graph, found, View(expensive, PlanSpace.of(graph)), Listener())))
         without = search(ids, oracle(), order=prof.order, suspects=prof.suspects)
         segment_evaluations, segment_set = segment_list(graph, oracle())
         judge = oracle()
@@ -227,7 +230,8 @@ def bench_command(name: str, spec: dict, work: Path) -> list[dict]:
     outputs = graph.float_output_names()
     ids = [n.id for n in graph.candidates]
     prof = profile(graph, samples)
-    found = priors.run(graph, emulator, Oracle(emulator, samples, tol, outputs), prof, Listener())
+    found = priors.run(graph, emulator, View(Oracle(emulator, samples, tol, outputs), PlanSpace.of(graph)), prof,
+                        Listener())
     measured = ranking.effects(emulator, samples, tol, outputs, ids)
     variants = judges(graph, emulator, samples, tol, outputs, measured)
     rows = []

@@ -61,9 +61,7 @@ def command_oracle(tmp_path, command, inputs=(LN_IN,), model=LN, stop_early=Fals
     """``stop_early`` False (as ``check`` runs): one command on every sample; True (as a search runs): the first
     sample alone, then the rest."""
     options = SearchOptions(Tolerance(), Judge("command", check=command), plans=str(tmp_path / "plans dir"))
-    graph, backend, oracle = prepare(str(model), [str(i) for i in inputs], None, options, Listener())
-    oracle.stop_early = stop_early
-    return graph, backend, oracle
+    return prepare(str(model), [str(i) for i in inputs], None, options, Listener(), stop_early=stop_early)
 
 
 # -- placeholders

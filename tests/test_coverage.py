@@ -176,6 +176,7 @@ def test_an_oracle_tries_the_sample_that_failed_last_first():
     from types import SimpleNamespace
 
     from fp16bisect.evaluation.oracle import Oracle
+    from fp16bisect.evaluation.space import PlanSpace, View
     from fp16bisect.tolerance import Tolerance
 
     class Backend:
@@ -190,8 +191,7 @@ def test_an_oracle_tries_the_sample_that_failed_last_first():
     samples = [SimpleNamespace(inputs={"i": i}, reference={"y": np.zeros(1, np.float32)}, source=f"s{i}")
                for i in range(4)]
     backend = Backend()
-    oracle = Oracle(backend, samples, Tolerance(), ["y"])
-    oracle.prefer([3, 1, 2, 0])
+    oracle = View(Oracle(backend, samples, Tolerance(), ["y"]), PlanSpace(("a", "b")), stress=(3, 1, 2, 0))
     assert oracle({"a"}) is False and backend.seen == [3, 1]  # stops at the first failing sample
     backend.seen.clear()
     assert oracle({"b"}) is False and backend.seen == [1, 3, 2]  # the one that failed last goes first

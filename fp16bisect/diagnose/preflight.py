@@ -179,7 +179,8 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
     start = time.perf_counter()
     # the references, where not given, come from the FP32 profile's run, as in a search: a check and a search
     # judge a plan against the same numbers (at atol 0 too)
-    graph, chosen, oracle = prepare(model, inputs, references, judged, listener, defer_references=True)
+    graph, chosen, oracle = prepare(model, inputs, references, judged, listener, defer_references=True,
+                                    stop_early=False)  # a check reports every sample
     with chosen, oracle:
         use = use_overrides(graph, overrides, listener.stage) if overrides else None
         if use is not None and not use.same_model:
@@ -190,7 +191,6 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
         if use is not None:
             drift = compare(use.path, use.environment, chosen.environment(), given.judge.strict_environment)
             drift.again = again_line(drift, model, inputs, references, tolerance)
-        oracle.stop_early = False  # a check reports every sample
         lacking = [s for s in oracle.samples if s.reference is None]
         section, tight_ones, accumulators = _headroom(graph, oracle.samples, plan, judged.headroom, listener)
         add_fp32_references(graph, oracle.samples, computed=lacking)  # those the profile did not give

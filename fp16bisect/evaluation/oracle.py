@@ -10,14 +10,15 @@ passes only if every run passes. ``evaluate(plan, recheck=k)`` runs a plan
 afresh (the final set's re-evaluation): on a backend whose builds vary, a plan
 that passed once can fail the next time, and the search must know.
 
-Samples go most stressing first and a failing verdict stops at the first failing sample: ``Oracle.prefer``
-takes the FP32 profile's order (``model/statistics.stress_order``), and a sample that fails a plan goes first
-for the next (the most recent first). Only a passing plan runs every sample, so a plan still passes only if
-every sample passes, and the verdicts, hence the answer, do not depend on the order: a resumed search (whose
-replayed evaluations put their failing samples first again) gives the same answer. Such an evaluation carries
-the metrics of the samples it ran (``Evaluation.samples``, in the order run). ``stop_early=False`` (``check``)
-runs every sample of every plan. A backend that judges whole plans gets the first sample of the order alone, then
-the rest if the plan passed there (``evaluation/whole_plans.py``), each sample's inputs read when it is written.
+Samples go most stressing first and a failing verdict stops at the first failing sample: each evaluation is
+given the FP32 profile's order (``stress``, ``model/statistics.stress_order``; a search's ``evaluation/space.View``
+gives it), and a sample that fails a plan goes first for the next (the most recent first). Only a passing plan runs
+every sample, so a plan still passes only if every sample passes, and the verdicts, hence the answer, do not depend
+on the order: a resumed search (whose replayed evaluations put their failing samples first again) gives the same
+answer. Such an evaluation carries the metrics of the samples it ran (``Evaluation.samples``, in the order run).
+``Oracle(..., stop_early=False)`` (``check``) runs every sample of every plan. A backend that judges whole plans gets
+the first sample of the order alone, then the rest if the plan passed there (``evaluation/whole_plans.py``), each
+sample's inputs read when it is written.
 
 With an ``executor`` (fp16bisect.parallel: worker processes or Ray tasks), ``evaluate_many`` runs the plans not
 yet known concurrently; each evaluation is memoised and journaled as it completes, in completion order, so an
@@ -52,7 +53,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Literal, Sequence, cast
 
 from fp16bisect.backends.base import Backend, PlanJudge, SampleRunner, Verdict
 from fp16bisect.errors import CouldNotEvaluate, ReasonKind, UsageError
@@ -158,8 +159,12 @@ def _number(value):
 
 
 class Oracle:
+    """Plans -> evaluations with ``backend`` on ``samples`` under ``tolerance`` (the ``outputs`` compared): each plan
+    evaluated as it is asked (a search adds its fixed members through a ``View``), once. Made with everything it
+    judges by; afterwards only its evaluations change it."""
+
     def __init__(self, backend, samples, tolerance: Tolerance, outputs: list[str], *, repeats: int = 1,
-                 journal=None, executor=None):
+                 journal=None, executor=None, stop_early: bool = True):
         self.backend = backend
         self.executor = executor  # evaluates several plans at once (``evaluate_many``); None: one by one, here
         self.samples = samples
@@ -172,10 +177,8 @@ class Oracle:
         self.history: list[Evaluation] = []
         self.replayed: set[frozenset] = set()
         self.runs = 0  # evaluations run by this invocation (not replayed)
-        self.stop_early = True  # a failing plan stops at its first failing sample (module docstring)
-        self.stress: list[int] = list(range(len(samples)))  # most stressing first (``prefer``)
+        self.stop_early = stop_early  # a failing plan stops at its first failing sample (module docstring)
         self.failing: list[int] = []  # samples that failed a plan, the most recent first
-        self.forced: frozenset = frozenset()  # nodes in FP32 in every plan (--headroom): added to each plan asked
         for entry in journal.entries if journal else ():
             evaluation = Evaluation.from_json(entry)
             if entry.get("recheck"):
@@ -186,18 +189,12 @@ class Oracle:
                 self.replayed.add(evaluation.plan)
                 self._note_failure(evaluation)
 
-    def prefer(self, order) -> None:
-        """The samples' order, most stressing first (the FP32 profile's); samples that failed a plan still go
-        first."""
-        order = [int(i) for i in order]
-        self.stress = [*order, *(i for i in range(len(self.samples)) if i not in set(order))]
-
-    @property
-    def order(self) -> list[int]:
+    def order(self, stress: Sequence[int] = ()) -> list[int]:
         """The order the next plan tries the samples in: those that failed a plan (the most recent first), then
-        the rest most stressing first."""
+        the rest most stressing first (``stress``: the FP32 profile's order; the rest as given)."""
         failing = set(self.failing)
-        return [*self.failing, *(i for i in self.stress if i not in failing)]
+        ranked = [*map(int, stress), *range(len(self.samples))]
+        return [*self.failing, *(i for i in dict.fromkeys(ranked) if i not in failing)]
 
     def _note_failure(self, evaluation: Evaluation) -> None:
         sample = evaluation.failed_on
@@ -227,25 +224,26 @@ class Oracle:
         if exc[0] is not None and self.journal is not None:
             self.journal.discard_if_unused()
 
-    def evaluate_many(self, plans) -> list[Evaluation]:
+    def evaluate_many(self, plans, *, stress: Sequence[int] = ()) -> list[Evaluation]:
         """Evaluations of independent plans; those not yet known run together on the executor."""
-        plans = [frozenset(p) | self.forced for p in plans]
+        plans = [frozenset(p) for p in plans]
         todo = list(dict.fromkeys(p for p in plans if p not in self.memo))
         if self.executor is None or len(todo) <= 1:
-            return [self.evaluate(p) for p in plans]
+            return [self.evaluate(p, stress=stress) for p in plans]
         for plan in todo:  # each marked started before it is submitted (fp16bisect.evaluation.journal)
             self._start(plan, 0)
         try:
-            for evaluation in self.executor.evaluate(todo, 0, self.repeats, self._order()):
+            for evaluation in self.executor.evaluate(todo, 0, self.repeats, self._order(stress)):
                 self._keep(evaluation, 0)
         except BaseException:  # Ctrl-C or an error, unwinding: those still running are not crashes
             self._abandon(todo, 0)
             raise
         return [self.memo[p] for p in plans]
 
-    def evaluate(self, plan, recheck: int = 0) -> Evaluation:
-        """``recheck`` k > 0: a fresh evaluation of a plan already judged (its own builds), kept apart."""
-        plan = frozenset(plan) | self.forced
+    def evaluate(self, plan, recheck: int = 0, *, stress: Sequence[int] = ()) -> Evaluation:
+        """``recheck`` k > 0: a fresh evaluation of a plan already judged (its own builds), kept apart;
+        ``stress``: the samples most stressing first (``order``)."""
+        plan = frozenset(plan)
         if recheck:
             if (plan, recheck) in self.rechecks:
                 return self.rechecks[(plan, recheck)]
@@ -254,18 +252,20 @@ class Oracle:
         self._start(plan, recheck)
         try:
             if self.executor is not None:
-                evaluation, = self.executor.evaluate([plan], recheck * self.repeats, self.repeats, self._order())
+                evaluation, = self.executor.evaluate([plan], recheck * self.repeats, self.repeats,
+                                                     self._order(stress))
             else:
                 first = recheck * self.repeats
                 evaluation = evaluate_plan(self.backend, Judging(self.samples, self.tolerance, self.outputs,
-                                                                 self._order()), plan, range(first, first + self.repeats))
+                                                                 self._order(stress)), plan,
+                                           range(first, first + self.repeats))
         except BaseException:  # Ctrl-C or an error, unwinding: not a crash, a resumed search runs it again
             self._abandon([plan], recheck)
             raise
         return self._keep(evaluation, recheck)
 
-    def _order(self) -> SampleOrder:
-        return SampleOrder(tuple(self.order), self.stop_early)
+    def _order(self, stress: Sequence[int]) -> SampleOrder:
+        return SampleOrder(tuple(self.order(stress)), self.stop_early)
 
     def _start(self, plan: frozenset, recheck: int) -> None:
         """Journal the plan as started before it runs: if the process dies in it, a resume does not rerun it."""

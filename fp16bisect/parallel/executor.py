@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from fp16bisect.backends.base import Backend, Options
 from fp16bisect import records
@@ -165,7 +165,6 @@ def make_executor(parallel: Parallel, backend: Backend, graph, samples, toleranc
     gpu = backend.one_gpu_per_worker
     if backend.evaluates_in_threads and parallel.ray is None:  # it waits on other processes: threads here
         job = Job(backend.name, b"", str(graph.path or ""), graph.sha256, options, samples, tolerance, outputs)
-        _one_line_at_a_time(backend)
         threads = ThreadSlots(evaluate_task, setup_in_process, (backend, job), jobs=parallel.jobs,
                               devices=parallel.devices or None)
         return PlanExecutor(threads, f"{threads.width} concurrent command(s)")
@@ -247,18 +246,16 @@ class ThreadSlots:
         self.close()
 
 
-def _one_line_at_a_time(backend) -> None:
-    """The backend's progress lines come from several threads: one at a time to the console."""
-    said = backend.progress
-    if said is None:
-        return
+def one_line_at_a_time(say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say`` for lines that may come from several threads (a backend's progress when its plans are evaluated in
+    threads): one at a time to the console. Given to the backend when it is made."""
     lock = threading.Lock()
 
-    def progress(text: str) -> None:
+    def said(text: str) -> None:
         with lock:
-            said(text)
+            say(text)
 
-    backend.progress = progress
+    return said
 
 
 def parse_devices(text: str | None) -> list[str]:

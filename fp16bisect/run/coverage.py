@@ -1,8 +1,9 @@
 """Coverage of the samples in a search: their order, the nodes ``--headroom`` forces, and what the JSON says of both.
 
-The oracle tries the samples most stressing first (the FP32 profile's ``sample_order``) and stops a failing plan at
-its first failing sample; this module hands it that order and the forced nodes, puts the forced nodes into the
-answer, and writes the override JSON's ``samples`` (which samples decided the answer) and ``headroom`` sections.
+The oracle tries the samples most stressing first (the FP32 profile's ``sample_order``, which the search's view of
+it carries) and stops a failing plan at its first failing sample; this module says that order, fixes the forced
+nodes in the plan space, puts them into the answer, and writes the override JSON's ``samples`` (which samples
+decided the answer) and ``headroom`` sections.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import replace
 
 from fp16bisect.algorithm.search import SearchResult
 from fp16bisect.evaluation.oracle import Oracle
+from fp16bisect.evaluation.space import PlanSpace
 from fp16bisect.model.headroom import (Forced, accumulators_json, fp16_accumulators, fp16_tensors, forced_nodes,
                                        headroom_json)
 from fp16bisect.model.profile import Profile
@@ -18,29 +20,24 @@ from fp16bisect.model.profile import Profile
 ORDER_SHOWN = 10  # the JSON lists the first samples of the order tried; "decided" lists every deciding sample
 
 
-def prepare_samples(graph, oracle: Oracle, prof: Profile, factor: float | None, listener) -> list[Forced]:
-    """Hand the oracle the samples' order and the nodes ``--headroom factor`` forces to FP32; says both."""
-    oracle.prefer(prof.sample_order)
-    if len(oracle.samples) > 1 and prof.sample_order:
-        first = oracle.samples[prof.sample_order[0]].source
-        listener.stage(f"{len(oracle.samples)} samples, most stressing first ({first}); a failing plan stops at "
-                       "its first failing sample")
+def sample_order(samples, prof: Profile, say) -> tuple[int, ...]:
+    """The samples' order, most stressing first (the FP32 profile's); said when there are several."""
+    if len(samples) > 1 and prof.sample_order:
+        say(f"{len(samples)} samples, most stressing first ({samples[prof.sample_order[0]].source}); a failing "
+            "plan stops at its first failing sample")
+    return tuple(prof.sample_order)
+
+
+def forcing(graph, space: PlanSpace, prof: Profile, factor: float | None, samples,
+            say) -> tuple[PlanSpace, list[Forced]]:
+    """The nodes ``--headroom factor`` forces to FP32, said, and ``space`` with them in every plan (not searched)."""
     forced = forced_nodes(graph, prof, factor)
-    oracle.forced = frozenset(f.node for f in forced)
     if forced:
-        sources = [s.source for s in oracle.samples]
-        listener.stage(f"--headroom {factor:g}: {len(forced)} node(s) forced to FP32 in every plan")
+        sources = [s.source for s in samples]
+        say(f"--headroom {factor:g}: {len(forced)} node(s) forced to FP32 in every plan")
         for f in forced:
-            listener.stage(f"  {f.node}: {f.reason(sources)}")
-    return forced
-
-
-def searched(prof: Profile, forced: list[Forced]) -> Profile:
-    """The profile the search orders its candidates by: without the forced nodes (not searched)."""
-    if not forced:
-        return prof
-    ids = {f.node for f in forced}
-    return replace(prof, risks=[r for r in prof.risks if r.node not in ids])
+            say(f"  {f.node}: {f.reason(sources)}")
+    return space.fixing(f.node for f in forced), forced
 
 
 def with_forced(result: SearchResult, forced: list[Forced]) -> SearchResult:

@@ -216,12 +216,7 @@ class SearchOptions:
                        "journal": Journaling})
         if not isinstance(self.tolerance, Tolerance):
             object.__setattr__(self, "tolerance", _tolerance(self.tolerance).over(Tolerance()))
-        space, strategy = self.space.over(None), self.strategy
-        object.__setattr__(self, "space", space)
-        if space.group_by is not None and (strategy.minimum is not None or strategy.objective != "nodes"
-                                           or space.accumulation != "fp32"):
-            raise UsageError("--group-by with --minimum, --objective cost or --accumulate fp16: choose one (the "
-                             "block search is over FP32 sets, 1-minimal)")
+        object.__setattr__(self, "space", self.space.over(None))
 
     @classmethod
     def of(cls, **flat: Any) -> SearchOptions:

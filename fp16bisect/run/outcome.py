@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Callable
 
 from fp16bisect.artifacts.overrides import Overrides
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.profile import Profile
 from fp16bisect.evaluation.oracle import Evaluation, Oracle, Reason
+from fp16bisect.evaluation.space import View
+from fp16bisect.run.override_json import overrides_json
 from fp16bisect.strategy.prior import LABEL, Prior
 from fp16bisect.strategy.minimum import Least
 from fp16bisect.strategy.blocks import Chosen
@@ -29,7 +32,17 @@ class Listener:
     def step(self, step: Step, progress: dict) -> None: ...
 
 
-@dataclass
+def stepper(judge: View, listener: Listener, after: int = 0) -> Callable[[Step, dict], None]:
+    """What a search over ``judge`` calls after each evaluation: the listener's progress line, numbered ``after``
+    evaluations on (a later stage of one search), saying whether the journal replayed it."""
+    def step(step: Step, progress: dict) -> None:
+        listener.step(replace(step, index=after + step.index) if after else step,
+                      {**progress, "backend": judge.backend.name, "replayed": judge.replayed(step.plan)})
+
+    return step
+
+
+@dataclass(frozen=True)
 class Outcome:
     graph: Graph
     tolerance: Tolerance
@@ -38,8 +51,6 @@ class Outcome:
     oracle: Oracle
     profile: Profile
     seconds: float
-    # the override file (its JSON: overrides.to_json()), made from the rest: set by the pipeline right after the rest
-    overrides: Overrides = field(init=False, repr=False, compare=False)
     prior: Prior | None = None  # the emulator's search the search on an expensive backend started from
     output: str | None = None  # where the override JSON goes (named in its exports)
     backend_info: dict = field(default_factory=dict)  # versions, and what the backend says of itself (JSON "backend")
@@ -52,6 +63,12 @@ class Outcome:
     minimum: Least | None = None  # search --minimum: the smallest passing set's search (JSON search.minimum)
     constraints: Constraints = field(default_factory=Constraints)  # --keep-fp32/--keep-fp16 (JSON "constraints")
     blocks: Chosen | None = None  # --group-by: the blocks the first search kept in FP32 (JSON "blocks")
+
+    # the override file (its JSON: overrides.to_json()), made from the rest when the outcome is made
+    overrides: Overrides = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "overrides", overrides_json(self))
 
     @property
     def fp16(self) -> Evaluation | None:

@@ -7,7 +7,6 @@ from the ``Outcome``), the prior from ``prior.py``.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -15,42 +14,41 @@ from typing import Any
 
 from fp16bisect.strategy import prior as priors
 from fp16bisect.strategy import minimum as minima
-from fp16bisect.strategy import blocks, constraints, hitting_solver, prior_choice, ranking
-from fp16bisect.strategy.agreement import agreement
-from fp16bisect.strategy.alternatives import Alternatives
-from fp16bisect.run.coverage import prepare_samples, searched, with_forced
-from fp16bisect.run.override_json import overrides_json
+from fp16bisect.strategy import blocks, constraints, prior_choice
+from fp16bisect.run import two_states
+from fp16bisect.run.coverage import forcing, sample_order, with_forced
 from fp16bisect.run.paths import journal_path
-from fp16bisect.run.two_states import stepper, two_states
+from fp16bisect.run.searches import fp32_set, unreachable
 from fp16bisect.backends import Options, PlanJudge, make_backend
 from fp16bisect.strategy.build_noise import build_noise
 from fp16bisect.errors import ToleranceUnreachable, UsageError
 from fp16bisect.evaluation.journal import Journal, journal_key, samples_digest
+from fp16bisect.evaluation.space import PlanSpace, View
 from fp16bisect.model.graph import Graph, notes
-from fp16bisect.model.plan_states import is_mark
 from fp16bisect.model import shapes
-from fp16bisect.model.profile import profile
+from fp16bisect.model.profile import Profile, profile
 from fp16bisect.model.samples import sample_shapes, add_fp32_references, load_samples
 from fp16bisect.evaluation.oracle import EXIT_CODE, OUTPUTS, Oracle
+from fp16bisect.parallel import one_line_at_a_time
 from fp16bisect.run.options import SearchOptions
 from fp16bisect.run.outcome import Listener, Outcome
-from fp16bisect.strategy.prior import LABEL, Prior
-from fp16bisect.algorithm.search import Hooks, SearchResult, Step, search
+from fp16bisect.strategy.prior import Prior
 from fp16bisect.tolerance import Tolerance
 
-__all__ = ["Listener", "Outcome", "prepare", "search_model"]
+__all__ = ["Listener", "Outcome", "prepare", "search_model", "unreachable"]
 
 
 def prepare(model: str, inputs: list[str], references: list[str] | None, options: SearchOptions,
-            listener: Listener | None = None, *, defer_references: bool = False):
+            listener: Listener | None = None, *, defer_references: bool = False, stop_early: bool = True):
     """Model, samples, backend and oracle, as ``options`` say. With ``options.output``, the FP16 copies of the
     model's weights are written, when first needed, to a temporary work directory beside it (default: the
     system's temporary directory), removed at exit; and evaluations are journaled beside it, a journal of the
     same search replayed (``restart`` discards it; a plan the process died evaluating is not run again, it counts
     as could-not-evaluate, unless ``retry_crashed``). ``defer_references``: the caller computes the FP32
     references (with the FP32 profile), unless evaluations run elsewhere (they take the samples now).
-    ``parallel``: the oracle evaluates independent plans on worker processes or Ray tasks. Use both as
-    ``with backend, oracle:``: the backend frees what it holds, the oracle stops its workers."""
+    ``parallel``: the oracle evaluates independent plans on worker processes or Ray tasks. ``stop_early`` False (a
+    check): every plan runs every sample. Use both as ``with backend, oracle:``: the backend frees what it holds, the
+    oracle stops its workers."""
     listener = listener or Listener()
     output = options.output
     with listener.timed(f"loading {model}"):
@@ -98,8 +96,8 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, options
         if journal is not None:  # evaluated nothing: leaves none
             journal.discard_if_unused()
         raise
-    oracle = Oracle(chosen, samples, tolerance, graph.judged_output_names(), repeats=options.judge.repeats, journal=journal,
-                    executor=executor)
+    oracle = Oracle(chosen, samples, tolerance, graph.judged_output_names(), repeats=options.judge.repeats,
+                    journal=journal, executor=executor, stop_early=stop_early)
     return graph, chosen, oracle
 
 
@@ -108,7 +106,8 @@ def _shared(options: Options, samples, tolerance: Tolerance, listener: Listener)
     shared: dict[str, Any] = {
         "input_shapes": sample_shapes(samples),
         "notify": listener.stage,  # tensorrt: ignored FP32 pins, the typing fallback, said once
-        "progress": listener.stage,  # the command backend says which command runs on which plan
+        # the command backend says which command runs on which plan (from several threads with --jobs)
+        "progress": one_line_at_a_time(listener.stage),
         "tolerance": tolerance.to_json(),  # ... and writes it into each plan's override file
     }
     return replace(options, **{k: v for k, v in shared.items() if getattr(options, k) is None})
@@ -169,46 +168,56 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
     start = time.perf_counter()
     graph, chosen, oracle = prepare(model, inputs, references, options, listener, defer_references=True)
     with chosen, oracle:  # the backend's resources and the oracle's workers live until the search ends
-        lacking = [s for s in oracle.samples if s.reference is None]
-        also = " and computing the FP32 references" if lacking else ""
-        with listener.timed(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s){also}"):
-            prof = profile(graph, oracle.samples)  # its FP32 run gives the references the samples lack
-            add_fp32_references(graph, oracle.samples, computed=lacking)
-        forced = prepare_samples(graph, oracle, prof, options.headroom, listener)
+        prof = _profiled(graph, oracle, listener)
+        stress = sample_order(oracle.samples, prof, listener.stage)
+        # the plan space: the nodes --headroom forces and --keep-fp32 keeps in every plan, --keep-fp16's in none,
+        # the blocks of --group-by; the search's view of the judge adds its fixed members to each plan
+        space, forced = forcing(graph, PlanSpace.of(graph), prof, options.headroom, oracle.samples, listener.stage)
         steer = constraints.resolve(graph, options.space.keep_fp32, options.space.keep_fp16)
-        # the candidates the search orders: the forced and the constrained nodes are not searched
-        order = constraints.steer(oracle, searched(prof, forced), steer, listener.stage)
-        found, picked, least = None, None, None
-        if prior_choice.wanted(options.strategy.prior, chosen) and options.space.group_by is None:
-            found = _prior(graph, oracle, order, listener, options)
+        space = constraints.steered(space, steer, listener.stage)
+        if options.space.grouping is not None:
+            space = blocks.grouped(graph, space, options.space.grouping, listener.stage)
+        judge, order = View(oracle, space, stress), space.ranked(prof)
+        found = None
+        if prior_choice.wanted(options.strategy.prior, chosen) and not space.blocks:
+            found = _prior(graph, judge, order, listener, options)
         # with a prior, the noise is measured on its set, the first plan the search evaluates (its build is kept)
         noise = build_noise(chosen, oracle.samples, options.tolerance, options.judge.noise_ok, listener, oracle.journal,
                             plan=frozenset(found.fp32) if found is not None else frozenset())
         wanted = _wanted(graph, prof, options, chosen, oracle.samples, listener)
         try:
-            if options.accumulate == "fp16":
-                result, least = two_states(graph, chosen, oracle, listener, order, found, wanted, _search)
-            elif options.space.grouping is not None:
-                result, picked = _grouped(graph, chosen, oracle, listener, order, options.space.grouping)
+            if options.accumulate == "fp16":  # the FP32 set with the accumulators' marks fixed, then the marks
+                stage = judge.over(two_states.stored(graph, space, listener.stage))
+                first, least, picked = fp32_set(graph, stage, listener, order, found, wanted)
+                result = two_states.summed(graph, judge, first, listener, order)
             else:
-                result, least = _search(graph, chosen, oracle, listener, order, found, wanted)
+                result, least, picked = fp32_set(graph, judge, listener, order, found, wanted)
         except ToleranceUnreachable as e:
             raise constraints.unreachable(steer, e) from None
         result = with_forced(constraints.constrained(result, steer), forced)
         info = _backend_info(chosen, oracle, noise)
-        outcome = Outcome(graph, options.tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start,
-                          prior=found, output=options.output, backend_info=info, forced=forced,
-                          environment=chosen.environment(), evaluation_word=chosen.evaluation_word,
-                          headroom=options.headroom, accumulate=options.accumulate, minimum=least,
-                          constraints=steer, blocks=picked,
-                          shapes=shapes.coverage(graph, oracle.samples, options.backend_options.input_shapes))
-        outcome.overrides = overrides_json(outcome)
-        return outcome
+        return Outcome(graph, options.tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start,
+                       prior=found, output=options.output, backend_info=info, forced=forced,
+                       environment=chosen.environment(), evaluation_word=chosen.evaluation_word,
+                       headroom=options.headroom, accumulate=options.accumulate, minimum=least,
+                       constraints=steer, blocks=picked,
+                       shapes=shapes.coverage(graph, oracle.samples, options.backend_options.input_shapes))
 
 
-def _prior(graph, oracle, prof, listener, options: SearchOptions) -> Prior | None:
+def _profiled(graph, oracle, listener) -> Profile:
+    """The FP32 profile, its run giving the references the samples lack; a model that does not run (or whose FP32
+    outputs hold NaN) is a ``UsageError`` (the oracle's exit then leaves no journal: nothing was evaluated)."""
+    lacking = [s for s in oracle.samples if s.reference is None]
+    also = " and computing the FP32 references" if lacking else ""
+    with listener.timed(f"profiling FP32 activations of {len(graph.candidates)} candidate node(s){also}"):
+        prof = profile(graph, oracle.samples)  # its FP32 run gives the references the samples lack
+        add_fp32_references(graph, oracle.samples, computed=lacking)
+    return prof
+
+
+def _prior(graph, judge: View, prof, listener, options: SearchOptions) -> Prior | None:
     """The emulator's search (or its result, read back from this backend's journal when resuming)."""
-    journal = oracle.journal
+    journal = judge.journal
     if journal is not None and journal.prior is not None:
         listener.stage(f"prior: the emulator's result read from {journal.path} (not run again)")
         return Prior.from_json(journal.prior)
@@ -219,7 +228,7 @@ def _prior(graph, oracle, prof, listener, options: SearchOptions) -> Prior | Non
     if output:
         journaled = priors.PriorJournal(lambda header: journal_path(output, journal_key(header), prior=True),
                                         options.journal.restart, options.journal.retry_crashed)
-    found = priors.run(graph, backend, oracle, prof, listener, journaled)
+    found = priors.run(graph, backend, judge, prof, listener, journaled)
     if found is not None and journal is not None:
         journal.record_prior(found.to_json())
     return found
@@ -232,143 +241,6 @@ def _wanted(graph, prof, options: SearchOptions, chosen, samples, listener) -> m
         return None
     return minima.wanted(minima.AUTO if strategy.minimum is None else strategy.minimum, strategy.objective, graph, prof,
                          chosen, samples, listener.stage)
-
-
-def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted | None = None):
-    """The search's result (and, with ``minimum``, the smallest set's search: ``_least``); an all-FP32 plan that
-    fails or cannot be evaluated is an error said here."""
-    step = stepper(chosen, oracle, listener)
-    recheck = None if chosen.deterministic else lambda plan: oracle.evaluate(plan, 1).verdict
-    common = dict(
-        test_many=oracle.test_many if oracle.width > 1 else None,
-        width=oracle.width,
-    )
-    free = set(prof.order)  # without the --keep-fp16 nodes (and the forced ones)
-    ids = [n.id for n in graph.candidates if n.id in free and n.id not in oracle.forced]
-    if minimum is not None:  # said before the search, not after it
-        hitting_solver.require_solver(len(ids))
-    least = None
-    if prior is not None:
-        start = prior.fp32
-        if minimum is not None:
-            least = _least_on_prior(ids, prior, minimum, chosen.name, listener)
-            start = tuple(least.fp32) if least is not None else start
-        listener.stage(f"on the {chosen.name} backend: evaluating the emulator's {len(start)} node(s), then "
-                       "certifying each (or continuing from them if they fail)")
-        result = search(ids, oracle, order=prior.order, start=start, hooks=Hooks(
-            alternatives=Alternatives(graph, prior, oracle, listener), recheck=recheck, on_step=step),
-            **common)
-        listener.stage(agreement(result, chosen.name))
-    else:
-        listener.stage(f"searching on the {chosen.name} backend ({prof.suspects} suspect(s) first)")
-        result = search(ids, oracle, order=prof.order, suspects=prof.suspects,
-                        hooks=Hooks(reorder=ranking.reorder_by_effect(graph, chosen, oracle, prof, listener),
-                                    recheck=recheck, on_step=step), **common)
-        if minimum is not None and result.status == "found":
-
-            def certify(start, seen) -> SearchResult:  # steps already evaluated are not said again
-                def said(s: Step, progress: dict) -> None:
-                    if s.plan | oracle.forced not in seen:
-                        step(s, progress)
-
-                return search(ids, oracle, order=prof.order, start=start,
-                              hooks=Hooks(recheck=recheck, on_step=said), **common)
-
-            result, least = _least(ids, oracle, prof.order, result, minimum, chosen.name, listener, certify)
-    said = {frozenset(m for m in oracle.forced if is_mark(m)): "the all-FP16 plan",
-            **({frozenset(prior.fp32): "the emulator's set"} if prior else {})}
-    for plan, what in said.items():
-        evaluation = oracle.memo.get(plan)
-        if evaluation is not None and evaluation.reason is not None:
-            listener.stage(f"{what} could not be evaluated on the {chosen.name} backend ({evaluation.reason.kind}: "
-                           f"{evaluation.error.splitlines()[0]}); the search went on around it, not counting it")
-    if result.status == "fp32_fails":
-        _refuse_fp32_fails(ids, chosen, oracle)
-    return result, least
-
-
-def _grouped(graph, chosen, oracle, listener, prof, how: blocks.Grouping):
-    """``--group-by``: the blocks to keep in FP32, then the nodes inside them (``strategy/blocks.py``)."""
-    free = set(prof.order)
-    ids = [n.id for n in graph.candidates if n.id in free and n.id not in oracle.forced]
-    grouped = blocks.blocks(graph, ids, how)
-    lone = sum(1 for b, nodes in grouped.items() if nodes == (b,))
-    listener.stage(f"--group-by {how}: {len(ids)} candidate(s) in {len(grouped)} block(s)"
-                   + (f" ({lone} node(s) {'outside any function call' if how.kind == blocks.FUNCTION else 'with no scope'}, "
-                      "each its own block)" if lone else "")
-                   + "; searching the blocks to keep in FP32, then the nodes inside them")
-    step = stepper(chosen, oracle, listener)
-    result, picked = blocks.search_blocks(grouped, oracle, prof.order, prof.suspects, step, width=oracle.width,
-                                          reorder=ranking.reorder_by_effect(graph, chosen, oracle, prof, listener),
-                                          test_many=oracle.test_many if oracle.width > 1 else None)
-    if result.status == "fp32_fails":
-        _refuse_fp32_fails(ids, chosen, oracle)
-    return result, picked
-
-
-def _least_on_prior(ids, prior: Prior, minimum: minima.Wanted, judge: str, listener) -> minima.Least | None:
-    """``--minimum`` on an expensive judge: the loop on the emulator's oracle, its set the start set to certify."""
-    if prior.oracle is None:
-        listener.stage("--minimum: the emulator's evaluations were read back, not kept (resuming): the judge "
-                       "certifies the emulator's 1-minimal set; rerun with --restart to search the minimum")
-        return None
-    listener.stage(f"--minimum: searching the {_what(minimum)} passing set on the emulator (up to "
-                   f"{minima.budget(minimum.setting, prior.evaluations)} evaluation(s))")
-    return minima.least(ids, prior.oracle, prior.order, prior.fp32, minimum, on=(LABEL, judge),
-                        evaluations=prior.evaluations, say=listener.stage)
-
-
-def _what(minimum: minima.Wanted) -> str:
-    return "cheapest (estimated cost)" if minimum.costs else "smallest"
-
-
-def _least(ids, oracle, order, first: SearchResult, minimum: minima.Wanted, judge: str, listener, certify):
-    """``--minimum`` on the judge itself: the loop on its oracle, seeded with the search's evaluations; a smaller set
-    is certified (``certify(start)``: each single removal evaluated). The result counts every evaluation."""
-    before = len(oracle.history)
-    listener.stage(f"--minimum: searching the {_what(minimum)} passing set (up to "
-                   f"{minima.budget(minimum.setting, first.evaluations)} evaluation(s))")
-    least = minima.least(ids, oracle, order, first.fp32, minimum, on=(judge, judge), evaluations=first.evaluations,
-                         say=listener.stage)
-    result, phases, looped = first, {}, len(oracle.history) - before
-    if least is not None and least.fp32 != frozenset(first.fp32):
-        again = certify(least.fp32, set(oracle.memo))
-        least = least.certified(again.fp32)  # a removal passing refutes the loop's proof
-        phases = {s.plan: s.phase for s in again.trace}
-        result = replace(again, contradictions=first.contradictions + again.contradictions, agreed=None, added=(),
-                         dropped=())
-    steps = [Step(len(first.trace) + i, e.plan - oracle.forced, e.verdict, "minimum" if i <= looped else
-                  phases.get(e.plan - oracle.forced, "minimality"), first.rounds + i)
-             for i, e in enumerate(oracle.history[before:], 1)]  # the loop's and the certification's, in order
-    return replace(result, trace=first.trace + steps, evaluations=first.evaluations + len(steps),
-                   rounds=first.rounds + len(steps)), least
-
-
-def _refuse_fp32_fails(ids, chosen, oracle) -> None:
-    """The all-FP32 plan (of the searched ``ids``) failed: bad input (it could not be evaluated), or a tolerance
-    even FP32 misses."""
-    everything = oracle.memo[frozenset(ids) | oracle.forced]
-    if everything.reason is not None:
-        raise UsageError(f"the all-FP32 plan could not be {chosen.evaluation_word} on the {chosen.name} backend: "
-                         f"{everything.error}")
-    if not everything.metrics:  # judged by a command's exit code: no numbers, only what it said
-        raise ToleranceUnreachable(
-            f"the command judged even the all-FP32 plan failing ({everything.detail}): check the command "
-            "(fp16bisect search --keep-plans keeps each plan's files, stdout.txt and stderr.txt to run it by hand)"
-        )
-    raise ToleranceUnreachable(unreachable(chosen.name, everything, oracle.tolerance))
-
-
-def unreachable(backend: str, everything, tolerance) -> str:
-    """What a search and a check say when the all-FP32 plan (``everything``, with metrics) misses the tolerance."""
-    worst = max((m for m in everything.metrics if not m.passed), key=lambda m: m.excess)
-    fix = (
-        "check --reference and the inputs"
-        if worst.nonfinite or worst.excess <= 1  # NaN/inf, or a cosine/mismatch rule failed
-        else "give --atol above 0 or check --reference" if math.isinf(worst.excess)  # FP32 differs where it is 0
-        else f"loosen --atol/--rtol by at least {worst.excess:.3g}x or check --reference"
-    )
-    return f"the tolerance is unreachable even in FP32 on the {backend} backend: {worst.why(tolerance)}; {fix}"
 
 
 def _backend_info(chosen, oracle, noise) -> dict:

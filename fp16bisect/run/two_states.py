@@ -1,6 +1,8 @@
 """``--accumulate fp16``'s search: the FP32 set first (every other accumulator in FP32 accumulation), then the
-accumulators that need FP32 accumulation, the FP32 set pinned; the answer checked as a whole on the judge. The
-algorithm sees plain sets: the oracle's ``forced`` members carry the marks (``model/plan_states.py``).
+accumulators that need FP32 accumulation, the FP32 set pinned; the answer checked as a whole on the judge. Each stage
+is a plan space (``evaluation/space.py``): the marks (``model/plan_states.py``) fixed in the first (``stored``), the
+FP32 set fixed and the marks the candidates in the second (``summed``), so the algorithm sees plain sets and the
+first stage can be any search of the FP32 set (from the emulator's set, by blocks, then ``--minimum``'s).
 """
 
 from __future__ import annotations
@@ -9,59 +11,53 @@ from dataclasses import replace
 
 from fp16bisect.algorithm.progress import Phase
 from fp16bisect.algorithm.search import Hooks, SearchResult, Step, search
+from fp16bisect.evaluation.space import PlanSpace, View
 from fp16bisect.model.plan_states import accumulates, accumulating
+from fp16bisect.run.outcome import stepper
 
 
-def two_states(graph, chosen, oracle, listener, prof, prior, minimum, first_search):
-    """``--accumulate fp16``'s answer, today's search run twice over the same oracle (the algorithm sees plain
-    sets): first the FP32 set S with every accumulator not in a plan in FP32 accumulation (the marks added to
-    every plan, as --headroom's forced nodes are), so that each member of S is 1-minimal against its removal
-    to FP32 accumulation; then, S pinned, the 1-minimal set T of the other accumulators to keep in FP32
-    accumulation, every plan judged with FP16 sums elsewhere. The answer is S and T's marks: the plan the
-    second search saw pass (or S alone, when S passes with FP16 sums). ``--minimum`` applies to the FP32 set
-    (the first search, ``first_search``: the pipeline's search); returns the result and that smallest set's
-    search."""
-    pinned = oracle.forced
-    accumulators = [n.id for n in graph.candidates if accumulates(n.op_type, n.domain) and n.id not in pinned]
-    listener.stage(f"--accumulate fp16: first the FP32 set with the {len(accumulators)} accumulating node(s) "
-                   "adding in FP32 (FP32 accumulation), then the accumulators that need it")
-    oracle.forced = pinned | frozenset(accumulating(a) for a in accumulators)
-    try:
-        first, least = first_search(graph, chosen, oracle, listener, prof, prior, minimum)
-        kept = frozenset(first.fp32)
-        marks = [accumulating(a) for a in sorted(accumulators, key=_rank(prof)) if a not in kept]
-        if not marks:  # every accumulator in FP32: the FP32 set, judged once without marks as the answer is
-            oracle.forced = pinned
-            oracle.evaluate(kept)
-            return first, least
-        oracle.forced = pinned | kept
-        listener.stage(f"searching which of {len(marks)} accumulator(s) need FP32 accumulation, the "
-                       f"{len(kept)} FP32 node(s) pinned")
-        step = stepper(chosen, oracle, listener, after=first.evaluations)  # numbered after the first stage's
-        recheck = None if chosen.deterministic else lambda plan: oracle.evaluate(plan, 1).verdict
-        second = search(marks, oracle, hooks=Hooks(recheck=recheck, on_step=step),
-                        test_many=oracle.test_many if oracle.width > 1 else None, width=oracle.width)
-    finally:
-        oracle.forced = pinned
+def stored(graph, space: PlanSpace, say) -> PlanSpace:
+    """The first stage's plan space: ``space`` with every accumulator not fixed in FP32 accumulation in every
+    plan, so that each member of the FP32 set found over it is 1-minimal against its removal to FP32 accumulation."""
+    accumulators = _accumulators(graph, space)
+    say(f"--accumulate fp16: first the FP32 set with the {len(accumulators)} accumulating node(s) adding in FP32 "
+        "(FP32 accumulation), then the accumulators that need it")
+    return space.fixing(accumulating(a) for a in accumulators)
+
+
+def summed(graph, judge: View, first: SearchResult, listener, prof) -> SearchResult:
+    """``--accumulate fp16``'s answer from ``first`` (the FP32 set S, searched over ``stored``'s space): S pinned,
+    the 1-minimal set T of the other accumulators to keep in FP32 accumulation (``judge``: the oracle over the plan
+    space without the marks), every plan judged with FP16 sums elsewhere. The answer is S and T's marks: the plan
+    the second search saw pass (or S alone, when S passes with FP16 sums), each FP32 node then checked in it
+    (``_certified``)."""
+    accumulators = _accumulators(graph, judge.space)
+    kept = frozenset(first.fp32)
+    marks = [accumulating(a) for a in sorted(accumulators, key=_rank(prof)) if a not in kept]
+    if not marks:  # every accumulator in FP32: the FP32 set, judged once without marks as the answer is
+        judge.evaluate(kept)
+        return first
+    listener.stage(f"searching which of {len(marks)} accumulator(s) need FP32 accumulation, the "
+                   f"{len(kept)} FP32 node(s) pinned")
+    sums = judge.over(PlanSpace(tuple(marks), judge.space.fixed | kept))
+    step = stepper(sums, listener, after=first.evaluations)  # numbered after the first stage's
+    recheck = None if sums.backend.deterministic else lambda plan: sums.evaluate(plan, 1).verdict
+    second = search(marks, sums, hooks=Hooks(recheck=recheck, on_step=step),
+                    test_many=sums.test_many if sums.width > 1 else None, width=sums.width)
     result = _composed(first, second)
     if first.fp32:  # the all-FP16 plan with FP16 sums, the baseline the result shows (the searches never ran it)
-        oracle.evaluate(frozenset())
-        result = _certified(result, kept, frozenset(accumulators), oracle, stepper(chosen, oracle, listener))
-    return result, least
+        judge.evaluate(frozenset())
+        result = _certified(result, kept, frozenset(accumulators), judge, stepper(judge, listener))
+    return result
 
 
-def stepper(chosen, oracle, listener, after: int = 0):
-    """What a search calls after each evaluation: the listener's progress line, numbered ``after`` evaluations on
-    (a later stage of one search), saying whether the journal replayed it."""
-    def step(step: Step, progress: dict) -> None:
-        listener.step(replace(step, index=after + step.index) if after else step,
-                      {**progress, "backend": chosen.name, "replayed": (step.plan | oracle.forced) in oracle.replayed})
-
-    return step
+def _accumulators(graph, space: PlanSpace) -> list:
+    """The summing candidates not fixed in ``space`` (a ``--keep-fp16`` node among them: it may still add in FP32)."""
+    return [n.id for n in graph.candidates if accumulates(n.op_type, n.domain) and n.id not in space.fixed]
 
 
-def _certified(result: SearchResult, kept: frozenset, accumulators: frozenset, oracle, step) -> SearchResult:
-    """``_two_states``'s answer with each FP32 node checked in the answer itself, on the judge: removed (to FP16,
+def _certified(result: SearchResult, kept: frozenset, accumulators: frozenset, judge: View, step) -> SearchResult:
+    """``summed``'s answer with each FP32 node checked in the answer itself, on the judge: removed (to FP16,
     its sums in FP16) and, for an accumulator, demoted to FP32 accumulation, the rest of the answer as it is. The
     first search saw each removal fail with every other accumulator adding in FP32, which implies these only for
     a monotone judge. A check that passes makes the answer not minimal; one that cannot be evaluated leaves its
@@ -69,14 +65,15 @@ def _certified(result: SearchResult, kept: frozenset, accumulators: frozenset, o
     answer = frozenset(result.fp32)
     checks = [(m, answer - {m}) for m in sorted(kept)]
     checks += [(m, (answer - {m}) | {accumulating(m)}) for m in sorted(kept & accumulators)]
-    before, trace, passing, unknown = len(oracle.history), list(result.trace), [], []
+    before, trace, passing, unknown = len(judge.history), list(result.trace), [], []
     for member, plan in checks:
-        verdict = oracle(plan)
+        verdict = judge(plan)
         passing += [member] if verdict else []
         unknown += [member] if verdict is None else []
-    for evaluation in oracle.history[before - 1:]:  # the baseline, then the checks the memo did not hold
-        phase: Phase = "precondition" if not evaluation.plan - oracle.forced else "minimality"
-        trace.append(Step(len(trace) + 1, evaluation.plan - oracle.forced, evaluation.verdict, phase, len(trace) + 1))
+    for evaluation in judge.history[before - 1:]:  # the baseline, then the checks the memo did not hold
+        plan = judge.space.chosen(evaluation.plan)
+        phase: Phase = "precondition" if not plan else "minimality"
+        trace.append(Step(len(trace) + 1, plan, evaluation.verdict, phase, len(trace) + 1))
         step(trace[-1], {"searching": len(answer), "found": len(answer), "estimate_left": 0})
     said = (f"; in the answer itself, with FP16 sums, {len(checks)} check(s) of its FP32 nodes (each removed, each "
             f"accumulator also demoted to FP32 accumulation)")
@@ -98,7 +95,7 @@ def _rank(prof):
 
 
 def _composed(first: SearchResult, second: SearchResult) -> SearchResult:
-    """One result of the two searches of ``_two_states``: the FP32 set, then the accumulators' marks."""
+    """One result of the two searches of ``summed``: the FP32 set, then the accumulators' marks."""
     found = first.status == "found" or second.status == "found"
     stored = ("none needed (every node in FP16 storage, the accumulators adding in FP32, passed: evaluation 1)"
               if first.status == "fp16_passes" else

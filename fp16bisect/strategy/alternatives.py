@@ -16,9 +16,11 @@ result.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from fp16bisect.algorithm.search import search
 from fp16bisect.evaluation.oracle import Oracle
+from fp16bisect.evaluation.space import View
 from fp16bisect.strategy.prior import Prior
 
 
@@ -39,13 +41,12 @@ class Alternatives:
     ROUNDS = 3  # the one-member round, then two guesses: each costs an evaluation on the judge
     RETRIES = 3  # guesses the emulator cannot pass with (or answers as before) in a round, before giving up
 
-    def __init__(self, graph, prior: Prior, judge: Oracle, listener):
-        """From the ``judge`` (the expensive backend's oracle): its samples, tolerance and outputs; the nodes it
-        keeps in FP32 in every plan (``--headroom``), never searched; its sample order. A resumed search's
-        emulator gets the last two, as the fresh prior's had them."""
+    def __init__(self, graph, prior: Prior, judge: View, listener):
+        """From the ``judge`` (the expensive backend's oracle, over the plan space searched): its samples,
+        tolerance and outputs, its plan space (the fixed members in every plan, never searched) and its sample
+        order. A resumed search's emulator gets the last two, as the fresh prior's had them."""
         self.graph, self.prior, self.listener = graph, prior, listener
-        self.samples, self.tolerance, self.outputs = judge.samples, judge.tolerance, judge.outputs
-        self.forced, self.stress = frozenset(judge.forced), list(judge.stress)
+        self.judge = judge
         self.needed: set = set()  # members the emulator cannot do without: not suspected
         self.offered: set = {frozenset(prior.fp32)}
         self.rounds = 0
@@ -68,18 +69,16 @@ class Alternatives:
                             f"emulator evaluation(s) in {seconds:.1f} s")
         return ranked
 
-    def _oracle(self) -> Oracle:
+    def _oracle(self) -> View:
         """The prior's own: its memo (and journal) already hold each S - {m}; when the prior was read back from
-        the judge's journal (resumed), a fresh emulator, with the same verdicts: the same nodes forced, the same
+        the judge's journal (resumed), a fresh emulator, with the same verdicts: the same plan space, the same
         sample order."""
         if self.prior.oracle is None:
             from fp16bisect.backends.emulate import EmulateBackend
 
-            oracle = Oracle(EmulateBackend(self.graph), self.samples, self.tolerance, self.outputs)
-            oracle.forced = self.forced
-            if self.stress:
-                oracle.prefer(self.stress)
-            self.prior.oracle = oracle
+            judge = self.judge
+            self.prior.oracle = replace(judge, oracle=Oracle(EmulateBackend(self.graph), judge.samples,
+                                                             judge.tolerance, judge.outputs))
         return self.prior.oracle
 
     def _record(self, found: int, evaluations: int, seconds: float) -> None:
@@ -122,10 +121,9 @@ class Alternatives:
         return []
 
     def _answer(self, oracle, avoid: frozenset) -> frozenset | None:
-        """The emulator's answer with ``avoid`` in FP16, from S without them; None if it cannot pass so. The nodes
-        the oracle forces to FP32 (``--headroom``) are in every plan and never searched, as in the prior's search."""
-        free = set(self.prior.order)  # the searched candidates: without --keep-fp16 nodes
-        ids = [n.id for n in self.graph.candidates if n.id in free and n.id not in avoid and n.id not in oracle.forced]
+        """The emulator's answer with ``avoid`` in FP16, from S without them; None if it cannot pass so. The plan
+        space's fixed members are in every plan and never searched, as in the prior's search."""
+        ids = [c for c in oracle.space.candidates if c not in avoid]
         result = search(ids, oracle, order=[c for c in self.prior.order if c not in avoid],
                         start=[c for c in self.prior.fp32 if c not in avoid])
         return frozenset(result.fp32) if result.status == "found" else None

@@ -2,9 +2,11 @@
 
 A block is the candidates under one node-name scope (``/encoder/layer.3/`` of ``/encoder/layer.3/attention/MatMul``,
 cut at DEPTH path components; without DEPTH, the node's whole scope); a node with no scope in its name is a block of
-its own. The first search runs over block ids, a block's plan being all its candidate nodes in FP32 (the oracle
-wrapped: ``algorithm/search.py`` sees plain sets); the second over the nodes of the blocks it chose, every other
-block in FP16. The answer is 1-minimal over nodes all the same: each of its single removals was seen to fail.
+its own. The blocks are part of the plan space (``grouped``: ``evaluation/space.py``), so they compose with what
+else it holds (the fixed nodes, ``--accumulate fp16``'s marks). The first search runs over block ids, a block's plan
+being all its candidate nodes in FP32 (``algorithm/search.py`` sees plain sets); the second over the nodes of the
+blocks it chose, every other block in FP16. The answer is 1-minimal over nodes all the same: each of its single
+removals was seen to fail, so ``--minimum`` can start from it as from any 1-minimal set.
 ``--group-by function``: a block is the nodes inlined from one call of an ONNX local function in the model's graph
 (a nested call belongs to its outermost call; ``model/functions.py``), a node outside any call a block of its own.
 """
@@ -12,9 +14,11 @@ block in FP16. The answer is 1-minimal over nodes all the same: each of its sing
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Mapping
 
 from fp16bisect.algorithm.search import Hooks, SearchResult, search
 from fp16bisect.errors import UsageError
+from fp16bisect.evaluation.space import PlanSpace, View
 
 SCOPE, FUNCTION = "scope", "function"
 
@@ -83,24 +87,36 @@ class Chosen:
                 for name, nodes in self.blocks.items()]
 
 
-def search_blocks(grouped: dict[str, tuple], test, order, suspects: int, step, reorder=None,
-                  **common) -> tuple[SearchResult, Chosen | None]:
-    """The block search, then the node search inside the blocks it chose: one result over nodes (evaluations,
-    rounds and trace of both; the block steps' plans as their nodes). ``test``: the oracle; ``order``: the nodes,
-    most suspicious first, the first ``suspects`` flagged (a block ranks as its most suspicious node, and is a
-    suspect when it holds one); ``step(step, progress)``: each step said; ``reorder()``: the nodes ranked by measured
-    effect, asked once when no suspect explains a failure (blocks then rank as their best-ranked node)."""
+def grouped(graph, space: PlanSpace, how: Grouping, say) -> PlanSpace:
+    """``space`` searched by the blocks of its candidates (``blocks``) first; says how many."""
+    found = blocks(graph, space.candidates, how)
+    lone = sum(1 for b, nodes in found.items() if nodes == (b,))
+    say(f"--group-by {how}: {len(space.candidates)} candidate(s) in {len(found)} block(s)"
+        + (f" ({lone} node(s) {'outside any function call' if how.kind == FUNCTION else 'with no scope'}, "
+           "each its own block)" if lone else "")
+        + "; searching the blocks to keep in FP32, then the nodes inside them")
+    return space.grouped(found)
+
+
+def search_blocks(judge: View, order, suspects: int, step, reorder=None) -> tuple[SearchResult, Chosen | None]:
+    """The block search over ``judge.space.blocks``, then the node search inside the blocks it chose: one result
+    over nodes (evaluations, rounds and trace of both; the block steps' plans as their nodes). ``judge``: the
+    oracle's view over the plan space; ``order``: the nodes, most suspicious first, the first ``suspects`` flagged
+    (a block ranks as its most suspicious node, and is a suspect when it holds one); ``step(step, progress)``: each
+    step said; ``reorder()``: the nodes ranked by measured effect, asked once when no suspect explains a failure
+    (blocks then rank as their best-ranked node)."""
+    grouped = judge.space.blocks
     rank = {node: i for i, node in enumerate(order)}
     names = sorted(grouped, key=lambda b: min(rank.get(n, len(rank)) for n in grouped[b]))
     flagged = set(order[:suspects])
     nodes_of = lambda plan: frozenset(n for b in plan for n in grouped[b])  # noqa: E731
     ranked = _once(reorder)
-    first = search(list(grouped), lambda plan: test(nodes_of(plan)), order=names,
+    many = judge.test_many if judge.width > 1 else None
+    first = search(list(grouped), lambda plan: judge(nodes_of(plan)), order=names,
                    suspects=sum(1 for b in names if flagged & set(grouped[b])), hooks=Hooks(
         reorder=(lambda: _blocks_by(ranked(), grouped)) if ranked else None,
         on_step=lambda s, progress: step(replace(s, plan=nodes_of(s.plan)), progress)),
-        test_many=(lambda plans: common["test_many"]([nodes_of(p) for p in plans])) if common.get("test_many")
-        else None, width=common.get("width", 1))
+        test_many=(lambda plans: many([nodes_of(p) for p in plans])) if many else None, width=judge.width)
     first = replace(first, trace=[replace(s, plan=nodes_of(s.plan)) for s in first.trace])
     unscoped = sum(1 for b, nodes in grouped.items() if len(nodes) == 1 and nodes[0] == b)
     if first.status != "found":
@@ -116,8 +132,9 @@ def search_blocks(grouped: dict[str, tuple], test, order, suspects: int, step, r
             seen.add(s.plan)
             step(replace(s, index=first.evaluations + len(new)), progress)
 
-    second = search(inside, test, order=inside, suspects=len(flagged & set(inside)), hooks=Hooks(
-        reorder=(lambda: [n for n in ranked() if n in set(inside)]) if ranked else None, on_step=said), **common)
+    second = search(inside, judge, order=inside, suspects=len(flagged & set(inside)), hooks=Hooks(
+        reorder=(lambda: [n for n in ranked() if n in set(inside)]) if ranked else None, on_step=said),
+        test_many=many, width=judge.width)
     trace = [replace(s, index=first.evaluations + new.index(s.plan) + 1) for s in second.trace if s.plan in new]
     how = (f"{second.minimality}, over the nodes of the {len(chosen.blocks)} block(s) chosen (of {len(grouped)}: "
            f"1-minimal over blocks, evaluations 1-{first.evaluations}), every other block in FP16")
@@ -141,6 +158,6 @@ def _once(reorder):
     return ranked
 
 
-def _blocks_by(nodes: list, grouped: dict[str, tuple]) -> list:
+def _blocks_by(nodes: list, grouped: Mapping[str, tuple]) -> list:
     rank = {node: i for i, node in enumerate(nodes)}
     return sorted(grouped, key=lambda b: min(rank.get(n, len(rank)) for n in grouped[b]))

@@ -3,7 +3,7 @@
 A pattern is a Python regular expression matched whole (``re.fullmatch``) against a candidate's node id, so a plain
 node id is a pattern matching itself (as ``apply --keep-fp32 NODE`` takes it); ``op:TYPE`` matches the candidates
 whose op type matches ``TYPE`` whole (``op:LayerNormalization``, ``op:(Softmax|ReduceMean)``). ``--keep-fp32``
-nodes are in FP32 in every plan (added to each plan, as ``--headroom``'s forced nodes are) and not searched;
+nodes are in FP32 in every plan (fixed in the plan space, as ``--headroom``'s forced nodes are) and not searched;
 ``--keep-fp16`` nodes are never in FP32: they leave the candidates the search may pin, so its all-FP32 plan is every
 free node in FP32 (under ``--accumulate fp16`` they may still be in FP32 accumulation). The search minimises over
 the free nodes: the rest.
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from fp16bisect.algorithm.search import SearchResult
 from fp16bisect.errors import UsageError
+from fp16bisect.evaluation.space import PlanSpace
 
 OP = "op:"  # a pattern on op types, not node ids
 
@@ -122,16 +123,15 @@ def constrained(result: SearchResult, constraints: Constraints) -> SearchResult:
                    minimality=f"{result.minimality}; {free}")
 
 
-def steer(oracle, prof, constraints: Constraints, say):
-    """Hand the oracle the ``--keep-fp32`` nodes (in every plan) and return the profile the search orders its
-    candidates by, without the constrained nodes (not searched); says both."""
+def steered(space: PlanSpace, constraints: Constraints, say) -> PlanSpace:
+    """``space`` with the ``--keep-fp32`` nodes in every plan and the ``--keep-fp16`` nodes in none (neither
+    searched); says both."""
     if not constraints:
-        return prof
+        return space
     kept, never = constraints.fp32, constraints.fp16
-    oracle.forced = oracle.forced | frozenset(kept)
     say(f"constraints: {len(kept)} node(s) kept in FP32 in every plan, {len(never)} never in FP32 "
         f"({constraints.named()}); the search minimises over the other nodes")
-    return replace(prof, risks=[r for r in prof.risks if r.node not in never and r.node not in set(kept)])
+    return space.fixing(kept).without(never)
 
 
 def unreachable(constraints: Constraints, error: Exception) -> Exception:

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fp16bisect.algorithm.search import Hooks, search
 from fp16bisect.evaluation.journal import Journal
 from fp16bisect.evaluation.oracle import Oracle
+from fp16bisect.evaluation.space import View
 from fp16bisect.strategy import ranking
 
 LABEL = "emulate (prior)"
@@ -45,7 +46,7 @@ class Prior:
     journal: str = ""
     replayed: bool = False  # read back from the expensive backend's journal: the emulator did not run
     alternatives: dict = field(default_factory=dict)  # when S failed on the judge: how the alternatives were made
-    oracle: Oracle | None = field(default=None, repr=False, compare=False)  # the emulator's (None when replayed)
+    oracle: View | None = field(default=None, repr=False, compare=False)  # the emulator's (None when replayed)
 
     def to_json(self) -> dict:
         return {"backend": "emulate", "status": self.status, "fp32": list(self.fp32), "order": list(self.order),
@@ -69,18 +70,16 @@ class PriorJournal:
     retry_crashed: bool = False
 
 
-def run(graph, backend, judge: Oracle, prof, listener, journaled: PriorJournal | None = None) -> Prior | None:
-    """The search on the emulator (``backend``), as a prior for the search ``judge`` evaluates for: the same
-    samples, tolerance and outputs; journaled as ``journaled`` says (None: not journaled). None when even all-FP32
-    misses the tolerance there (the expensive backend may still reach it: it searches alone then)."""
+def run(graph, backend, judge: View, prof, listener, journaled: PriorJournal | None = None) -> Prior | None:
+    """The search on the emulator (``backend``), as a prior for the search ``judge`` (the expensive backend's oracle,
+    over the plan space searched) evaluates for: the same samples in the same order, tolerance, outputs and plan
+    space; journaled as ``journaled`` says (None: not journaled). None when even all-FP32 misses the tolerance there
+    (the expensive backend may still reach it: it searches alone then)."""
     start = time.perf_counter()
     samples, tolerance, outputs = judge.samples, judge.tolerance, judge.outputs
     journal = _journal(judge, backend, listener, journaled)
-    oracle = Oracle(backend, samples, tolerance, outputs, journal=journal)
-    oracle.prefer(judge.stress)  # the same samples, most stressing first; the same nodes forced (--headroom)
-    oracle.forced = judge.forced
-    free = set(prof.order)  # the searched candidates: without --keep-fp16 nodes
-    ids = [n.id for n in graph.candidates if n.id in free and n.id not in judge.forced]
+    oracle = replace(judge, oracle=Oracle(backend, samples, tolerance, outputs, journal=journal))
+    ids = list(judge.space.candidates)
     listener.stage(f"prior: measuring the output error each of {len(ids)} candidate(s) causes alone in FP16 "
                    "(emulate backend)")
     measured = ranking.effects(backend, samples, tolerance, outputs, ids)
@@ -90,13 +89,13 @@ def run(graph, backend, judge: Oracle, prof, listener, journaled: PriorJournal |
     result = search(ids, oracle, order=order, suspects=prof.suspects,
                     hooks=Hooks(reorder=lambda: ranking.by_effect(prof.order, measured),
                                 on_step=lambda step, progress: listener.step(
-                                    step, {**progress, "backend": LABEL, "replayed": step.plan in oracle.replayed})))
+                                    step, {**progress, "backend": LABEL, "replayed": oracle.replayed(step.plan)})))
     if result.status == "fp32_fails":
         listener.stage("prior: even all-FP32 misses the tolerance on the emulator; searching on the backend alone")
         return None
     seconds = time.perf_counter() - start
     found = list(result.fp32)
-    fp16 = oracle.memo.get(frozenset())
+    fp16 = oracle.memo.get(frozenset())  # the all-FP16 plan itself (with fixed members, another plan)
     evaluations = len(oracle.history)  # distinct plans on the emulator
     prior = Prior(tuple(found), ranking.prior_order(found, prof, measured), result.status, evaluations, seconds,
                   result.minimal, fp16.to_json() if fp16 else {}, str(journal.path) if journal else "",
@@ -106,7 +105,7 @@ def run(graph, backend, judge: Oracle, prof, listener, journaled: PriorJournal |
     return prior
 
 
-def _journal(judge: Oracle, backend, listener, journaled: PriorJournal | None):
+def _journal(judge: View, backend, listener, journaled: PriorJournal | None):
     """The prior's own journal at ``journaled.path(header)`` (None: not journaled), replayed when it holds
     evaluations; its header is the judge's (the same model, samples and tolerance), with the emulator and one run
     per plan."""

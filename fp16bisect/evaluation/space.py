@@ -1,0 +1,140 @@
+"""The plans one search chooses among (``PlanSpace``), and the judge as that search sees it (``View``).
+
+A ``PlanSpace`` is one frozen value: the candidates a search chooses among (node ids, or the FP32-accumulation marks
+of ``model/plan_states.py``), grouped into blocks under ``--group-by``, and the fixed members every plan holds (the
+nodes ``--headroom`` forces and ``--keep-fp32`` keeps in FP32, the marks a stage of ``--accumulate fp16`` fixes).
+Each mode makes the space it searches from the space it is given (``fixing``, ``without``, ``grouped``); none
+changes a space or the oracle.
+
+A ``View`` is an oracle over one space, its samples in one order: each plan it is asked gets the space's fixed
+members, and it says plans without them (``chosen``, ``known``, ``replayed``). The views of one oracle share its memo,
+journal and history, so a plan is evaluated once whichever view asks, and the journal records whole plans, fixed
+members included (as journals always have).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Mapping, Sequence
+
+from fp16bisect.evaluation.oracle import Evaluation, Oracle
+from fp16bisect.model.profile import Profile
+
+
+@dataclass(frozen=True)
+class PlanSpace:
+    """``candidates``: what a search chooses among, in graph order; ``fixed``: the members of every plan;
+    ``blocks``: under ``--group-by``, block name -> its candidates, in graph order (empty: no blocks)."""
+
+    candidates: tuple = ()
+    fixed: frozenset = frozenset()
+    blocks: Mapping[str, tuple] = field(default_factory=dict, hash=False)
+
+    @classmethod
+    def of(cls, graph) -> PlanSpace:
+        """Every candidate node of ``graph``, nothing fixed."""
+        return cls(tuple(n.id for n in graph.candidates))
+
+    def plan(self, chosen: Iterable) -> frozenset:
+        """The whole plan of ``chosen`` candidates: with the fixed members."""
+        return frozenset(chosen) | self.fixed
+
+    def chosen(self, plan: Iterable) -> frozenset:
+        """A whole plan as the search chose it: without the fixed members."""
+        return frozenset(plan) - self.fixed
+
+    def fixing(self, members: Iterable) -> PlanSpace:
+        """This space with ``members`` in every plan, no longer chosen."""
+        members = frozenset(members)
+        return replace(self.without(members), fixed=self.fixed | members)
+
+    def without(self, members: Iterable) -> PlanSpace:
+        """This space with ``members`` never chosen (nor fixed: in no plan)."""
+        gone = frozenset(members)
+        kept = {name: tuple(n for n in nodes if n not in gone) for name, nodes in self.blocks.items()}
+        blocks = {name: nodes for name, nodes in kept.items() if nodes}
+        return replace(self, candidates=tuple(c for c in self.candidates if c not in gone), blocks=blocks)
+
+    def grouped(self, blocks: Mapping[str, tuple]) -> PlanSpace:
+        """This space searched by ``blocks`` (each a tuple of its candidates) first."""
+        return replace(self, blocks=dict(blocks))
+
+    def ranked(self, prof: Profile) -> Profile:
+        """The FP32 profile the search orders its candidates by: only this space's."""
+        ids = set(self.candidates)
+        risks = [r for r in prof.risks if r.node in ids]
+        return prof if len(risks) == len(prof.risks) else replace(prof, risks=risks)
+
+
+@dataclass(frozen=True)
+class View:
+    """``oracle`` over ``space``, the samples tried in the ``stress`` order (most stressing first; empty: as given),
+    after those that failed a plan. Called, asked for evaluations and for what it knows, as an oracle is, with
+    plans without the fixed members."""
+
+    oracle: Oracle
+    space: PlanSpace = PlanSpace()
+    stress: tuple = ()
+
+    def over(self, space: PlanSpace) -> View:
+        """The same oracle, samples in the same order, over another space."""
+        return replace(self, space=space)
+
+    def __call__(self, plan) -> bool | None:
+        """The plan's verdict: True pass, False fail, None could not evaluate."""
+        return self.evaluate(plan).verdict
+
+    def evaluate(self, plan, recheck: int = 0) -> Evaluation:
+        return self.oracle.evaluate(self.space.plan(plan), recheck, stress=self.stress)
+
+    def evaluate_many(self, plans) -> list[Evaluation]:
+        return self.oracle.evaluate_many([self.space.plan(p) for p in plans], stress=self.stress)
+
+    def test_many(self, plans) -> list[bool | None]:
+        return [e.verdict for e in self.evaluate_many(plans)]
+
+    def known(self, plan) -> Evaluation | None:
+        """The evaluation of ``plan`` (without the fixed members), if there is one."""
+        return self.oracle.memo.get(self.space.plan(plan))
+
+    def replayed(self, plan) -> bool:
+        """Whether a journal replayed ``plan``'s evaluation (without the fixed members)."""
+        return self.space.plan(plan) in self.oracle.replayed
+
+    @property
+    def forced(self) -> frozenset:
+        """The members in every plan (``strategy/minimum.py`` reads the memo's plans without them)."""
+        return self.space.fixed
+
+    @property
+    def memo(self) -> Mapping[frozenset, Evaluation]:
+        """Every evaluation, by whole plan (fixed members included)."""
+        return self.oracle.memo
+
+    @property
+    def history(self) -> Sequence[Evaluation]:
+        return self.oracle.history
+
+    @property
+    def backend(self):
+        return self.oracle.backend
+
+    @property
+    def samples(self) -> list:
+        return self.oracle.samples
+
+    @property
+    def tolerance(self):
+        return self.oracle.tolerance
+
+    @property
+    def outputs(self) -> list:
+        return self.oracle.outputs
+
+    @property
+    def journal(self):
+        return self.oracle.journal
+
+    @property
+    def width(self) -> int:
+        return self.oracle.width

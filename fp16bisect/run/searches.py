@@ -1,0 +1,170 @@
+"""The FP32 set's search over one plan space, on the judge's view of it: from the emulator's set when there is a
+prior, by blocks when the space has them (``--group-by``), else flat from the FP32 profile's suspects; then
+``--minimum``'s smallest (or cheapest) passing set, certified like any start set. Each is a function of the view
+(``evaluation/space.py``), so ``--accumulate fp16``'s first stage (``two_states.py``) runs whichever applies.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from fp16bisect.algorithm.search import Hooks, SearchResult, Step, search
+from fp16bisect.errors import ToleranceUnreachable, UsageError
+from fp16bisect.evaluation.space import View
+from fp16bisect.run.outcome import stepper
+from fp16bisect.strategy import blocks, hitting_solver, ranking
+from fp16bisect.strategy import minimum as minima
+from fp16bisect.strategy.agreement import agreement
+from fp16bisect.strategy.alternatives import Alternatives
+from fp16bisect.strategy.blocks import Chosen
+from fp16bisect.strategy.prior import LABEL, Prior
+
+
+def fp32_set(graph, judge: View, listener, prof, prior: Prior | None,
+             minimum: minima.Wanted | None) -> tuple[SearchResult, minima.Least | None, Chosen | None]:
+    """The search's result over ``judge.space`` (``prof``: its FP32 profile, ranked over its candidates), the
+    smallest set's search with ``minimum``, and the blocks the block search kept (with blocks); an all-FP32 plan
+    that fails or cannot be evaluated is an error said here."""
+    ids = list(judge.space.candidates)
+    if minimum is not None:  # said before the search, not after it
+        hitting_solver.require_solver(len(ids))
+    least, picked = None, None
+    if prior is not None:
+        start = prior.fp32
+        if minimum is not None:
+            least = _least_on_prior(ids, prior, minimum, judge.backend.name, listener)
+            start = tuple(least.fp32) if least is not None else start
+        result = _from_prior(graph, judge, listener, prior, start)
+    elif judge.space.blocks:
+        result, picked = _grouped(graph, judge, listener, prof)
+    else:
+        result = _flat(graph, judge, listener, prof)
+    if minimum is not None and prior is None and result.status == "found":
+        result, least = _least(ids, judge, prof.order, result, minimum, listener)
+    said = {frozenset(): "the all-FP16 plan", **({frozenset(prior.fp32): "the emulator's set"} if prior else {})}
+    for plan, what in said.items():
+        evaluation = judge.known(plan)
+        if evaluation is not None and evaluation.reason is not None:
+            listener.stage(f"{what} could not be evaluated on the {judge.backend.name} backend "
+                           f"({evaluation.reason.kind}: {evaluation.error.splitlines()[0]}); the search went on "
+                           "around it, not counting it")
+    if result.status == "fp32_fails":
+        _refuse_fp32_fails(ids, judge)
+    return result, least, picked
+
+
+def _recheck(judge: View):
+    """A judge whose verdicts vary (engine builds): the final set evaluated once more, afresh."""
+    return None if judge.backend.deterministic else lambda plan: judge.evaluate(plan, 1).verdict
+
+
+def _many(judge: View):
+    return judge.test_many if judge.width > 1 else None
+
+
+def _from_prior(graph, judge: View, listener, prior: Prior, start) -> SearchResult:
+    """On an expensive judge: the emulator's set (or ``--minimum``'s on the emulator, ``start``) certified, or the
+    search continued from it, the emulator's alternatives offered when it fails."""
+    name = judge.backend.name
+    listener.stage(f"on the {name} backend: evaluating the emulator's {len(start)} node(s), then "
+                   "certifying each (or continuing from them if they fail)")
+    result = search(list(judge.space.candidates), judge, order=prior.order, start=start, hooks=Hooks(
+        alternatives=Alternatives(graph, prior, judge, listener), recheck=_recheck(judge),
+        on_step=stepper(judge, listener)), test_many=_many(judge), width=judge.width)
+    listener.stage(agreement(result, name))
+    return result
+
+
+def _flat(graph, judge: View, listener, prof) -> SearchResult:
+    """The search from the FP32 profile's suspects, ranking by measured effect when none explains a failure."""
+    listener.stage(f"searching on the {judge.backend.name} backend ({prof.suspects} suspect(s) first)")
+    return search(list(judge.space.candidates), judge, order=prof.order, suspects=prof.suspects,
+                  hooks=Hooks(reorder=ranking.reorder_by_effect(graph, judge.backend, judge, prof, listener),
+                              recheck=_recheck(judge), on_step=stepper(judge, listener)),
+                  test_many=_many(judge), width=judge.width)
+
+
+def _grouped(graph, judge: View, listener, prof) -> tuple[SearchResult, Chosen | None]:
+    """``--group-by``: the blocks to keep in FP32, then the nodes inside them (``strategy/blocks.py``)."""
+    return blocks.search_blocks(judge, prof.order, prof.suspects, stepper(judge, listener),
+                                reorder=ranking.reorder_by_effect(graph, judge.backend, judge, prof, listener))
+
+
+def _least_on_prior(ids, prior: Prior, minimum: minima.Wanted, judge: str, listener) -> minima.Least | None:
+    """``--minimum`` on an expensive judge: the loop on the emulator's oracle, its set the start set to certify."""
+    if prior.oracle is None:
+        listener.stage("--minimum: the emulator's evaluations were read back, not kept (resuming): the judge "
+                       "certifies the emulator's 1-minimal set; rerun with --restart to search the minimum")
+        return None
+    listener.stage(f"--minimum: searching the {_what(minimum)} passing set on the emulator (up to "
+                   f"{minima.budget(minimum.setting, prior.evaluations)} evaluation(s))")
+    return minima.least(ids, prior.oracle, prior.order, prior.fp32, minimum, on=(LABEL, judge),
+                        evaluations=prior.evaluations, say=listener.stage)
+
+
+def _what(minimum: minima.Wanted) -> str:
+    return "cheapest (estimated cost)" if minimum.costs else "smallest"
+
+
+def _least(ids, judge: View, order, first: SearchResult, minimum: minima.Wanted, listener):
+    """``--minimum`` on the judge itself: the loop on its oracle, seeded with the search's evaluations; a smaller set
+    is certified (``_certify``: each single removal evaluated). The result counts every evaluation."""
+    before, name = len(judge.history), judge.backend.name
+    listener.stage(f"--minimum: searching the {_what(minimum)} passing set (up to "
+                   f"{minima.budget(minimum.setting, first.evaluations)} evaluation(s))")
+    least = minima.least(ids, judge, order, first.fp32, minimum, on=(name, name), evaluations=first.evaluations,
+                         say=listener.stage)
+    result, phases, looped = first, {}, len(judge.history) - before
+    if least is not None and least.fp32 != frozenset(first.fp32):
+        again = _certify(ids, judge, order, least.fp32, listener)
+        least = least.certified(again.fp32)  # a removal passing refutes the loop's proof
+        phases = {s.plan: s.phase for s in again.trace}
+        result = replace(again, contradictions=first.contradictions + again.contradictions, agreed=None, added=(),
+                         dropped=())
+    steps = [Step(len(first.trace) + i, judge.space.chosen(e.plan), e.verdict, "minimum" if i <= looped else
+                  phases.get(judge.space.chosen(e.plan), "minimality"), first.rounds + i)
+             for i, e in enumerate(judge.history[before:], 1)]  # the loop's and the certification's, in order
+    return replace(result, trace=first.trace + steps, evaluations=first.evaluations + len(steps),
+                   rounds=first.rounds + len(steps)), least
+
+
+def _certify(ids, judge: View, order, start, listener) -> SearchResult:
+    """The search from ``start`` (each single removal evaluated); the steps already evaluated are not said again."""
+    seen, step = set(judge.memo), stepper(judge, listener)
+
+    def said(s: Step, progress: dict) -> None:
+        if judge.space.plan(s.plan) not in seen:
+            step(s, progress)
+
+    return search(ids, judge, order=order, start=start, hooks=Hooks(recheck=_recheck(judge), on_step=said),
+                  test_many=_many(judge), width=judge.width)
+
+
+def _refuse_fp32_fails(ids, judge: View) -> None:
+    """The all-FP32 plan (of the searched ``ids``) failed: bad input (it could not be evaluated), or a tolerance
+    even FP32 misses."""
+    everything = judge.known(frozenset(ids))
+    assert everything is not None  # the search evaluated it to end so
+    name = judge.backend.name
+    if everything.reason is not None:
+        raise UsageError(f"the all-FP32 plan could not be {judge.backend.evaluation_word} on the {name} backend: "
+                         f"{everything.error}")
+    if not everything.metrics:  # judged by a command's exit code: no numbers, only what it said
+        raise ToleranceUnreachable(
+            f"the command judged even the all-FP32 plan failing ({everything.detail}): check the command "
+            "(fp16bisect search --keep-plans keeps each plan's files, stdout.txt and stderr.txt to run it by hand)"
+        )
+    raise ToleranceUnreachable(unreachable(name, everything, judge.tolerance))
+
+
+def unreachable(backend: str, everything, tolerance) -> str:
+    """What a search and a check say when the all-FP32 plan (``everything``, with metrics) misses the tolerance."""
+    worst = max((m for m in everything.metrics if not m.passed), key=lambda m: m.excess)
+    fix = (
+        "check --reference and the inputs"
+        if worst.nonfinite or worst.excess <= 1  # NaN/inf, or a cosine/mismatch rule failed
+        else "give --atol above 0 or check --reference" if math.isinf(worst.excess)  # FP32 differs where it is 0
+        else f"loosen --atol/--rtol by at least {worst.excess:.3g}x or check --reference"
+    )
+    return f"the tolerance is unreachable even in FP32 on the {backend} backend: {worst.why(tolerance)}; {fix}"

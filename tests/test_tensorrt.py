@@ -165,6 +165,25 @@ def test_load_without_tensorrt_says_how_to_install(monkeypatch):
     )
 
 
+@pytest.mark.parametrize("first", ["", "import polygraphy.json, polygraphy.backend.trt; "])
+def test_load_points_polygraphy_at_tensorrt_rtx_whether_or_not_polygraphy_came_first(first):
+    """load() sets POLYGRAPHY_USE_TENSORRT_RTX=1 (the one place fp16bisect does) before Polygraphy is imported; when
+    Polygraphy came first (reading Polygraphy JSON samples imports it), its modules are pointed at TensorRT-RTX
+    anew. Either way a sample model builds through the adapter, in a fresh interpreter."""
+    import os
+
+    pytest.importorskip("tensorrt_rtx", reason="TensorRT-RTX is a test extra: pip install '.[test]'")
+    code = (f"import os, pathlib; {first}from fp16bisect.backends.tensorrt import engine, load; loaded = load.load(); "
+            "import polygraphy.config, polygraphy.datatype.tensorrt as types; "
+            "assert os.environ['POLYGRAPHY_USE_TENSORRT_RTX'] == '1' and polygraphy.config.USE_TENSORRT_RTX; "
+            "assert types.trt.__name__ == 'tensorrt_rtx', types.trt.__name__; "
+            f"assert engine.build(loaded, pathlib.Path({str(TRANSFORMER)!r}), engine.Settings(opt_level=0)).engine")
+    env = {k: v for k, v in os.environ.items() if k != "POLYGRAPHY_USE_TENSORRT_RTX"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+
+
 def test_load_reports_flavour_and_typing(trt):
     loaded = trt_load.load()
     assert (loaded.flavour, loaded.version, loaded.weakly_typed) == ("tensorrt", trt.__version__, True)
@@ -652,7 +671,7 @@ def test_real_tensorrt_rtx_builds_a_mixed_model_and_refuses_layer_precisions(rtx
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no DeprecationWarning from the timing-cache calls Polygraphy makes
         built = E.build(loaded, inline(mixed_model(graph, ["ln1_square"])).SerializeToString(), E.Settings(opt_level=0))
-    assert len(built.engine) > 0 and built.timing_cache is None and built.strongly_typed
+    assert len(built.engine) > 0 and built.timing_cache is None
     _b, net, _p = E.parse(loaded, TRANSFORMER.read_bytes())
     assert set(trt_pin.node_layers(net)) == {n.name for n in graph.nodes if n.op_type != "Constant"}
     with pytest.raises(UsageError, match="strongly typed.*fp16bisect apply"):

@@ -1,22 +1,12 @@
 """Real TensorRT engine builds: a plan (candidate ids kept in FP32) -> model outputs.
 
-Strongly typed (the default, ``typing="strong"``): the plan's mixed-precision
-ONNX (``artifacts/mixed.py``) is built with the types it carries, on TensorRT
-11 and TensorRT-RTX (always strongly typed) and on 10.x through
-``NetworkDefinitionCreationFlag.STRONGLY_TYPED`` (TensorRT 9.0+, see
-``api.py``). Weakly typed (``typing="weak"``, 10.x only, and the fallback on a
-TensorRT without the flag): the original model is built with FP16 enabled,
-precision constraints obeyed and the plan's nodes pinned to FP32 through layer
-metadata (``pin.py``); TensorRT may ignore such pins where it fuses layers
-(NVIDIA/TensorRT#3889, #4505), so every weakly typed engine is inspected and a
-plan whose pins did not take effect is not evidence (``PinsIgnored``, counted
-like a failed build).
-
-Builds are slow and not deterministic (tactic timing), so: one timing cache
-for every build of a search, saved after each build; engines memoised by plan
-(a bounded number in memory) and results by plan and inputs, so a plan is
-built once; ``noise()`` measures how much two builds of the same all-FP16 plan
-differ, which the search should know before trusting small differences.
+Strongly typed (the default): the plan's mixed-precision ONNX (``artifacts/mixed.py``) is built with the types it
+carries. Weakly typed (``typing="weak"``, 10.x only, and the fallback on a TensorRT without
+``NetworkDefinitionCreationFlag.STRONGLY_TYPED``): the original model with the plan's nodes pinned (``pin.py``);
+TensorRT may ignore such pins where it fuses layers, so every such engine is inspected and a plan whose pins did not
+take effect is not evidence (``PinsIgnored``, counted like a failed build). Builds are slow and not deterministic:
+one timing cache for every build, saved after each; engines memoised by plan and results by plan and inputs;
+``noise()`` measures how much two builds of one plan differ. docs/backends/tensorrt.md has the reasons.
 """
 
 from __future__ import annotations
@@ -214,14 +204,10 @@ class TensorRTBackend(Backend):
     def versions(self) -> dict:
         import onnx
 
-        found = {self.tensorrt.flavour: self.tensorrt.version, "onnx": onnx.__version__}
-        try:
-            import polygraphy
+        import polygraphy
 
-            found["polygraphy"] = polygraphy.__version__
-        except ImportError:
-            pass
-        return found
+        return {self.tensorrt.flavour: self.tensorrt.version, "onnx": onnx.__version__,
+                "polygraphy": polygraphy.__version__}
 
     def environment(self) -> dict:
         """TensorRT's flavour and version, the GPU and its compute capability, the CUDA driver and runtime

@@ -3,7 +3,7 @@ run through ``TrtRunner``.
 
 Polygraphy does each step (``NetworkFromOnnxPath``/``NetworkFromOnnxBytes``, ``CreateConfig``/``CreateConfigRTX``,
 ``EngineBytesFromNetwork``, ``EngineFromBytes``, ``TrtRunner``); ours are the sample shapes of dynamic inputs, the
-layer pins (``pin.py``), TensorRT's messages kept for the errors (``logged``), the per-layer profiler and
+layer pins (``pin.py``), TensorRT's messages kept for the errors (``polygraphy``), the per-layer profiler and
 ``build_logged`` (docs/backends/tensorrt.md says why each). Importing this module imports neither TensorRT nor
 Polygraphy.
 """
@@ -22,7 +22,7 @@ import numpy as np
 
 from fp16bisect.errors import UsageError
 from fp16bisect.backends.tensorrt.load import TensorRT, load
-from fp16bisect.backends.tensorrt.pin import STRONGLY_TYPED, NodeRef, PinnedLayer, pin_layers, resolve
+from fp16bisect.backends.tensorrt.pin import STRONGLY_TYPED, NodeRef, pin_layers, resolve
 
 PROFILED_RUNS = 10  # runs whose layer times are averaged (``Engine.layer_times``), after one warm-up run
 
@@ -50,7 +50,7 @@ class RunError(TensorRTError):
 
 
 class _Lines(logging.Handler):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(logging.NOTSET)
         self.records: list[tuple[int, str]] = []
 
@@ -64,10 +64,12 @@ class _Lines(logging.Handler):
 
 
 @contextlib.contextmanager
-def logged(verbose: bool = False):
-    """Polygraphy's logger, with the TensorRT messages it forwards, into ``_Lines`` for the block: nothing printed.
+def polygraphy(failure: type[TensorRTError] | None, what: str = "", verbose: bool = False):
+    """Polygraphy's logger, with the TensorRT messages it forwards, into ``_Lines`` for the block: nothing printed;
+    a ``PolygraphyException`` raised in it becomes ``failure(what, TensorRT's errors)`` (is dropped: None).
     ``verbose``: every message, TensorRT's verbose ones included (else errors only); each block hears every
     warning (Polygraphy says a repeated one once per process)."""
+    from polygraphy.exception import PolygraphyException
     from polygraphy.logger import G_LOGGER
 
     python_logger, lines = logging.getLogger("Polygraphy"), _Lines()
@@ -82,6 +84,9 @@ def logged(verbose: bool = False):
         with warnings.catch_warnings():  # CreateConfig sets a timing cache, a deprecated no-op on TensorRT-RTX
             warnings.filterwarnings("ignore", ".*Timing cache operations are no-ops", DeprecationWarning)
             yield lines
+    except PolygraphyException:
+        if failure is not None:
+            raise failure(what, lines.errors()) from None
     finally:
         python_logger.removeHandler(lines)
         (G_LOGGER.module_severity, G_LOGGER.use_python_logging_system, G_LOGGER.letter, G_LOGGER.colors, once,
@@ -95,7 +100,7 @@ def timing_profiler(trt):
     once per layer after each run of an execution context it is set on)."""
 
     class Timing(trt.IProfiler):
-        def __init__(self):
+        def __init__(self) -> None:
             trt.IProfiler.__init__(self)
             self.times: dict[str, float] = {}
 
@@ -119,13 +124,11 @@ class Settings:
     compute_capability: tuple[int, int] | None = None  # TensorRT-RTX: the GPU built for (None: RTX's default)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Built:
     engine: bytes
     timing_cache: bytes | None  # serialized after the build; None when not used (TensorRT-RTX)
-    pinned: list[PinnedLayer] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    strongly_typed: bool = False  # built from a strongly typed network (types from the ONNX model)
+    missing: tuple[str, ...] = ()  # nodes to pin that have no layer (weak typing)
 
 
 def parse(tensorrt: TensorRT, source: bytes | Path, *, strongly_typed: bool = False):
@@ -133,16 +136,12 @@ def parse(tensorrt: TensorRT, source: bytes | Path, *, strongly_typed: bool = Fa
     files are found). ``strongly_typed`` sets ``NetworkDefinitionCreationFlag.STRONGLY_TYPED`` on TensorRT 10.x;
     11.x and RTX networks are strongly typed whatever the flags say (the flag is deprecated there)."""
     from polygraphy.backend.trt import NetworkFromOnnxBytes, NetworkFromOnnxPath
-    from polygraphy.exception import PolygraphyException
 
     flag = strongly_typed and tensorrt.weakly_typed
     loader = (NetworkFromOnnxPath(str(source), strongly_typed=flag) if isinstance(source, Path)
               else NetworkFromOnnxBytes(source, strongly_typed=flag))
-    with logged() as lines:
-        try:
-            builder, network, parser = loader()
-        except PolygraphyException:
-            raise ParseError("TensorRT's ONNX parser rejected the model", lines.errors()) from None
+    with polygraphy(ParseError, "TensorRT's ONNX parser rejected the model"):
+        builder, network, parser = loader()
     if network.num_layers == 0 or network.num_outputs == 0:  # RTX accepts garbage and returns an empty network
         raise ParseError("TensorRT's ONNX parser produced an empty network", ["not an ONNX model?"])
     return builder, network, parser
@@ -190,18 +189,17 @@ def build(tensorrt: TensorRT, source: bytes | Path, settings: Settings, *, fp32:
     """Build an engine. ``fp32``: nodes to pin (weakly typed TensorRT 10.x only). ``timing_cache``: the bytes of the
     shared cache (None for a new one); the result carries the updated cache to save (none on TensorRT-RTX)."""
     from polygraphy.backend.trt import EngineBytesFromNetwork
-    from polygraphy.exception import PolygraphyException
 
     trt = tensorrt.module
     strong = not tensorrt.weakly_typed or settings.strongly_typed
     builder, network, parser = parse(tensorrt, source, strongly_typed=strong)
-    fp32, pinned, missing = list(fp32), [], []
+    fp32, lost = list(fp32), []
     if not strong:
         if not hasattr(trt.BuilderFlag, settings.low):
             raise UsageError(f"{tensorrt} has no BuilderFlag.{settings.low}, so it cannot build {settings.low} weakly "
                              "typed: drop --typing weak (strongly typed builds take the types from the file)")
         found, lost = resolve(network, fp32)
-        pinned, missing = pin_layers(network, found, trt), [r.label for r in lost]
+        pin_layers(network, found, trt)
     elif fp32:
         why = f"{tensorrt} is strongly typed" if not tensorrt.weakly_typed else \
             "the network was created with NetworkDefinitionCreationFlag.STRONGLY_TYPED"
@@ -209,14 +207,11 @@ def build(tensorrt: TensorRT, source: bytes | Path, settings: Settings, *, fp32:
     with tempfile.TemporaryFile() as cache, tempfile.TemporaryFile() as saved:  # Polygraphy takes the cache as files
         cache.write(timing_cache or b"")
         config = _config(tensorrt, network, settings, None if tensorrt.rtx else cache, weak=not strong)
-        with logged() as lines:
-            try:
-                serialized = EngineBytesFromNetwork((builder, network, parser), config=config,
-                                                    save_timing_cache=None if tensorrt.rtx else saved)()
-            except PolygraphyException:
-                raise BuildError("TensorRT could not build the engine", lines.errors()) from None
+        with polygraphy(BuildError, "TensorRT could not build the engine"):
+            engine = EngineBytesFromNetwork((builder, network, parser), config=config,
+                                            save_timing_cache=None if tensorrt.rtx else saved)()
         saved.seek(0)
-        return Built(bytes(serialized), saved.read() or None, pinned, missing, strong)
+        return Built(bytes(engine), saved.read() or None, tuple(r.label for r in lost))
 
 
 @dataclass(frozen=True)
@@ -234,17 +229,14 @@ def build_logged(path: str | Path, *, shapes: Mapping[str, tuple] | None = None,
     types), the one view of a TensorRT-RTX engine on a machine without a GPU. ``shapes``: input -> (min, opt, max),
     for dynamic inputs. A model TensorRT cannot parse is a ``ParseError``."""
     from polygraphy.backend.trt import EngineBytesFromNetwork
-    from polygraphy.exception import PolygraphyException
 
     tensorrt = load()
     builder, network, parser = parse(tensorrt, Path(path), strongly_typed=True)
-    settings = Settings(shapes=dict(shapes or {}), compute_capability=compute_capability)
-    config = _config(tensorrt, network, settings, None, weak=False)
-    with logged(verbose=True) as lines:
-        try:
-            engine: bytes | None = bytes(EngineBytesFromNetwork((builder, network, parser), config=config)())
-        except PolygraphyException:
-            engine = None
+    config = _config(tensorrt, network, Settings(shapes=dict(shapes or {}), compute_capability=compute_capability),
+                     None, weak=False)
+    engine: bytes | None = None
+    with polygraphy(None, verbose=True) as lines:
+        engine = bytes(EngineBytesFromNetwork((builder, network, parser), config=config)())
     return BuildLog(engine, tuple(text for _level, text in lines.records))
 
 
@@ -266,13 +258,8 @@ class Engine:
         self.runner = TrtRunner(EngineFromBytes(engine_bytes))
 
     def __enter__(self) -> "Engine":
-        from polygraphy.exception import PolygraphyException
-
-        with logged() as lines:
-            try:
-                self.runner.activate()
-            except PolygraphyException:
-                raise RunError("TensorRT could not load the engine", lines.errors()) from None
+        with polygraphy(RunError, "TensorRT could not load the engine"):
+            self.runner.activate()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -280,18 +267,13 @@ class Engine:
             self.runner.deactivate()
 
     def infer(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from polygraphy.exception import PolygraphyException
-
         expected = self.runner.get_input_metadata(use_numpy_dtypes=False)
         missing = [n for n in expected if n not in inputs]
         if missing:
             raise UsageError(f"no value for engine input(s) {', '.join(missing)}: pass every model input")
         feed = {n: np.ascontiguousarray(inputs[n], dtype=expected[n].dtype.numpy()) for n in expected}
-        with logged() as lines:
-            try:
-                outputs = self.runner.infer(feed)
-            except PolygraphyException:
-                raise RunError("TensorRT could not run the engine", lines.errors()) from None
+        with polygraphy(RunError, "TensorRT could not run the engine"):
+            outputs = self.runner.infer(feed)
         return {name: np.array(value) for name, value in outputs.items()}  # the runner reuses its buffers
 
     def layer_times(self, inputs: Mapping[str, np.ndarray], runs: int = PROFILED_RUNS) -> dict[str, float]:

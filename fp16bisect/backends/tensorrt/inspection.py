@@ -197,12 +197,8 @@ def deserialized(engine_bytes: bytes):
     """The ``ICudaEngine`` of a serialized engine, through Polygraphy's ``EngineFromBytes`` (needs the GPU it was
     built for); RunError with TensorRT's messages when it cannot be loaded."""
     from polygraphy.backend.trt import EngineFromBytes
-    from polygraphy.exception import PolygraphyException
 
-    from fp16bisect.backends.tensorrt.engine import RunError, logged
+    from fp16bisect.backends.tensorrt.engine import RunError, polygraphy
 
-    with logged() as lines:
-        try:
-            return EngineFromBytes(engine_bytes)()
-        except PolygraphyException:
-            raise RunError("TensorRT could not load the engine", lines.errors()) from None
+    with polygraphy(RunError, "TensorRT could not load the engine"):
+        return EngineFromBytes(engine_bytes)()

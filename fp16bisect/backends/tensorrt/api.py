@@ -24,6 +24,9 @@ STRONG_BATCHNORM = (10, 7)  # the parser reads mixed-precision BatchNormalizatio
 
 _PAGES = {
     _PY: "__version__",
+    # engine.py's TensorRT logger for Polygraphy (Polygraphy's own maps these same severities)
+    f"{_PY}/infer/Core/Logger.html": "ILogger Logger Logger.INTERNAL_ERROR Logger.ERROR Logger.WARNING Logger.INFO "
+                                     "Logger.VERBOSE",
     f"{_PY}/infer/Core/Builder.html": "NetworkDefinitionCreationFlag NetworkDefinitionCreationFlag.STRONGLY_TYPED",
     NETWORK: "INetworkDefinition INetworkDefinition.num_layers INetworkDefinition.get_layer INetworkDefinition.get_flag "
              "INetworkDefinition.num_inputs INetworkDefinition.get_input INetworkDefinition.num_outputs",

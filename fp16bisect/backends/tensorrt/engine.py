@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import signal
 import tempfile
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -72,6 +74,10 @@ def polygraphy(failure: type[TensorRTError] | None, what: str = "", verbose: boo
     from polygraphy.exception import PolygraphyException
     from polygraphy.logger import G_LOGGER
 
+    from polygraphy.backend.trt import util
+
+    if util.TRT_LOGGER is None:  # Polygraphy makes one on first use (and again when pointed at another TensorRT)
+        util.TRT_LOGGER = _forwarding(util.trt)
     python_logger, lines = logging.getLogger("Polygraphy"), _Lines()
     saved = (G_LOGGER.module_severity, G_LOGGER.use_python_logging_system, G_LOGGER.letter, G_LOGGER.colors,
              G_LOGGER.once_logged, python_logger.propagate, python_logger.level)
@@ -80,6 +86,7 @@ def polygraphy(failure: type[TensorRTError] | None, what: str = "", verbose: boo
     python_logger.addHandler(lines)
     python_logger.propagate = False
     python_logger.setLevel(1)
+    util.TRT_LOGGER.keep = G_LOGGER.module_severity.get()
     try:
         with warnings.catch_warnings():  # CreateConfig sets a timing cache, a deprecated no-op on TensorRT-RTX
             warnings.filterwarnings("ignore", ".*Timing cache operations are no-ops", DeprecationWarning)
@@ -88,11 +95,39 @@ def polygraphy(failure: type[TensorRTError] | None, what: str = "", verbose: boo
         if failure is not None:
             raise failure(what, lines.errors()) from None
     finally:
+        util.TRT_LOGGER.keep = None
         python_logger.removeHandler(lines)
         (G_LOGGER.module_severity, G_LOGGER.use_python_logging_system, G_LOGGER.letter, G_LOGGER.colors, once,
          python_logger.propagate, level) = saved
         python_logger.setLevel(level)
         G_LOGGER.once_logged = once | G_LOGGER.once_logged
+
+
+def _forwarding(trt):
+    """Polygraphy's TensorRT logger (``polygraphy/backend/trt/util.py``: each message to its logger, warnings once),
+    with a first test that drops, inside ``polygraphy()``, a message below the severity kept: a build logs thousands,
+    and Polygraphy's costs a dict and five lookups each (an eighth of a small model's build)."""
+    from polygraphy.logger import G_LOGGER, LogMode
+
+    levels = {trt.Logger.INTERNAL_ERROR: G_LOGGER.ERROR, trt.Logger.ERROR: G_LOGGER.ERROR,
+              trt.Logger.WARNING: G_LOGGER.WARNING, trt.Logger.INFO: G_LOGGER.VERBOSE,
+              trt.Logger.VERBOSE: G_LOGGER.EXTRA_VERBOSE}
+
+    class Forwarding(trt.ILogger):
+        keep: int | None = None  # inside polygraphy(): the lowest severity kept
+
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+
+        def log(self, severity, msg) -> None:
+            level = levels.get(severity, G_LOGGER.SUPER_VERBOSE)
+            if self.keep is None or level >= self.keep:
+                try:
+                    G_LOGGER.log(msg, level, mode=LogMode.ONCE if level == G_LOGGER.WARNING else LogMode.EACH)
+                except KeyboardInterrupt:  # TensorRT calls log() from C++, which cannot take an exception
+                    os.kill(os.getpid(), signal.SIGTERM)
+
+    return Forwarding()
 
 
 def timing_profiler(trt):
@@ -147,21 +182,20 @@ def parse(tensorrt: TensorRT, source: bytes | Path, *, strongly_typed: bool = Fa
     return builder, network, parser
 
 
-def _profile(network, shapes: Mapping[str, tuple]):
-    """The optimization profile: each input's sample shapes; a dynamic input without them is an error (Polygraphy
-    would build it for a made-up shape)."""
+def _profiles(network, shapes: Mapping[str, tuple]) -> list:
+    """The optimization profile of the dynamic inputs, from the samples' shapes (none when no input is dynamic); a
+    dynamic input without them is an error (Polygraphy would build it for a made-up shape)."""
     from polygraphy.backend.trt import Profile
 
-    inputs = [network.get_input(i) for i in range(network.num_inputs)]
-    unknown = [t.name for t in inputs if any(d < 0 for d in t.shape) and t.name not in shapes]
+    dynamic = [t.name for t in (network.get_input(i) for i in range(network.num_inputs)) if any(d < 0 for d in t.shape)]
+    unknown = [name for name in dynamic if name not in shapes]
     if unknown:
         raise BuildError("the model has dynamic input dimensions", [
             f"no sample shape for input(s) {', '.join(unknown)}: pass samples for every input"])
     profile = Profile()
-    for t in inputs:
-        if t.name in shapes:
-            profile.add(t.name, *shapes[t.name])
-    return profile
+    for name in dynamic:
+        profile.add(name, *shapes[name])
+    return [profile] if dynamic else []
 
 
 def _config(tensorrt: TensorRT, network, settings: Settings, cache, weak: bool):
@@ -176,10 +210,10 @@ def _config(tensorrt: TensorRT, network, settings: Settings, cache, weak: bool):
         from polygraphy.backend.tensorrt_rtx import CreateConfigRTX
 
         wanted = [settings.compute_capability] if settings.compute_capability else None
-        return CreateConfigRTX(compute_capabilities=wanted, profiles=[_profile(network, settings.shapes)],
+        return CreateConfigRTX(compute_capabilities=wanted, profiles=_profiles(network, settings.shapes),
                                builder_optimization_level=settings.opt_level, profiling_verbosity=detailed)
     return CreateConfig(tf32=True, fp16=weak and settings.low == "FP16", bf16=weak and settings.low == "BF16",
-                        precision_constraints="obey" if weak else None, profiles=[_profile(network, settings.shapes)],
+                        precision_constraints="obey" if weak else None, profiles=_profiles(network, settings.shapes),
                         load_timing_cache=cache, builder_optimization_level=settings.opt_level,
                         profiling_verbosity=detailed)
 
@@ -188,8 +222,6 @@ def build(tensorrt: TensorRT, source: bytes | Path, settings: Settings, *, fp32:
           timing_cache: bytes | None = None) -> Built:
     """Build an engine. ``fp32``: nodes to pin (weakly typed TensorRT 10.x only). ``timing_cache``: the bytes of the
     shared cache (None for a new one); the result carries the updated cache to save (none on TensorRT-RTX)."""
-    from polygraphy.backend.trt import EngineBytesFromNetwork
-
     trt = tensorrt.module
     strong = not tensorrt.weakly_typed or settings.strongly_typed
     builder, network, parser = parse(tensorrt, source, strongly_typed=strong)
@@ -204,14 +236,25 @@ def build(tensorrt: TensorRT, source: bytes | Path, settings: Settings, *, fp32:
         why = f"{tensorrt} is strongly typed" if not tensorrt.weakly_typed else \
             "the network was created with NetworkDefinitionCreationFlag.STRONGLY_TYPED"
         raise UsageError(STRONGLY_TYPED.format(why=why))
+    missing = tuple(r.label for r in lost)
+    if tensorrt.rtx:  # no timing cache: its calls are deprecated no-ops there
+        return Built(_engine((builder, network, parser), _config(tensorrt, network, settings, None, False)), None,
+                     missing)
     with tempfile.TemporaryFile() as cache, tempfile.TemporaryFile() as saved:  # Polygraphy takes the cache as files
         cache.write(timing_cache or b"")
-        config = _config(tensorrt, network, settings, None if tensorrt.rtx else cache, weak=not strong)
-        with polygraphy(BuildError, "TensorRT could not build the engine"):
-            engine = EngineBytesFromNetwork((builder, network, parser), config=config,
-                                            save_timing_cache=None if tensorrt.rtx else saved)()
+        config = _config(tensorrt, network, settings, cache, weak=not strong)
+        engine = _engine((builder, network, parser), config, saved)
         saved.seek(0)
-        return Built(bytes(engine), saved.read() or None, tuple(r.label for r in lost))
+        return Built(engine, saved.read() or None, missing)
+
+
+def _engine(parsed: tuple, config, saved=None) -> bytes:
+    """Polygraphy's ``EngineBytesFromNetwork``: the serialized engine; the timing cache saved into ``saved``."""
+    from polygraphy.backend.trt import EngineBytesFromNetwork
+
+    with polygraphy(BuildError, "TensorRT could not build the engine"):
+        engine = bytes(EngineBytesFromNetwork(parsed, config=config, save_timing_cache=saved)())
+    return engine
 
 
 @dataclass(frozen=True)

@@ -646,11 +646,6 @@ def _names():
     return NAMES
 
 
-def built(trt) -> dict:
-    """The last build's description."""
-    return trt._builds[-1]
-
-
 def make_cuda(gpu: str = "NVIDIA L4", capability: tuple = (8, 9), driver: int = 12040, runtime: int = 12040,
               devices: int = 1) -> types.ModuleType:
     """A double of cuda-python's runtime module (``cuda.bindings.runtime``) answering the calls

@@ -630,16 +630,17 @@ def test_dynamic_inputs_get_one_profile_from_the_samples_shapes(trt, backend_fac
 
 def test_backend_on_tensorrt_rtx_builds_each_plans_mixed_precision_model_through_polygraphy(rtx, monkeypatch,
                                                                                            tmp_path, capsys):
-    """Real TensorRT-RTX builds each plan's file (running the engine needs a GPU)."""
+    """Real TensorRT-RTX builds each plan's file, for the GPU CUDA reports (here a double of cuda-python says an
+    L4, compute capability 8.9); running the engine needs a GPU."""
     import fp16bisect.artifacts.mixed as mixed
     from fp16bisect.backends.tensorrt.backend import TensorRTBackend
 
-    monkeypatch.setattr(trt_load, "gpu_available", lambda: True)
+    fake_tensorrt.install_cuda(monkeypatch, fake_tensorrt.make_cuda("NVIDIA L4", (8, 9)))
     written = []
     monkeypatch.setattr(mixed, "mixed_model", lambda graph, fp32, real=mixed.mixed_model: written.append(fp32) or
                         real(graph, fp32))
     backend = TensorRTBackend(Graph.load(TRANSFORMER), timing_cache=tmp_path / "timing.cache", opt_level=0)
-    assert backend.versions()["tensorrt_rtx"] == rtx.__version__ and backend.settings.compute_capability is None
+    assert backend.versions()["tensorrt_rtx"] == rtx.__version__ and backend.settings.compute_capability == (8, 9)
     engine = backend._engine(frozenset({"ln1_var", "ln1_square"}), "key")
     assert written == [["ln1_square", "ln1_var"]] and len(engine) > 100_000 and backend.builds == 1
     assert not (tmp_path / "timing.cache").exists()  # TensorRT-RTX has no timing cache

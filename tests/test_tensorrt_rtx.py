@@ -112,6 +112,21 @@ def test_a_dynamic_input_builds_with_a_profile_from_the_samples(tmp_path):
     assert log.engine and "{x [min=(1, 16, 64), opt=(1, 16, 64), max=(1, 16, 64)]}" in " ".join(log.lines)
 
 
+def test_build_logged_builds_for_the_gpu_asked_and_each_log_has_every_warning(tmp_path):
+    """``engine.build_logged`` (the kernel-plan report's build): CreateConfigRTX's compute capability, and every
+    line of each build, though Polygraphy says a repeated warning once per process."""
+    path = tmp_path / "all_fp16.onnx"
+    path.write_bytes(inline(mixed_model(Graph.load(SAMPLES / "transformer_block.onnx"), [])).SerializeToString())
+    logs = [E.build_logged(path, compute_capability=(8, 9)) for _ in range(2)]
+    for log in logs:
+        assert log.engine and "Setting 1 target compute capabilities: [(8, 9)]" in log.lines
+        assert sum(line.startswith("Layers:\n") for line in log.lines) == 1
+    warned = [[line for line in log.lines if line.startswith("Detected layernorm nodes in FP16")] for log in logs]
+    assert warned[0] and warned[1] == warned[0]
+    with pytest.raises(E.ParseError, match="TensorRT's ONNX parser"):
+        E.build_logged(tmp_path / "missing.onnx")
+
+
 # --------------------------------------------------------------------------- what the built engine runs
 
 # TensorRT-RTX cannot deserialise an engine without a GPU, so IEngineInspector is out of reach; with

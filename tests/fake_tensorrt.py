@@ -406,6 +406,8 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
             return ITimingCache(data)
 
         def set_timing_cache(self, cache, ignore_mismatch):
+            if bytes(cache._data).startswith(b"other"):  # a cache made on another GPU or TensorRT: refused
+                return False
             self._cache = cache
             return True
 

@@ -562,6 +562,16 @@ def test_backend_reuses_a_saved_timing_cache(trt, backend_factory, tmp_path):
     assert (tmp_path / "timing.cache").read_bytes() == b"old+"
 
 
+def test_a_timing_cache_tensorrt_refuses_is_replaced_by_the_next_build(trt, backend_factory, tmp_path):
+    (tmp_path / "timing.cache").write_bytes(b"other GPU's")
+    backend, _runs = backend_factory()
+    x = {"x": np.zeros((1, 16, 64), dtype=np.float32)}
+    backend.run(frozenset(), x)  # built without a cache: nothing to save
+    assert (tmp_path / "timing.cache").read_bytes() == b"other GPU's"
+    backend.run(frozenset({"ln1_var"}), x)
+    assert (tmp_path / "timing.cache").read_bytes() == b"+"
+
+
 def test_backend_keeps_a_bounded_number_of_engines(trt, backend_factory):
     backend, _runs = backend_factory()
     backend.max_engines = 2

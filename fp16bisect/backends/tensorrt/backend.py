@@ -316,6 +316,8 @@ class TensorRTBackend(Backend):
         if built.timing_cache is not None:
             self._cache = built.timing_cache
             self._save_cache()
+        elif not self.tensorrt.rtx:  # TensorRT refused the cache (another GPU or version): the next build starts anew
+            self._cache = None
         if fp32:
             self._check_pins(plan, built.engine, fp32)
         return built.engine

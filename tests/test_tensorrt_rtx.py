@@ -109,7 +109,7 @@ def test_a_dynamic_input_builds_with_a_profile_from_the_samples(tmp_path):
     shapes = sample_shapes([{"x": np.zeros((1, 8, 64))}, {"x": np.zeros((1, 16, 64))}])
     assert len(build(mixed, shapes=shapes, opt_level=0)) > 0
     log = logged(mixed, {"x": (1, 16, 64)})
-    assert log.engine and "{x [min=(1, 16, 64), opt=(1, 16, 64), max=(1, 16, 64)]}" in " ".join(log.lines)
+    assert log.engine and "{x [min=(1, 16, 64), opt=(1, 16, 64), max=(1, 16, 64)]}" in " ".join(map(bare, log.lines))
 
 
 def test_build_logged_builds_for_the_gpu_asked_and_each_log_has_every_warning(tmp_path):
@@ -119,9 +119,9 @@ def test_build_logged_builds_for_the_gpu_asked_and_each_log_has_every_warning(tm
     path.write_bytes(inline(mixed_model(Graph.load(SAMPLES / "transformer_block.onnx"), [])).SerializeToString())
     logs = [E.build_logged(path, compute_capability=(8, 9)) for _ in range(2)]
     for log in logs:
-        assert log.engine and "Setting 1 target compute capabilities: [(8, 9)]" in log.lines
-        assert sum(line.startswith("Layers:\n") for line in log.lines) == 1
-    warned = [[line for line in log.lines if line.startswith("Detected layernorm nodes in FP16")] for log in logs]
+        assert log.engine and "[I] Setting 1 target compute capabilities: [(8, 9)]" in log.lines
+        assert sum(line.startswith("[X] Layers:\n    Name: ") for line in log.lines) == 1
+    warned = [[line for line in log.lines if line.startswith("[W] Detected layernorm nodes in FP16")] for log in logs]
     assert warned[0] and warned[1] == warned[0]
     with pytest.raises(E.ParseError, match="TensorRT's ONNX parser"):
         E.build_logged(tmp_path / "missing.onnx")
@@ -147,9 +147,14 @@ def logged(model, shapes=None) -> E.BuildLog:
 
 def build_logged(model, shapes=None):
     """((builder, network, parser) parsed, serialized engine or None, every message the build logged, verbose
-    included)."""
+    included, without the severity Polygraphy's logger opens it with)."""
     log = logged(model, shapes)
-    return parse(model), log.engine, list(log.lines)
+    return parse(model), log.engine, [bare(line) for line in log.lines]
+
+
+def bare(line: str) -> str:
+    """A message as TensorRT said it: without Polygraphy's "[X] " and the indent of its further lines."""
+    return re.sub(r"\n {4}", "\n", line[4:])
 
 
 def printed_layers(messages) -> list:

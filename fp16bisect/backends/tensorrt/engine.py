@@ -69,8 +69,9 @@ class _Lines(logging.Handler):
 def polygraphy(failure: type[TensorRTError] | None, what: str = "", verbose: bool = False):
     """Polygraphy's logger, with the TensorRT messages it forwards, into ``_Lines`` for the block: nothing printed;
     a ``PolygraphyException`` raised in it becomes ``failure(what, TensorRT's errors)`` (is dropped: None).
-    ``verbose``: every message, TensorRT's verbose ones included (else errors only); each block hears every
-    warning (Polygraphy says a repeated one once per process)."""
+    ``verbose``: every message, TensorRT's verbose ones included, each opening with its severity as Polygraphy prints
+    it (else errors only, bare); each block hears every warning (Polygraphy says a repeated one once per
+    process)."""
     from polygraphy.exception import PolygraphyException
     from polygraphy.logger import G_LOGGER
 
@@ -82,7 +83,7 @@ def polygraphy(failure: type[TensorRTError] | None, what: str = "", verbose: boo
     saved = (G_LOGGER.module_severity, G_LOGGER.use_python_logging_system, G_LOGGER.letter, G_LOGGER.colors,
              G_LOGGER.once_logged, python_logger.propagate, python_logger.level)
     G_LOGGER.module_severity = G_LOGGER.EXTRA_VERBOSE if verbose else G_LOGGER.ERROR
-    G_LOGGER.use_python_logging_system, G_LOGGER.letter, G_LOGGER.colors, G_LOGGER.once_logged = True, False, False, set()
+    G_LOGGER.use_python_logging_system, G_LOGGER.letter, G_LOGGER.colors, G_LOGGER.once_logged = True, verbose, False, set()
     python_logger.addHandler(lines)
     python_logger.propagate = False
     python_logger.setLevel(1)
@@ -262,7 +263,9 @@ class BuildLog:
     """A build and what TensorRT said while it built."""
 
     engine: bytes | None  # the serialized engine; None when the build failed
-    lines: tuple[str, ...]  # every message logged while building, verbose ones included, in order
+    # every message logged while building, in order, as Polygraphy's logger prints it: opening with its severity
+    # ([E], [W], [I]; [V] for TensorRT's INFO, [X] for its VERBOSE), a message's further lines indented
+    lines: tuple[str, ...]
 
 
 def build_logged(path: str | Path, *, shapes: Mapping[str, tuple] | None = None,

@@ -19,6 +19,7 @@ from fp16bisect.strategy import blocks, constraints, hitting_solver, prior_choic
 from fp16bisect.strategy.agreement import agreement
 from fp16bisect.strategy.alternatives import Alternatives
 from fp16bisect.run.coverage import prepare_samples, searched, with_forced
+from fp16bisect.run.invocation import Invocation
 from fp16bisect.run.override_json import overrides_json
 from fp16bisect.run.paths import journal_path
 from fp16bisect.run.two_states import stepper, two_states
@@ -202,7 +203,7 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
                           prior=found, output=options.output, backend_info=info, forced=forced,
                           environment=chosen.environment(), evaluation_word=chosen.evaluation_word,
                           headroom=options.headroom, accumulate=options.accumulate, minimum=least,
-                          constraints=steer, blocks=picked,
+                          constraints=steer, blocks=picked, run=Invocation.of(model, inputs, references, options),
                           shapes=shapes.coverage(graph, oracle.samples, options.backend_options.input_shapes))
         outcome.overrides = overrides_json(outcome)
         return outcome

@@ -114,7 +114,7 @@ class Invocation:
 
     def but(self, output: str | None = None, **space: Any) -> Invocation:
         """This search with the plan space's ``space`` values changed (``headroom=4``, ``accumulate="fp16"``),
-        writing ``output``; a check's invocation becomes the search of what it judged (``searching``) first."""
+        writing ``output`` (a check suggests the search of what it judged: ``searching``, then this)."""
         options = self.options
         assert isinstance(options, SearchOptions), "a check suggests a search: Invocation.searching"
         return replace(self, options=replace(options, space=options.space.replace(**space), output=output))

@@ -161,9 +161,16 @@ def _words(flag: str, value: Any, spec: Flag) -> list[str]:
     return [flag, _text(value)]
 
 
+def number_text(value: float) -> str:
+    """A number as short as it reads (``4``, ``0.05``, ``1e-05``) and read back as the same float: what a printed
+    flag's value must be for the command to reproduce the run."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(float(value))
+
+
 def _text(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:g}"
+        return number_text(value)
     if isinstance(value, Mapping):  # a shape profile given as a mapping: trtexec's text
         return ",".join(f"{k}:{v if isinstance(v, str) else 'x'.join(map(str, v))}" for k, v in value.items())
     if isinstance(value, (list, tuple)):

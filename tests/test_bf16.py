@@ -336,4 +336,5 @@ def test_a_failing_bf16_check_gives_the_search_to_run_with_its_precision_and_tol
                           "--precision", "bf16", "-q")
     assert code == 1
     assert stdout.strip().splitlines()[-1].startswith("FAIL in all-BF16: ")
-    assert f"'fp16bisect search {model} --inputs {data} --atol 0.1 --rtol 0 --precision bf16'" in stdout
+    assert (f"'fp16bisect search {model} --inputs {data} -o m.overrides.json --atol 0.1 --rtol 0 --precision bf16'"
+            in stdout)

@@ -20,6 +20,7 @@ from fp16bisect.errors import UsageError
 from fp16bisect.model import weights
 from fp16bisect.model.plan_states import accumulation, is_mark
 from fp16bisect.model.precision import precision_of
+from fp16bisect.run.invocation import Invocation
 from fp16bisect.run.options import CheckOptions, SearchOptions
 from fp16bisect.run.outcome import Listener
 from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Accept, GivenTolerance, PerOutput
@@ -235,18 +236,22 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
 
 
 def run_check(model: Model, samples: Samples, options: CheckOptions, *, overrides=None,
-              reference: Samples | None = None, progress: Progress = None, hint: str | None = None) -> CheckResult:
+              reference: Samples | None = None, progress: Progress = None, as_command: bool = False) -> CheckResult:
     """``check`` with its options typed (``CheckOptions``: the tolerance given, the backend, its options,
     parallel, headroom, precision, strict_environment), as the command line and batch build them.
 
-    ``hint``: the search command the verdict line suggests when the check fails.
+    ``as_command``: the verdict line suggests the search as a command line (the command line's, batch's), not
+    as a Python call; either is rendered from what the check judged with.
     """
     from fp16bisect.diagnose.preflight import check_model, verdict
 
     entries = inputs.sample_entries(samples)
     references = _references(reference, entries)
+    if not inputs.is_path(model):  # its commands name it model.onnx, not the temporary file
+        options = replace(options, model_name=inputs.IN_MEMORY_MODEL)
+    asked = Invocation.of(model, entries, references, options, overrides)  # as given: what its hint names
     with inputs.model_file(model) as path, inputs.overrides_file(overrides) as file:
-        outcome = check_model(path, entries, references, file, options, inputs.listener(progress))
+        outcome = check_model(path, entries, references, file, options, inputs.listener(progress), asked)
     use = outcome.overrides
     return CheckResult(
         passed=outcome.passed, outputs=outcome.evaluation.worst(), metrics=list(outcome.evaluation.metrics),
@@ -254,7 +259,7 @@ def run_check(model: Model, samples: Samples, options: CheckOptions, *, override
         nodes=[Node.of(outcome.graph.by_id[n]) for n in use.nodes] if use else [],
         accumulating=[Node.of(outcome.graph.by_id[n]) for n in use.accumulating] if use else [],
         missing=list(use.missing) if use else [], backend=outcome.backend, tolerance=outcome.tolerance,
-        tolerance_from=outcome.tolerance_from, verdict=verdict(outcome, hint or "fp16bisect.search(model, samples)"),
+        tolerance_from=outcome.tolerance_from, verdict=verdict(outcome, as_command),
         drift=outcome.drift, outcome=outcome)
 
 

@@ -320,7 +320,7 @@ def _check(entry: Entry) -> dict:
                            Space(precision=entry.precision.name if entry.precision else None, accumulate=entry.accumulate,
                                  headroom=entry.headroom))
     checked = run_check(entry.model, list(entry.inputs), options, overrides=entry.overrides,
-                        reference=list(entry.references) or None, hint=f"fp16bisect search {entry.model}")
+                        reference=list(entry.references) or None, as_command=True)
     return {"passed": checked.passed, "verdict": "PASS" if checked.passed else "FAIL",
             "error": "" if checked.passed else checked.verdict, "set_size": len(checked.nodes),
             "fp32_nodes": [n.name for n in checked.nodes], "evaluations": 1 + (checked.fp32_passes is not None),

@@ -272,7 +272,4 @@ def write_report(result: SearchResult | CheckResult | CompareResult, path: str |
 def _next_steps(result: SearchResult) -> list[tuple]:
     from fp16bisect.report.next_steps import next_steps
 
-    if result.output is None:
-        return []
-    sources = [str(s.source) for s in result.outcome.oracle.samples]
-    return next_steps(result.to_dict(), str(result.output), sources)
+    return next_steps(result.to_dict(), result.outcome.run)

@@ -50,7 +50,7 @@ def cmd_search(args) -> int:
     finally:
         listener.close()
     print_summary(result.outcome, args.output)  # run_search wrote the override JSON to args.output
-    steps = next_steps(result.to_dict(), args.output, args.inputs, args.reference)
+    steps = next_steps(result.to_dict(), result.outcome.run)
     if not args.quiet:
         print_next(steps)
     if args.report:
@@ -75,17 +75,6 @@ def _report(result, path: str, listener, **more) -> None:
     print(f"report written to {path}")
 
 
-def search_hint(args) -> str:
-    """The search command for the model a check found failing: its samples, references and judge
-    (``diagnose.preflight.search_call`` adds the tolerance, headroom and precision the check judged with)."""
-    import shlex
-
-    judge = ["--backend", "command", "--check", args.check_command] if args.backend == "command" else []
-    refs = [x for r in (getattr(args, "reference", None) or []) for x in ("--reference", str(r))]
-    return shlex.join(["fp16bisect", "search", args.model, *[x for i in args.inputs for x in ("--inputs", str(i))],
-                       *refs, *judge])
-
-
 def cmd_check(args) -> int:
     from fp16bisect.api import run_check
     from fp16bisect.artifacts.files import write_json
@@ -104,7 +93,7 @@ def cmd_check(args) -> int:
                                                           headroom=args.headroom), parallel, plans=plans)
     try:
         result = run_check(args.model, args.inputs, options, overrides=args.overrides, reference=args.reference,
-                           progress=listener, hint=search_hint(args))
+                           progress=listener, as_command=True)
     finally:
         listener.close()
     print_check(result.outcome, result.verdict)

@@ -259,7 +259,9 @@ class SearchOptions:
         """The command-line words that reproduce this search's options (after the model and its samples)."""
         words = ["-o", self.output] if self.output else []
         words += self.tolerance.flags()
-        for record in (self.judge, self.space, self.strategy, self.parallel, self.journal):
+        space = self.space.replace(precision=None if self.space.precision == "fp16" else self.space.precision,
+                                   accumulate=None if self.space.accumulate == "fp32" else self.space.accumulate)
+        for record in (self.judge, space, self.strategy, self.parallel, self.journal):
             words += record.flags(SEARCH)
         return words
 
@@ -275,6 +277,7 @@ class CheckOptions:
     space: Space = field(default_factory=Space)
     parallel: Parallel = field(default_factory=Parallel)
     plans: str | None = None  # where the command backend's plan files go
+    model_name: str | None = None  # what the check calls the model, when not its path (as SearchOptions)
 
     def __post_init__(self) -> None:
         _coerce(self, {"judge": Judge, "space": Space, "parallel": Parallel})
@@ -307,7 +310,26 @@ class CheckOptions:
             source = "given" if named else "defaults"
         base = recorded.tolerance if recorded is not None else Tolerance()
         return SearchOptions(self.tolerance.over(base), self.judge, self.space.over(recorded),
-                             parallel=self.parallel, plans=self.plans), source
+                             parallel=self.parallel, plans=self.plans, model_name=self.model_name), source
+
+    def space_from(self, recorded: Recorded | None) -> dict[str, str]:
+        """Where the check's precision, accumulation and headroom come from: ``"given"``, ``"from <file>"`` (the
+        override file's) or ``"default"``."""
+        def source(name: str) -> str:
+            if getattr(self.space, name) is not None:
+                return "given"
+            if recorded is not None and (name != "headroom" or recorded.headroom is not None):
+                return f"from {recorded.path}"
+            return "default"
+        return {name: source(name) for name in ("precision", "accumulate", "headroom")}
+
+    def flags(self) -> list[str]:
+        """The command-line words that reproduce this check's options (after the model, its samples and
+        ``--overrides``): the values given, each (the rest: the override file's, else the defaults)."""
+        words = self.tolerance.flags()
+        for record in (self.judge, self.space, self.parallel):
+            words += record.flags(CHECK)
+        return words
 
 
 @dataclass(frozen=True)

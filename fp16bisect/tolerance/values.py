@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 
 from fp16bisect.errors import UsageError
+from fp16bisect.records import number_text
 from fp16bisect.tolerance.rules import (SCALARS, check_rules, for_output_named, picklable, rules_json,
                                      split, words)
 
@@ -194,6 +195,14 @@ class GivenTolerance:
     def to_json(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.values().items() if v is not None}
 
+    def flags(self) -> list[str]:
+        """The command-line words that give these values, each given one (a default's value too: given, it
+        overrides an override file's), an output's own as ``--atol OUTPUT:0.05``; ``accept`` has no flag."""
+        words = _given_flags(self.values(), "")
+        for name, given in self.per_output:
+            words += _given_flags(given.values(), f"{name}:")
+        return words
+
     def keywords(self) -> dict:
         """These values as the API's keywords take them (a value given per output: a dict, None every output's)."""
         found: dict = {k: v for k, v in self.values().items() if v is not None}
@@ -211,12 +220,25 @@ def _flags(t: Tolerance, base: Tolerance, output: str) -> list[str]:
     for key in SCALARS:
         value = getattr(t, key)
         if value != getattr(base, key) and value is not None:
-            words += [f"--{key.replace('_', '-')}", f"{output}{value:g}" if isinstance(value, float) else
+            words += [f"--{key.replace('_', '-')}", f"{output}{number_text(value)}" if isinstance(value, float) else
                       f"{output}{value}"]
     if output and t.argmax is not None and t.argmax != base.argmax:
         words += ["--argmax", f"{output}{t.argmax}"]
     if output and t.topk is not None and t.topk != base.topk:
         words += ["--topk", f"{output}{t.topk[0]}:{t.topk[1]}"]
+    return words
+
+
+def _given_flags(values: dict, output: str) -> list[str]:
+    """The flags of the given ``values`` (None: not given), each prefixed by ``output`` (``"name:"`` or ""); an
+    ``argmax`` or ``topk`` for every output has no flag (the flags name their output)."""
+    words: list[str] = []
+    for key, value in values.items():
+        if value is None or (key in ("argmax", "topk") and not output):
+            continue
+        text = number_text(value) if isinstance(value, float) else \
+            f"{value[0]}:{value[1]}" if key == "topk" else str(value)
+        words += [f"--{key.replace('_', '-')}", f"{output}{text}"]
     return words
 
 

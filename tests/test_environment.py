@@ -179,7 +179,7 @@ def test_the_python_api_check_returns_the_drift(searched, tmp_path):
     path = edited(tmp_path, searched, onnxruntime="1.20.0")
     result = fp16bisect.check(str(LN), str(LN_IN), overrides=path)
     assert result.passed and [str(c) for c in result.drift.changes] == [f"ONNX Runtime 1.20.0 -> {ort.__version__}"]
-    strict = fp16bisect.check(str(LN), str(LN_IN), overrides=path, strict_environment=True)
+    strict = fp16bisect.check(str(LN), str(LN_IN), overrides=path, judge={"strict_environment": True})
     assert not strict.passed and strict.drift.fails and "--strict-environment" in strict.verdict
     assert fp16bisect.check(str(LN), str(LN_IN)).drift is None
 

@@ -478,7 +478,7 @@ def test_the_accumulate_fp16_answer_builds_with_fp16_tensors_around_the_culprit_
     model, data = tmp_path / "m.onnx", tmp_path / "x.npz"
     onnx.save(case.model, model)
     np.savez(data, **case.inputs)
-    found = fp16bisect.search(str(model), str(data), backend="emulate", accumulate="fp16")
+    found = fp16bisect.search(str(model), str(data), judge="emulate", space={"accumulate": "fp16"})
     assert [n.name for n in found.fp32_accumulate_nodes] == [case.culprit] and not found.fp32_nodes
     mixed = tmp_path / "mixed.onnx"
     fp16bisect.apply(str(model), found, str(mixed), fp16_io=True)

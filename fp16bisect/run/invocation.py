@@ -134,16 +134,23 @@ class Invocation:
 
 
 def keywords(options: SearchOptions | CheckOptions) -> dict[str, Any]:
-    """The records' values that are not the defaults, as the Python API's keywords (each a field's name)."""
-    found: dict[str, Any] = _tolerance_keywords(options.tolerance)
-    records = [options.judge, options.space, options.parallel]
-    if isinstance(options, SearchOptions):
-        space = options.space
-        records[1] = space.replace(precision=None if space.precision == "fp16" else space.precision,
-                                   accumulate=None if space.accumulate == "fp32" else space.accumulate)
-        records += [options.strategy, options.journal]
-    for record in records:
-        found.update(record.changed())
+    """The records that differ from the defaults, as the Python API's keywords: ``tolerance``, ``judge``,
+    ``space``, ... each the dict of its fields that are not the defaults (a record whose only change is its
+    shorthand field: that value, ``judge="emulate"``)."""
+    found: dict[str, Any] = {}
+    tolerance = _tolerance_keywords(options.tolerance)
+    if tolerance:
+        found["tolerance"] = tolerance
+    for name in options.RECORDS:
+        record = getattr(options, name)
+        if name == "space" and isinstance(options, SearchOptions):
+            record = record.replace(precision=None if record.precision == "fp16" else record.precision,
+                                    accumulate=None if record.accumulate == "fp32" else record.accumulate)
+        changed = record.changed()
+        if list(changed) == [record.SHORTHAND]:
+            found[name] = changed[record.SHORTHAND]
+        elif changed:
+            found[name] = changed
     if isinstance(options, SearchOptions) and options.output:
         found["output"] = options.output
     return found
@@ -181,6 +188,8 @@ def _code(value: Any) -> str:
         from fp16bisect.records import number_text
 
         return number_text(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_code(k)}: {_code(v)}" for k, v in value.items()) + "}"
     return repr(value)
 
 

@@ -38,7 +38,8 @@ from fp16bisect.model.precision import precision_of
 from fp16bisect.model.samples import add_fp32_references
 from fp16bisect.run.outcome import Listener
 from fp16bisect.run.invocation import Invocation, beside
-from fp16bisect.run.options import CheckOptions, Recorded, SearchOptions
+from fp16bisect.artifacts.overrides import Recorded
+from fp16bisect.run.options import CheckOptions, SearchOptions
 from fp16bisect.run.pipeline import prepare, unreachable
 from fp16bisect.tolerance import Tolerance
 

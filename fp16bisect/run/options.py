@@ -21,6 +21,7 @@ from fp16bisect.model.headroom import factor
 from fp16bisect.model.plan_states import accumulation
 from fp16bisect.model.precision import NAMES as PRECISIONS
 from fp16bisect.model.precision import Precision, precision_of
+from fp16bisect.artifacts.overrides import Recorded
 from fp16bisect.parallel import Parallel
 from fp16bisect.records import APPLY, CHECK, COMPARE, SCAN, SEARCH, option
 from fp16bisect.run.paths import plans_dir, timing_cache_path
@@ -377,18 +378,6 @@ class CheckOptions:
         for name in self.RECORDS:
             words += getattr(self, name).flags(CHECK)
         return words
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """What an override file says a check judges with: its tolerance, precision and headroom (``--headroom F``
-    the search was given; None: none)."""
-
-    path: str
-    tolerance: Tolerance
-    precision: Precision
-    headroom: float | None
-    accumulate: str = "fp32"
 
 
 def _taken(options: Any, command: str) -> None:

@@ -130,6 +130,40 @@ def test_bf16_shows_no_fp16_numbers(tmp_path, capsys):
     assert "65504" not in out and "sum past" not in out
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bf16_measures_every_culprit_on_its_opset_22_model(name):
+    """BF16 runs the model converted to opset 22 (where ONNX Runtime has no GlobalLpPool): every culprit's
+    accumulator is measured there too, with no note."""
+    case = CASES[name]()
+    prof = measured(case.model, case.inputs, precision=BF16)
+    assert prof.accumulators_note == ""
+    found = {a.node: a for a in prof.accumulators}
+    assert found[case.culprit].peak == pytest.approx(case.peak, rel=RTOL)
+    assert found[case.culprit].terms == case.terms
+
+
+def test_a_refusal_of_the_accumulator_nodes_says_what_onnx_runtime_said_and_which_node(monkeypatch, tmp_path,
+                                                                                     capsys):
+    """Were ONNX Runtime to refuse a measuring node (GlobalLpPool at opset 22, as before this was measured
+    otherwise), scan's note says so in one line: ONNX Runtime's words, naming the op and the node measured."""
+    from fp16bisect.model import accumulators
+
+    def old_pool(self, proto, v):
+        if proto.op_type != "GlobalAveragePool":
+            return measure(self, proto, v)
+        pooled = helper.make_node("GlobalLpPool", [proto.input[0]], [f"{v}_sum"], p=1)
+        return [pooled, helper.make_node("ReduceMax", [f"{v}_sum"], [f"{v}_peak"], keepdims=0)], f"{v}_peak", []
+
+    measure = accumulators._Nodes.measure
+    monkeypatch.setattr(accumulators._Nodes, "measure", old_pool)
+    model, data = saved(tmp_path, CASES["global_pool"]())
+    code, out, err = run(capsys, "scan", model, "--inputs", data, "--precision", "bf16")
+    assert code == 0, err
+    note = next(line for line in out.splitlines() if "accumulator peaks not measured" in line)
+    assert "ONNX Runtime refused the model with the accumulator nodes" in note
+    assert "GlobalLpPool(22)" in note and "(measuring pool)" in note, note
+
+
 def test_a_model_with_nothing_summing_lists_nothing(tmp_path, capsys):
     model = make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
                         helper.make_node("Mul", ["r", "r"], ["y"], name="square")], [("x", [2, 8])], [("y", [2, 8])])

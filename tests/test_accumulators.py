@@ -108,16 +108,48 @@ def test_a_node_in_fp32_or_fp32_accumulation_is_not_listed_for_the_answer():
     assert fp16_accumulators(prof, plan_of(accumulate=["matmul"])) == []
 
 
-def test_headroom_f_warns_below_the_max_over_f(tmp_path, capsys):
-    """A peak of about 20000 fits 65504 but not 65504/4: with --headroom 4 the search names it; without, not."""
+def test_a_sum_with_less_than_4x_headroom_gets_the_tensors_warning_and_headroom_4_keeps_it(tmp_path, capsys):
+    """One rule for tensors and sums: a pooled sum of about 20500 (3.2x headroom) fits 65504, and all-FP16 passes;
+    the search warns about it as about a tensor below 4x, with the same '--headroom 4', and its Next: block runs
+    that search again. With --headroom 4 the pool is kept in FP32 accumulation in every plan (the file says why,
+    no warning); check --headroom 4 fails the all-FP16 plan for it and passes that file."""
     case = CASES["global_pool"](side=64)  # sum of 4096 values of 4 to 6: about 20500
     model, data = saved(tmp_path, case)
-    code, out, err = run(capsys, "search", model, "--inputs", data)
+    out = tmp_path / "o.json"
+    code, said, err = run(capsys, "search", model, "--inputs", data, "-o", out)
     assert code == 0, err
-    assert "sum past" not in out
-    code, out, err = run(capsys, "search", model, "--inputs", data, "--headroom", "4")
+    said = " ".join(said.split())
+    assert "sum past 65504 though" not in said  # not the overflow's warning: it fits
+    assert "warning: 1 summing node(s) left in FP16 with less than 4x accumulator headroom: 'pool' (3.1" in said
+    assert "'--headroom 4' keeps them in FP32 accumulation" in said
+    after = said.split("Next:")[1]
+    assert "1 sum(s) left in FP16 have less than 4x accumulator headroom: 'pool' (3.1" in after
+    assert f"-o {out} --headroom 4" in after
+    code, said, err = run(capsys, "search", model, "--inputs", data, "--headroom", "4", "-o", out)
     assert code == 0, err
-    assert "warning: 1 node(s) left in FP16 sum past 65504/4" in out and "'pool'" in out
+    assert "--headroom 4: 1 summing node(s) forced to FP32 accumulation in every plan" in err
+    written = json.loads(out.read_text())
+    assert written["fp32_nodes"] == [] and [n["name"] for n in written["fp32_accumulate_nodes"]] == ["pool"]
+    assert written["fp32_accumulate_nodes"][0]["fp32_profile"].startswith("forced by --headroom 4: sums 4096 terms")
+    assert "accumulator headroom" not in said and "warning" not in said
+    code, said, err = run(capsys, "check", model, "--inputs", data, "--headroom", "4", "--json", tmp_path / "c.json")
+    assert code == 1, said + err
+    assert "1 sum(s) computed in FP16 lack 4x headroom: 'pool' (GlobalAveragePool) sums 4096 terms" in said
+    assert json.loads((tmp_path / "c.json").read_text())["lacking_accumulator_headroom"] == ["pool"]
+    assert run(capsys, "check", model, "--inputs", data, "--headroom", "4", "--overrides", out)[0] == 0
+
+
+def test_a_sum_past_the_max_over_f_is_forced_to_fp32_accumulation_under_accumulate_fp16_too(tmp_path, capsys):
+    """--accumulate fp16 with --headroom 4: the pool (65504/4 < 20500) is forced, not searched: the answer is it
+    in FP32 accumulation, whatever the judge needs."""
+    case = CASES["global_pool"](side=64)
+    model, data = saved(tmp_path, case)
+    out = tmp_path / "o.json"
+    code, said, err = run(capsys, "search", model, "--inputs", data, "--headroom", "4", "--accumulate", "fp16",
+                          "-o", out)
+    assert code == 0, err
+    written = json.loads(out.read_text())
+    assert written["fp32_nodes"] == [] and [n["name"] for n in written["fp32_accumulate_nodes"]] == ["pool"]
 
 
 def test_bf16_shows_no_fp16_numbers(tmp_path, capsys):

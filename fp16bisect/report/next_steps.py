@@ -1,6 +1,6 @@
 """What to do with a search's answer: the commands that apply, verify and build it (console and HTML report),
-and, first, the search again with ``--headroom`` when a tensor the answer leaves in the low precision has less
-than ``model.headroom.TIGHT`` headroom, and the check and search with ``--accumulate fp16`` when a node it leaves
+and, first, the search again with ``--headroom`` when a tensor or a sum the answer leaves in the low precision has
+less than ``model.headroom.TIGHT`` headroom, and the check and search with ``--accumulate fp16`` when a node it leaves
 there sums past the precision's max."""
 
 from __future__ import annotations
@@ -38,17 +38,23 @@ def next_steps(data: dict, output: str, inputs: list[str], references: list[str]
 
 
 def headroom_step(data: dict, output: str, inputs: list[str], references: list[str] | None = None) -> list[tuple]:
-    """The search again with ``--headroom TIGHT``, naming the tensors of the answer with less headroom (each with
-    its own), or nothing when none has less."""
+    """The search again with ``--headroom TIGHT``, naming the tensors and the sums of the answer with less
+    headroom (each with its own; sums past the max are ``accumulation_step``'s), or nothing when none has less."""
     section = data.get("headroom") or {}
     tight = [t for t in section.get("tensors", []) if t.get("headroom") is not None and t["headroom"] < TIGHT]
-    if not tight:
+    sums = [a for a in data.get("accumulators") or [] if a.get("headroom") is not None
+            and (section.get("flag") or 1) <= a["headroom"] < TIGHT]
+    if not tight and not sums:
         return []
     low = precision_of(data.get("precision")).label
-    named = ", ".join(f"{t['tensor']!r} ({said(t['headroom'], TIGHT)}x)" for t in tight[:3])
-    more = f" and {len(tight) - 3} more" if len(tight) > 3 else ""
-    what = (f"{len(tight)} tensor(s) left in {low} have less than {TIGHT:g}x headroom: {named}{more}; real inputs "
-            f"may overflow them: search again with --headroom {TIGHT:g} (and your other flags) to keep them in FP32")
+    said_of = [(f"{len(found)} {what} left in {low} have less than {TIGHT:g}x {kind}headroom: "
+                + ", ".join(f"{a[key]!r} ({said(a['headroom'], TIGHT)}x)" for a in found[:3])
+                + (f" and {len(found) - 3} more" if len(found) > 3 else ""))
+               for found, what, kind, key in ((tight, "tensor(s)", "", "tensor"), (sums, "sum(s)", "accumulator ", "node"))
+               if found]
+    keeps = "; ".join(k for k, found in (("tensors in FP32", tight), ("sums in FP32 accumulation", sums)) if found)
+    what = (f"{'; '.join(said_of)}; real inputs may overflow them: search again with --headroom {TIGHT:g} (and "
+            f"your other flags) to keep them out of {low} ({keeps})")
     return [(what, shlex.join(_search_command(data, output, inputs, references)))]
 
 
@@ -88,4 +94,7 @@ def _search_command(data: dict, output: str, inputs: list[str], references: list
             command += [f"--{key.replace('_', '-')}", f"{value:g}"]
     if data.get("precision") not in (None, "fp16"):
         command += ["--precision", str(data["precision"])]
-    return command + (flags if flags is not None else ["--headroom", f"{TIGHT:g}"])
+    flags = flags if flags is not None else ["--headroom", f"{TIGHT:g}"]
+    if data.get("accumulate") not in (None, "fp32") and "--accumulate" not in flags:
+        command += ["--accumulate", str(data["accumulate"])]
+    return command + flags

@@ -11,8 +11,9 @@ from dataclasses import replace
 
 from fp16bisect.algorithm.search import SearchResult
 from fp16bisect.evaluation.oracle import Oracle
-from fp16bisect.model.headroom import (Forced, accumulators_json, fp16_accumulators, fp16_tensors, forced_nodes,
-                                       headroom_json)
+from fp16bisect.model.headroom import (Forced, accumulator_reason, accumulators_json, fp16_accumulators,
+                                       fp16_tensors, forced_nodes, forced_sums, headroom_json)
+from fp16bisect.model.plan_states import MARK, accumulating, is_mark
 from fp16bisect.model.profile import Profile
 
 ORDER_SHOWN = 10  # the JSON lists the first samples of the order tried; "decided" lists every deciding sample
@@ -26,12 +27,18 @@ def prepare_samples(graph, oracle: Oracle, prof: Profile, factor: float | None, 
         listener.stage(f"{len(oracle.samples)} samples, most stressing first ({first}); a failing plan stops at "
                        "its first failing sample")
     forced = forced_nodes(graph, prof, factor)
-    oracle.forced = frozenset(f.node for f in forced)
+    pinned = {f.node for f in forced}  # the same rule for a sum: its node in FP32 accumulation (if not in FP32)
+    sums = [a for a in forced_sums(prof, factor, graph.precision) if a.node not in pinned]
+    oracle.forced = frozenset(f.node for f in forced) | frozenset(accumulating(a.node) for a in sums)
+    sources = [s.source for s in oracle.samples]
     if forced:
-        sources = [s.source for s in oracle.samples]
         listener.stage(f"--headroom {factor:g}: {len(forced)} node(s) forced to FP32 in every plan")
         for f in forced:
             listener.stage(f"  {f.node}: {f.reason(sources)}")
+    if sums:
+        listener.stage(f"--headroom {factor:g}: {len(sums)} summing node(s) forced to FP32 accumulation in every plan")
+        for a in sums:
+            listener.stage(f"  {a.node}: {accumulator_reason(a, sources, graph.precision, factor)}")
     return forced
 
 
@@ -43,11 +50,13 @@ def searched(prof: Profile, forced: list[Forced]) -> Profile:
     return replace(prof, risks=[r for r in prof.risks if r.node not in ids])
 
 
-def with_forced(result: SearchResult, forced: list[Forced]) -> SearchResult:
-    """The answer with the forced nodes first (the search minimised the rest)."""
-    if not forced:
+def with_forced(result: SearchResult, forced: list[Forced], members=frozenset()) -> SearchResult:
+    """The answer with the forced nodes first, then the FP32-accumulation marks of the forced sums (the marks
+    among ``members``, the oracle's forced members); the search minimised the rest."""
+    fp32 = {f.node for f in forced} | {n for n in result.fp32 if not is_mark(n)}
+    ids = [f.node for f in forced] + sorted(m for m in members if is_mark(m) and m[len(MARK):] not in fp32)
+    if not ids:
         return result
-    ids = [f.node for f in forced]
     if result.status == "fp16_passes":  # the forced nodes alone pass: they are the answer
         return replace(result, status="found", fp32=tuple(ids), minimal=True,
                        minimality=f"the {len(ids)} node(s) forced by --headroom alone pass; nothing else was needed")

@@ -22,7 +22,8 @@ def two_states(graph, chosen, oracle, listener, prof, prior, minimum, first_sear
     (the first search, ``first_search``: the pipeline's search); returns the result and that smallest set's
     search."""
     pinned = oracle.forced
-    accumulators = [n.id for n in graph.candidates if accumulates(n.op_type, n.domain) and n.id not in pinned]
+    accumulators = [n.id for n in graph.candidates if accumulates(n.op_type, n.domain) and n.id not in pinned
+                    and accumulating(n.id) not in pinned]  # a sum --headroom forced to FP32 accumulation: kept so
     listener.stage(f"--accumulate fp16: first the FP32 set with the {len(accumulators)} accumulating node(s) "
                    "adding in FP32 (FP32 accumulation), then the accumulators that need it")
     oracle.forced = pinned | frozenset(accumulating(a) for a in accumulators)

@@ -230,9 +230,7 @@ class FP16Sums(Nodes):
         depth = _length([sa[-1]]) or _length([sb[-2]])
         if depth is not None and depth <= BLOCK:
             return None
-        batch = max(len(sa), len(sb)) - 2
-        y = self._products(a, b, len(sa), len(sb), depth)  # [.., 1, M, N]
-        y = self.op("Reshape", [y, self.op("Concat", [self.dims(y, 0, batch), self.dims(y, batch + 1)], axis=0)])
+        y = self._products(a, b, len(sa), len(sb), depth)
         if op_type == "Gemm":
             y = self.op("Mul", [y, self.float(self.attrs.get("alpha", 1.0))])
             if len(self.inputs) > 2 and self.inputs[2]:
@@ -241,7 +239,7 @@ class FP16Sums(Nodes):
 
     def _products(self, a: str, b: str, ra: int, rb: int, depth: int | None) -> str:
         """The tree of the block partials of ``a @ b`` (ranks ``ra``, ``rb``; ``depth`` terms, None: known only
-        when the model runs), ``[.., 1, M, N]``."""
+        when the model runs), ``[.., M, N]``."""
         batch = max(ra, rb) - 2
 
         def partials(pa: str, pb: str, count: int) -> str:  # [.., count, M, N], rounded (count -1: as many)
@@ -257,8 +255,14 @@ class FP16Sums(Nodes):
             pb = self.op("Pad", [b, self.end_pad(b, rb, BLOCK, axis=rb - 2)])
             blocked = self.op("Transpose", [partials(pa, pb, -1)], perm=[*range(batch), batch + 1, batch + 2, batch])
             total = self.sum_last_unknown(blocked, batch + 3)  # [.., M, N, 1]
-            return self.op("Transpose", [total], perm=[*range(batch), batch + 2, batch, batch + 1])
+            return self.op("Reshape", [total, self.dims(total, 0, -1)])
         blocks = -(-depth // BLOCK)
+        size = group_size(blocks, self._outputs())
+        if size == 1:  # each block's partial a tensor of its own: one Split per operand, a MatMul per block
+            extra = blocks * BLOCK - depth
+            pieces = zip(self.split(self.pad_axis(a, ra, ra - 1, extra), ra - 1, blocks),
+                         self.split(self.pad_axis(b, rb, rb - 2, extra), rb - 2, blocks))
+            return self.pairwise([self.round(self.op("MatMul", [pa, pb])) for pa, pb in pieces])
 
         def make(start: int, count: int) -> str:
             low, high = start * BLOCK, min((start + count) * BLOCK, depth)
@@ -268,7 +272,8 @@ class FP16Sums(Nodes):
             extra = count * BLOCK - (high - low)
             return partials(self.pad_axis(pa, ra, ra - 1, extra), self.pad_axis(pb, rb, rb - 2, extra), count)
 
-        return self.grouped(blocks, group_size(blocks, self._outputs()), make, batch, batch + 3)
+        y = self.grouped(blocks, size, make, batch, batch + 3)  # [.., 1, M, N]
+        return self.op("Reshape", [y, self.op("Concat", [self.dims(y, 0, batch), self.dims(y, batch + 1)], axis=0)])
 
     def _convolution(self, transposed: bool) -> str | None:
         """Conv and ConvTranspose: the input channels in chunks, a group of chunks' partials by one convolution
@@ -286,6 +291,12 @@ class FP16Sums(Nodes):
         chunks = per_group // chunk
         attrs = {k: v for k, v in self.attrs.items() if k != "group"}
         x = self.inputs[0]
+        size = group_size(chunks, self._outputs())
+        if size == 1:
+            y = self._chunk_by_chunk(transposed, chunks, chunk, per_group, group, attrs)
+            if len(self.inputs) > 2 and self.inputs[2]:
+                y = self.op("Add", [y, self.op("Reshape", [self.inputs[2], self.ints([-1] + [1] * len(kernel))])])
+            return y
         weights = self.op("Reshape", [self.inputs[1], self.ints(  # ConvTranspose: [group, chunks, chunk, cout_g, k]
             [group, chunks, chunk, cout_g, *kernel] if transposed else [group, cout_g, chunks, chunk, *kernel])])
 
@@ -307,12 +318,30 @@ class FP16Sums(Nodes):
             shaped = self.op("Concat", [self.ints([0, group, count, cout_g]), self.dims(partial, 2)], axis=0)
             return self.op("Reshape", [partial, shaped])  # [N, group, count, cout_g, spatial..]
 
-        y = self.grouped(chunks, group_size(chunks, self._outputs()), make, 2, 4 + len(kernel))
+        y = self.grouped(chunks, size, make, 2, 4 + len(kernel))
         y = self.op("Reshape", [y, self.op("Concat", [self.dims(y, 0, 1), self.ints([group * cout_g]),
                                                       self.dims(y, 4)], axis=0)])
         if len(self.inputs) > 2 and self.inputs[2]:
             y = self.op("Add", [y, self.op("Reshape", [self.inputs[2], self.ints([-1] + [1] * len(kernel))])])
         return y
+
+    def _chunk_by_chunk(self, transposed: bool, chunks: int, chunk: int, per_group: int, group: int,
+                        attrs: dict) -> str:
+        """The convolution's tree with each chunk's partial a tensor of its own (a large output): the input and the
+        weights cut into the chunks by one Split each (a Gather per chunk with groups), a convolution of ``group``
+        groups per chunk, already in the output's layout, the tree by Adds."""
+        x, w = self.inputs[0], self.inputs[1]
+        if group == 1:
+            xs = self.split(x, 1, chunks)
+            ws = self.split(w, 0 if transposed else 1, chunks)
+        else:
+            picked = [[g * per_group + c for g in range(group) for c in range(j * chunk, (j + 1) * chunk)]
+                      for j in range(chunks)]
+            xs = [self.op("Gather", [x, self.ints(p)], axis=1) for p in picked]
+            ws = [self.op("Gather", [w, self.ints(p)], axis=0) for p in picked] if transposed else \
+                self.split(w, 1, chunks)
+        op = "ConvTranspose" if transposed else "Conv"
+        return self.pairwise([self.round(self.op(op, [xj, wj], group=group, **attrs)) for xj, wj in zip(xs, ws)])
 
     def _constant_value(self, tensor: str) -> np.ndarray | None:
         """An initializer's or a Constant node's value (axes), None when computed."""

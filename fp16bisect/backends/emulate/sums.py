@@ -154,6 +154,13 @@ class Nodes:
         stop = np.iinfo(np.int64).max if end is None else end
         return self.op("Slice", [self.op("Shape", [x]), self.ints([start]), self.ints([stop])])
 
+    def split(self, x: str, axis: int, parts: int) -> list[str]:
+        """``x`` cut along ``axis`` into ``parts`` equal pieces, by one node."""
+        outs = [self.fresh("part") for _ in range(parts)]
+        attrs = {"num_outputs": parts} if self.opset >= 18 else {}
+        self.nodes.append(helper.make_node("Split", [x], outs, name=self.fresh("acc16"), axis=axis, **attrs))
+        return outs
+
     def slice(self, x: str, axis: int, start: int, end: int) -> str:
         return self.op("Slice", [x, self.ints([start]), self.ints([end]), self.ints([axis])])
 

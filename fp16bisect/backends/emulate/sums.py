@@ -157,8 +157,10 @@ class Nodes:
     def split(self, x: str, axis: int, parts: int) -> list[str]:
         """``x`` cut along ``axis`` into ``parts`` equal pieces, by one node."""
         outs = [self.fresh("part") for _ in range(parts)]
-        attrs = {"num_outputs": parts} if self.opset >= 18 else {}
-        self.nodes.append(helper.make_node("Split", [x], outs, name=self.fresh("acc16"), axis=axis, **attrs))
+        node = helper.make_node("Split", [x], outs, name=self.fresh("acc16"), axis=axis)
+        if self.opset >= 18:  # equal pieces need their count said from opset 18
+            node.attribute.append(helper.make_attribute("num_outputs", parts))
+        self.nodes.append(node)
         return outs
 
     def slice(self, x: str, axis: int, start: int, end: int) -> str:

@@ -134,7 +134,7 @@ def overrides_json(o) -> Overrides:
     reasons = {r.node: r.reason for r in o.profile.risks}
     reasons.update({f.node: f.reason(sources) for f in o.forced})
     reasons.update({n: o.constraints.reason(n) for n in o.constraints.fp32})
-    reasons.update({accumulating(a.node): accumulator_reason(a, sources, graph.precision)
+    reasons.update({accumulating(a.node): accumulator_reason(a, sources, graph.precision, o.headroom)
                     for a in o.profile.accumulators})
     return overrides_file(
         graph, {i: reasons.get(i, "") for i in result.fp32},

@@ -195,7 +195,7 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
                 result, least, picked = fp32_set(graph, judge, listener, order, found, wanted)
         except ToleranceUnreachable as e:
             raise constraints.unreachable(steer, e) from None
-        result = with_forced(constraints.constrained(result, steer), forced)
+        result = with_forced(constraints.constrained(result, steer), forced, space.fixed)
         info = _backend_info(chosen, oracle, noise)
         return Outcome(graph, options.tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start,
                        prior=found, output=options.output, backend_info=info, forced=forced,

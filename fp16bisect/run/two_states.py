@@ -52,8 +52,10 @@ def summed(graph, judge: View, first: SearchResult, listener, prof) -> SearchRes
 
 
 def _accumulators(graph, space: PlanSpace) -> list:
-    """The summing candidates not fixed in ``space`` (a ``--keep-fp16`` node among them: it may still add in FP32)."""
-    return [n.id for n in graph.candidates if accumulates(n.op_type, n.domain) and n.id not in space.fixed]
+    """The summing candidates not fixed in ``space`` (a ``--keep-fp16`` node among them: it may still add in FP32),
+    in FP32 or in FP32 accumulation (a sum ``--headroom`` forces there stays so, not searched)."""
+    return [n.id for n in graph.candidates if accumulates(n.op_type, n.domain) and n.id not in space.fixed
+            and accumulating(n.id) not in space.fixed]
 
 
 def _certified(result: SearchResult, kept: frozenset, accumulators: frozenset, judge: View, step) -> SearchResult:

@@ -46,6 +46,39 @@ def rules_json(t) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in found.items()}
 
 
+def flags(t) -> list[str]:
+    """A ``Tolerance``'s values as the command line gives them, those at their defaults left out and each output's
+    own in the ``OUTPUT:VALUE`` form (``accept``, a Python callable, has no flag): what a printed command line is
+    rendered from."""
+    default = type(t)()
+    found: list[str] = []
+    for key in SCALARS:
+        value = getattr(t, key)
+        if value is not None and value != getattr(default, key):
+            found += [f"--{key.replace('_', '-')}", _flag_value(value)]
+    found += _rule_flags(None, t.argmax, t.topk)
+    for name, given in t.per_output:
+        for key, value in given.values().items():
+            if value is not None and key in SCALARS:
+                found += [f"--{key.replace('_', '-')}", f"{name}:{_flag_value(value)}"]
+        found += _rule_flags(name, given.argmax, given.topk)
+    return found
+
+
+def _flag_value(value) -> str:
+    return value if isinstance(value, str) else f"{value:g}"
+
+
+def _rule_flags(name: str | None, argmax, topk) -> list[str]:
+    """``--argmax OUTPUT:AXIS`` and ``--topk OUTPUT:K:AXIS`` (no name: the rule of every output, which the flags
+    cannot say: left out)."""
+    if name is None:
+        return []
+    if argmax is not None:
+        return ["--argmax", f"{name}:{argmax}"]
+    return ["--topk", f"{name}:{topk[0]}:{topk[1]}"] if topk is not None else []
+
+
 def check_rules(t) -> None:
     """``error_stat``, ``argmax``, ``topk`` and ``accept`` of a ``Tolerance`` (or a ``GivenTolerance``, None
     where not given), normalised in place."""

@@ -52,6 +52,7 @@ class Outcome:
     minimum: Least | None = None  # search --minimum: the smallest passing set's search (JSON search.minimum)
     constraints: Constraints = field(default_factory=Constraints)  # --keep-fp32/--keep-fp16 (JSON "constraints")
     blocks: Chosen | None = None  # --group-by: the blocks the first search kept in FP32 (JSON "blocks")
+    diagnosis: dict | None = None  # what the search said of a rounding failure (strategy/rounding.py; JSON "diagnosis")
 
     @property
     def fp16(self) -> Evaluation | None:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from fp16bisect.strategy import prior as priors
 from fp16bisect.strategy import minimum as minima
-from fp16bisect.strategy import blocks, constraints, hitting_solver, prior_choice, ranking
+from fp16bisect.strategy import blocks, constraints, hitting_solver, prior_choice, ranking, rounding
 from fp16bisect.strategy.agreement import agreement
 from fp16bisect.strategy.alternatives import Alternatives
 from fp16bisect.run.coverage import prepare_samples, searched, with_forced
@@ -189,13 +190,17 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
         noise = build_noise(chosen, oracle.samples, options.tolerance, options.noise_ok, listener, oracle.journal,
                             plan=frozenset(found.fp32) if found is not None else frozenset())
         wanted = _wanted(graph, prof, options, chosen, oracle.samples, listener)
+        diagnosis = rounding.Diagnosis(graph, order, oracle, rounding.Rerun.of(model, inputs, references, options),
+                                       listener, accumulate=options.accumulate, prior=found,
+                                       ranks=chosen.ranks_by_effect and found is None)  # said when rounding fails
+        diagnosed = partial(_search, diagnosis=diagnosis)
         try:
             if options.accumulate == "fp16":
-                result, least = two_states(graph, chosen, oracle, listener, order, found, wanted, _search)
+                result, least = two_states(graph, chosen, oracle, listener, order, found, wanted, diagnosed)
             elif options.group_by is not None:
                 result, picked = _grouped(graph, chosen, oracle, listener, order, options.group_by)
             else:
-                result, least = _search(graph, chosen, oracle, listener, order, found, wanted)
+                result, least = diagnosed(graph, chosen, oracle, listener, order, found, wanted)
         except ToleranceUnreachable as e:
             raise constraints.unreachable(steer, e) from None
         result = with_forced(constraints.constrained(result, steer), forced)
@@ -204,7 +209,7 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
                           prior=found, output=options.output, backend_info=info, forced=forced,
                           environment=chosen.environment(), evaluation_word=chosen.evaluation_word,
                           headroom=options.headroom, accumulate=options.accumulate, minimum=least,
-                          constraints=steer, blocks=picked,
+                          constraints=steer, blocks=picked, diagnosis=diagnosis.to_json(),
                           shapes=shapes.coverage(graph, oracle.samples, options.backend_options.input_shapes))
         outcome.overrides = overrides_json(outcome)
         return outcome
@@ -237,10 +242,12 @@ def _wanted(graph, prof, options: SearchOptions, chosen, samples, listener) -> m
                          chosen, samples, listener.stage)
 
 
-def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted | None = None):
+def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted | None = None,
+            diagnosis: rounding.Diagnosis | None = None):
     """The search's result (and, with ``minimum``, the smallest set's search: ``_least``); an all-FP32 plan that
-    fails or cannot be evaluated is an error said here."""
+    fails or cannot be evaluated is an error said here. ``diagnosis`` follows it (``strategy/rounding.py``)."""
     step = stepper(chosen, oracle, listener)
+    step = diagnosis.watch(step) if diagnosis is not None else step
     recheck = None if chosen.deterministic else lambda plan: oracle.evaluate(plan, 1).verdict
     common = dict(
         test_many=oracle.test_many if oracle.width > 1 else None,
@@ -265,7 +272,7 @@ def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted
     else:
         listener.stage(f"searching on the {chosen.name} backend ({prof.suspects} suspect(s) first)")
         result = search(ids, oracle, order=prof.order, suspects=prof.suspects,
-                        hooks=Hooks(reorder=ranking.reorder_by_effect(graph, chosen, oracle, prof, listener),
+                        hooks=Hooks(reorder=ranking.reorder_by_effect(graph, chosen, oracle, prof, listener, diagnosis),
                                     recheck=recheck, on_step=step), **common)
         if minimum is not None and result.status == "found":
 

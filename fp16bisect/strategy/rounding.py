@@ -1,0 +1,355 @@
+"""Rounding told apart from overflow, before a long search: what the search says when all-FP16 fails for want of
+precision rather than of range.
+
+A search that ends with a few nodes (an overflow, an underflow into a Log) takes a handful of evaluations; one
+where FP16's rounding, accumulated over many nodes, misses the tolerance goes on for hundreds of evaluations toward
+a large set (PP-OCRv4's detector: about 200 of 329 nodes). The person waiting is told so early, with what else
+they could do:
+
+* **After the first evaluation**, when all-FP16 fails with finite outputs and the FP32 profile sees no value leave
+  the range: no tensor overflows or comes within 2x of the largest finite value, none has values that flush to 0
+  while it lives below the normal range (a flushed value elsewhere is smaller than its tensor's own rounding
+  step), and, when the judge adds in FP16 (``--accumulate fp16``), no sum passes the max (the accumulator
+  bounds). Said: the cause (rounding, not overflow); the tolerance per output at which all-FP16 passes (from that
+  evaluation's metrics: atol and rtol times the error's excess over its allowance, rounded up); the task-level
+  alternatives with their command lines (``--error-stat``, ``--argmax``, ``--topk``, the API's ``accept=``).
+* **After the effect ranking** (``ranking.py``, which the search runs anyway when no suspect prefix explains the
+  failure; its measurements are reused, nothing is run twice): how much of the error the few most harmful nodes
+  explain, and an estimate of the answer's size and evaluations (``algorithm/progress.py``: the single-node
+  errors combined as the p-norm that gives the all-FP16 error). When the profile did flag values (so nothing was
+  said after the first evaluation) but those few nodes explain less than ``SPREAD`` of the error, the error is
+  spread over many nodes: the diagnosis is said then.
+
+Nothing is evaluated for it: an overflow case says nothing new and costs the same evaluations. What was said goes
+into the override JSON's ``diagnosis`` section.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fp16bisect.algorithm.memo import Step
+from fp16bisect.algorithm.progress import DenseEstimate, dense_estimate, dense_left
+from fp16bisect.model.precision import NEAR, Precision
+from fp16bisect.output_rules import flags
+from fp16bisect.tolerance import GivenTolerance, OutputMetrics, Tolerance
+
+TOP = 5  # the few most harmful nodes whose share of the error is said
+SPREAD = 0.5  # those explaining less than this share of the all-FP16 error: the error is spread over many nodes
+SHOWN = 3  # tensors named in a line before it gives the count
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """What the printed command lines are rendered from: the model and the samples as given, where the override
+    file went, and the run's other flags (the judge, the precision, the accumulation, the headroom)."""
+
+    model: str
+    inputs: tuple[str, ...]  # () when a sample is not a file (arrays in memory): no command line then
+    references: tuple[str, ...] = ()
+    output: str | None = None
+    flags: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, model, inputs, references, options) -> Rerun:
+        """From ``search_model``'s arguments and its ``SearchOptions``."""
+        paths = all(isinstance(i, (str, Path)) for i in [*(inputs or []), *(references or [])])
+        judge = [] if options.backend == "auto" else ["--backend", options.backend]
+        if options.backend_options.command.command:
+            judge += ["--check", options.backend_options.command.command]
+        space = ([] if options.precision.name == "fp16" else ["--precision", options.precision.name]) + \
+                ([] if options.accumulate == "fp32" else ["--accumulate", options.accumulate]) + \
+                ([] if options.headroom is None else ["--headroom", f"{options.headroom:g}"])
+        return cls(str(model), tuple(map(str, inputs)) if paths else (),
+                   tuple(map(str, references or ())) if paths else (), options.output, (*judge, *space))
+
+    def command(self, action: str, tolerance: Tolerance) -> str | None:
+        """``fp16bisect ACTION`` (check, search) on these samples with ``tolerance``; None without sample files."""
+        if not self.inputs:
+            return None
+        samples = [x for i in self.inputs for x in ("--inputs", i)] + \
+                  [x for r in self.references for x in ("--reference", r)]
+        out = ["-o", self.output] if action == "search" and self.output else []
+        return shlex.join(["fp16bisect", action, self.model, *samples, *out, *self.flags, *flags(tolerance)])
+
+    def api(self, tolerance: Tolerance, *more: str) -> str:
+        """The Python call with ``tolerance`` (its flags' strings, as the API takes them) and ``more`` keywords
+        (``accept=my_metric``); ``samples`` stands for samples that are not files."""
+        given: dict[str, list[str]] = {}
+        words = flags(tolerance)
+        for flag, value in zip(words[::2], words[1::2]):
+            given.setdefault(flag[2:].replace("-", "_"), []).append(value)
+        keywords = [f"{key}={_keyword(values)}" for key, values in given.items()]
+        samples = repr(list(self.inputs)) if self.inputs else "samples"
+        return f"fp16bisect.search({', '.join([repr(self.model), samples, *keywords, *more])})"
+
+
+def _keyword(values: list[str]) -> str:
+    """A keyword's value in the API: a number where the flag gave one for every output, else the flags' strings."""
+    if len(values) == 1 and ":" not in values[0]:
+        try:
+            return f"{float(values[0]):g}"
+        except ValueError:
+            return repr(values[0])
+    return repr(values[0] if len(values) == 1 else values)
+
+
+def out_of_range(prof, low: Precision, accumulate: str) -> list[str]:
+    """What the FP32 profile sees leave (or come near) ``low``'s range, in words: tensors past or within ``NEAR``x
+    of the largest finite value (masks of +-3.4e38 aside), tensors living below the normal range whose values
+    flush to 0, and, when the judge adds in the low precision (``accumulate`` fp16), sums past the max."""
+    found = []
+    for name, s in prof.tensors.items():
+        if s.sentinel:
+            continue
+        if s.overflow or s.max_abs >= low.max / NEAR or (s.flushed and s.max_abs < low.smallest_normal):
+            found.append(f"{name!r}: {low.describe(s)}")
+    if accumulate != "fp32":
+        found += [f"the sum of {a.node!r} ({a.op_type}): peak {a.peak:.4g}" for a in prof.accumulators
+                  if a.over(low)]
+    return found
+
+
+def passing_tolerance(metrics: dict[str, OutputMetrics], tolerance: Tolerance) -> tuple[Tolerance | None, dict]:
+    """The tolerance at which these metrics (an evaluation's worst per output) pass: each failing output's atol
+    and rtol times its excess over its allowance (rounded up to 3 significant digits; atol its max abs error when
+    the allowance was 0), its min cosine lowered to the cosine measured; and per output what it takes (JSON).
+    None when an output cannot pass by a tolerance value (NaN/inf, argmax, top-K, an accept function)."""
+    given: dict[str, dict] = {}
+    said: dict[str, dict] = {}
+    for name, m in metrics.items():
+        own = tolerance.for_output(name)
+        if m.passed:
+            said[name] = {"passes": True}
+            continue
+        if m.nonfinite or m.rule in ("argmax", "topk", "exact", "accept"):
+            return None, {}
+        values: dict = {}
+        if m.excess > 1 and math.isfinite(m.excess):
+            values.update(atol=_up(own.atol * m.excess), rtol=_up(own.rtol * m.excess))
+        elif m.excess > 1:  # the allowance was 0 where the error is not: atol takes the error itself
+            values["atol"] = _up(m.max_abs)
+        if own.min_cosine is not None and m.cosine < own.min_cosine:
+            values["min_cosine"] = math.floor(m.cosine * 1e6) / 1e6
+        given[name] = values
+        said[name] = {**values, "excess": _rounded(m.excess), "max_abs": _rounded(m.max_abs)}
+    if len(metrics) == 1:
+        (values,) = given.values() or [{}]
+        return GivenTolerance(**values).over(tolerance), said
+    return GivenTolerance(per_output=given).over(tolerance), said
+
+
+def _up(x: float) -> float:
+    """``x`` rounded up to 3 significant digits (0 stays 0)."""
+    if x <= 0 or not math.isfinite(x):
+        return x
+    unit = 10.0 ** (math.floor(math.log10(x)) - 2)
+    return float(f"{math.ceil(x / unit) * unit:.3g}")
+
+
+def _rounded(x: float) -> float | str:
+    """4 significant digits; inf and nan as the JSON's strings."""
+    return float(f"{x:.4g}") if math.isfinite(x) else str(x)
+
+
+def grow_start(suspects: int) -> int:
+    """The first prefix the search grows from after its ranking (``search._grow_and_explain``: the suspect
+    prefixes double up to twice the suspects)."""
+    size = 1
+    while size < 2 * suspects:
+        size = min(size, suspects) * 2
+    return size
+
+
+ALTERNATIVES = (  # (flag, what it judges, its value: {output} the first failing output): each a search of its own
+    ("--error-stat", "a statistic of the error within the allowance instead of its max: p99 lets 1% of the "
+                     "elements exceed", "p99"),
+    ("--argmax", "class scores: the argmax along the last axis", "{output}:-1"),
+    ("--topk", "rankings: the top-5 indices along the last axis", "{output}:5:-1"),
+)
+
+
+class Diagnosis:
+    """Follows one search (its steps through ``watch``, its ranking as a ``ranking.Watcher``) and says, once,
+    when its all-FP16 failure is rounding (the module's docstring); ``to_json`` is what it said (None: nothing)."""
+
+    def __init__(self, graph, prof, oracle, rerun: Rerun, listener, *, accumulate: str = "fp32", prior=None,
+                 ranks: bool = False):
+        self.graph, self.prof, self.oracle, self.rerun, self.listener = graph, prof, oracle, rerun, listener
+        self.low: Precision = graph.precision
+        self.accumulate, self.prior = accumulate, prior
+        self.ranks = ranks  # the search ranks by effect when no suspect prefix explains the failure
+        self.found: dict | None = None  # what was said (the JSON section)
+        self.estimate: DenseEstimate | None = None
+        self.seen = 0  # evaluations the search has made (its steps)
+        self.ranked_after: int | None = None  # evaluations made when the ranking ended
+
+    def watch(self, step):
+        """``step`` (what the search calls after each evaluation) with the diagnosis after the all-FP16 plan's
+        failure, and the progress counting the ranking to come and, once ranked, the estimate."""
+        def watched(s: Step, progress: dict) -> None:
+            self.seen = max(self.seen, s.index)
+            if self.estimate is not None and self.ranked_after is not None:
+                left = dense_left(self.estimate, s.index - self.ranked_after, progress["phase"],
+                                  progress["estimate_left"], progress.get("bound_left", self.estimate.evaluations))
+                progress = {**progress, "estimate_left": left}
+            elif self.found is not None and self.ranks and progress["phase"] in ("precondition", "suspects"):
+                progress = {**progress, "ranking_runs": self._runs}  # the ranking comes before the next prefix
+            step(s, progress)
+            if not s.plan and s.passed is False and self.found is None:
+                self._after_fp16(s.index)
+
+        return watched
+
+    @property
+    def _runs(self) -> int:
+        return len(self.prof.order) * len(self.oracle.samples)
+
+    def _fp16(self):
+        """The all-FP16 plan's evaluation when it failed on finite, measured outputs (else None: not rounding's
+        to say)."""
+        e = self.oracle.memo.get(frozenset(self.oracle.forced))
+        if e is None or e.reason is not None or e.passed or not e.metrics or any(m.nonfinite for m in e.metrics):
+            return None
+        return e
+
+    def _after_fp16(self, index: int) -> None:
+        e = self._fp16()
+        if e is None or out_of_range(self.prof, self.low, self.accumulate):
+            return
+        self._say_cause(index, "range", self._why_in_range(), e)
+        if self.ranks:
+            self._say(f"next{', if no suspect prefix explains it' if self.prof.suspects else ''}: ranking the "
+                      f"{len(self.prof.order)} candidate(s) by the error each causes alone ({self._runs} run(s) of "
+                      "the model, each about as long as one evaluation), then an estimate of the answer; the search "
+                      "goes on")
+        elif self.prior is not None:
+            k = len(self.prior.fp32)
+            self._said["estimate"] = {"fp32_nodes": k, "evaluations": k + 2, "from": "the emulator's prior"}
+            self._say(f"estimate: about {k} node(s) in FP32, the emulator's set, and {k + 2} evaluation(s) if this "
+                      "judge agrees with it; the search goes on")
+
+    def _why_in_range(self) -> str:
+        tensors = [(n, s) for n, s in self.prof.tensors.items() if not s.sentinel]
+        name, top = max(((n, s.max_abs) for n, s in tensors), key=lambda t: t[1], default=("", 0.0))
+        flushed = sum(1 for _, s in tensors if s.flushed)
+        why = (f"no tensor of the FP32 profile comes within {NEAR:g}x of {self.low.max_text} (the highest peak: "
+               f"{top:.4g} at {name!r}, {top / self.low.max:.1%} of it)")
+        why += (f"; the values that flush to 0 (in {flushed} tensor(s)) are below their tensors' own rounding step"
+                if flushed else "; no value flushes to 0")
+        over = [a for a in self.prof.accumulators if a.over(self.low)]
+        if over and self.accumulate == "fp32":
+            why += (f"; {len(over)} sum(s) would pass {self.low.max_text} if added in {self.low.label}, which this "
+                    "search does not model (--accumulate fp32)")
+        return why + "; the outputs stay finite"
+
+    @property
+    def _said(self) -> dict:
+        """What was said so far (the JSON section), once the cause was."""
+        assert self.found is not None, "the cause is said first"
+        return self.found
+
+    def _say(self, text: str) -> None:
+        self.listener.stage(f"diagnosis: {text}")
+
+    def _say_cause(self, index: int, trigger: str, why: str, e) -> None:
+        """The cause, the tolerance at which all-FP16 passes, the task-level alternatives: said, and kept."""
+        low = self.low.label
+        cause = f"all-{low} fails by rounding, not overflow: {why}" if trigger == "range" else \
+            f"all-{low} fails mostly by rounding spread over many nodes: {why}"
+        self._say(cause)
+        self.found = {"cause": "rounding", "trigger": trigger, "said_after_evaluation": index, "why": why}
+        self._say_tolerance(e)
+        self._say_alternatives(e)
+
+    def _say_tolerance(self, e) -> None:
+        worst = e.worst()
+        tolerance, outputs = passing_tolerance(worst, self.oracle.tolerance)
+        if tolerance is None:
+            return
+        ran, total = len(e.samples), len(self.oracle.samples)
+        where = f"on the {ran} of {total} sample(s) it ran (a failing plan stops at its first failing sample)" \
+            if ran < total else f"on the {total} sample(s)"
+        times = "; ".join(f"{name!r} {v['excess']:.3g}x its allowance" for name, v in outputs.items()
+                          if "excess" in v)
+        command = self.rerun.command("check", tolerance)
+        self._say(f"all-{self.low.label} passes at {tolerance} ({times}) {where}"
+                  + (f": {command}" if command else ""))
+        self._said["passing_tolerance"] = {"tolerance": tolerance.to_json(), "outputs": outputs,
+                                           "samples_run": ran, "samples": total, "check": command}
+
+    def _say_alternatives(self, e) -> None:
+        output = next(iter(m.output for m in e.metrics if not m.passed), self.oracle.outputs[0])
+        found = []
+        self._say("or judge what the task needs (each a search of its own):")
+        for flag, what, value in ALTERNATIVES:
+            rule: dict[str, Any] = {flag[2:].replace("-", "_"): value.format(output=output)}
+            tolerance = GivenTolerance(**rule).over(self.oracle.tolerance)
+            command, api = self.rerun.command("search", tolerance), self.rerun.api(tolerance)
+            found.append({"flag": flag, "judges": what, "command": command, "api": api})
+            self.listener.stage(f"  {flag}: {what}: {command or api}")
+        accept = self.rerun.api(self.oracle.tolerance, "accept=my_metric")
+        found.append({"flag": "accept=", "judges": "your own metric: my_metric(outputs, reference) -> bool, per "
+                      "sample (the Python API)", "command": None, "api": accept})
+        self.listener.stage(f"  accept= (Python API): your own metric, my_metric(outputs, reference) -> bool per "
+                            f"sample: {accept}")
+        self._said["alternatives"] = found
+
+    # ranking.Watcher
+    def before_ranking(self, runs: int) -> None:
+        """Nothing to add: the ranking's own lines say it."""
+
+    def ranked(self, measured: dict[str, float], seconds: float) -> None:
+        """The effect ranking's measurements: the share the few most harmful nodes explain, the estimate, and the
+        diagnosis itself when the error is spread over many nodes and nothing was said before."""
+        self.ranked_after = self.seen
+        e = self._fp16()
+        if e is None:
+            return
+        total = max(m.excess for m in e.metrics)
+        estimate = dense_estimate(list(measured.values()), total, top=TOP, start=grow_start(self.prof.suspects))
+        worst = sorted(measured.items(), key=lambda kv: -kv[1])[:estimate.top]
+        share = (f"the {estimate.top} most harmful node(s) explain {estimate.explained:.0%} of the error (each alone "
+                 f"in {self.low.label}: {', '.join(f'{v:.3g}x' for _, v in worst)} the allowance; all-"
+                 f"{self.low.label}: {total:.3g}x)")
+        spread = estimate.explained < SPREAD
+        if self.found is None:
+            if not spread:
+                return
+            flagged = out_of_range(self.prof, self.low, self.accumulate)
+            self._say_cause(self.seen, "spread", f"{share}; the FP32 profile's {self.prof.suspects} suspect(s) "
+                            f"({', '.join(flagged[:SHOWN])}{', ...' if len(flagged) > SHOWN else ''}) do not "
+                            "explain it: with all of them in FP32 it still fails", e)
+            self._said["out_of_range"] = flagged[:10]
+        else:
+            self._say(share + (": the error is spread over many nodes" if spread else ""))
+        self.estimate = estimate
+        candidates = len(measured)
+        runs = candidates * len(self.oracle.samples)
+        history = [e for e in self.oracle.history if e.samples]
+        per = sum(len(e.samples) for e in history) / len(history) if history else 1.0  # samples an evaluation runs
+        pace = seconds / runs * per if runs else 0.0  # the ranking's runs: its warm session's pace
+        self._say(f"estimate: about {estimate.fp32} of {candidates} node(s) in FP32 ({self.low.label} keeps "
+                  f"{candidates - estimate.fp32}), roughly {estimate.evaluations} more evaluation(s)"
+                  + (f" (about {estimate.evaluations * pace:.0f} s at the ranking's pace)" if pace else "")
+                  + f"; from the single-node errors combined as a {_exponent(estimate.exponent)}, not a claim")
+        self._said["ranking"] = {"runs": runs, "seconds": round(seconds, 3),
+                                 "most_harmful": [{"node": n, "excess": _rounded(v)} for n, v in worst],
+                                 "explained": round(estimate.explained, 4), "spread": spread}
+        self._said["estimate"] = {"fp32_nodes": estimate.fp32, "candidates": candidates,
+                                  "evaluations": estimate.evaluations, "exponent": _rounded(estimate.exponent),
+                                  "from": "the effect ranking"}
+
+    def to_json(self) -> dict | None:
+        return self.found
+
+
+def _exponent(p: float) -> str:
+    """How the errors combine, in words."""
+    if math.isinf(p):
+        return "maximum (one node dominates)"
+    return "sum (they add up)" if p <= 1.0 else f"{p:.2g}-norm (2: independent errors)"

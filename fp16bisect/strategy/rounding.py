@@ -335,7 +335,8 @@ class Diagnosis:
         pace = seconds / runs * per if runs else 0.0  # the ranking's runs: its warm session's pace
         self._say(f"estimate: about {estimate.fp32} of {candidates} node(s) in FP32 ({self.low.label} keeps "
                   f"{candidates - estimate.fp32}), roughly {estimate.evaluations} more evaluation(s)"
-                  + (f" (about {estimate.evaluations * pace:.0f} s at the ranking's pace)" if pace else "")
+                  + (f" (about {estimate.evaluations * pace:.0f} s at the ranking's pace)" if estimate.evaluations * pace >= 1
+                     else "")
                   + f"; from the single-node errors combined as a {_exponent(estimate.exponent)}, not a claim")
         self._said["ranking"] = {"runs": runs, "seconds": round(seconds, 3),
                                  "most_harmful": [{"node": n, "excess": _rounded(v)} for n, v in worst],

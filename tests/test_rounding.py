@@ -8,6 +8,7 @@ import json
 import math
 import shlex
 
+import numpy as np
 import pytest
 from conftest import SAMPLES, run
 from rounding_models import matmul_chain
@@ -35,9 +36,9 @@ def test_rounding_spread_over_a_chain_is_said_right_after_the_all_fp16_evaluatio
     model, data = matmul_chain(tmp_path)
     lines, found = search(capsys, tmp_path, model, data)
     first = next(i for i, line in enumerate(lines) if "evaluation 1 on emulate: 0 node(s) in FP32 -> FAIL" in line)
-    assert lines[first + 1] == ("fp16bisect: diagnosis: all-FP16 fails by rounding, not overflow: no tensor of the "
-                                "FP32 profile comes within 2x of 65504 (the highest peak: 3.406 at 'h13', 0.0% of "
-                                "it); no value flushes to 0; the outputs stay finite")
+    assert lines[first + 1] == ("fp16bisect: diagnosis: all-FP16 fails by rounding, not overflow: no tensor all-FP16 "
+                                "rounds comes within 2x of 65504 (the FP32 profile's highest peak: 3.406 at 'h13', "
+                                "0.0% of it); no value flushes to 0; the outputs stay finite")
     said = found["diagnosis"]
     assert (said["cause"], said["trigger"], said["said_after_evaluation"]) == ("rounding", "range", 1)
     # the task-level alternatives, each with the command line that uses it (rendered from this run's values)
@@ -116,6 +117,28 @@ def test_an_overflow_case_says_nothing_new_and_costs_the_same_evaluations(tmp_pa
     assert "diagnosis" not in found and "diagnosis" not in err and "ranking" not in err
     assert sorted(n["name"] for n in found["fp32_nodes"]) == sorted(known[name]["culprits"])
     assert found["search"]["evaluations"] == 4
+
+
+def test_batchnorm_statistics_the_writer_folds_are_not_a_range_problem(tmp_path):
+    """PP-OCRv4's detector holds a running variance of 9.8e7: folded into an FP32 scale, it is never rounded, so
+    it does not keep the diagnosis from being said (the tensors all-FP16 rounds are the profile's ranking's)."""
+    from conftest import conv_bn_relu
+
+    from fp16bisect.model.graph import Graph
+    from fp16bisect.model.profile import profile
+    from fp16bisect.model.samples import Sample, add_fp32_references
+    from fp16bisect.strategy.rounding import out_of_range, rounded
+
+    path = tmp_path / "bn.onnx"
+    path.write_bytes(conv_bn_relu(var=1e8, gamma=1e4).SerializeToString())
+    graph = Graph.load(str(path))
+    samples = [Sample("x", {"x": np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)})]
+    add_fp32_references(graph, samples)
+    prof = profile(graph, samples)
+    assert prof.tensors["var"].overflow  # 1e8 is past 65504 ...
+    tensors = rounded(graph, prof, frozenset())
+    assert "var" not in tensors and {"w", "conv_out", "bn_out", "y"} <= set(tensors)  # ... but never rounded
+    assert out_of_range(tensors, prof, graph.precision, "fp32") == []
 
 
 def metrics(output: str, excess: float, max_abs: float, passed: bool = False) -> OutputMetrics:

@@ -98,16 +98,27 @@ def _keyword(values: list[str]) -> str:
     return repr(values[0] if len(values) == 1 else values)
 
 
-def out_of_range(prof, low: Precision, accumulate: str) -> list[str]:
-    """What the FP32 profile sees leave (or come near) ``low``'s range, in words: tensors past or within ``NEAR``x
-    of the largest finite value (masks of +-3.4e38 aside), tensors living below the normal range whose values
-    flush to 0, and, when the judge adds in the low precision (``accumulate`` fp16), sums past the max."""
-    found = []
-    for name, s in prof.tensors.items():
-        if s.sentinel:
+def rounded(graph, prof, fp32: frozenset) -> dict:
+    """Tensor -> its FP32 measures (``TensorStats``), for every tensor the all-FP16 plan rounds: what each candidate
+    not in ``fp32`` (the nodes in FP32 in every plan) reads in FP16 and writes, as the FP32 profile ranks them
+    (BatchNormalization statistics the writer folds are not rounded; masks of +-3.4e38 left out)."""
+    found = {}
+    for node in graph.candidates:
+        if node.id in fp32:
             continue
-        if s.overflow or s.max_abs >= low.max / NEAR or (s.flushed and s.max_abs < low.smallest_normal):
-            found.append(f"{name!r}: {low.describe(s)}")
+        for t in [t for _, t in graph.rounded_inputs(node)] + graph.float_outputs(node):
+            s = prof.tensors.get(t)
+            if s is not None and not s.sentinel:
+                found[t] = s
+    return found
+
+
+def out_of_range(tensors: dict, prof, low: Precision, accumulate: str) -> list[str]:
+    """What the FP32 profile sees leave (or come near) ``low``'s range among ``tensors`` (``rounded``), in words:
+    tensors past or within ``NEAR``x of the largest finite value, tensors living below the normal range whose values
+    flush to 0, and, when the judge adds in the low precision (``accumulate`` fp16), sums past the max."""
+    found = [f"{name!r}: {low.describe(s)}" for name, s in tensors.items()
+             if s.overflow or s.max_abs >= low.max / NEAR or (s.flushed and s.max_abs < low.smallest_normal)]
     if accumulate != "fp32":
         found += [f"the sum of {a.node!r} ({a.op_type}): peak {a.peak:.4g}" for a in prof.accumulators
                   if a.over(low)]
@@ -217,9 +228,12 @@ class Diagnosis:
             return None
         return e
 
+    def _rounded(self) -> dict:
+        return rounded(self.graph, self.prof, frozenset(self.oracle.forced))
+
     def _after_fp16(self, index: int) -> None:
         e = self._fp16()
-        if e is None or out_of_range(self.prof, self.low, self.accumulate):
+        if e is None or out_of_range(self._rounded(), self.prof, self.low, self.accumulate):
             return
         self._say_cause(index, "range", self._why_in_range(), e)
         if self.ranks:
@@ -234,10 +248,11 @@ class Diagnosis:
                       "judge agrees with it; the search goes on")
 
     def _why_in_range(self) -> str:
-        tensors = [(n, s) for n, s in self.prof.tensors.items() if not s.sentinel]
+        tensors = list(self._rounded().items())
         name, top = max(((n, s.max_abs) for n, s in tensors), key=lambda t: t[1], default=("", 0.0))
         flushed = sum(1 for _, s in tensors if s.flushed)
-        why = (f"no tensor of the FP32 profile comes within {NEAR:g}x of {self.low.max_text} (the highest peak: "
+        why = (f"no tensor all-{self.low.label} rounds comes within {NEAR:g}x of {self.low.max_text} (the FP32 "
+               f"profile's highest peak: "
                f"{top:.4g} at {name!r}, {top / self.low.max:.1%} of it)")
         why += (f"; the values that flush to 0 (in {flushed} tensor(s)) are below their tensors' own rounding step"
                 if flushed else "; no value flushes to 0")
@@ -320,7 +335,7 @@ class Diagnosis:
         if self.found is None:
             if not spread:
                 return
-            flagged = out_of_range(self.prof, self.low, self.accumulate)
+            flagged = out_of_range(self._rounded(), self.prof, self.low, self.accumulate)
             self._say_cause(self.seen, "spread", f"{share}; the FP32 profile's {self.prof.suspects} suspect(s) "
                             f"({', '.join(flagged[:SHOWN])}{', ...' if len(flagged) > SHOWN else ''}) do not "
                             "explain it: with all of them in FP32 it still fails", e)

@@ -80,6 +80,17 @@ def test_the_tolerance_at_which_all_fp16_passes_is_checked_as_printed_and_fails_
     assert code == 1, out
 
 
+def test_a_rule_the_run_has_is_kept_in_the_alternatives_and_not_offered_again(tmp_path, capsys):
+    model, data = matmul_chain(tmp_path)
+    _, found = search(capsys, tmp_path, model, data, "--error-stat", "y:p99")
+    offered = found["diagnosis"]["alternatives"]
+    assert [a["flag"] for a in offered] == ["--argmax", "--topk", "accept="]
+    assert all("--error-stat y:p99" in a["command"] for a in offered[:2])
+    check = found["diagnosis"]["passing_tolerance"]["check"]  # the p99 of the error scales with the allowance
+    assert check.endswith("--atol 0.00472 --rtol 0 --error-stat y:p99")
+    assert run(capsys, *shlex.split(check)[1:])[0] == 0
+
+
 def test_suspects_that_do_not_explain_the_failure_are_said_with_the_spread_after_the_ranking(tmp_path, capsys):
     """A value within 2x of 65504 (flagged by the profile): nothing is said after the first evaluation; its two
     nodes in FP32 still fail, the ranking shows the error spread, and the diagnosis comes then."""

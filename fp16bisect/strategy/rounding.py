@@ -41,6 +41,7 @@ from fp16bisect.tolerance import GivenTolerance, OutputMetrics, Tolerance
 TOP = 5  # the few most harmful nodes whose share of the error is said
 SPREAD = 0.5  # those explaining less than this share of the all-FP16 error: the error is spread over many nodes
 SHOWN = 3  # tensors named in a line before it gives the count
+INDICES = ("argmax", "topk", "exact", "accept")  # rules no tolerance value loosens (OutputMetrics.rule)
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ def passing_tolerance(metrics: dict[str, OutputMetrics], tolerance: Tolerance) -
         if m.passed:
             said[name] = {"passes": True}
             continue
-        if m.nonfinite or m.rule in ("argmax", "topk", "exact", "accept"):
+        if m.nonfinite or m.rule in INDICES:
             return None, {}
         values: dict = {}
         if m.excess > 1 and math.isfinite(m.excess):
@@ -298,11 +299,17 @@ class Diagnosis:
                                            "samples_run": ran, "samples": total, "check": command}
 
     def _say_alternatives(self, e) -> None:
-        output = next(iter(m.output for m in e.metrics if not m.passed), self.oracle.outputs[0])
+        """The flags for the first failing output judged by its values (an output judged by its indices or a
+        function has its task's rule already; one judged by a statistic is not offered --error-stat again), and
+        the API's ``accept=``."""
+        failing = next((m for m in e.metrics if not m.passed and m.rule not in INDICES), None)
         found = []
         self._say("or judge what the task needs (each a search of its own):")
-        for flag, what, value in ALTERNATIVES:
-            rule: dict[str, Any] = {flag[2:].replace("-", "_"): value.format(output=output)}
+        offered = [] if failing is None else [(flag, what, value.format(output=failing.output))
+                                              for flag, what, value in ALTERNATIVES
+                                              if flag != "--error-stat" or not failing.rule]
+        for flag, what, value in offered:
+            rule: dict[str, Any] = {flag[2:].replace("-", "_"): value}
             tolerance = GivenTolerance(**rule).over(self.oracle.tolerance)
             command, api = self.rerun.command("search", tolerance), self.rerun.api(tolerance)
             found.append({"flag": flag, "judges": what, "command": command, "api": api})

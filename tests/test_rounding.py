@@ -181,3 +181,14 @@ def test_the_dense_estimate_calibrates_how_errors_combine_on_the_all_fp16_error(
     assert (one.fp32, one.exponent, one.explained) == (1, math.inf, pytest.approx(1 - 0.01 / 3))
     assert dense_estimate([math.inf, 0.5, 0.5], 0.9).fp32 == 1  # a node alone breaking an output is a member
     assert dense_evaluations(1, 100) == 1 + 2 + 1 + 1  # the prefix of 1, its leaf, the check, the removal
+
+
+def test_an_allowance_of_0_takes_the_max_abs_error_and_says_no_share_of_an_infinite_error(tmp_path, capsys):
+    model, data = matmul_chain(tmp_path)
+    code, _, err = run(capsys, "search", model, "--inputs", data, "-o", tmp_path / "o.json", "--atol", "0",
+                       "--rtol", "0")
+    assert code == 0
+    said = json.loads((tmp_path / "o.json").read_text())["diagnosis"]
+    assert said["passing_tolerance"]["tolerance"]["atol"] == 0.00485 and said["ranking"]["explained"] is None
+    assert "0.00484 where its allowance is 0" in err and "most harmful" not in err
+    assert said["estimate"]["fp32_nodes"] == 40  # each node alone in FP16 fails an allowance of 0

@@ -290,8 +290,9 @@ class Diagnosis:
         ran, total = len(e.samples), len(self.oracle.samples)
         where = f"on the {ran} of {total} sample(s) it ran (a failing plan stops at its first failing sample)" \
             if ran < total else f"on the {total} sample(s)"
-        times = "; ".join(f"{name!r} {v['excess']:.3g}x its allowance" for name, v in outputs.items()
-                          if "excess" in v)
+        times = "; ".join(f"{name!r} {m.excess:.3g}x its allowance" if math.isfinite(m.excess) else
+                          f"{name!r} {m.max_abs:.3g} where its allowance is 0" for name, m in worst.items()
+                          if not m.passed)
         command = self.rerun.command("check", tolerance)
         self._say(f"all-{self.low.label} passes at {tolerance} ({times}) {where}"
                   + (f": {command}" if command else ""))
@@ -338,7 +339,8 @@ class Diagnosis:
         share = (f"the {estimate.top} most harmful node(s) explain {estimate.explained:.0%} of the error (each alone "
                  f"in {self.low.label}: {', '.join(f'{v:.3g}x' for _, v in worst)} the allowance; all-"
                  f"{self.low.label}: {total:.3g}x)")
-        spread = estimate.explained < SPREAD
+        measurable = math.isfinite(total)  # else an allowance of 0 somewhere: no share of an infinite error
+        spread = measurable and estimate.explained < SPREAD
         if self.found is None:
             if not spread:
                 return
@@ -347,7 +349,7 @@ class Diagnosis:
                             f"({', '.join(flagged[:SHOWN])}{', ...' if len(flagged) > SHOWN else ''}) do not "
                             "explain it: with all of them in FP32 it still fails", e)
             self._said["out_of_range"] = flagged[:10]
-        else:
+        elif measurable:
             self._say(share + (": the error is spread over many nodes" if spread else ""))
         self.estimate = estimate
         candidates = len(measured)
@@ -362,7 +364,8 @@ class Diagnosis:
                   + f"; from the single-node errors combined as a {_exponent(estimate.exponent)}, not a claim")
         self._said["ranking"] = {"runs": runs, "seconds": round(seconds, 3),
                                  "most_harmful": [{"node": n, "excess": _rounded(v)} for n, v in worst],
-                                 "explained": round(estimate.explained, 4), "spread": spread}
+                                 "explained": round(estimate.explained, 4) if measurable else None,
+                                 "spread": spread}
         self._said["estimate"] = {"fp32_nodes": estimate.fp32, "candidates": candidates,
                                   "evaluations": estimate.evaluations, "exponent": _rounded(estimate.exponent),
                                   "from": "the effect ranking"}
@@ -374,5 +377,5 @@ class Diagnosis:
 def _exponent(p: float) -> str:
     """How the errors combine, in words."""
     if math.isinf(p):
-        return "maximum (one node dominates)"
+        return "maximum"
     return "sum (they add up)" if p <= 1.0 else f"{p:.2g}-norm (2: independent errors)"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 
 import numpy as np
@@ -192,3 +193,18 @@ def test_an_allowance_of_0_takes_the_max_abs_error_and_says_no_share_of_an_infin
     assert said["passing_tolerance"]["tolerance"]["atol"] == 0.00485 and said["ranking"]["explained"] is None
     assert "0.00484 where its allowance is 0" in err and "most harmful" not in err
     assert said["estimate"]["fp32_nodes"] == 40  # each node alone in FP16 fails an allowance of 0
+
+
+def test_the_progress_lines_count_the_members_the_estimate_expects_while_quickxplain_looks_for_them(tmp_path,
+                                                                                                   capsys):
+    """QuickXplain's own estimate guesses one member until it has found some (a dozen evaluations left, said with
+    ~90 to go, as on PP-OCRv4's detector); with the ranking's estimate the lines stay within 2x of what is left."""
+    model, data = matmul_chain(tmp_path)
+    lines, found = search(capsys, tmp_path, model, data)
+    total = found["search"]["evaluations"]
+    said = [(int(i), int(left)) for i, left in
+            (re.search(r"evaluation (\d+) .* roughly (\d+) more", line).groups() for line in lines
+             if re.search(r"evaluation \d+ on emulate", line))]
+    assert [i for i, _ in said] == list(range(1, total + 1))
+    early = [(i, left) for i, left in said if 3 <= i <= total // 2]  # once ranked, through the first half
+    assert all((total - i) / 2 <= left <= 2 * (total - i) for i, left in early), early

@@ -176,10 +176,18 @@ def dense_evaluations(members: int, candidates: int, start: int = 1) -> int:
     return math.ceil(grown + members * (math.log2(max(size / members, 1.0)) + 2) + 1 + members)
 
 
-def dense_left(estimate: DenseEstimate, since: int, phase: str, generic: int, bound: int) -> int:
+def dense_left(estimate: DenseEstimate, since: int, progress: dict) -> int:
     """The evaluations left a progress line says once the ranking has given ``estimate``, ``since`` evaluations
-    ago: the estimate's, less those done, while the search grows its prefix (the search's own estimate there
-    assumes one culprit); the search's own (``generic``) from QuickXplain on, which counts the members it finds."""
-    if phase not in ("precondition", "suspects", "grow", "reorder"):
+    ago (``progress``: the search's own report, its ``estimate_left`` assuming one culprit until QuickXplain has
+    seen members): while the prefix grows, the estimate's less those done; in QuickXplain, the members expected and
+    not found yet at about log2(gap) + 2 each, then the check and the removals; from then on the search's own
+    (the removals it has left are known). Never below the search's own, nor above its bound."""
+    generic, phase = int(progress["estimate_left"]), progress["phase"]
+    if phase in ("precondition", "suspects", "grow", "reorder"):
+        left = float(estimate.evaluations - since)
+    elif phase == "reduce" and estimate.fp32:
+        members, pool = estimate.fp32, max(int(progress.get("searching", 0)), estimate.fp32)
+        left = max(members - int(progress.get("found", 0)), 0) * (math.log2(pool / members) + 2) + 1 + members
+    else:
         return generic
-    return max(generic, min(bound, estimate.evaluations - since))
+    return max(generic, min(int(progress.get("bound_left", generic)), math.ceil(left)))

@@ -206,9 +206,8 @@ class Diagnosis:
         def watched(s: Step, progress: dict) -> None:
             self.seen = max(self.seen, s.index)
             if self.estimate is not None and self.ranked_after is not None:
-                left = dense_left(self.estimate, s.index - self.ranked_after, progress["phase"],
-                                  progress["estimate_left"], progress.get("bound_left", self.estimate.evaluations))
-                progress = {**progress, "estimate_left": left}
+                progress = {**progress, "estimate_left": dense_left(self.estimate, s.index - self.ranked_after,
+                                                                    progress)}
             elif self.found is not None and self.ranks and progress["phase"] in ("precondition", "suspects"):
                 progress = {**progress, "ranking_runs": self._runs}  # the ranking comes before the next prefix
             step(s, progress)

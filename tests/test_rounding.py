@@ -208,3 +208,19 @@ def test_the_progress_lines_count_the_members_the_estimate_expects_while_quickxp
     assert [i for i, _ in said] == list(range(1, total + 1))
     early = [(i, left) for i, left in said if 3 <= i <= total // 2]  # once ranked, through the first half
     assert all((total - i) / 2 <= left <= 2 * (total - i) for i, left in early), early
+
+
+def test_on_an_expensive_judge_the_estimate_is_the_emulators_set_and_the_priors_ranking_says_its_progress(
+        fake_backend, tmp_path, capsys, monkeypatch):
+    """A judge that is not the emulator (a double computing as the emulator does, so that it agrees): the prior
+    searches first, its ranking saying its progress; the judge's all-FP16 failure is said as rounding, the
+    estimate being the emulator's set, certified in k + 2 evaluations when the judge agrees."""
+    monkeypatch.setattr(ranking, "QUIET_SECONDS", 0.0)
+    fake_backend(name="engine", deterministic=True, versions={"engine": "test double"})
+    model, data = matmul_chain(tmp_path)
+    lines, found = search(capsys, tmp_path, model, data)
+    assert printed(lines, "prior: ranking: ")[0].startswith("prior: ranking: 4 of 40 candidate(s) measured (")
+    said, k = found["diagnosis"], len(found["prior"]["fp32"])
+    assert said["said_after_evaluation"] == 1 and "ranking" not in said
+    assert said["estimate"] == {"fp32_nodes": k, "evaluations": k + 2, "from": "the emulator's prior"}
+    assert found["search"]["evaluations"] == k + 2 and len(found["fp32_nodes"]) == k  # as the estimate said

@@ -26,10 +26,8 @@ QUIET_SECONDS = 2.0
 
 
 class Watcher(Protocol):
-    """What follows the ranking beside the search (``strategy/rounding.py``): told before it runs, and what it
-    measured."""
-
-    def before_ranking(self, runs: int) -> None: ...
+    """What follows the ranking beside the search (``strategy/rounding.py``): told what it measured, and in how
+    many seconds."""
 
     def ranked(self, measured: dict[str, float], seconds: float) -> None: ...
 
@@ -87,7 +85,7 @@ def prior_order(found: list, prof, measured: dict[str, float]) -> list:
 def reorder_by_effect(graph, backend, oracle, prof, listener, watcher: Watcher | None = None):
     """On a backend that ``ranks_by_effect`` (the emulator): a function ranking every candidate by the output error
     each causes alone in FP16, which the search calls only when no suspect prefix explains the failure (accumulated
-    rounding); its progress said as it goes, ``watcher`` told before and after. None on other backends (there the
+    rounding); its progress said as it goes, ``watcher`` told what it measured. None on other backends (there the
     prior brings the ranking)."""
     from fp16bisect.backends.emulate import EmulateBackend
 
@@ -96,8 +94,6 @@ def reorder_by_effect(graph, backend, oracle, prof, listener, watcher: Watcher |
 
     def ranked() -> list:
         runs = len(prof.order) * len(oracle.samples)
-        if watcher is not None:
-            watcher.before_ranking(runs)
         listener.stage(f"no suspect prefix explains the failure: ranking the {len(prof.order)} candidate(s) by "
                        f"the output error each causes alone in FP16 ({runs} run(s), not evaluations)")
         start = time.perf_counter()

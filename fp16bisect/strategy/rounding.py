@@ -6,8 +6,9 @@ where FP16's rounding, accumulated over many nodes, misses the tolerance goes on
 a large set (PP-OCRv4's detector: about 200 of 329 nodes). The person waiting is told so early, with what else
 they could do:
 
-* **After the first evaluation**, when all-FP16 fails with finite outputs and the FP32 profile sees no value leave
-  the range: no tensor overflows or comes within 2x of the largest finite value, none has values that flush to 0
+* **After the first evaluation**, when all-FP16 fails with finite outputs and the FP32 profile sees no value it
+  rounds leave the range (``rounded``: BatchNormalization statistics the writer folds are not rounded): no tensor
+  overflows or comes within 2x of the largest finite value, none has values that flush to 0
   while it lives below the normal range (a flushed value elsewhere is smaller than its tensor's own rounding
   step), and, when the judge adds in FP16 (``--accumulate fp16``), no sum passes the max (the accumulator
   bounds). Said: the cause (rounding, not overflow); the tolerance per output at which all-FP16 passes (from that
@@ -65,7 +66,7 @@ class Rerun:
         space = ([] if options.precision.name == "fp16" else ["--precision", options.precision.name]) + \
                 ([] if options.accumulate == "fp32" else ["--accumulate", options.accumulate]) + \
                 ([] if options.headroom is None else ["--headroom", f"{options.headroom:g}"])
-        return cls(str(model), tuple(map(str, inputs)) if paths else (),
+        return cls(str(options.model_name or model), tuple(map(str, inputs)) if paths else (),
                    tuple(map(str, references or ())) if paths else (), options.output, (*judge, *space))
 
     def command(self, action: str, tolerance: Tolerance) -> str | None:
@@ -321,12 +322,8 @@ class Diagnosis:
                             f"sample: {accept}")
         self._said["alternatives"] = found
 
-    # ranking.Watcher
-    def before_ranking(self, runs: int) -> None:
-        """Nothing to add: the ranking's own lines say it."""
-
     def ranked(self, measured: dict[str, float], seconds: float) -> None:
-        """The effect ranking's measurements: the share the few most harmful nodes explain, the estimate, and the
+        """The effect ranking's measurements (``ranking.Watcher``): the share the few most harmful nodes explain, the estimate, and the
         diagnosis itself when the error is spread over many nodes and nothing was said before."""
         self.ranked_after = self.seen
         e = self._fp16()

@@ -47,8 +47,8 @@ AGAIN = "run 'fp16bisect search' again to write a new one"
 # has the required ones only; a search's result adds where it was verified (environment), the precision, the prior
 # and what the graph holds beyond the search.
 SECTIONS = ("schema", "model", "backend", "environment", "precision", "accumulate", "tolerance", "fp32_nodes",
-            "fp32_accumulate_nodes", "search", "prior", "metrics", "shapes", "samples", "headroom", "accumulators",
-            "constraints", "blocks", "skipped_nodes", "notes", "conversions", "exports")
+            "fp32_accumulate_nodes", "search", "prior", "diagnosis", "metrics", "shapes", "samples", "headroom",
+            "accumulators", "constraints", "blocks", "skipped_nodes", "notes", "conversions", "exports")
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,7 @@ def step_line(step: Step, progress: dict) -> str:
         f"evaluation {step.index}{on}: {len(fp32)} node(s) in FP32{also} -> {verdict} "
         f"[{step.phase}; {progress['searching']} candidate(s) in play, {progress['found']} found, "
         f"roughly {progress['estimate_left']} more evaluation(s)"
+        + (f" after a ranking of {progress['ranking_runs']} run(s)" if progress.get("ranking_runs") else "")
         + (f" (estimate; at most {progress['bound_left']})]" if "bound_left" in progress else " (estimate)]")
     )
 

@@ -65,6 +65,7 @@ class Outcome:
     constraints: Constraints = field(default_factory=Constraints)  # --keep-fp32/--keep-fp16 (JSON "constraints")
     blocks: Chosen | None = None  # --group-by: the blocks the first search kept in FP32 (JSON "blocks")
     run: Invocation | None = None  # the search as asked: its model, samples and records (JSON search.command)
+    diagnosis: dict | None = None  # what the search said of a rounding failure (strategy/rounding.py; JSON "diagnosis")
 
     # the override file (its JSON: overrides.to_json()), made from the rest when the outcome is made
     overrides: Overrides = field(init=False, repr=False, compare=False)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from fp16bisect.strategy import prior as priors
 from fp16bisect.strategy import minimum as minima
-from fp16bisect.strategy import blocks, constraints, prior_choice
+from fp16bisect.strategy import blocks, constraints, prior_choice, rounding
 from fp16bisect.run import two_states
 from fp16bisect.run.coverage import forcing, sample_order, with_forced
 from fp16bisect.run.invocation import Invocation
@@ -186,13 +187,19 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
         noise = build_noise(chosen, oracle.samples, options.tolerance, options.judge.noise_ok, listener, oracle.journal,
                             plan=frozenset(found.fp32) if found is not None else frozenset())
         wanted = _wanted(graph, prof, options, chosen, oracle.samples, listener)
+        run = Invocation.of(model, inputs, references, options)
+        # said when all-FP16 fails by rounding, following the FP32 set's search over its view of the judge
+        diagnosing = partial(rounding.Diagnosis, graph, order, run=run, listener=listener,
+                             accumulate=options.accumulate, prior=found, ranks=chosen.ranks_by_effect and found is None)
         try:
             if options.accumulate == "fp16":  # the FP32 set with the accumulators' marks fixed, then the marks
                 stage = judge.over(two_states.stored(graph, space, listener.stage))
-                first, least, picked = fp32_set(graph, stage, listener, order, found, wanted)
+                diagnosis = diagnosing(stage)
+                first, least, picked = fp32_set(graph, stage, listener, order, found, wanted, diagnosis)
                 result = two_states.summed(graph, judge, first, listener, order)
             else:
-                result, least, picked = fp32_set(graph, judge, listener, order, found, wanted)
+                diagnosis = diagnosing(judge)
+                result, least, picked = fp32_set(graph, judge, listener, order, found, wanted, diagnosis)
         except ToleranceUnreachable as e:
             raise constraints.unreachable(steer, e) from None
         result = with_forced(constraints.constrained(result, steer), forced, space.fixed)
@@ -201,7 +208,7 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
                        prior=found, output=options.output, backend_info=info, forced=forced,
                        environment=chosen.environment(), evaluation_word=chosen.evaluation_word,
                        headroom=options.headroom, accumulate=options.accumulate, minimum=least,
-                       constraints=steer, blocks=picked, run=Invocation.of(model, inputs, references, options),
+                       constraints=steer, blocks=picked, run=run, diagnosis=diagnosis.to_json(),
                        shapes=shapes.coverage(graph, oracle.samples, options.backend_options.input_shapes))
 
 

@@ -82,7 +82,8 @@ def run(graph, backend, judge: View, prof, listener, journaled: PriorJournal | N
     ids = list(judge.space.candidates)
     listener.stage(f"prior: measuring the output error each of {len(ids)} candidate(s) causes alone in FP16 "
                    "(emulate backend)")
-    measured = ranking.effects(backend, samples, tolerance, outputs, ids)
+    measured = ranking.effects(backend, samples, tolerance, outputs, ids,
+                               ranking.counter(listener.stage, len(ids), "prior: ranking"))
     order = ranking.search_order(prof.order, prof.suspects, measured)
     listener.stage(f"prior: searching on the emulate backend first ({prof.suspects} suspect(s) first)")
     # the search ends with every single removal of its set evaluated, as the expensive backend will check it

@@ -19,6 +19,7 @@ from fp16bisect.run import two_states
 from fp16bisect.run.coverage import forcing, sample_order, with_forced
 from fp16bisect.run.paths import journal_path
 from fp16bisect.run.searches import fp32_set, unreachable
+from fp16bisect.run.stopping import STOPS, stopped
 from fp16bisect.backends import Options, PlanJudge, make_backend
 from fp16bisect.strategy.build_noise import build_noise
 from fp16bisect.errors import ToleranceUnreachable, UsageError
@@ -166,6 +167,7 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
     options = options or SearchOptions()
     listener = listener or Listener()
     start = time.perf_counter()
+    budget = options.strategy.budget()  # its time runs from here
     graph, chosen, oracle = prepare(model, inputs, references, options, listener, defer_references=True)
     with chosen, oracle:  # the backend's resources and the oracle's workers live until the search ends
         prof = _profiled(graph, oracle, listener)
@@ -177,21 +179,9 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
         space = constraints.steered(space, steer, listener.stage)
         if options.space.grouping is not None:
             space = blocks.grouped(graph, space, options.space.grouping, listener.stage)
-        judge, order = View(oracle, space, stress), space.ranked(prof)
-        found = None
-        if prior_choice.wanted(options.strategy.prior, chosen) and not space.blocks:
-            found = _prior(graph, judge, order, listener, options)
-        # with a prior, the noise is measured on its set, the first plan the search evaluates (its build is kept)
-        noise = build_noise(chosen, oracle.samples, options.tolerance, options.judge.noise_ok, listener, oracle.journal,
-                            plan=frozenset(found.fp32) if found is not None else frozenset())
-        wanted = _wanted(graph, prof, options, chosen, oracle.samples, listener)
+        judge, order = View(oracle, space, stress, budget), space.ranked(prof)
         try:
-            if options.accumulate == "fp16":  # the FP32 set with the accumulators' marks fixed, then the marks
-                stage = judge.over(two_states.stored(graph, space, listener.stage))
-                first, least, picked = fp32_set(graph, stage, listener, order, found, wanted)
-                result = two_states.summed(graph, judge, first, listener, order)
-            else:
-                result, least, picked = fp32_set(graph, judge, listener, order, found, wanted)
+            found, noise, result, least, picked = _searched(graph, judge, order, prof, options, listener)
         except ToleranceUnreachable as e:
             raise constraints.unreachable(steer, e) from None
         result = with_forced(constraints.constrained(result, steer), forced)
@@ -202,6 +192,27 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
                        headroom=options.headroom, accumulate=options.accumulate, minimum=least,
                        constraints=steer, blocks=picked,
                        shapes=shapes.coverage(graph, oracle.samples, options.backend_options.input_shapes))
+
+
+def _searched(graph, judge: View, order: Profile, prof: Profile, options: SearchOptions, listener):
+    """The prior (when the judge takes one), the build noise, and the FP32 set's search over ``judge`` (``order``: the
+    FP32 profile over its candidates; ``--accumulate fp16``: then the accumulators), with ``--minimum``'s set and the
+    blocks kept; a budget or Ctrl-C ends it with the smallest set seen to pass (``stopping.py``)."""
+    chosen, found, noise = judge.backend, None, {}
+    try:
+        if prior_choice.wanted(options.strategy.prior, chosen) and not judge.space.blocks:
+            found = _prior(graph, judge, order, listener, options)
+        # with a prior, the noise is measured on its set, the first plan the search evaluates (its build is kept)
+        noise = build_noise(chosen, judge.samples, options.tolerance, options.judge.noise_ok, listener, judge.journal,
+                            plan=frozenset(found.fp32) if found is not None else frozenset())
+        wanted = _wanted(graph, prof, options, chosen, judge.samples, listener)
+        if options.accumulate == "fp16":  # the FP32 set with the accumulators' marks fixed, then the marks
+            stage = judge.over(two_states.stored(graph, judge.space, listener.stage))
+            first, least, picked = fp32_set(graph, stage, listener, order, found, wanted)
+            return found, noise, two_states.summed(graph, judge, first, listener, order), least, picked
+        return (found, noise, *fp32_set(graph, judge, listener, order, found, wanted))
+    except STOPS as stop:
+        return found, noise, stopped(judge, stop, order.order, listener.stage), None, None
 
 
 def _profiled(graph, oracle, listener) -> Profile:

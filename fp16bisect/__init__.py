@@ -4,7 +4,7 @@ The Python API (``fp16bisect/api/``) is loaded on first use, so ``import fp16bis
 
     import fp16bisect
 
-    result = fp16bisect.search("model.onnx", "sample.npz")
+    result = fp16bisect.search("model.onnx", "sample.npz", tolerance={"atol": 0.05}, judge="emulate")
     result.write("overrides.json")
 """
 
@@ -20,10 +20,16 @@ _LAZY.update({name: "fp16bisect.api.manifest" for name in ("batch", "BatchResult
 _LAZY.update({name: "fp16bisect.api.kernels" for name in ("kernel_plan", "KernelPlan")})
 _LAZY.update({name: "fp16bisect.api.results" for name in ("SearchResult", "CheckResult", "ScanResult",
                                                          "ApplyResult", "Node", "ScanRow", "ScanNode")})
+# the option records the functions take (one per concern; docs/api.md), and the tolerance's
+_LAZY.update({name: "fp16bisect.run.options" for name in ("Judge", "Space", "Strategy", "Journaling")})
+_LAZY.update({"Parallel": "fp16bisect.parallel", "Tolerance": "fp16bisect.tolerance",
+              "GivenTolerance": "fp16bisect.tolerance"})
 
-__all__ = ["ApplyResult", "BatchResult", "CheckFailed", "CheckResult", "CompareResult", "Error", "KernelPlan",
-           "MigrateResult", "Node", "ScanNode", "ScanResult", "ScanRow", "SearchResult", "ToleranceUnreachable", "UsageError", "__version__",
-           "apply", "batch", "check", "compare", "kernel_plan", "migrate", "scan", "search", "write_report"]
+__all__ = ["ApplyResult", "BatchResult", "CheckFailed", "CheckResult", "CompareResult", "Error", "GivenTolerance",
+           "Journaling", "Judge", "KernelPlan", "MigrateResult", "Node", "Parallel", "ScanNode", "ScanResult",
+           "ScanRow", "SearchResult", "Space", "Strategy", "Tolerance", "ToleranceUnreachable", "UsageError",
+           "__version__", "apply", "batch", "check", "compare", "kernel_plan", "migrate", "scan", "search",
+           "write_report"]
 
 
 def __getattr__(name: str):

@@ -13,13 +13,15 @@ import math
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
-from typing import Any, Callable, ClassVar, Iterator, Mapping, TypeVar
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, TypeVar
 
 from fp16bisect.errors import UsageError
 
 Check = Callable[[Any, str], Any]  # (value given, field name) -> the value stored; raises UsageError naming it
 
-SEARCH, CHECK = "search", "check"
+# the commands that take options (``Flag.commands``)
+SEARCH, CHECK, COMPARE, APPLY, MIGRATE, SCAN = "search", "check", "compare", "apply", "migrate", "scan"
+FROM_FILE = (CHECK, COMPARE, APPLY)  # commands that read an override file: a value not given there is the file's
 _AS_FLAGS: ContextVar[bool] = ContextVar("as_flags", default=False)
 
 
@@ -41,9 +43,13 @@ def as_flags() -> bool:
 
 @dataclass(frozen=True)
 class Flag:
-    """How a field is given on the command line: its help, metavar, the commands that take it, argparse's
-    ``nargs``/``const`` when the flag's value is optional, a short alias, and ``repeat`` for a flag given several
-    times (a tuple of values)."""
+    """How a field is given on the command line: its help (what it does; the default is said from the field's
+    own, never written here), metavar, the commands that take it, argparse's ``nargs``/``const`` when the flag's
+    value is optional, a short alias, and ``repeat`` for a flag given several times (a tuple of values).
+
+    ``unset``: what the default None means, as the help says it (``"fp16"``; None: nothing said). ``from_file``: a
+    command that reads an override file (``FROM_FILE``) takes the file's value when the flag is not given, and its
+    help says so. ``path``: the value is a file's path (a manifest's is relative to the manifest)."""
 
     help: str
     metavar: str | None = None
@@ -52,13 +58,35 @@ class Flag:
     const: Any = None
     short: str | None = None
     repeat: bool = False
+    unset: str | None = None
+    from_file: bool = False
+    path: bool = False
 
     def flag(self, name: str) -> str:
         return "--" + name.replace("_", "-")
 
+    def stated(self, default: Any) -> str | None:
+        """The default as the help says it: the value's text, ``unset`` for None (or no value), nothing for a
+        switch (a boolean's default is off)."""
+        if isinstance(default, bool):
+            return None
+        if default is None or default == ():
+            return self.unset
+        return _text(default)
 
-def option(default: Any, check: Check, help: str, **flag: Any) -> Any:
-    """A record's field: its default, its check, and its flag (``Flag``'s other fields as keywords)."""
+    def help_for(self, default: Any, command: str) -> str:
+        """The help ``command``'s ``--help`` prints: the help, then the default (``default``: the field's)."""
+        stated = self.stated(default)
+        if self.from_file and command in FROM_FILE:
+            return f"{self.help} (default: the override file's{f', else {stated}' if stated else ''})"
+        if stated is None:
+            return self.help
+        return f"{self.help} (default{':' if ' ' in stated else ''} {stated})"  # "(default 1)", "(default: beside -o)"
+
+
+def option(default: Any, check: Check | None, help: str, **flag: Any) -> Any:
+    """A record's field: its default, its check (None: the record checks it with others), and its flag (``Flag``'s
+    other fields as keywords)."""
     spec = {"check": check, "flag": Flag(help, **flag)}
     if isinstance(default, (list, dict, set)):
         raise TypeError("an option's default must be immutable (a tuple, not a list)")
@@ -67,6 +95,12 @@ def option(default: Any, check: Check, help: str, **flag: Any) -> Any:
 
 def flag_of(f: Field) -> Flag | None:
     return f.metadata.get("flag")
+
+
+def commands_of(f: Field) -> tuple[str, ...]:
+    """The commands that take field ``f`` (none: a field without a flag)."""
+    spec = flag_of(f)
+    return () if spec is None else spec.commands
 
 
 R = TypeVar("R", bound="Record")
@@ -84,11 +118,7 @@ class Record:
         for f in fields(self):
             check = f.metadata.get("check")
             if check is not None:
-                try:
-                    value = check(getattr(self, f.name), f.name)
-                except UsageError as exc:
-                    raise UsageError(_spelled(str(exc), f.name)) from None
-                object.__setattr__(self, f.name, value)
+                object.__setattr__(self, f.name, given(check, getattr(self, f.name), f.name))
         self.checked()
 
     def checked(self) -> None:
@@ -105,7 +135,7 @@ class Record:
             return value
         if isinstance(value, Mapping):
             known = {f.name for f in fields(cls)}
-            unknown = sorted(str(k) for k in value if k not in known)
+            unknown = sorted(shown(k) for k in value if k not in known)
             if unknown:
                 raise UsageError(f"{said}: unknown key(s) {', '.join(unknown)}; {cls.__name__} takes "
                                  f"{', '.join(sorted(known))}")
@@ -134,17 +164,44 @@ class Record:
     def replace(self: R, **changes: Any) -> R:
         return replace(self, **changes)
 
+    def taken_by(self: R, command: str) -> R:
+        """This record, when ``command`` takes every field given (not its default); else a ``UsageError`` naming
+        the others and what ``command`` takes."""
+        takes = [f.name for f in fields(self) if command in commands_of(f)]
+        beyond = [name for name in self.changed() if name not in takes]
+        if beyond:
+            raise UsageError(f"{', '.join(beyond)}: not an option of {command}, which takes {', '.join(takes)} of "
+                             f"the {type(self).__name__.lower()}: drop it")
+        return self
+
+
+def given(check: Check, value: Any, name: str) -> Any:
+    """``check`` of ``value`` given as ``name`` (a field, or a function's parameter that is no record's): its
+    ``UsageError`` names it as a flag inside ``spelled_as_flags``."""
+    try:
+        return check(value, name)
+    except UsageError as exc:
+        raise UsageError(_spelled(str(exc), name)) from None
+
 
 def _spelled(message: str, name: str) -> str:
     """``message`` (a field's check, naming it first) with the field named as its flag inside
     ``spelled_as_flags``."""
-    if as_flags() and message.startswith((f"{name} ", f"{name}=", f"{name}:")):
-        return "--" + name.replace("_", "-") + message[len(name):]
+    return as_flag(message, [name]) if as_flags() else message
+
+
+def as_flag(message: str, names: Iterable[str]) -> str:
+    """``message`` with the first word, when it is one of ``names`` (a field's check names it first: ``opt_level 9:
+    ...``), as its flag (``--opt-level 9: ...``)."""
+    for name in names:
+        if message.startswith((f"{name} ", f"{name}=", f"{name}:")):
+            return "--" + name.replace("_", "-") + message[len(name):]
     return message
 
 
-def options_of(record: type[Record], command: str) -> Iterator[tuple[Field, Flag]]:
-    """The fields of ``record`` that ``command`` takes as flags, with their flags."""
+def options_of(record: type, command: str) -> Iterator[tuple[Field, Flag]]:
+    """The fields of ``record`` (a record, or any dataclass whose fields carry a ``Flag``) that ``command`` takes
+    as flags, with their flags."""
     for f in fields(record):
         spec = flag_of(f)
         if spec is not None and command in spec.commands:
@@ -161,9 +218,16 @@ def _words(flag: str, value: Any, spec: Flag) -> list[str]:
     return [flag, _text(value)]
 
 
+def number_text(value: float) -> str:
+    """A number as short as it reads (``4``, ``0.05``, ``1e-05``) and read back as the same float: what a printed
+    flag's value must be for the command to reproduce the run."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(float(value))
+
+
 def _text(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:g}"
+        return number_text(value)
     if isinstance(value, Mapping):  # a shape profile given as a mapping: trtexec's text
         return ",".join(f"{k}:{v if isinstance(v, str) else 'x'.join(map(str, v))}" for k, v in value.items())
     if isinstance(value, (list, tuple)):
@@ -203,7 +267,7 @@ def whole(low: int | None = None, high: int | None = None, *, optional: bool = F
                 or (high is not None and number > high)):
             span = f"from {low} to {high}" if low is not None and high is not None else \
                 f"{low} or more" if low is not None else "a whole number"
-            raise UsageError(f"{name} {_shown(value)}: give {what or 'a whole number'} {span}".replace("  ", " "))
+            raise UsageError(f"{name} {shown(value)}: give {what or 'a whole number'} {span}".replace("  ", " "))
         return number
     return check
 
@@ -220,14 +284,16 @@ def real(low: float | None = None, *, above: bool = False, optional: bool = Fals
         bad = not math.isfinite(number) or (low is not None and (number <= low if above else number < low))
         if bad:
             bound = "" if low is None else f" {'above' if above else 'of at least'} {low:g}"
-            raise UsageError(f"{name} {_shown(value)}: give a finite number{bound}" + (f" ({what})" if what else ""))
+            raise UsageError(f"{name} {shown(value)}: give a finite number{bound}" + (f" ({what})" if what else ""))
         return number
     return check
 
 
-def _shown(value: Any) -> str:
-    """A number given as text (a flag's, a manifest's) as it was typed; anything else as its repr."""
-    return value if isinstance(value, str) else repr(value)
+def shown(value: Any) -> str:
+    """A number given as text (a flag's, a manifest's) as it was typed; anything else (and text that is not one
+    plain word) as its repr."""
+    plain = isinstance(value, str) and value and value.isprintable() and not any(c.isspace() for c in value)
+    return value if plain else repr(value)
 
 
 def text(optional: bool = True) -> Check:

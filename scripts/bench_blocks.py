@@ -88,8 +88,8 @@ def main() -> None:
         rows = []
         for label, group_by in (("flat", None), (f"--group-by scope:{args.depth}", f"scope:{args.depth}")):
             start = time.perf_counter()
-            result = fp16bisect.search(planted, args.inputs, atol=args.atol, rtol=args.rtol, backend="emulate",
-                                       prior="none", group_by=group_by)
+            result = fp16bisect.search(planted, args.inputs, tolerance={"atol": args.atol, "rtol": args.rtol},
+                                       judge="emulate", strategy={"prior": "none"}, space={"group_by": group_by})
             seconds = time.perf_counter() - start
             found = sorted(n.name for n in result.fp32_nodes)
             right = "-" if known is None else "yes" if found == sorted(known) else "no"

@@ -1,8 +1,19 @@
-"""A test double of the ``tensorrt`` module, exposing exactly the names in ``fp16bisect.backends.tensorrt.api.NAMES``.
+"""A test double of TensorRT 10.x beneath Polygraphy, and of Polygraphy's ``TrtRunner``: what cannot run here.
 
-``make(weak=True)`` mirrors TensorRT 10.x (weakly typed); ``make(weak=False)``
-mirrors TensorRT 11 (no ``BuilderFlag.FP16``, no layer precisions). Install it
-with ``monkeypatch.setitem(sys.modules, "tensorrt", make())``.
+TensorRT-RTX parses and builds here for real, through the same adapter (tests/test_tensorrt_rtx.py); what cannot
+run is real TensorRT 10.x (it does not install here) with its weak typing, and deserialising or running any engine
+(no GPU). So:
+
+* ``make()`` is the ``tensorrt`` module of TensorRT 10.x as Polygraphy's loaders call it: ``NetworkFromOnnxBytes``
+  and ``NetworkFromOnnxPath`` (``Builder``, ``init_libnvinfer_plugins``, ``OnnxParser``, the network and its layers),
+  ``CreateConfig`` and ``Profile`` (``IBuilderConfig``: flags, the optimization profile, the timing cache),
+  ``EngineBytesFromNetwork`` (``build_serialized_network``, ``IHostMemory``), ``EngineFromBytes`` (``Runtime``),
+  ``SetLayerPrecisions`` (``ILayer.precision``); and as fp16bisect's own code calls it (``pin.py``'s output types,
+  ``inspection.py``'s engine inspector, the profiler). It exposes exactly ``api.NAMES`` and ``ALSO`` (tests check).
+  Install it with ``install(fake, monkeypatch)``: ``import tensorrt`` gives it, and Polygraphy's loaders use it.
+* ``runner(trt, outputs)`` is a class standing in for ``polygraphy.backend.trt.TrtRunner``: it activates by calling
+  its engine loader (Polygraphy's ``EngineFromBytes``), ``infer`` returns ``outputs(engine, feed)`` and reports
+  each engine layer's time to a profiler set on its ``context``, as TensorRT does after a run.
 
 Its ``OnnxParser`` really reads the ONNX model and imports it the way
 onnx-tensorrt does, in small: one layer per node (a Gemm is a matrix multiply
@@ -17,15 +28,13 @@ layer reads them, a broadcast SHUFFLE, both with empty metadata.
 FP16 flag, whether the network is strongly typed, every layer's precision and
 output types) and the engine's layers as TensorRT's engine inspector reports
 them (``EngineInspector.get_engine_information(LayerInformationFormat.JSON)``
-with ``ProfilingVerbosity.DETAILED``: ``{"Layers": [{"Name", "LayerType",
-"Inputs": [{"Name", "Location", "Dimensions", "Format/Datatype"}], "Outputs",
-"TacticValue", "StreamId", "Metadata"}], "Bindings"}``, the format documented
-at ``api.LAYER_INFORMATION``), so tests can assert what was pinned and what
-ran. A weakly typed layer runs in its precision (pinned: FP32, else FP16 with
-the FP16 flag) and its float inputs are reformatted to it. ``trt._myelin``
-(lists of ONNX node names) imitates NVIDIA/TensorRT#3889: a weakly typed build
-fuses each such group into one Myelin layer, which runs in FP16 unless every
-layer of the group is pinned (pins ignored); its metadata joins the nodes'
+with ``ProfilingVerbosity.DETAILED``, the format documented at
+``api.LAYER_INFORMATION``), so tests can assert what was pinned and what ran.
+A weakly typed layer runs in its precision (pinned: FP32, else FP16 with the
+FP16 flag) and its float inputs are reformatted to it. ``trt._myelin`` (lists
+of ONNX node names) imitates NVIDIA/TensorRT#3889: a weakly typed build fuses
+each such group into one Myelin layer, which runs in FP16 unless every layer of
+the group is pinned (pins ignored); its metadata joins the nodes'
 ``[ONNX Layer: ...]`` with ``\x1f`` as TensorRT-RTX prints it. Test hooks are
 private (``_``-prefixed) module attributes.
 """
@@ -36,7 +45,6 @@ import enum
 import json
 import types
 
-import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto
@@ -56,14 +64,32 @@ BROADCASTING = {"Add", "Sub", "Mul", "Div", "Pow", "MatMul", "Max", "Min", "Gemm
 ONNX_TO_DT = {TensorProto.FLOAT: "FLOAT", TensorProto.FLOAT16: "HALF", TensorProto.BFLOAT16: "BF16",
               TensorProto.INT32: "INT32",
               TensorProto.INT64: "INT64", TensorProto.BOOL: "BOOL"}
+NUMPY = {"FLOAT": "float32", "HALF": "float16", "BF16": "bfloat16", "INT32": "int32", "INT64": "int64", "BOOL": "bool"}
+# The names the fake has beyond fp16bisect's own (api.NAMES): those Polygraphy's loaders call, the layer types and
+# data types its parser gives layers and tensors.
+ALSO = frozenset("""
+    Builder Builder.create_network Builder.create_builder_config Builder.build_serialized_network
+    Builder.create_optimization_profile init_libnvinfer_plugins NetworkDefinitionCreationFlag.EXPLICIT_BATCH
+    ILogger ILogger.log ILogger.Severity Logger OnnxParser OnnxParser.parse OnnxParser.parse_from_file
+    OnnxParser.num_errors OnnxParser.get_error ParserError ITensor.is_shape_tensor ILayer.precision
+    IOptimizationProfile IOptimizationProfile.set_shape IBuilderConfig.add_optimization_profile
+    IBuilderConfig.create_timing_cache IBuilderConfig.set_timing_cache IBuilderConfig.get_timing_cache
+    IBuilderConfig.builder_optimization_level IBuilderConfig.get_flag IBuilderConfig.DLA_core
+    IBuilderConfig.default_device_type IBuilderConfig.num_optimization_profiles DeviceType DeviceType.GPU
+    DeviceType.DLA BuilderFlag.TF32 ITimingCache ITimingCache.serialize ITimingCache.combine IHostMemory Runtime
+    Runtime.deserialize_cuda_engine DataType.BF16 DataType.INT32 DataType.INT64 DataType.BOOL
+    LayerType.ELEMENTWISE LayerType.MATRIX_MULTIPLY LayerType.ACTIVATION LayerType.UNARY LayerType.REDUCE
+    LayerType.SOFTMAX LayerType.CONVOLUTION LayerType.SCALE LayerType.POOLING LayerType.CAST
+    """.split()) | {f"{kind}.{level}" for kind in ("ILogger.Severity", "Logger")
+                   for level in ("INTERNAL_ERROR", "ERROR", "WARNING", "INFO", "VERBOSE")}
 
 
-def make(weak: bool = True, version: str | None = None, strongly_typed_flag: bool = True,
-         bf16_flag: bool = True) -> types.ModuleType:
-    """``strongly_typed_flag=False``: a TensorRT before 9.0 (no NetworkDefinitionCreationFlag.STRONGLY_TYPED);
-    ``bf16_flag=False``: one without ``BuilderFlag.BF16`` (weakly typed BF16 builds impossible)."""
+def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_flag: bool = True) -> types.ModuleType:
+    """TensorRT ``version`` (10.x, weakly typed). ``strongly_typed_flag=False``: a TensorRT before 9.0 (no
+    NetworkDefinitionCreationFlag.STRONGLY_TYPED); ``bf16_flag=False``: one without ``BuilderFlag.BF16`` (weakly
+    typed BF16 builds impossible)."""
     trt = types.ModuleType("tensorrt")
-    trt.__version__ = version or ("10.16.1.11" if weak else "11.4.0.106")
+    trt.__version__ = version
     trt._builds = []  # every build: the JSON dict it produced
     trt._fail_build = None  # a message: the next build logs it as an error and returns None
     trt._myelin = []  # groups of ONNX node names a weakly typed build fuses into one layer (see above)
@@ -81,22 +107,12 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
         INT64 = 8
         BF16 = 7
 
-    _NP = {DataType.FLOAT: np.float32, DataType.HALF: np.float16, DataType.INT32: np.int32,
-           DataType.BOOL: np.bool_, DataType.INT64: np.int64, DataType.BF16: np.dtype(ml_dtypes.bfloat16)}
-
-    def nptype(dtype):
-        return _NP[dtype]
-
-    LayerType = enum.Enum(
-        "LayerType",
-        [n.split(".", 1)[1] for n in _names() if n.startswith("LayerType.")],
-    )
-
-    members = ["FP16", "OBEY_PRECISION_CONSTRAINTS", *(["BF16"] if bf16_flag else [])] if weak else []
-    BuilderFlag = enum.IntEnum("BuilderFlag", members) if members else type("BuilderFlag", (), {})
-
+    LayerType = enum.Enum("LayerType", sorted({n.split(".", 1)[1] for n in {*_names(), *ALSO}
+                                               if n.startswith("LayerType.")}))
+    BuilderFlag = enum.IntEnum("BuilderFlag", ["FP16", "OBEY_PRECISION_CONSTRAINTS", "TF32",
+                                               *(["BF16"] if bf16_flag else [])])
     NetworkDefinitionCreationFlag = enum.IntEnum(
-        "NetworkDefinitionCreationFlag", {"STRONGLY_TYPED": 0} if strongly_typed_flag else {})
+        "NetworkDefinitionCreationFlag", {"EXPLICIT_BATCH": 0, **({"STRONGLY_TYPED": 1} if strongly_typed_flag else {})})
 
     class ProfilingVerbosity(enum.Enum):  # LAYER_NAMES_ONLY (the default) and NONE exist too, unused
         DETAILED = 2
@@ -104,15 +120,17 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
     class LayerInformationFormat(enum.Enum):  # ONELINE exists too, unused
         JSON = 1
 
-    class TensorIOMode(enum.Enum):
-        INPUT = 1
-        OUTPUT = 2
+    class DeviceType(enum.Enum):
+        GPU = 0
+        DLA = 1
 
     class ILogger:
         class Severity(enum.IntEnum):
             INTERNAL_ERROR = 0
             ERROR = 1
             WARNING = 2
+            INFO = 3
+            VERBOSE = 4
 
         def __init__(self):
             pass
@@ -120,10 +138,17 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
         def log(self, severity, msg):
             pass
 
+    class Logger(ILogger):  # what Polygraphy's TensorRT logger reads the severities from
+        INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE = ILogger.Severity
+
+    def init_libnvinfer_plugins(logger, namespace):
+        return True
+
     class ITensor:
         name = ""
         dtype = None
         shape = ()
+        is_shape_tensor = False
 
         def __init__(self, name, dtype, shape=()):
             self.name = name
@@ -159,11 +184,12 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
         def get_output(self, index):
             return self._outputs[index] if 0 <= index < len(self._outputs) else None
 
-    if weak:
-        def _get_precision(self):
+        @property
+        def precision(self):
             return self._precision if self._precision is not None else DataType.FLOAT
 
-        def _set_precision(self, dtype):
+        @precision.setter
+        def precision(self, dtype):
             if self._strong:
                 raise RuntimeError("setPrecision is not allowed on a strongly typed network")
             self._precision = dtype
@@ -175,15 +201,15 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
                 raise ValueError(f"set_output_type on non-float output {index} of {self.name}")
             self._output_types[index] = dtype
 
-        ILayer.precision = property(_get_precision, _set_precision)
-        ILayer.set_output_type = set_output_type
-
     class INetworkDefinition:
         def __init__(self, flags):
             self._flags = flags
             self._layers = []
             self._inputs = []
             self._outputs = []
+
+        def __iter__(self):  # Polygraphy's SetLayerPrecisions and CreateConfig walk the layers so
+            return iter(self._layers)
 
         @property
         def num_inputs(self):
@@ -204,11 +230,11 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
             return len(self._outputs)
 
         def get_flag(self, flag):
-            return bool(self._flags & (1 << int(flag))) or not weak  # TensorRT 11: always strongly typed
+            return bool(self._flags & (1 << int(flag)))
 
         @property
         def _strong(self):
-            return not weak or bool(self._flags & 1)
+            return strongly_typed_flag and self.get_flag(NetworkDefinitionCreationFlag.STRONGLY_TYPED)
 
     class ParserError:
         def __init__(self, text):
@@ -334,12 +360,12 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
             tensors[node.output[0]] = out
         network._outputs = [tensors[o.name] for o in g.output]
 
-    class IHostMemory:
-        def __init__(self, data):
-            self._data = bytes(data)
+    class IHostMemory(bytes):  # the buffer protocol, and a context manager (Polygraphy saves a cache within one)
+        def __enter__(self):
+            return self
 
-        def __bytes__(self):
-            return self._data
+        def __exit__(self, *exc):
+            return None
 
     class ITimingCache:
         def __init__(self, data):
@@ -348,14 +374,23 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
         def serialize(self):
             return IHostMemory(self._data)
 
+        def combine(self, other, ignore_mismatch):
+            return True  # every build adds to the cache it was given: nothing to merge
+
     class IBuilderConfig:
         builder_optimization_level = 3
         profiling_verbosity = None  # ProfilingVerbosity.LAYER_NAMES_ONLY in TensorRT
+        DLA_core = -1
+        default_device_type = DeviceType.GPU
 
         def __init__(self):
             self._flags = set()
             self._cache = None
             self._profiles = []
+
+        @property
+        def num_optimization_profiles(self):
+            return len(self._profiles)
 
         def add_optimization_profile(self, profile):
             self._profiles.append(profile)
@@ -364,12 +399,20 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
         def set_flag(self, flag):
             self._flags.add(flag)
 
+        def get_flag(self, flag):
+            return flag in self._flags
+
         def create_timing_cache(self, data):
             return ITimingCache(data)
 
         def set_timing_cache(self, cache, ignore_mismatch):
+            if bytes(cache._data).startswith(b"other"):  # a cache made on another GPU or TensorRT: refused
+                return False
             self._cache = cache
             return True
+
+        def get_timing_cache(self):
+            return self._cache
 
     class IOptimizationProfile:
         def __init__(self):
@@ -394,7 +437,7 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
         def build_serialized_network(self, network, config):
             if trt._fail_build:
                 message, trt._fail_build = trt._fail_build, None
-                self._logger.log(ILogger.Severity.ERROR, message)
+                self._logger.log(Logger.ERROR, message)
                 return None
             if config._cache is not None:  # every build adds one entry to the timing cache
                 config._cache._data += b"+"
@@ -405,26 +448,28 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
                     "precision": None if layer._precision is None else layer._precision.name,
                     "output_types": {str(i): t.name for i, t in sorted(layer._output_types.items())},
                 }
-            if network._strong and weak and BuilderFlag.FP16 in config._flags:
-                self._logger.log(ILogger.Severity.ERROR, "Error Code 3: API Usage Error (BuilderFlag::kFP16 is "
+            if network._strong and BuilderFlag.FP16 in config._flags:
+                self._logger.log(Logger.ERROR, "Error Code 3: API Usage Error (BuilderFlag::kFP16 is "
                                  "not allowed with a strongly typed network)")
                 return None
             dynamic = [t.name for t in network._inputs if any(d < 0 for d in t.shape)]
             shapes = {k: v for p in config._profiles for k, v in p._shapes.items()}
             if any(name not in shapes for name in dynamic):
-                self._logger.log(ILogger.Severity.ERROR, "Error Code 4: API Usage Error (Network has dynamic or "
+                self._logger.log(Logger.ERROR, "Error Code 4: API Usage Error (Network has dynamic or "
                                  "shape inputs, but no optimization profile has been defined.)")
                 return None
             built = {
                 "profile": {k: [list(s) for s in v] for k, v in shapes.items()},
-                "fp16": weak and BuilderFlag.FP16 in config._flags,
-                "bf16": weak and bf16_flag and BuilderFlag.BF16 in config._flags,
-                "obey": weak and BuilderFlag.OBEY_PRECISION_CONSTRAINTS in config._flags,
+                "fp16": BuilderFlag.FP16 in config._flags,
+                "bf16": bf16_flag and BuilderFlag.BF16 in config._flags,
+                "obey": BuilderFlag.OBEY_PRECISION_CONSTRAINTS in config._flags,
+                "tf32": BuilderFlag.TF32 in config._flags,
                 "opt_level": config.builder_optimization_level,
                 "strongly_typed": network._strong,
                 "profiling_verbosity": getattr(config.profiling_verbosity, "name", None),
                 "layers": layers,
-                "engine": _engine_layers(network, weak and BuilderFlag.FP16 in config._flags),
+                "engine": _engine_layers(network, BuilderFlag.FP16 in config._flags),
+                "inputs": [(t.name, NUMPY[t.dtype.name], list(t.shape)) for t in network._inputs],
                 "bindings": [t.name for t in network._inputs + network._outputs],
             }
             trt._builds.append(built)
@@ -509,25 +554,11 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
             return json.dumps({"Layers": [layer["Name"] for layer in built["engine"]], "Bindings": built["bindings"]})
 
     class ICudaEngine:
-        num_io_tensors = 0
-
         def __init__(self, data):
             self._data = data
 
         def create_engine_inspector(self):
             return EngineInspector(json.loads(self._data))
-
-        def get_tensor_name(self, index):
-            raise IndexError(index)
-
-        def get_tensor_mode(self, name):
-            return TensorIOMode.INPUT
-
-        def get_tensor_dtype(self, name):
-            return DataType.FLOAT
-
-        def create_execution_context(self):
-            return IExecutionContext(json.loads(self._data))
 
     class IProfiler:
         def __init__(self):
@@ -536,26 +567,8 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
         def report_layer_time(self, layer_name, ms):
             raise NotImplementedError("a subclass reports layer times")
 
-    class IExecutionContext:
-        profiler = None  # an IProfiler: told each engine layer's time after every run (trt._layer_ms says it)
-
-        def __init__(self, built):
-            self._built = built
-
-        def set_input_shape(self, name, shape):
-            return True
-
-        def get_tensor_shape(self, name):
-            return ()
-
-        def set_tensor_address(self, name, ptr):
-            return True
-
-        def execute_async_v3(self, stream_handle):
-            if self.profiler is not None:
-                for layer in self._built["engine"]:
-                    self.profiler.report_layer_time(layer["Name"], trt._layer_ms(layer))
-            return True
+    class IExecutionContext:  # the runner's: told each engine layer's time after every run (trt._layer_ms says it)
+        profiler = None
 
     class Runtime:
         def __init__(self, logger):
@@ -565,14 +578,61 @@ def make(weak: bool = True, version: str | None = None, strongly_typed_flag: boo
             return ICudaEngine(bytes(data))
 
     for name, value in list(locals().items()):
-        if not name.startswith("_") and name not in ("weak", "version", "trt", "members", "name", "value",
-                                                      "strongly_typed_flag", "bf16_flag"):
+        if not name.startswith("_") and name not in ("version", "trt", "name", "value", "strongly_typed_flag",
+                                                      "bf16_flag"):
             setattr(trt, name, value)
     trt.float32 = DataType.FLOAT
-    for name in ("set_output_type", "_get_precision", "_set_precision"):
-        if hasattr(trt, name):
-            delattr(trt, name)
     return trt
+
+
+def install(fake: types.ModuleType, monkeypatch=None) -> types.ModuleType:
+    """``import tensorrt`` gives ``fake``, and Polygraphy's loaders use it (each of its modules a fresh import of
+    TensorRT, as fp16bisect's ``load.rebind_polygraphy`` does); undone after the test with ``monkeypatch``, for good
+    without (a worker process)."""
+    import sys
+
+    import polygraphy.backend.tensorrt_rtx  # noqa: F401  (imported now, so that its TensorRT import is undone too)
+    import polygraphy.backend.trt  # noqa: F401
+    from fp16bisect.backends.tensorrt import load
+
+    if monkeypatch is None:
+        sys.modules["tensorrt"] = fake
+        load.rebind_polygraphy(False)
+    else:
+        monkeypatch.setitem(sys.modules, "tensorrt", fake)
+        load.rebind_polygraphy(False, monkeypatch.setattr)
+    return fake
+
+
+def runner(trt, outputs):
+    """A class standing in for ``polygraphy.backend.trt.TrtRunner`` (which needs a GPU): ``outputs(engine, feed)``
+    computes what a run returns, ``engine`` being what its loader gave (the fake's ``ICudaEngine``)."""
+    from polygraphy.common import TensorMetadata
+
+    class Runner:
+        def __init__(self, engine):
+            self._loader, self.is_active, self.engine, self.context = engine, False, None, None
+
+        def activate(self):
+            self.engine, self.context, self.is_active = self._loader(), trt.IExecutionContext(), True
+
+        def deactivate(self):
+            self.is_active = False
+
+        def get_input_metadata(self, use_numpy_dtypes=None):
+            found = TensorMetadata()
+            for name, dtype, shape in json.loads(self.engine._data)["inputs"]:
+                found.add(name, np.dtype(dtype), shape)
+            return found
+
+        def infer(self, feed):
+            result = outputs(self.engine, feed)
+            if self.context.profiler is not None:
+                for layer in json.loads(self.engine._data)["engine"]:
+                    self.context.profiler.report_layer_time(layer["Name"], trt._layer_ms(layer))
+            return result
+
+    return Runner
 
 
 def tensor_kind_of(tensor: dict) -> str:
@@ -586,11 +646,6 @@ def _names():
     from fp16bisect.backends.tensorrt.api import NAMES
 
     return NAMES
-
-
-def built(trt) -> dict:
-    """The last build's description."""
-    return trt._builds[-1]
 
 
 def make_cuda(gpu: str = "NVIDIA L4", capability: tuple = (8, 9), driver: int = 12040, runtime: int = 12040,

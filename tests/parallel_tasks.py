@@ -42,7 +42,6 @@ def setup_fake_tensorrt(job, device):
     (tests/fake_tensorrt.py) builds, and an engine 'runs' by emulating exactly the nodes its layers ran in FP32
     (read back from the built engine), as in test_tensorrt.py's ``engines_run_as_built``."""
     import json
-    import sys
 
     import fake_tensorrt
     from fp16bisect.artifacts.exports import trtexec_layer_name
@@ -52,7 +51,7 @@ def setup_fake_tensorrt(job, device):
     from fp16bisect.backends.tensorrt import load as trt_load
     from fp16bisect.parallel.executor import setup_backend
 
-    sys.modules["tensorrt"] = fake_tensorrt.make(weak=True)
+    fake_tensorrt.install(fake_tensorrt.make())
     trt_load.gpu_available = lambda: True
     emulators = {}
 

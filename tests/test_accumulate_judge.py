@@ -115,7 +115,7 @@ def test_an_answer_with_both_states_each_in_its_own(tmp_path, capsys):
 
 def test_the_api_and_a_manifest_entry_give_the_same_answer(tmp_path):
     model, data, culprit = _case(tmp_path, "layernorm")
-    found = fp16bisect.search(str(model), str(data), backend="emulate", accumulate="fp16")
+    found = fp16bisect.search(str(model), str(data), judge="emulate", space={"accumulate": "fp16"})
     assert [n.name for n in found.fp32_nodes] == [] and [n.name for n in found.fp32_accumulate_nodes] == [culprit]
     manifest = tmp_path / "m.json"
     manifest.write_text(json.dumps({"entries": [{"model": model.name, "inputs": data.name, "action": "search",
@@ -133,9 +133,9 @@ def test_accumulate_fp8_is_a_usage_error_everywhere(tmp_path, capsys):
         assert code == 2
         assert "accumulate 'fp8': use fp32" in one_line_error(err)
     with pytest.raises(UsageError, match="accumulate 'fp8'"):
-        fp16bisect.search(str(model), str(data), backend="emulate", accumulate="fp8")
+        fp16bisect.search(str(model), str(data), judge="emulate", space={"accumulate": "fp8"})
     with pytest.raises(UsageError, match="accumulate 'fp8'"):
-        fp16bisect.check(str(model), str(data), backend="emulate", accumulate="fp8")
+        fp16bisect.check(str(model), str(data), judge="emulate", space={"accumulate": "fp8"})
     manifest = tmp_path / "m.json"
     manifest.write_text(json.dumps({"entries": [{"model": model.name, "inputs": data.name, "accumulate": "fp8"}]}))
     with pytest.raises(UsageError, match="accumulate 'fp8'"):
@@ -164,7 +164,7 @@ def test_compare_accumulate_fp16_names_the_culprit_first(tmp_path, capsys, name)
     code, out, err = run(capsys, "compare", model, "--inputs", data, "--accumulate", "fp16")
     assert code == 0, err
     assert f"first failing node: {culprit} (" in out
-    assert fp16bisect.compare(str(model), str(data), accumulate="fp16").first_failing.node == culprit
+    assert fp16bisect.compare(str(model), str(data), space={"accumulate": "fp16"}).first_failing.node == culprit
     assert fp16bisect.compare(str(model), str(data)).first_failing is None
 
 

@@ -130,14 +130,14 @@ def test_bad_samples_raise_the_command_lines_one_line_usage_error(tmp_path, caps
     (lambda: fp16bisect.search(LN, 3), "samples is a int: pass an .npz path"),
     (lambda: fp16bisect.search(LN, []), "no samples given"),
     (lambda: fp16bisect.search(LN, {"y": np.zeros(3)}), "has no array for model input(s) 'x'"),
-    (lambda: fp16bisect.search(LN, LN_IN, atol=-1), "atol -1: give a finite number >= 0"),
-    (lambda: fp16bisect.search(LN, LN_IN, atol=float("inf")), "atol inf: give a finite number >= 0"),
-    (lambda: fp16bisect.check(LN, LN_IN, rtol=float("nan")), "rtol nan: give a finite number >= 0"),
-    (lambda: fp16bisect.check(LN, LN_IN, min_cosine=2), "min_cosine 2: give a cosine similarity from -1 to 1"),
-    (lambda: fp16bisect.search(LN, LN_IN, keep_plans=True), "keep_plans keeps the plan files of backend='command'"),
-    (lambda: fp16bisect.search(LN, LN_IN, opt_level=9), "opt_level 9: give a TensorRT builder optimisation level"),
-    (lambda: fp16bisect.search(LN, LN_IN, backend="command"), "backend='command' needs the command"),
-    (lambda: fp16bisect.search(LN, LN_IN, backend="gpu"), "backend 'gpu': use one of"),
+    (lambda: fp16bisect.search(LN, LN_IN, tolerance={"atol": -1}), "atol -1: give a finite number >= 0"),
+    (lambda: fp16bisect.search(LN, LN_IN, tolerance={"atol": float("inf")}), "atol inf: give a finite number >= 0"),
+    (lambda: fp16bisect.check(LN, LN_IN, tolerance={"rtol": float("nan")}), "rtol nan: give a finite number >= 0"),
+    (lambda: fp16bisect.check(LN, LN_IN, tolerance={"min_cosine": 2}), "min_cosine 2: give a cosine similarity from -1 to 1"),
+    (lambda: fp16bisect.search(LN, LN_IN, judge={"keep_plans": True}), "keep_plans keeps the plan files of backend='command'"),
+    (lambda: fp16bisect.search(LN, LN_IN, judge={"opt_level": 9}), "opt_level 9: give a TensorRT builder optimisation level"),
+    (lambda: fp16bisect.search(LN, LN_IN, judge="command"), "backend='command' needs the command"),
+    (lambda: fp16bisect.search(LN, LN_IN, judge="gpu"), "backend 'gpu': use one of"),
     (lambda: fp16bisect.search(LN_IN, LN_IN), "transformer_block.npz"),
     (lambda: fp16bisect.search(object(), LN_IN), "model is a object: pass the path of an .onnx file"),
     (lambda: fp16bisect.check(LN, LN_IN, overrides=SAMPLES / "README.md"), "README.md"),
@@ -218,18 +218,18 @@ def test_the_command_backend_without_output_runs_its_plans_beside_the_working_di
     # was a bare TypeError (the plan files' directory was None without output=); a judge that passes every plan
     monkeypatch.chdir(tmp_path)
     judge = f"{sys.executable} -c 'import sys; sys.exit(0)' {{model}}"
-    result = fp16bisect.search(LN, LN_IN, backend="command", check=judge, prior="none")
+    result = fp16bisect.search(LN, LN_IN, judge=fp16bisect.Judge("command", check=judge), strategy={"prior": "none"})
     assert result.fp32_nodes == [] and result.backend == "command"
     assert not (tmp_path / "fp16bisect.plans").exists()  # removed: no keep_plans
 
 
 def test_check_judges_with_the_override_files_tolerance_unless_given(tmp_path):
-    found = fp16bisect.search(LN, LN_IN, atol=10, output=tmp_path / "o.json")
+    found = fp16bisect.search(LN, LN_IN, tolerance={"atol": 10}, output=tmp_path / "o.json")
     assert found.fp32_nodes == []  # at atol 10 all-FP16 passes
     gate = fp16bisect.check(LN, LN_IN, overrides=tmp_path / "o.json")
     assert gate.passed and gate.tolerance.atol == 10 and gate.tolerance_from == f"from {tmp_path / 'o.json'}"
     assert gate.to_dict()["tolerance_from"] == gate.tolerance_from
-    tighter = fp16bisect.check(LN, LN_IN, overrides=tmp_path / "o.json", atol=0.01)
+    tighter = fp16bisect.check(LN, LN_IN, overrides=tmp_path / "o.json", tolerance={"atol": 0.01})
     assert not tighter.passed and tighter.tolerance.atol == 0.01
     assert tighter.tolerance_from == f"from {tmp_path / 'o.json'}; atol given"
     assert fp16bisect.check(LN, LN_IN).tolerance_from == "defaults"
@@ -301,7 +301,7 @@ def test_apply_result_nodes_are_the_search_result_nodes(tmp_path):
 def test_search_removes_its_journal_once_written_unless_keep_journal(tmp_path):
     fp16bisect.search(LN, LN_IN, output=tmp_path / "o.json")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o.json"]
-    kept = fp16bisect.search(LN, LN_IN, output=tmp_path / "k.json", keep_journal=True)
+    kept = fp16bisect.search(LN, LN_IN, output=tmp_path / "k.json", journal={"keep_journal": True})
     journal, = tmp_path.glob("k.journal-*.jsonl")
     assert json.loads((tmp_path / "k.json").read_text())["search"]["journal"] == str(journal)
     assert kept.evaluations == len([line for line in journal.read_text().splitlines() if line.startswith('{"plan"')])

@@ -79,8 +79,8 @@ def test_bad_entries_fail_alone_and_the_batch_is_exit_1(tmp_path, capsys, known)
      "entry 1: atol inf: give a finite number >= 0"),
     ('{"entries": [{"model": "m.onnx", "inputs": "x.npz", "rtol": -1}]}', "entry 1: rtol -1: give a finite"),
     ('{"entries": [{"model": "m.onnx", "inputs": "x.npz", "max_mismatch": 2}]}', "max_mismatch 2 is a fraction"),
-    ('{"entries": [{"model": "m.onnx", "inputs": "x.npz", "keep_journal": "yes"}]}',
-     "'keep_journal' must be true or false"),
+    ('{"entries": [{"model": "m.onnx", "inputs": "x.npz", "action": "search", "keep_journal": "yes"}]}',
+     "entry 1: keep_journal 'yes': give True or False"),
 ])
 def test_a_bad_manifest_is_exit_2_and_runs_nothing(tmp_path, capsys, text, says):
     manifest = tmp_path / "zoo.json"

@@ -188,18 +188,18 @@ def test_the_python_api_takes_precision(tmp_path):
 
     model = tmp_path / "m.onnx"
     onnx.save(planted(), model)
-    found = fp16bisect.search(str(model), sample(), atol=0.1, rtol=0, precision="bf16")
+    found = fp16bisect.search(str(model), sample(), tolerance={"atol": 0.1, "rtol": 0}, space="bf16")
     assert {n.name for n in found.fp32_nodes} == CULPRITS
-    assert fp16bisect.check(str(model), sample(), found, atol=0.1, rtol=0, precision="bf16").passed
-    assert not fp16bisect.check(str(model), sample(), atol=0.1, rtol=0, precision="bf16").passed
-    assert fp16bisect.check(str(model), sample(), atol=0.1, rtol=0).passed
+    assert fp16bisect.check(str(model), sample(), found, tolerance={"atol": 0.1, "rtol": 0}, space="bf16").passed
+    assert not fp16bisect.check(str(model), sample(), tolerance={"atol": 0.1, "rtol": 0}, space="bf16").passed
+    assert fp16bisect.check(str(model), sample(), tolerance={"atol": 0.1, "rtol": 0}).passed
     with pytest.raises(fp16bisect.UsageError, match="unknown precision 'bf8'"):
         precision_of("bf8")
 
 
 def test_an_unknown_precision_is_exit_2(capsys, tmp_path):
     code, _, err = run(capsys, "scan", tmp_path / "m.onnx", "--inputs", "x.npz", "--precision", "fp8")
-    assert code == 2 and "invalid choice: 'fp8'" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "--precision 'fp8': use one of 'fp16', 'bf16'" in err and len(err.strip().splitlines()) == 1
 
 
 def test_one_definition_of_each_precision():
@@ -226,18 +226,18 @@ def test_silero_vad_all_bf16_fails_where_fp16_passes_and_the_bf16_answer_is_1_mi
             "h": (rng.standard_normal((1, 1, 128)) * 0.5).astype(np.float32),
             "c": (rng.standard_normal((1, 1, 128)) * 0.5).astype(np.float32)}
     tolerance = {"atol": 0.02, "rtol": 0.0}
-    assert fp16bisect.check(model, data, **tolerance).passed
-    assert not fp16bisect.check(model, data, precision="bf16", **tolerance).passed
+    assert fp16bisect.check(model, data, tolerance=tolerance).passed
+    assert not fp16bisect.check(model, data, space="bf16", tolerance=tolerance).passed
     out = tmp_path / "o.json"
-    found = fp16bisect.search(model, data, precision="bf16", output=out, **tolerance)
+    found = fp16bisect.search(model, data, space="bf16", output=out, tolerance=tolerance)
     answer = json.loads(out.read_text())
     names = [n["name"] for n in answer["fp32_nodes"]]
     assert answer["precision"] == "bf16" and answer["search"]["minimal"] and 1 <= len(names) < 17
-    assert fp16bisect.check(model, data, answer, precision="bf16", **tolerance).passed
+    assert fp16bisect.check(model, data, answer, space="bf16", tolerance=tolerance).passed
     for name in names:
         fewer = copy.deepcopy(answer)
         fewer["fp32_nodes"] = [n for n in fewer["fp32_nodes"] if n["name"] != name]
-        assert not fp16bisect.check(model, data, fewer, precision="bf16", **tolerance).passed, name
+        assert not fp16bisect.check(model, data, fewer, space="bf16", tolerance=tolerance).passed, name
     assert found.evaluations < 60
 
 
@@ -312,7 +312,7 @@ def test_a_batch_manifest_takes_precision_as_the_flag_does(tmp_path, capsys):
     assert fp16["fp32_nodes"] == [] and fp16["result"]["precision"] == "fp16"
     manifest.write_text(json.dumps({"entries": [{**entry, "precision": "fp8"}]}))
     code, _, err = run(capsys, "batch", manifest, "-q")
-    assert code == 2 and f"manifest {str(manifest)!r}, entry 1: unknown precision 'fp8'" in err
+    assert code == 2 and f"manifest {str(manifest)!r}, entry 1: precision 'fp8': use one of 'fp16', 'bf16'" in err
 
 
 def test_a_bf16_report_says_bf16(tmp_path, capsys):
@@ -336,4 +336,5 @@ def test_a_failing_bf16_check_gives_the_search_to_run_with_its_precision_and_tol
                           "--precision", "bf16", "-q")
     assert code == 1
     assert stdout.strip().splitlines()[-1].startswith("FAIL in all-BF16: ")
-    assert f"'fp16bisect search {model} --inputs {data} --atol 0.1 --rtol 0 --precision bf16'" in stdout
+    assert (f"'fp16bisect search {model} --inputs {data} -o m.overrides.json --atol 0.1 --rtol 0 --precision bf16'"
+            in stdout)

@@ -273,16 +273,16 @@ def test_headroom_in_the_api_and_a_manifest_means_what_the_flag_means(capsys, tm
     headroom is the flag's too."""
     import fp16bisect
 
-    found = fp16bisect.search(MODEL, QUIET8, headroom=KNOWN["headroom"])
+    found = fp16bisect.search(MODEL, QUIET8, space={"headroom": KNOWN["headroom"]})
     assert sorted(n.name for n in found.fp32_nodes) == CULPRITS
     assert sorted(found.to_dict()["search"]["forced_by_headroom"]) == CULPRITS
     loud = fp16bisect.check(MODEL, LOUD, overrides=found)  # the loud frames pass; judged with the file's headroom 4
     assert not loud.passed and all(m.passed for m in loud.metrics) and "lack 4x headroom: 'energy_eps'" in loud.verdict
-    assert fp16bisect.check(MODEL, LOUD, overrides=found, headroom=1.2).passed
+    assert fp16bisect.check(MODEL, LOUD, overrides=found, space={"headroom": 1.2}).passed
     every = fp16bisect.search(MODEL, FRAMES)
     assert fp16bisect.check(MODEL, FRAMES, overrides=every).passed
-    assert not fp16bisect.check(MODEL, FRAMES, overrides=every, headroom=2).passed  # energy_eps peaks at 74%
-    assert fp16bisect.check(MODEL, FRAMES, overrides=every, headroom="1.2").passed
+    assert not fp16bisect.check(MODEL, FRAMES, overrides=every, space={"headroom": 2}).passed  # energy_eps peaks at 74%
+    assert fp16bisect.check(MODEL, FRAMES, overrides=every, space={"headroom": "1.2"}).passed
     manifest = tmp_path / "zoo.json"
     quiet = [str(p) for p in QUIET8]
     manifest.write_text(json.dumps({"entries": [
@@ -308,7 +308,7 @@ def test_a_bad_headroom_is_the_same_one_line_from_the_flag_the_api_and_a_manifes
     said = flagged.removeprefix("--")
     for api in (fp16bisect.search, fp16bisect.check):
         with pytest.raises(fp16bisect.UsageError) as raised:
-            api(MODEL, QUIET8, headroom=float("nan") if value == "nan" else value)
+            api(MODEL, QUIET8, space={"headroom": float("nan") if value == "nan" else value})
         assert str(raised.value) == said
     manifest = tmp_path / "zoo.json"
     manifest.write_text(json.dumps({"entries": [{"model": str(MODEL), "inputs": str(QUIET8[0]), "headroom": value}]}))

@@ -37,11 +37,17 @@ def test_the_api_page_names_each_function_and_shows_its_signature_with_values_be
     for name in ("search", "check", "scan", "apply"):
         level, text = heading(page, f"fp16bisect.api.functions.{name}").split(":", 1)
         assert level == "3" and text.split()[-1] == name, text  # the name alone, no parameters
-    signature = re.search(r'class="doc-signature[^"]*".*?</div>', page[page.index('id="fp16bisect.api.functions'
-                                                                                  '.search"'):], re.S).group(0)
-    text = re.sub(r"<[^>]+>", "", signature)
-    assert "atol: PerOutput = 0.01" in text and "rtol: PerOutput = 0.01" in text  # or per output
+    def signature(anchor: str) -> str:
+        found = re.search(r'class="doc-signature[^"]*".*?</div>', page[page.index(f'id="{anchor}"'):], re.S)
+        return re.sub(r"<[^>]+>", "", found.group(0))
+
+    assert "judge: Given[Judge] = None" in signature("fp16bisect.api.functions.search")
+    tolerance = signature("fp16bisect.tolerance.values.Tolerance")
+    assert "atol: float = 0.01" in tolerance and "rtol: float = 0.01" in tolerance
     assert "DEFAULT_ATOL" not in page and "DEFAULT_RTOL" not in page
+    # an option record's field: its default, and its help with its flag (scripts/griffe_literal_defaults.py)
+    assert "opt_level: int | None = None" in signature("fp16bisect.run.options.Judge") and "option(" not in page
+    assert "tensorrt: builder optimisation level (None: 3). The flag <code>--opt-level</code> of search, check." in page
 
 
 def test_code_blocks_wrap_and_the_contents_leave_the_text_its_width():

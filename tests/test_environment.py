@@ -119,8 +119,9 @@ def test_check_says_what_changed_and_how_to_verify_again(searched, tmp_path, cap
     code, stdout, err = run(capsys, *CHECK, "--overrides", path, "--json", report)
     assert code == 0, err
     assert f"ONNX Runtime 1.20.0 -> {ort.__version__}" in stdout and "CPU: Some Other CPU -> " in stdout
-    again = shlex.join(["fp16bisect", "search", str(LN), "--inputs", str(LN_IN), "--backend", "emulate", "--atol",
-                        "0.01", "--rtol", "0.01", "-o", path])
+    # the search of what the check judged, here, written beside the file (never over it)
+    again = shlex.join(["fp16bisect", "search", str(LN), "--inputs", str(LN_IN), "-o",
+                        str(tmp_path / "edited.emulate.json"), "--backend", "emulate"])
     assert f"verify it again: {again}" in stdout
     assert stdout.strip().splitlines()[-1].startswith("PASS")
     drift = json.loads(report.read_text())["environment"]
@@ -178,7 +179,7 @@ def test_the_python_api_check_returns_the_drift(searched, tmp_path):
     path = edited(tmp_path, searched, onnxruntime="1.20.0")
     result = fp16bisect.check(str(LN), str(LN_IN), overrides=path)
     assert result.passed and [str(c) for c in result.drift.changes] == [f"ONNX Runtime 1.20.0 -> {ort.__version__}"]
-    strict = fp16bisect.check(str(LN), str(LN_IN), overrides=path, strict_environment=True)
+    strict = fp16bisect.check(str(LN), str(LN_IN), overrides=path, judge={"strict_environment": True})
     assert not strict.passed and strict.drift.fails and "--strict-environment" in strict.verdict
     assert fp16bisect.check(str(LN), str(LN_IN)).drift is None
 

@@ -15,7 +15,7 @@ import fp16bisect
 from fp16bisect.errors import UsageError
 from fp16bisect.tolerance import GivenTolerance, Tolerance, compare
 
-QUICK = {"backend": "emulate", "prior": "none"}
+QUICK = {"judge": "emulate", "strategy": {"prior": "none"}}
 
 
 def two_outputs(tmp_path):
@@ -34,10 +34,10 @@ def two_outputs(tmp_path):
 
 def test_one_global_tolerance_over_pins_where_per_output_values_pin_what_the_probability_needs(tmp_path):
     model, data = two_outputs(tmp_path)
-    tight = fp16bisect.search(model, data, atol=1e-4, rtol=0, **QUICK)
+    tight = fp16bisect.search(model, data, tolerance={"atol": 1e-4, "rtol": 0}, **QUICK)
     assert sorted(n.name for n in tight.fp32_nodes) == ["prob_sigmoid", "state_mul"]
     for atol in ({"prob": 1e-4, None: 10.0}, ["prob:1e-4", "10"], {"prob": 1e-4, "state": 10.0}):
-        found = fp16bisect.search(model, data, atol=atol, rtol=0, **QUICK)
+        found = fp16bisect.search(model, data, tolerance={"atol": atol, "rtol": 0}, **QUICK)
         assert [n.name for n in found.fp32_nodes] == ["prob_sigmoid"], atol
 
 
@@ -92,9 +92,9 @@ def few_off(tmp_path):
 
 def test_error_stat_p99_passes_a_model_a_few_elements_of_which_are_off_and_max_fails_it(tmp_path, capsys):
     model, data = few_off(tmp_path)
-    strict = fp16bisect.search(model, data, atol=1e-2, rtol=0, **QUICK)
+    strict = fp16bisect.search(model, data, tolerance={"atol": 1e-2, "rtol": 0}, **QUICK)
     assert [n.name for n in strict.fp32_nodes] == ["add"]
-    lenient = fp16bisect.search(model, data, atol=1e-2, rtol=0, error_stat="p99", **QUICK)
+    lenient = fp16bisect.search(model, data, tolerance={"atol": 1e-2, "rtol": 0, "error_stat": "p99"}, **QUICK)
     assert lenient.fp32_nodes == [] and lenient.passed
     code, out, _ = run(capsys, "check", model, "--inputs", data, "--backend", "emulate", "--atol", "1e-2", "--rtol", "0",
                        "--error-stat", "y:p99")
@@ -131,14 +131,14 @@ X = np.array([[100.0, 50.0, 20.0], [10.0, 100.0, 30.0]], np.float32)  # FP16-exa
 def test_argmax_passes_drifting_logits_whose_argmax_holds_and_pins_the_node_that_flips_it(tmp_path):
     # drift: 100.3 rounds to 100.25 in FP16 (0.05 off, beyond atol 1e-2), but no class changes
     model, data = classifier(tmp_path, X, np.array([0.3, 0.3, 0.3], np.float32))
-    tight = {"atol": 1e-2, "rtol": 0.0, **QUICK}
-    assert [n.name for n in fp16bisect.search(model, data, **tight).fp32_nodes] == ["add"]
-    held = fp16bisect.search(model, data, argmax=["logits"], **tight)
+    tight = {"atol": 1e-2, "rtol": 0.0}
+    assert [n.name for n in fp16bisect.search(model, data, tolerance=tight, **QUICK).fp32_nodes] == ["add"]
+    held = fp16bisect.search(model, data, tolerance={**tight, "argmax": ["logits"]}, **QUICK)
     assert held.fp32_nodes == [] and held.passed
     # flip: 100 + 0.01 = 100.01 beats row 1's 100, but FP16 rounds it to 100 (a tie its argmax breaks the other way)
     flips = np.array([[100.0, 50.0, 20.0], [100.0, 100.0, 30.0]], np.float32)
     model, data = classifier(tmp_path, flips, np.array([0.0, 0.01, 0.0], np.float32))
-    assert [n.name for n in fp16bisect.search(model, data, argmax=["logits:1"], **QUICK).fp32_nodes] == ["add"]
+    assert [n.name for n in fp16bisect.search(model, data, tolerance={"argmax": ["logits:1"]}, **QUICK).fp32_nodes] == ["add"]
 
 
 def test_an_integer_output_is_compared_exactly(tmp_path):
@@ -146,10 +146,11 @@ def test_an_integer_output_is_compared_exactly(tmp_path):
     the plan (before, integer outputs were not compared, and all-FP16 passed)."""
     flips = np.array([[100.0, 50.0, 20.0], [100.0, 100.0, 30.0]], np.float32)
     model, data = classifier(tmp_path, flips, np.array([0.0, 0.01, 0.0], np.float32), cls=True)
-    loose = {"atol": 1.0, **QUICK}
-    assert not fp16bisect.check(model, data, atol=1.0, backend="emulate").passed
-    assert sorted(n.name for n in fp16bisect.search(model, data, **loose).fp32_nodes) == ["add", "relu_logits"]
-    metrics = fp16bisect.check(model, data, atol=1.0, backend="emulate").outputs["cls"]
+    loose = {"atol": 1.0}
+    assert not fp16bisect.check(model, data, tolerance=loose, judge="emulate").passed
+    assert sorted(n.name for n in fp16bisect.search(model, data, tolerance=loose, **QUICK).fp32_nodes) == \
+        ["add", "relu_logits"]
+    metrics = fp16bisect.check(model, data, tolerance=loose, judge="emulate").outputs["cls"]
     assert not metrics.passed and metrics.rule == "exact" and metrics.mismatch == 0.5
 
 
@@ -172,7 +173,7 @@ def test_the_last_colon_splits_an_output_name_from_its_value():
 
 def test_accept_is_anded_recorded_as_not_reproducible_and_check_warns(tmp_path, capsys):
     model, data = few_off(tmp_path)  # within atol 1 in all-FP16; its 4 large elements off by up to 0.25
-    loose = {"atol": 1.0, "rtol": 0.0, **QUICK}
+    loose = {"atol": 1.0, "rtol": 0.0}
 
     def close(outputs, reference):
         return bool(np.abs(outputs["y"] - reference["y"]).max() < 0.1)
@@ -183,17 +184,17 @@ def test_accept_is_anded_recorded_as_not_reproducible_and_check_warns(tmp_path, 
         calls.append(sorted(outputs))
         return True
 
-    assert fp16bisect.search(model, data, accept=counting, **loose).fp32_nodes == [] and calls == [["y"]]
+    assert fp16bisect.search(model, data, tolerance={**loose, "accept": counting}, **QUICK).fp32_nodes == [] and calls == [["y"]]
     out = tmp_path / "o.json"
-    found = fp16bisect.search(model, data, accept=close, output=out, **loose)
+    found = fp16bisect.search(model, data, tolerance={**loose, "accept": close}, output=out, **QUICK)
     assert [n.name for n in found.fp32_nodes] == ["add"]
     assert json.loads(out.read_text())["tolerance"]["accept"].startswith("a Python callable")
-    assert fp16bisect.check(model, data, out, backend="emulate").passed  # without it: atol 1 alone
-    assert not fp16bisect.check(model, data, atol=1.0, accept=close, backend="emulate").passed
+    assert fp16bisect.check(model, data, out, judge="emulate").passed  # without it: atol 1 alone
+    assert not fp16bisect.check(model, data, tolerance={"atol": 1.0, "accept": close}, judge="emulate").passed
     code, text, err = run(capsys, "check", model, "--inputs", data, "--overrides", out, "--backend", "emulate")
     assert code == 0 and "warning: the search also ran a Python accept function" in text + err
     with pytest.raises(UsageError, match="cannot go to parallel workers"):
-        fp16bisect.search(model, data, accept=lambda o, r: True, jobs=2, **loose)
+        fp16bisect.search(model, data, tolerance={**loose, "accept": lambda o, r: True}, parallel=2, **QUICK)
 
 
 def test_every_form_is_checked_once_in_the_value():
@@ -204,7 +205,7 @@ def test_every_form_is_checked_once_in_the_value():
     with pytest.raises(UsageError, match="accept 3 is not callable"):
         GivenTolerance(accept=3)
     given = GivenTolerance(atol=["p:1e-4", "10"], error_stat=["s:p99"], topk={"t": (3, 1)})
-    assert GivenTolerance(**given.keywords()) == given
+    assert GivenTolerance(**given.values(), per_output=given.per_output) == given  # its normal form is one
     tol = given.over(Tolerance())
     assert Tolerance.from_json(json.loads(json.dumps(tol.to_json()))) == tol
     assert Tolerance().to_json() == {"atol": 0.01, "rtol": 0.01, "min_cosine": None, "max_mismatch": 0.0}
@@ -221,8 +222,9 @@ def test_silero_vad_per_output_tolerances_pin_what_the_probability_needs():
     data = {"input": (rng.standard_normal((8, 576)) * 0.5).astype(np.float32),
             "h": (rng.standard_normal((1, 1, 128)) * 0.5).astype(np.float32),
             "c": (rng.standard_normal((1, 1, 128)) * 0.5).astype(np.float32)}
-    one = fp16bisect.search(model, data, atol=2e-5, rtol=0.0, backend="emulate")
-    each = fp16bisect.search(model, data, atol=["speech_probs:2e-5", "1e-2"], rtol=0.0, backend="emulate")
+    one = fp16bisect.search(model, data, tolerance={"atol": 2e-5, "rtol": 0.0}, judge="emulate")
+    each = fp16bisect.search(model, data, tolerance={"atol": ["speech_probs:2e-5", "1e-2"], "rtol": 0.0},
+                             judge="emulate")
     assert sorted(n.name for n in each.fp32_nodes) == ["/Sigmoid", "/encoder.3/Conv", "/output/Conv"]
     assert len(one.fp32_nodes) == 16 and "/recurrent/LSTM" in {n.name for n in one.fp32_nodes}
     assert each.evaluations < one.evaluations
@@ -231,7 +233,7 @@ def test_silero_vad_per_output_tolerances_pin_what_the_probability_needs():
 def test_apply_verify_and_a_batch_manifest_judge_per_output(tmp_path, capsys):
     model, data = two_outputs(tmp_path)
     out = tmp_path / "o.json"
-    fp16bisect.search(model, data, atol={"prob": 1e-4, None: 10.0}, rtol=0, output=out, **QUICK)
+    fp16bisect.search(model, data, tolerance={"atol": {"prob": 1e-4, None: 10.0}, "rtol": 0}, output=out, **QUICK)
     code, _, _ = run(capsys, "apply", model, out, "-o", tmp_path / "m.onnx", "--verify", "--inputs", data)
     assert code == 0  # the file's per-output values: the state at 10, the probability at 1e-4
     code, _, _ = run(capsys, "apply", model, out, "-o", tmp_path / "m.onnx", "--verify", "--inputs", data,

@@ -85,7 +85,7 @@ def test_a_budget_too_small_for_the_proof_keeps_a_smaller_set_only_as_found_and_
 
 
 def test_the_python_api_takes_minimum_and_returns_its_record():
-    result = fp16bisect.search(two_paths(), X, minimum=True)
+    result = fp16bisect.search(two_paths(), X, strategy={"minimum": True})
     assert result.names == ["P"] and result.minimal
     assert result.minimum is not None and result.minimum["proven"] and result.minimum["budget"] == 20
     assert fp16bisect.search(two_paths(), X).minimum is None

@@ -1,12 +1,11 @@
 """``--objective cost`` on the TensorRT backend: per-node costs from the engine profile (TensorRT's ``IProfiler`` on
-the all-FP16 and the all-FP32 engines), against the test double (tests/fake_tensorrt.py: its execution context
-reports each engine layer's time to the profiler set on it). Never run on a GPU."""
+the all-FP16 and the all-FP32 engines). Never run on a GPU: the engines are built by Polygraphy's loaders over the
+test double of TensorRT 10.x (tests/fake_tensorrt.py), and run by its stand-in for Polygraphy's ``TrtRunner``, which
+reports each engine layer's time to the profiler set on its context."""
 
 from __future__ import annotations
 
 import json
-import sys
-import types
 
 import numpy as np
 import onnx
@@ -34,56 +33,28 @@ def layer_ms(layer) -> float:
 
 
 @pytest.fixture
-def gpu_double(monkeypatch):
-    """The fake tensorrt, a fake polygraphy.cuda (no device), and engines that 'run' by emulating the nodes their
-    layers ran in FP32 (as tests/test_tensorrt.py's engines_run_as_built)."""
-    trt = fake_tensorrt.make(weak=True)
+def gpu_double(monkeypatch, tmp_path):
+    """The fake tensorrt, and engines that 'run' (in the stand-in runner) by emulating the nodes their layers ran in
+    FP32 (as tests/test_tensorrt.py's engines_run_as_built), on the model saved as ``tmp_path / "m.onnx"``."""
+    import polygraphy.backend.trt
+    from test_tensorrt import ran_in_fp32
+
+    trt = fake_tensorrt.install(fake_tensorrt.make(), monkeypatch)
     trt._layer_ms = layer_ms
-    monkeypatch.setitem(sys.modules, "tensorrt", trt)
     monkeypatch.setattr(trt_load, "gpu_available", lambda: True)
+    onnx.save(heavy_and_light(cols=8), tmp_path / "m.onnx")
+    graph = Graph.load(tmp_path / "m.onnx")
+    emulator = EmulateBackend(graph)
 
-    class DeviceArray:
-        def __init__(self, shape, dtype):
-            self.shape, self.dtype, self.ptr = shape, dtype, 0
+    def outputs(engine, feed):
+        return emulator.run(ran_in_fp32(graph, json.loads(engine._data)), feed)
 
-        def resize(self, shape):
-            self.shape = shape
-
-        def copy_from(self, array, stream):
-            pass
-
-        def copy_to(self, array, stream):
-            pass
-
-        def free(self):
-            pass
-
-    class Stream:
-        ptr = 0
-
-        def synchronize(self):
-            pass
-
-        def free(self):
-            pass
-
-    cuda = types.SimpleNamespace(DeviceArray=DeviceArray, Stream=Stream)
-    monkeypatch.setitem(sys.modules, "polygraphy", types.SimpleNamespace(cuda=cuda, __version__="0.0 (test double)"))
-    monkeypatch.setitem(sys.modules, "polygraphy.cuda", cuda)
-    emulators: dict = {}
-
-    def execute(self, key, engine, inputs):
-        from test_tensorrt import ran_in_fp32
-
-        emulator = emulators.setdefault(id(self.graph), EmulateBackend(self.graph))
-        return emulator.run(ran_in_fp32(self.graph, json.loads(engine)), inputs)
-
-    monkeypatch.setattr(backend_module.TensorRTBackend, "_execute", execute)
+    monkeypatch.setattr(polygraphy.backend.trt, "TrtRunner", fake_tensorrt.runner(trt, outputs))
     return trt
 
 
 def test_the_profiler_sums_each_layers_time_over_the_runs_and_the_backend_maps_layers_to_nodes(gpu_double, tmp_path):
-    graph = Graph(heavy_and_light(cols=8))
+    graph = Graph.load(tmp_path / "m.onnx")
     backend = backend_module.TensorRTBackend(graph, timing_cache=tmp_path / "t.cache")
     fp16 = backend.layer_times(frozenset(), X)
     fp32 = backend.layer_times(frozenset(n.id for n in graph.candidates), X)
@@ -97,7 +68,6 @@ def test_the_profiler_sums_each_layers_time_over_the_runs_and_the_backend_maps_l
 
 def test_the_cost_objective_on_tensorrt_uses_the_engine_profiles_and_the_json_says_which_costs_were_timed(
         gpu_double, tmp_path, capsys):
-    onnx.save(heavy_and_light(cols=8), tmp_path / "m.onnx")
     np.savez(tmp_path / "x.npz", **X)
     out = tmp_path / "o.json"
     code, printed, err = run(capsys, "search", tmp_path / "m.onnx", "--inputs", tmp_path / "x.npz", "--backend",

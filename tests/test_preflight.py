@@ -243,7 +243,9 @@ def test_the_gate_judges_with_the_override_files_tolerance_and_says_so(tmp_path,
     code, out, _ = run(capsys, "check", LN, "--inputs", LN_IN, "--overrides", tmp_path / "o.json",
                        "--json", tmp_path / "c.json", "-q")
     assert code == 0, out
-    assert out.splitlines()[0].endswith(f"(emulate backend; tolerance: atol 10, rtol 0.01 (from {tmp_path / 'o.json'}))")
+    assert out.splitlines()[0].endswith(f"(emulate backend; precision FP16, accumulation FP32 (from "
+                                        f"{tmp_path / 'o.json'}); tolerance: atol 10, rtol 0.01 (from "
+                                        f"{tmp_path / 'o.json'}))")
     said = json.loads((tmp_path / "c.json").read_text())
     assert said["tolerance"]["atol"] == 10 and said["tolerance_from"] == f"from {tmp_path / 'o.json'}"
     code, out, _ = run(capsys, "check", LN, "--inputs", LN_IN, "--overrides", tmp_path / "o.json", "--atol", "0.01",

@@ -298,7 +298,7 @@ def run_python(example: Example, where: Path, searched: Path) -> None:
         done = subprocess.run([sys.executable, "-c", example.text], cwd=where, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         return
-    trt = fake_tensorrt.make(weak=True)  # TensorRT 10 with weak typing; no GPU needed
+    trt = fake_tensorrt.make()  # TensorRT 10 with weak typing; no GPU needed
 
     def said(code: str) -> re.Pattern:  # the comment's quoted text on the line of ``code`` (any number for one)
         quoted = re.search(r'#\s*"([^"]+)"', next((ln for ln in example.text.splitlines() if code in ln), ""))

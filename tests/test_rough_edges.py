@@ -103,7 +103,7 @@ def test_every_subcommand_s_help_has_a_description_an_example_and_the_model_firs
         assert lines[1] == "" and len(lines[2]) > 20  # a description under the usage line
         assert re.search(r"^examples?:\n  \$ (fp16bisect|trtexec) ", out, re.M)
         groups = [line for line in lines[3:] if line and not line.startswith(" ") and line.endswith(":")]
-        assert groups[0] in ("inputs:", "model and overrides:", "manifest:", "model:"), groups
+        assert groups[0] in ("inputs and output:", "model and overrides:", "manifest:", "model:"), groups
         assert groups[-2] == f"{command} options:", groups  # the command's own flags last, -h last among them
         assert lines[lines.index(groups[-1]) - 2].lstrip().startswith("-h, --help"), out
         assert "\x1b[" not in out  # not a terminal: plain text

@@ -379,12 +379,12 @@ def test_the_api_and_a_manifest_take_the_shape_profile_as_the_flags_do(dynamic, 
     import fp16bisect
     from fp16bisect.cli.main import main as cli
 
-    result = fp16bisect.search(dynamic, tmp_path / "seq", **PROFILE)
+    result = fp16bisect.search(dynamic, tmp_path / "seq", judge=PROFILE)
     assert sorted(n.name for n in result.fp32_nodes) == RMS_CULPRITS and result.to_dict()["shapes"] == PROFILED
     as_dicts = {"min_shapes": {"x": [1, 4, 64]}, "opt_shapes": {"x": "1x16x64"}, "max_shapes": {"x": (1, 64, 64)}}
-    assert fp16bisect.search(dynamic, tmp_path / "seq", **as_dicts).to_dict()["shapes"] == PROFILED
+    assert fp16bisect.search(dynamic, tmp_path / "seq", judge=as_dicts).to_dict()["shapes"] == PROFILED
     with pytest.raises(fp16bisect.UsageError, match="outside the profile"):  # the seq-8 sample
-        fp16bisect.check(dynamic, tmp_path / "seq", min_shapes="x:1x10x64", max_shapes="x:1x32x64")
+        fp16bisect.check(dynamic, tmp_path / "seq", judge={"min_shapes": "x:1x10x64", "max_shapes": "x:1x32x64"})
     manifest = tmp_path / "zoo.toml"
     manifest.write_text(f"""
         [[entry]]
@@ -416,7 +416,7 @@ def test_a_bad_profile_is_the_same_one_line_from_the_flags_the_api_and_a_manifes
     assert main(["search", str(dynamic), "--inputs", str(tmp_path / "seq"), "-q", *flags]) == 2
     said = error_line(capsys).removeprefix("fp16bisect: error: ")
     with pytest.raises(fp16bisect.UsageError) as api:
-        fp16bisect.search(dynamic, tmp_path / "seq", **given)
+        fp16bisect.search(dynamic, tmp_path / "seq", judge=given)
     assert str(api.value) == said
     manifest = tmp_path / "zoo.json"
     manifest.write_text(json.dumps({"entries": [{"model": str(dynamic), "inputs": "seq", **given}]}))

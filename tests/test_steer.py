@@ -161,7 +161,7 @@ def test_a_bad_group_by_is_a_usage_error_in_the_value(value):
 def test_the_api_and_a_manifest_take_the_same_constraints_and_blocks(tmp_path):
     onnx.save(two_paths(), tmp_path / "two_paths.onnx")
     np.savez(tmp_path / "x.npz", **X)
-    result = fp16bisect.search(str(tmp_path / "two_paths.onnx"), str(tmp_path / "x.npz"), keep_fp16="Q1")
+    result = fp16bisect.search(str(tmp_path / "two_paths.onnx"), str(tmp_path / "x.npz"), space={"keep_fp16": "Q1"})
     assert [n.name for n in result.fp32_nodes] == ["P"]
     onnx.save(blocks_model(), tmp_path / "blocks.onnx")
     np.savez(tmp_path / "b.npz", x=np.array([[1, 2, 3, 4]], np.float32))
@@ -173,7 +173,7 @@ def test_the_api_and_a_manifest_take_the_same_constraints_and_blocks(tmp_path):
     batch = fp16bisect.batch(str(tmp_path / "batch.toml"))
     assert [sorted(r.fp32_nodes) for r in batch.entries] == [["P"], ["/block1/big", "/block1/small", "final"]]
     with pytest.raises(UsageError, match="keep_fp32 'Q\\(' is not a regular expression"):
-        fp16bisect.search(str(tmp_path / "two_paths.onnx"), str(tmp_path / "x.npz"), keep_fp32=["Q("])
+        fp16bisect.search(str(tmp_path / "two_paths.onnx"), str(tmp_path / "x.npz"), space={"keep_fp32": ["Q("]})
 
 
 def test_under_accumulate_fp16_a_keep_fp16_node_may_still_add_in_fp32(tmp_path, capsys):

@@ -1,10 +1,10 @@
-"""The TensorRT support (fp16bisect.backends.tensorrt: load, pin, engine, inspection) and backend, against a test
-double of the tensorrt module.
+"""The TensorRT support (fp16bisect.backends.tensorrt: load, pin, engine, inspection) and backend.
 
-No GPU and no real TensorRT 10 here: ``fake_tensorrt`` mirrors the API names in
-``fp16bisect.backends.tensorrt.api`` (checked below) and imports ONNX models the way
-onnx-tensorrt does. Where TensorRT-RTX is installed, its real parser and
-builder check the strongly typed path too.
+Engines are parsed and built through Polygraphy's loaders (``NetworkFromOnnxBytes``/``NetworkFromOnnxPath``,
+``CreateConfig``, ``EngineBytesFromNetwork``), deserialised by ``EngineFromBytes`` and run by ``TrtRunner``. No GPU
+and no real TensorRT 10 here: beneath those loaders ``fake_tensorrt.make()`` stands in for TensorRT 10.x (its API
+names checked below; it imports ONNX models the way onnx-tensorrt does), and ``fake_tensorrt.runner`` for
+``TrtRunner``; where TensorRT-RTX is installed (a test extra), the same loaders parse and build with it for real.
 """
 
 from __future__ import annotations
@@ -37,20 +37,20 @@ TRANSFORMER = SAMPLES / "transformer_block.onnx"
 
 @pytest.fixture
 def trt(monkeypatch):
-    fake = fake_tensorrt.make(weak=True)
-    monkeypatch.setitem(sys.modules, "tensorrt", fake)
-    return fake
+    """TensorRT 10.x, the test double, beneath Polygraphy's loaders."""
+    return fake_tensorrt.install(fake_tensorrt.make(), monkeypatch)
 
 
 @pytest.fixture
-def trt11(monkeypatch):
-    fake = fake_tensorrt.make(weak=False)
-    monkeypatch.setitem(sys.modules, "tensorrt", fake)
-    return fake
+def rtx(monkeypatch):
+    """Real TensorRT-RTX (strongly typed, as TensorRT 11), where the test extra installed it."""
+    module = pytest.importorskip("tensorrt_rtx", reason="TensorRT-RTX is a test extra: pip install '.[test]'")
+    monkeypatch.setitem(sys.modules, "tensorrt", None)  # load() takes tensorrt_rtx
+    return module
 
 
 def network(path):
-    _builder, net, _parser = E.EngineBuilder(trt_load.load()).parse(Path(path).read_bytes())
+    _builder, net, _parser = E.parse(trt_load.load(), Path(path).read_bytes())
     return net
 
 
@@ -99,15 +99,12 @@ def _public(cls) -> set:
     return {n for n in names if not n.startswith("_")}
 
 
-@pytest.mark.parametrize("weak", [True, False])
-def test_the_fake_exposes_exactly_the_listed_names(weak):
-    fake = fake_tensorrt.make(weak=weak)
-    expected = set(trt_api.NAMES) if weak else set(trt_api.NAMES) - trt_api.WEAK_TYPING
+def test_the_fake_exposes_exactly_the_listed_names():
+    """Ours (api.NAMES) and those Polygraphy's loaders call on TensorRT (fake_tensorrt.ALSO), nothing else."""
+    fake = fake_tensorrt.make()
+    expected = set(trt_api.NAMES) | fake_tensorrt.ALSO
     for dotted in expected:
         _resolve(fake, dotted)  # raises AttributeError when the fake lacks a listed name
-    for dotted in trt_api.WEAK_TYPING - expected:
-        with pytest.raises(AttributeError):
-            _resolve(fake, dotted)
     exposed = {n for n in vars(fake) if not n.startswith("_")} | {"__version__"}
     for top in list(exposed):
         value = getattr(fake, top)
@@ -145,14 +142,14 @@ def test_the_code_uses_only_listed_tensorrt_names():
     unlisted = sorted(c for c in used if c not in trt_api.NAMES)
     assert used and not unlisted, unlisted
     assert all(url.startswith("https://") for url in [*trt_api.NAMES.values(), *trt_api.OTHER.values()])
-    assert trt_api.WEAK_TYPING <= set(trt_api.NAMES)
 
 
 def test_importing_the_module_does_not_import_tensorrt():
     code = (
         "import sys, fp16bisect.tensorrt, fp16bisect.backends.tensorrt.load, fp16bisect.backends.tensorrt.pin, "
-        "fp16bisect.backends.tensorrt.inspection, fp16bisect.backends.tensorrt.backend; "
-        "assert 'tensorrt' not in sys.modules and 'tensorrt_rtx' not in sys.modules, sorted(sys.modules)"
+        "fp16bisect.backends.tensorrt.inspection, fp16bisect.backends.tensorrt.backend, "
+        "fp16bisect.backends.tensorrt.engine; "
+        "assert not {'tensorrt', 'tensorrt_rtx', 'polygraphy'} & set(sys.modules), sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
@@ -166,6 +163,25 @@ def test_load_without_tensorrt_says_how_to_install(monkeypatch):
         "TensorRT is not installed: pip install 'fp16bisect[tensorrt]' on a machine with an NVIDIA GPU, "
         "or use --backend emulate"
     )
+
+
+@pytest.mark.parametrize("first", ["", "import polygraphy.json, polygraphy.backend.trt; "])
+def test_load_points_polygraphy_at_tensorrt_rtx_whether_or_not_polygraphy_came_first(first):
+    """load() sets POLYGRAPHY_USE_TENSORRT_RTX=1 (the one place fp16bisect does) before Polygraphy is imported; when
+    Polygraphy came first (reading Polygraphy JSON samples imports it), its modules are pointed at TensorRT-RTX
+    anew. Either way a sample model builds through the adapter, in a fresh interpreter."""
+    import os
+
+    pytest.importorskip("tensorrt_rtx", reason="TensorRT-RTX is a test extra: pip install '.[test]'")
+    code = (f"import os, pathlib; {first}from fp16bisect.backends.tensorrt import engine, load; loaded = load.load(); "
+            "import polygraphy.config, polygraphy.datatype.tensorrt as types; "
+            "assert os.environ['POLYGRAPHY_USE_TENSORRT_RTX'] == '1' and polygraphy.config.USE_TENSORRT_RTX; "
+            "assert types.trt.__name__ == 'tensorrt_rtx', types.trt.__name__; "
+            f"assert engine.build(loaded, pathlib.Path({str(TRANSFORMER)!r}), engine.Settings(opt_level=0)).engine")
+    env = {k: v for k, v in os.environ.items() if k != "POLYGRAPHY_USE_TENSORRT_RTX"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
 
 
 def test_load_reports_flavour_and_typing(trt):
@@ -313,9 +329,9 @@ def test_a_transparent_layer_between_a_pinned_and_an_fp16_layer_is_not_pinned(tr
     assert [p.layer for p in applied.layers] == ["attn_softmax"]
 
 
-def test_pin_returns_layer_names(trt):
+def test_applied_names_the_layers_pinned(trt):
     net = network(TRANSFORMER)
-    names = trt_pin.pin(net, ["q_proj_bias", "qk_matmul"], trt)
+    names = [p.layer for p in trt_pin.apply_overrides(net, ["q_proj_bias", "qk_matmul"]).layers]
     assert names[:2] == ["q_proj_bias", "qk_matmul"]
     # and the transparent ones: the bias constant and its broadcast, the Reshape and the Transpose
     assert set(names[2:]) == {"q_proj.bias", by_name(net)["q_proj_bias"].get_input(1).name[:-7], "q_split", "q_heads"}
@@ -336,13 +352,11 @@ def test_bad_override_data_is_a_usage_error(trt):
         trt_pin.apply_overrides(network(TRANSFORMER), {"schema": "x"})
 
 
-def test_tensorrt_11_says_to_write_a_mixed_precision_model(trt11):
+def test_a_strongly_typed_tensorrt_says_to_write_a_mixed_precision_model(rtx):
     net = network(TRANSFORMER)
     with pytest.raises(UsageError, match="fp16bisect apply") as err:
         trt_pin.apply_overrides(net, ["ln1_var"])
-    assert "strongly typed" in str(err.value)
-    with pytest.raises(UsageError, match="fp16bisect apply"):
-        trt_pin.pin(net, ["ln1_var"], trt11)
+    assert f"tensorrt_rtx {rtx.__version__} is strongly typed" in str(err.value)
 
 
 def test_a_strongly_typed_network_on_tensorrt_10_says_so(trt):
@@ -401,24 +415,52 @@ def test_engine_layer_information_parsing():
 # --------------------------------------------------------------------------- building
 
 
-def test_build_pins_sets_flags_and_returns_the_timing_cache(trt):
-    built = E.EngineBuilder(trt_load.load()).build(
-        TRANSFORMER.read_bytes(), fp32=[trt_pin.NodeRef.of("ln1_var")], opt_level=1, timing_cache=b"cache"
-    )
+def test_build_pins_sets_flags_and_returns_the_timing_cache(trt, capsys):
+    settings = E.Settings(opt_level=1, strongly_typed=False)
+    built = E.build(trt_load.load(), TRANSFORMER.read_bytes(), settings, fp32=[trt_pin.NodeRef.of("ln1_var")],
+                    timing_cache=b"cache")
     info = json.loads(built.engine)
-    assert info["fp16"] and info["obey"] and info["opt_level"] == 1
+    assert info["fp16"] and info["obey"] and info["opt_level"] == 1 and not info["strongly_typed"]
+    assert info["tf32"] and info["profiling_verbosity"] == "DETAILED"  # TensorRT's default TF32, kept
     assert [n for n, layer in info["layers"].items() if layer["precision"] == "FLOAT"] == ["ln1_var"]
     assert info["layers"]["ln1_var"]["output_types"] == {"0": "FLOAT"}
     assert built.timing_cache == b"cache+"
+    strong = json.loads(E.build(trt_load.load(), TRANSFORMER, E.Settings()).engine)  # a file: parse_from_file
+    assert strong["strongly_typed"] and not strong["fp16"] and not strong["obey"]
+    assert capsys.readouterr() == ("", "")  # Polygraphy's own lines are kept, not printed
 
 
 def test_parse_and_build_failures_carry_tensorrt_messages(trt):
-    builder = E.EngineBuilder(trt_load.load())
-    with pytest.raises(E.ParseError, match="MODEL_DESERIALIZE_FAILED"):
-        builder.build(b"not a model")
+    loaded = trt_load.load()
+    with pytest.raises(E.ParseError, match="MODEL_DESERIALIZE_FAILED") as err:
+        E.build(loaded, b"not a model", E.Settings())
+    assert "Could not parse ONNX correctly" not in str(err.value)  # Polygraphy's closing line, when TensorRT said more
     trt._fail_build = "Error Code 4: Internal Error (no implementation for ln1_var in FP32)"
-    with pytest.raises(E.BuildError, match="no implementation for ln1_var"):
-        builder.build(TRANSFORMER.read_bytes())
+    with pytest.raises(E.BuildError) as err:
+        E.build(loaded, TRANSFORMER.read_bytes(), E.Settings())
+    assert str(err.value) == ("TensorRT could not build the engine: Error Code 4: Internal Error (no implementation "
+                              "for ln1_var in FP32)")
+
+
+def test_an_engine_runs_through_polygraphys_runner(trt, monkeypatch):
+    """Polygraphy's TrtRunner (its stand-in here) runs what EngineFromBytes deserialised: inputs in the engine's
+    types, outputs copied (the runner reuses its buffers), per-layer times from TensorRT's profiler."""
+    import polygraphy.backend.trt
+
+    buffer = np.zeros((1, 16, 64), np.float32)
+    seen = []
+    monkeypatch.setattr(polygraphy.backend.trt, "TrtRunner", fake_tensorrt.runner(
+        trt, lambda engine, feed: seen.append(feed) or {"y": buffer}))
+    built = E.build(trt_load.load(), TRANSFORMER.read_bytes(), E.Settings())
+    with E.Engine(trt_load.load(), built.engine) as engine:
+        outputs = engine.infer({"x": np.ones((1, 16, 64), np.float64)})
+        assert seen[0]["x"].dtype == np.float32 and outputs["y"] is not buffer
+        with pytest.raises(UsageError, match="no value for engine input.s. x: pass every model input"):
+            engine.infer({})
+        trt._layer_ms = lambda layer: 0.5 if layer["Name"] == "ln1_var" else 0.25
+        times = engine.layer_times({"x": np.ones((1, 16, 64), np.float32)}, runs=3)
+    assert times["ln1_var"] == pytest.approx(0.5) and times["ln1_square"] == pytest.approx(0.25)
+    assert len(seen) == 1 + 1 + 3  # one run, one warm-up, three profiled
 
 
 # --------------------------------------------------------------------------- the backend
@@ -498,7 +540,6 @@ def test_a_fused_pinned_layer_makes_the_plan_unreliable_and_is_warned_once(trt, 
     assert str(err.value).endswith(
         f"TensorRT ignored the FP32 pin on ln1_square (fused into {layer}); TensorRT ignored the FP32 pin on "
         f"ln1_var (fused into {layer}); use the default strongly typed build")
-    assert trt_inspection.ignored_in(str(err.value)) == err.value.check.ignored
     assert [str(w.message) for w in warned] == [
         f"TensorRT ignored the FP32 pin on ln1_square (fused into {layer}); use the default strongly typed build",
         f"TensorRT ignored the FP32 pin on ln1_var (fused into {layer}); use the default strongly typed build"]
@@ -519,6 +560,16 @@ def test_backend_reuses_a_saved_timing_cache(trt, backend_factory, tmp_path):
     backend, _runs = backend_factory()
     backend.run(frozenset(), {"x": np.zeros((1, 16, 64), dtype=np.float32)})
     assert (tmp_path / "timing.cache").read_bytes() == b"old+"
+
+
+def test_a_timing_cache_tensorrt_refuses_is_replaced_by_the_next_build(trt, backend_factory, tmp_path):
+    (tmp_path / "timing.cache").write_bytes(b"other GPU's")
+    backend, _runs = backend_factory()
+    x = {"x": np.zeros((1, 16, 64), dtype=np.float32)}
+    backend.run(frozenset(), x)  # built without a cache: nothing to save
+    assert (tmp_path / "timing.cache").read_bytes() == b"other GPU's"
+    backend.run(frozenset({"ln1_var"}), x)
+    assert (tmp_path / "timing.cache").read_bytes() == b"+"
 
 
 def test_backend_keeps_a_bounded_number_of_engines(trt, backend_factory):
@@ -587,21 +638,25 @@ def test_dynamic_inputs_get_one_profile_from_the_samples_shapes(trt, backend_fac
         backend.run(frozenset({"ln1_var"}), {"x": np.zeros((1, 8, 64), dtype=np.float32)})
 
 
-def test_backend_on_tensorrt_11_builds_the_mixed_precision_model(trt11, backend_factory, monkeypatch):
+def test_backend_on_tensorrt_rtx_builds_each_plans_mixed_precision_model_through_polygraphy(rtx, monkeypatch,
+                                                                                           tmp_path, capsys):
+    """Real TensorRT-RTX builds each plan's file, for the GPU CUDA reports (here a double of cuda-python says an
+    L4, compute capability 8.9); running the engine needs a GPU."""
     import fp16bisect.artifacts.mixed as mixed
+    from fp16bisect.backends.tensorrt.backend import TensorRTBackend
 
-    seen = []
-
-    def stub(graph, fp32, *, fp16_io=False):
-        seen.append(list(fp32))
-        return graph.model
-
-    monkeypatch.setattr(mixed, "mixed_model", stub)
-    backend, _runs = backend_factory()
-    backend.run(frozenset({"ln1_var", "ln1_square"}), {"x": np.zeros((1, 16, 64), dtype=np.float32)})
-    assert seen == [["ln1_square", "ln1_var"]]
-    info = trt11._builds[-1]
-    assert not info["fp16"] and not any(layer["precision"] for layer in info["layers"].values())
+    fake_tensorrt.install_cuda(monkeypatch, fake_tensorrt.make_cuda("NVIDIA L4", (8, 9)))
+    written = []
+    monkeypatch.setattr(mixed, "mixed_model", lambda graph, fp32, real=mixed.mixed_model: written.append(fp32) or
+                        real(graph, fp32))
+    backend = TensorRTBackend(Graph.load(TRANSFORMER), timing_cache=tmp_path / "timing.cache", opt_level=0)
+    assert backend.versions()["tensorrt_rtx"] == rtx.__version__ and backend.settings.compute_capability == (8, 9)
+    engine = backend._engine(frozenset({"ln1_var", "ln1_square"}), "key")
+    assert written == [["ln1_square", "ln1_var"]] and len(engine) > 100_000 and backend.builds == 1
+    assert not (tmp_path / "timing.cache").exists()  # TensorRT-RTX has no timing cache
+    with pytest.raises(UsageError, match="plan names node.s. that are not candidates"):
+        backend._build(frozenset({"no_such_node"}))
+    assert capsys.readouterr() == ("", "")
 
 
 def test_backend_without_a_gpu_is_a_usage_error(trt, monkeypatch, tmp_path):
@@ -615,27 +670,39 @@ def test_backend_without_a_gpu_is_a_usage_error(trt, monkeypatch, tmp_path):
 # --------------------------------------------------------------------------- real TensorRT-RTX (strongly typed)
 
 
-def test_real_tensorrt_rtx_builds_a_mixed_model_and_refuses_layer_precisions(monkeypatch):
-    pytest.importorskip("tensorrt_rtx", reason="TensorRT-RTX is a test extra: pip install '.[test]'")
-    monkeypatch.setitem(sys.modules, "tensorrt", None)
+def test_real_tensorrt_rtx_builds_a_mixed_model_and_refuses_layer_precisions(rtx):
     from fp16bisect.artifacts.mixed import mixed_model
 
     loaded = trt_load.load()
     assert loaded.flavour == "tensorrt_rtx" and not loaded.weakly_typed
+    import polygraphy.config
+
+    assert polygraphy.config.USE_TENSORRT_RTX  # Polygraphy pointed at TensorRT-RTX by load()
     graph = Graph.load(TRANSFORMER)
-    builder = E.EngineBuilder(loaded)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        built = builder.build(inline(mixed_model(graph, ["ln1_square"])).SerializeToString(), opt_level=0)
+        warnings.simplefilter("error")  # no DeprecationWarning from the timing-cache calls Polygraphy makes
+        built = E.build(loaded, inline(mixed_model(graph, ["ln1_square"])).SerializeToString(), E.Settings(opt_level=0))
     assert len(built.engine) > 0 and built.timing_cache is None
-    _b, net, _p = builder.parse(TRANSFORMER.read_bytes())
+    _b, net, _p = E.parse(loaded, TRANSFORMER.read_bytes())
     assert set(trt_pin.node_layers(net)) == {n.name for n in graph.nodes if n.op_type != "Constant"}
     with pytest.raises(UsageError, match="strongly typed.*fp16bisect apply"):
         trt_pin.apply_overrides(net, ["ln1_var"])
+    with pytest.raises(UsageError, match="strongly typed.*fp16bisect apply"):
+        E.build(loaded, TRANSFORMER.read_bytes(), E.Settings(), fp32=[trt_pin.NodeRef.of("ln1_var")])
     broken = graph.runnable_copy()
     broken.graph.node[0].op_type = "NoSuchOp"
     with pytest.raises(E.ParseError, match="NoSuchOp"):
-        builder.build(inline(broken).SerializeToString())
+        E.build(loaded, inline(broken).SerializeToString(), E.Settings())
+
+
+def test_real_tensorrt_rtx_cannot_load_an_engine_without_a_gpu_and_says_why(rtx):
+    """Polygraphy's real EngineFromBytes and TrtRunner: on this CPU the engine builds, and loading it fails with
+    TensorRT-RTX's own words (a RunError, not a crash or a line on stdout)."""
+    loaded = trt_load.load()
+    built = E.build(loaded, TRANSFORMER, E.Settings(opt_level=0))
+    with pytest.raises(E.RunError, match="TensorRT could not load the engine: .*\\S"):
+        with E.Engine(loaded, built.engine):
+            pass
 
 
 # --------------------------------------------------------------------------- the search on the tensorrt backend
@@ -770,15 +837,15 @@ def test_ignored_pins_are_recorded_and_not_evidence_and_the_search_still_verifie
     assert all("use the default strongly typed build" in f["error"] for f in search["build_failures"])
 
 
-def test_typing_weak_is_refused_where_there_is_no_weak_typing(trt11, engines_run_as_built, tmp_path, capsys):
+def test_typing_weak_is_refused_where_there_is_no_weak_typing(rtx, engines_run_as_built, tmp_path, capsys):
     from fp16bisect.cli.main import main
 
     argv = ["search", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"), "-o",
             str(tmp_path / "o.json"), "-q", "--typing", "weak"]
     assert main([*argv, "--backend", "tensorrt"]) == 2
     err = capsys.readouterr().err
-    assert err == ("fp16bisect: error: --typing weak needs TensorRT 10.x, and tensorrt 11.4.0.106 is always "
-                   "strongly typed (no layer precisions): drop --typing weak\n")
+    assert err == (f"fp16bisect: error: --typing weak needs TensorRT 10.x, and tensorrt_rtx {rtx.__version__} is "
+                   "always strongly typed (no layer precisions): drop --typing weak\n")
     assert main([*argv, "--backend", "emulate"]) == 2
     assert "--typing weak builds TensorRT 10.x engines" in capsys.readouterr().err
     assert main([*argv[:-2], "--typing", "loose", "--backend", "emulate"]) == 2
@@ -791,8 +858,7 @@ def test_tensorrt_10_before_10_7_says_why_a_strongly_typed_batchnorm_model_may_n
         monkeypatch, backend_factory):
     from fp16bisect.errors import BuildFailed
 
-    early = fake_tensorrt.make(weak=True, version="10.3.0.26")
-    monkeypatch.setitem(sys.modules, "tensorrt", early)
+    early = fake_tensorrt.install(fake_tensorrt.make(version="10.3.0.26"), monkeypatch)
     backend, _runs = backend_factory(SAMPLES / "cnn_batchnorm.onnx")
     early._fail_build = "Error Code 4: ... (node_of_bn1_out: mixed precision BatchNormalization)"
     with pytest.raises(BuildFailed, match="BatchNormalization in strongly typed mode from 10.7 on: upgrade "
@@ -815,8 +881,7 @@ def test_a_tensorrt_without_strong_typing_falls_back_to_weak_typing_with_a_warni
     from fp16bisect.backends.tensorrt.backend import TypingFallbackWarning
     from fp16bisect.cli.main import main
 
-    old = fake_tensorrt.make(weak=True, version="8.6.1.6", strongly_typed_flag=False)
-    monkeypatch.setitem(sys.modules, "tensorrt", old)
+    old = fake_tensorrt.install(fake_tensorrt.make(version="8.6.1.6", strongly_typed_flag=False), monkeypatch)
     out = tmp_path / "o.json"
     code = main(["search", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"),
                  "--backend", "tensorrt", "-o", str(out)])
@@ -884,7 +949,7 @@ def test_real_tensorrt_rtx_parses_a_plan_file_that_refers_to_the_weights_where_t
     linked = [p for p in source.parent.iterdir() if p.name.startswith("link-")]
     assert [p.stat().st_ino for p in linked] == [(tmp_path / "model.onnx").stat().st_ino]  # the same file
     loaded = trt_load.TensorRT(tensorrt_rtx, "tensorrt_rtx", tensorrt_rtx.__version__, weakly_typed=False)
-    _b, network, _p = E.EngineBuilder(loaded).parse(source)
+    _b, network, _p = E.parse(loaded, source)
     assert network.num_layers > 40
     halves = [network.get_layer(i) for i in range(network.num_layers)
               if network.get_layer(i).type == tensorrt_rtx.LayerType.CONSTANT
@@ -904,7 +969,7 @@ def test_real_tensorrt_rtx_parses_a_model_with_external_weights(tmp_path, monkey
     files = external_copy(Graph.load(TRANSFORMER).model)
     assert files.data.stat().st_size > 50_000
     loaded = trt_load.TensorRT(tensorrt_rtx, "tensorrt_rtx", tensorrt_rtx.__version__, weakly_typed=False)
-    _b, network, _p = E.EngineBuilder(loaded).parse(files.model)
+    _b, network, _p = E.parse(loaded, files.model)
     assert network.num_layers == 94
 
 
@@ -920,9 +985,8 @@ def bf16_backend(monkeypatch, tmp_path, **kwargs):
     return backend_module.TensorRTBackend(graph, timing_cache=tmp_path / "timing.cache", **kwargs)
 
 
-@pytest.mark.parametrize("fake", ["trt", "trt11"])
-def test_a_bf16_plan_builds_its_bfloat16_file_strongly_typed(fake, request, monkeypatch, tmp_path):
-    fake = request.getfixturevalue(fake)
+def test_a_bf16_plan_builds_its_bfloat16_file_strongly_typed(trt, monkeypatch, tmp_path):
+    fake = trt
     backend = bf16_backend(monkeypatch, tmp_path)
     plan = frozenset({"ln1_square", "ln1_var"})
     backend.run(plan, {"x": np.zeros((1, 16, 64), dtype=np.float32)})
@@ -942,7 +1006,7 @@ def test_weak_typing_bf16_sets_builderflag_bf16_and_pins_fp32_layers(trt, monkey
 
 
 def test_weak_typing_bf16_without_the_flag_is_a_usage_error(monkeypatch, tmp_path):
-    monkeypatch.setitem(sys.modules, "tensorrt", fake_tensorrt.make(weak=True, bf16_flag=False))
+    fake_tensorrt.install(fake_tensorrt.make(bf16_flag=False), monkeypatch)
     backend = bf16_backend(monkeypatch, tmp_path, typing="weak")
     with pytest.raises(UsageError, match="has no BuilderFlag.BF16, so it cannot build BF16 weakly typed: drop "
                                          "--typing weak"):

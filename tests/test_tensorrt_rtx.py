@@ -5,15 +5,23 @@ cannot run them). Its networks are always strongly typed: each layer's types
 come from the ONNX graph, exactly as in TensorRT 11. For every sample model
 and several plans: the layers TensorRT creates for a pinned node produce
 FLOAT, those of every other candidate produce HALF, and the engine builds.
+Every parse and build goes through fp16bisect's adapter over Polygraphy's
+loaders (``fp16bisect.backends.tensorrt.engine``: ``parse``, ``build``,
+``build_logged``), the code the tensorrt backend builds with on a GPU.
 """
 
 import random
 import re
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from conftest import SAMPLE_MODELS as MODELS
 from conftest import SAMPLES
 
+from fp16bisect.backends.tensorrt import engine as E
+from fp16bisect.backends.tensorrt import load as trt_load
 from fp16bisect.model.samples import sample_shapes
 from fp16bisect.model.weights import inline
 from fp16bisect.model.graph import Graph
@@ -22,17 +30,21 @@ from fp16bisect.artifacts.exports import trtexec_layer_name
 
 trt = pytest.importorskip("tensorrt_rtx", reason="TensorRT-RTX is a test extra: pip install '.[test]'")
 
-LOGGER = trt.Logger(trt.Logger.ERROR)
+
+@pytest.fixture(autouse=True)
+def tensorrt_rtx(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorrt", None)  # load() takes tensorrt_rtx
 
 
 def parse(model):
-    builder = trt.Builder(LOGGER)
-    network = builder.create_network(0)
-    parser = trt.OnnxParser(network, LOGGER)
-    ok = parser.parse(inline(model).SerializeToString())
-    errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
-    assert ok and not errors and network.num_layers > 0, errors
-    return builder, network, parser
+    """(builder, network, parser) TensorRT-RTX's parser makes of ``model`` (through Polygraphy's NetworkFromOnnxBytes;
+    the parser holds the network's weights: keep it while using the network)."""
+    return E.parse(trt_load.load(), inline(model).SerializeToString())
+
+
+def build(model, **settings) -> bytes:
+    """The engine of ``model``, built as the tensorrt backend builds a plan's file."""
+    return E.build(trt_load.load(), inline(model).SerializeToString(), E.Settings(**settings)).engine
 
 
 def layer_node_ids(graph: Graph, layer) -> set:
@@ -59,7 +71,7 @@ def test_pinned_layers_are_float_the_others_half_and_the_engine_builds(name, kno
     graph = Graph.load(SAMPLES / f"{name}.onnx")
     candidates = {n.id for n in graph.candidates}
     for plan in plans(graph, known[name]["culprits"]):
-        builder, network, _parser = parse(mixed_model(graph, plan))
+        _builder, network, _parser = parse(mixed_model(graph, plan))
         checked = set()
         for i in range(network.num_layers):
             layer = network.get_layer(i)
@@ -74,9 +86,7 @@ def test_pinned_layers_are_float_the_others_half_and_the_engine_builds(name, kno
         io = [network.get_input(i) for i in range(network.num_inputs)]
         io += [network.get_output(i) for i in range(network.num_outputs)]
         assert all(t.dtype == trt.DataType.FLOAT for t in io)  # FP32 I/O by default
-    config = builder.create_builder_config()
-    engine = builder.build_serialized_network(network, config)
-    assert engine is not None and engine.nbytes > 0
+    assert len(build(mixed_model(graph, plan))) > 0
 
 
 def test_fp16_io_reaches_the_network_inputs_and_outputs():
@@ -88,27 +98,33 @@ def test_fp16_io_reaches_the_network_inputs_and_outputs():
 
 def test_a_dynamic_input_builds_with_a_profile_from_the_samples(tmp_path):
     """Real models (PP-OCRv4's recognizer) have dynamic batch and width: TensorRT needs a profile to build."""
-    import warnings
-
     import numpy as np
     import onnx
 
-    from fp16bisect.backends.tensorrt import load as trt_load
-    from fp16bisect.backends.tensorrt import engine as E
-
     model = onnx.load(SAMPLES / "transformer_block.onnx")
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "seq"
-    graph = Graph(model)
-    loaded = trt_load.TensorRT(trt, "tensorrt_rtx", trt.__version__, weakly_typed=False)
-    builder = E.EngineBuilder(loaded)
-    onnx_bytes = inline(mixed_model(graph, ["ln1_square", "ln1_var"])).SerializeToString()
-    with pytest.raises(E.BuildError, match="no sample shape for input"):
-        builder.build(onnx_bytes)
+    mixed = mixed_model(Graph(model), ["ln1_square", "ln1_var"])
+    with pytest.raises(E.BuildError, match="no sample shape for input.s. x: pass samples for every input"):
+        build(mixed)  # Polygraphy alone would build it for a made-up length
     shapes = sample_shapes([{"x": np.zeros((1, 8, 64))}, {"x": np.zeros((1, 16, 64))}])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        built = builder.build(onnx_bytes, shapes=shapes, opt_level=0)
-    assert len(built.engine) > 0
+    assert len(build(mixed, shapes=shapes, opt_level=0)) > 0
+    log = logged(mixed, {"x": (1, 16, 64)})
+    assert log.engine and "{x [min=(1, 16, 64), opt=(1, 16, 64), max=(1, 16, 64)]}" in " ".join(map(bare, log.lines))
+
+
+def test_build_logged_builds_for_the_gpu_asked_and_each_log_has_every_warning(tmp_path):
+    """``engine.build_logged`` (the kernel-plan report's build): CreateConfigRTX's compute capability, and every
+    line of each build, though Polygraphy says a repeated warning once per process."""
+    path = tmp_path / "all_fp16.onnx"
+    path.write_bytes(inline(mixed_model(Graph.load(SAMPLES / "transformer_block.onnx"), [])).SerializeToString())
+    logs = [E.build_logged(path, compute_capability=(8, 9)) for _ in range(2)]
+    for log in logs:
+        assert log.engine and "[I] Setting 1 target compute capabilities: [(8, 9)]" in log.lines
+        assert sum(line.startswith("[X] Layers:\n    Name: ") for line in log.lines) == 1
+    warned = [[line for line in log.lines if line.startswith("[W] Detected layernorm nodes in FP16")] for log in logs]
+    assert warned[0] and warned[1] == warned[0]
+    with pytest.raises(E.ParseError, match="TensorRT's ONNX parser"):
+        E.build_logged(tmp_path / "missing.onnx")
 
 
 # --------------------------------------------------------------------------- what the built engine runs
@@ -121,31 +137,24 @@ LAYERNORM_VARIANCE = {"transformer_block": ["ln1_square", "ln1_var"], "two_branc
                       "fp16_safe": ["layernorm"]}  # a LayerNorm's x^2 and mean(x^2) (fp16_safe: the op itself)
 
 
-class Collecting(trt.ILogger):
-    def __init__(self):
-        trt.ILogger.__init__(self)
-        self.messages = []
-
-    def log(self, severity, msg):
-        self.messages.append(str(msg))
+def logged(model, shapes=None) -> E.BuildLog:
+    """``engine.build_logged`` on ``model`` written to a file; ``shapes``: input -> its one shape."""
+    with tempfile.TemporaryDirectory() as work:
+        path = Path(work) / "model.onnx"
+        path.write_bytes(inline(model).SerializeToString())
+        return E.build_logged(path, shapes={name: (shape,) * 3 for name, shape in (shapes or {}).items()})
 
 
 def build_logged(model, shapes=None):
-    """(parsed network, serialized engine or None, every message the build logged, verbose included)."""
-    logger = Collecting()
-    builder = trt.Builder(logger)
-    network = builder.create_network(0)
-    parser = trt.OnnxParser(network, logger)
-    assert parser.parse(inline(model).SerializeToString()), [str(parser.get_error(i)) for i in range(parser.num_errors)]
-    config = builder.create_builder_config()
-    config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
-    if shapes:
-        profile = builder.create_optimization_profile()
-        for name, shape in shapes.items():
-            profile.set_shape(name, shape, shape, shape)
-        config.add_optimization_profile(profile)
-    engine = builder.build_serialized_network(network, config)
-    return network, engine, logger.messages
+    """((builder, network, parser) parsed, serialized engine or None, every message the build logged, verbose
+    included, without the severity Polygraphy's logger opens it with)."""
+    log = logged(model, shapes)
+    return parse(model), log.engine, [bare(line) for line in log.lines]
+
+
+def bare(line: str) -> str:
+    """A message as TensorRT said it: without Polygraphy's "[X] " and the indent of its further lines."""
+    return re.sub(r"\n {4}", "\n", line[4:])
 
 
 def printed_layers(messages) -> list:
@@ -206,8 +215,8 @@ def assert_pinned_fp32_rest_half(graph: Graph, plan, layers):
 def test_a_pinned_layernorm_builds_and_the_engine_runs_it_in_fp32_the_rest_in_fp16(name, known):
     graph = Graph.load(SAMPLES / f"{name}.onnx")
     plan = LAYERNORM_VARIANCE.get(name) or sorted(known[name]["culprits"])
-    network, engine, messages = build_logged(mixed_model(graph, plan))
-    assert engine is not None and engine.nbytes > 0
+    (_b, network, _p), engine, messages = build_logged(mixed_model(graph, plan))
+    assert engine is not None and len(engine) > 0
     for i in range(network.num_layers):  # the parsed network: the pinned nodes' layers are FLOAT
         layer = network.get_layer(i)
         if layer_node_ids(graph, layer) & set(plan):
@@ -238,8 +247,8 @@ def rec():
 
 
 def test_pp_ocrv4_rec_a_pinned_layernorm_variance_computes_in_fp32_inside_its_kernel(rec):
-    network, engine, messages = build_logged(mixed_model(rec, REC_LN1_VARIANCE), REC_SHAPE)
-    assert engine is not None and engine.nbytes > 0
+    (_b, network, _p), engine, messages = build_logged(mixed_model(rec, REC_LN1_VARIANCE), REC_SHAPE)
+    assert engine is not None and len(engine) > 0
     floats = {}
     for i in range(network.num_layers):
         layer = network.get_layer(i)
@@ -286,7 +295,7 @@ def test_an_fp16_batchnorm_with_a_1e8_variance_parses_in_half_and_builds(opset):
     from conftest import conv_bn_relu
 
     graph = Graph(conv_bn_relu(opset=opset))
-    builder, network, _parser = parse(mixed_model(graph, []))
+    _builder, network, _parser = parse(mixed_model(graph, []))
     seen = {}
     for i in range(network.num_layers):
         layer = network.get_layer(i)
@@ -294,8 +303,7 @@ def test_an_fp16_batchnorm_with_a_1e8_variance_parses_in_half_and_builds(opset):
             dtypes = {layer.get_output(k).dtype for k in range(layer.num_outputs)}
             seen.setdefault(node_id, set()).update(dtypes & {trt.DataType.FLOAT, trt.DataType.HALF})
     assert seen == {"conv": {trt.DataType.HALF}, "bn": {trt.DataType.HALF}, "relu": {trt.DataType.HALF}}, seen
-    engine = builder.build_serialized_network(network, builder.create_builder_config())
-    assert engine is not None and engine.nbytes > 0
+    assert len(build(mixed_model(graph, []))) > 0
 
 
 @pytest.mark.parametrize("name", ["transformer_block", "cnn_batchnorm"])
@@ -307,7 +315,7 @@ def test_a_bf16_file_parses_with_the_pinned_layers_float_the_rest_bf16_and_build
     graph = Graph.load(SAMPLES / f"{name}.onnx", precision=BF16)
     candidates = {n.id for n in graph.candidates}
     plan = sorted(known[name]["culprits"])
-    builder, network, _parser = parse(mixed_model(graph, plan))
+    _builder, network, _parser = parse(mixed_model(graph, plan))
     kinds = {}
     for i in range(network.num_layers):
         layer = network.get_layer(i)
@@ -319,8 +327,7 @@ def test_a_bf16_file_parses_with_the_pinned_layers_float_the_rest_bf16_and_build
     assert set(kinds) == candidates, sorted(candidates - set(kinds))[:5]
     for node_id, dtypes in kinds.items():
         assert dtypes == {trt.DataType.FLOAT if node_id in plan else trt.DataType.BF16}, (node_id, dtypes)
-    engine = builder.build_serialized_network(network, builder.create_builder_config())
-    assert engine is not None and engine.nbytes > 0
+    assert len(build(mixed_model(graph, plan))) > 0
 
 
 # --------------------------------------------------------------------------- FP32 accumulation (the third state)
@@ -378,7 +385,7 @@ def test_a_matmul_in_fp32_accumulation_is_one_gemm_kernel_with_fp16_inputs_outpu
     graph = matmul_chain()
     for plan in ({accumulating("mm2")}, {accumulating("mm2"), "mm1", "mm3"}):  # FP16 neighbours, FP32 neighbours
         _network, engine, messages = build_logged(mixed_model(graph, plan))
-        assert engine is not None and engine.nbytes > 0
+        assert engine is not None and len(engine) > 0
         kernel, line = kernel_of(messages, "mm2")
         # the Casts up and down are fused into the GEMM: no kernel of their own, no FP32 tensor between them
         ours = {n for n in kernel.nodes if n.startswith(f"{CAST_PREFIX}mm2/")}
@@ -471,12 +478,12 @@ def test_the_accumulate_fp16_answer_builds_with_fp16_tensors_around_the_culprit_
     model, data = tmp_path / "m.onnx", tmp_path / "x.npz"
     onnx.save(case.model, model)
     np.savez(data, **case.inputs)
-    found = fp16bisect.search(str(model), str(data), backend="emulate", accumulate="fp16")
+    found = fp16bisect.search(str(model), str(data), judge="emulate", space={"accumulate": "fp16"})
     assert [n.name for n in found.fp32_accumulate_nodes] == [case.culprit] and not found.fp32_nodes
     mixed = tmp_path / "mixed.onnx"
     fp16bisect.apply(str(model), found, str(mixed), fp16_io=True)
     _network, engine, messages = build_logged(onnx.load(mixed))
-    assert engine is not None and engine.nbytes > 0
+    assert engine is not None and len(engine) > 0
     mine = f"{CAST_PREFIX}{case.culprit}/"
     group = [layer for layer in printed_layers(messages)
              if any(n == case.culprit or n.startswith(mine) for n in layer.nodes)]

@@ -12,43 +12,43 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Union
 
+from fp16bisect import records
 from fp16bisect.api import inputs
 from fp16bisect.api.results import ApplyResult, CheckResult, Node, ScanNode, ScanResult, ScanRow, SearchResult
 from fp16bisect.algorithm.budget import INTERRUPT
 from fp16bisect.errors import Interrupted, UsageError
 from fp16bisect.model import weights
-from fp16bisect.model.plan_states import accumulation, is_mark
+from fp16bisect.model.plan_states import is_mark
 from fp16bisect.model.precision import precision_of
-from fp16bisect.run.options import CheckOptions, SearchOptions
+from fp16bisect.parallel import Parallel
+from fp16bisect.records import APPLY
+from fp16bisect.run.invocation import Invocation
+from fp16bisect.run.options import (CheckOptions, Given, Journaling, Judge, SearchOptions, Space, Strategy,
+                                    ToleranceGiven)
 from fp16bisect.run.outcome import Listener
-from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Accept, GivenTolerance, PerOutput
+from fp16bisect.tolerance import GivenTolerance
 
 if TYPE_CHECKING:
     import onnx  # only when a ModelProto is given (inputs.model_file)
 
 Model = Union[str, Path, "onnx.ModelProto"]
 Samples = Union[str, Path, Mapping, Iterable]
-Shapes = Union[str, Mapping, None]  # trtexec's "name:1x3x224x224,..." or {input name: shape}
 Progress = Union[Callable[[str], None], Listener, None]
 
 __all__ = ["apply", "check", "run_check", "run_search", "scan", "search"]
 
 
-def search(model: Model, samples: Samples, *, reference: Samples | None = None, atol: PerOutput = DEFAULT_ATOL,
-           rtol: PerOutput = DEFAULT_RTOL, min_cosine: PerOutput = None, max_mismatch: PerOutput = 0.0,
-           error_stat: PerOutput = None, argmax: PerOutput = None, topk: PerOutput = None, accept: Accept = None,
-           backend: str = "auto", check: str | None = None, keep_plans: bool = False, typing: str = "strong",
-           opt_level: int | None = None, timing_cache: str | None = None, noise_ok: bool = False,
-           output: str | Path | None = None, jobs: int = 1, devices: str | list | None = None,
-           ray: str | None = None, repeats: int = 1, prior: str = "auto", restart: bool = False,
-           retry_crashed: bool = False, headroom: float | None = None, min_shapes: Shapes = None,
-           opt_shapes: Shapes = None, max_shapes: Shapes = None, precision: str = "fp16", objective: str = "nodes",
-           progress: Progress = None, keep_journal: bool = False, minimum: int | str | None = None,
-           accumulate: str = "fp32", keep_fp32: Iterable[str] = (), keep_fp16: Iterable[str] = (),
-           group_by: str | None = None) -> SearchResult:
+def search(model: Model, samples: Samples, *, reference: Samples | None = None, tolerance: ToleranceGiven = None,
+           judge: Given[Judge] = None, space: Given[Space] = None, strategy: Given[Strategy] = None,
+           parallel: Given[Parallel] = None, journal: Given[Journaling] = None, output: str | Path | None = None,
+           progress: Progress = None) -> SearchResult:
     """Find the smallest set of nodes to keep in FP32 so that the model, the rest in FP16, meets the tolerance.
+
+    Each option is one record (``fp16bisect.Judge``, ``Space``, ``Strategy``, ``Parallel``, ``Journaling``;
+    ``Tolerance``), its fields the command line's flags (``opt_level`` is ``--opt-level``). Each takes the record,
+    a dict of its fields, or its shorthand, and None is every field's default; a bad value is a ``UsageError``.
 
     Args:
         model: The FP32 ONNX model: a path, or an ``onnx.ModelProto`` (saved to a temporary file for the search,
@@ -56,60 +56,42 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         samples: The inputs: an ``.npz`` path (one array per model input), a directory (every ``*.npz`` in it,
             sorted by name), a dict ``{input name: array}`` (one sample), or a list or iterable of those.
         reference: Expected outputs, one per sample, in the same forms (default: an FP32 ONNX Runtime run).
-        atol: Absolute tolerance per element, ``|a - b| <= atol + rtol * |b|``; it, ``rtol``, ``min_cosine``,
-            ``max_mismatch``, ``error_stat``, ``argmax`` and ``topk`` as the flags: a value, a dict ``{output:
-            value}`` (key None: every output) or the flags' strings (docs/tolerance.md); ``accept``: a function
-            ``(outputs, reference) -> bool`` run per sample, ANDed (picklable for ``jobs``/``ray``).
-        backend: ``"auto"`` (the default, as on the command line: ``"tensorrt"`` when TensorRT, Polygraphy and a
-            GPU are present, else ``"emulate"``), ``"emulate"`` (FP16 emulated on ONNX Runtime CPU),
-            ``"tensorrt"`` or ``"command"``.
-        check: With ``backend="command"``: the shell command that judges a plan (see ``fp16bisect search --help``).
-        keep_plans: With ``backend="command"``: keep each plan's files. typing: TensorRT: ``"strong"`` or ``"weak"``.
-        opt_level: TensorRT builder optimisation level, 0 to 5; timing_cache: its file (default: beside ``output``).
-        noise_ok: Search even if two builds of the all-FP16 engine differ beyond the tolerance.
+        tolerance: How outputs are judged: a ``Tolerance``, a ``GivenTolerance`` or a dict of its values
+            (``{"atol": 0.05, "rtol": {"logits": 0.1}}``: each a value, a dict per output or the flags'
+            ``"[OUTPUT:]VALUE"`` strings; ``accept``: a function ``(outputs, reference) -> bool``, ANDed). None:
+            atol and rtol 0.01 (docs/tolerance.md).
+        judge: What judges a plan (``Judge``): its backend (the shorthand: ``judge="emulate"``; default
+            ``"auto"``: TensorRT when TensorRT, Polygraphy and a GPU are present, else the emulator), the
+            command of ``backend="command"``, TensorRT's settings, the deployment's shapes, ``repeats``.
+        space: The plan space (``Space``): the low precision (the shorthand: ``space="bf16"``), ``accumulate``,
+            ``headroom``, ``keep_fp32``/``keep_fp16`` patterns, ``group_by``.
+        strategy: How the search chooses (``Strategy``): the emulator ``prior``, ``minimum`` (then the smallest
+            passing set; ``"auto"`` or a number of evaluations) and its ``objective``; a budget (``max_evaluations``,
+            ``time_limit``) that ends it with the smallest set seen to pass (``SearchResult.stopped``).
+        parallel: Plans evaluated at once (``Parallel``; the shorthand: ``parallel=4`` jobs), the GPUs (``devices``),
+            Ray (``ray``: an address, ``""`` a local instance); ``accept`` must then be picklable.
+        journal: With ``output``: resuming a journaled search (``Journaling``: ``restart``, ``retry_crashed``,
+            ``keep_journal``).
         output: Write the override JSON there, and journal the evaluations beside it, so the same search run
             again after an interruption resumes (as ``fp16bisect search -o``). None: nothing written.
-        jobs: Plans evaluated at once; devices: GPU ids, one worker each (``"0,1"`` or ``[0, 1]``).
-        ray: Evaluate as Ray tasks on the cluster at this address (``""``: a local Ray instance).
-        repeats: Evaluations per plan; all must pass.
-        prior: ``"auto"``, ``"emulate"`` or ``"none"``: search on the emulator first, then certify on ``backend``.
-        restart: Discard an earlier run's journal instead of resuming it; retry_crashed: rerun plans it died on.
-        keep_journal: Keep the journal once the search has finished (else removed when the JSON is written).
-        headroom: As ``--headroom F``: a tensor whose FP32 peak on any sample exceeds 65504/F counts as an
-            overflow; its writer and readers stay in FP32 in every plan, and the search minimises the rest.
-        min_shapes: As ``--min-shapes``: the deployment's smallest input shapes, trtexec's text
-            (``"x:1x8x64"``) or a dict ``{input name: shape}``; with ``max_shapes`` (and ``opt_shapes``), the
-            profile the tensorrt backend builds with.
-        opt_shapes: As ``--opt-shapes``: the deployment's most frequent input shapes (``max_shapes``: largest).
-        precision: The low precision, ``"fp16"`` or ``"bf16"`` (bfloat16: FP32's range, 8 significant bits).
         progress: A function receiving one line of text per event (e.g. ``print``), or a ``Listener``.
-        minimum: As ``--minimum [N]`` (``True``: its default budget); ``objective``: as ``--objective nodes|cost``.
-        accumulate: As ``--accumulate``: ``"fp32"`` (the default) or ``"fp16"`` (FP16 nodes add in FP16 too).
-        keep_fp32: As ``--keep-fp32`` (patterns); ``keep_fp16``, ``group_by``: as ``--keep-fp16``, ``--group-by``.
 
     Returns:
         The nodes to keep in FP32 and how the search knows (``SearchResult``).
 
     Raises:
-        UsageError: Bad input (a missing file, a sample that does not fit the model, a bad keyword value).
+        UsageError: Bad input (a missing file, a sample that does not fit the model, a bad option value).
         ToleranceUnreachable: Even the all-FP32 plan misses the tolerance.
         Interrupted: Ctrl-C (a ``KeyboardInterrupt``), the smallest set seen to pass written: ``result`` holds it.
 
     Examples:
         >>> import fp16bisect
         >>> result = fp16bisect.search("sample_models/transformer_block.onnx",
-        ...                            "sample_models/transformer_block.npz")
+        ...                            "sample_models/transformer_block.npz", judge="emulate")
         >>> sorted(n.name for n in result.fp32_nodes)
         ['ln1_square', 'ln1_var']
     """
-    options = SearchOptions.of(
-        atol=atol, rtol=rtol, min_cosine=min_cosine, max_mismatch=max_mismatch, error_stat=error_stat,
-        argmax=argmax, topk=topk, accept=accept, backend=backend, check=check, keep_plans=keep_plans, typing=typing,
-        opt_level=opt_level, timing_cache=timing_cache, min_shapes=min_shapes, opt_shapes=opt_shapes,
-        max_shapes=max_shapes, noise_ok=noise_ok, repeats=repeats, jobs=jobs, devices=devices, ray=ray,
-        output=None if output is None else str(output), restart=restart, retry_crashed=retry_crashed,
-        keep_journal=keep_journal, prior=prior, headroom=headroom, precision=precision, objective=objective,
-        minimum=minimum, accumulate=accumulate, keep_fp32=keep_fp32, keep_fp16=keep_fp16, group_by=group_by)
+    options = SearchOptions.given(tolerance, judge, space, strategy, parallel, journal, output)
     with _own_work_directories():
         return _outliving(lambda: run_search(model, samples, options, reference=reference, progress=progress))
 
@@ -180,17 +162,13 @@ def _search_result(outcome) -> SearchResult:
 
 
 def check(model: Model, samples: Samples, overrides=None, *, reference: Samples | None = None,
-          atol: PerOutput = None, rtol: PerOutput = None, min_cosine: PerOutput = None,
-          max_mismatch: PerOutput = None, error_stat: PerOutput = None, argmax: PerOutput = None, topk: PerOutput = None, accept: Accept = None,
-          backend: str = "auto", check: str | None = None, keep_plans: bool = False,
-          typing: str = "strong", opt_level: int | None = None, timing_cache: str | None = None, jobs: int = 1,
-          devices: str | list | None = None, ray: str | None = None, headroom: float | None = None,
-          min_shapes: Shapes = None, opt_shapes: Shapes = None, max_shapes: Shapes = None,
-          precision: str | None = None, progress: Progress = None, strict_environment: bool = False,
-          accumulate: str | None = None) -> CheckResult:
+          tolerance: ToleranceGiven = None, judge: Given[Judge] = None, space: Given[Space] = None,
+          parallel: Given[Parallel] = None, progress: Progress = None) -> CheckResult:
     """Does the model meet the tolerance in FP16, with the override nodes (if any) kept in FP32? A CI gate.
 
-    A failing check is a result (``passed`` False), not an exception.
+    A failing check is a result (``passed`` False), not an exception. The options are ``search``'s records; each
+    value not given is the one ``overrides`` records (the tolerance, precision, accumulation and headroom its
+    search had), else the default.
 
     Args:
         model: The FP32 ONNX model: a path or an ``onnx.ModelProto``.
@@ -199,34 +177,18 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
             (None: all-FP16). A file made for another version of the model is checked with the nodes that still
             exist.
         reference: Expected outputs, one per sample (default: an FP32 ONNX Runtime run).
-        atol: Absolute tolerance; ``rtol``, ``min_cosine``, ``max_mismatch`` as in ``search``. Each left None is
-            the one ``overrides`` records (the tolerance its search met), else the default (0.01, 0.01, none, 0);
-            ``CheckResult.tolerance_from`` says which.
-        rtol: Relative tolerance.
-        min_cosine: Also require this cosine similarity per output.
-        max_mismatch: Fraction of elements allowed outside the tolerance.
-        error_stat: As in ``search`` (so are ``argmax``, ``topk``, ``accept``; and each of the tolerance's values
-            may be per output, as there). ``accept`` is never read from the override file.
-        backend: ``"auto"`` (the default), ``"emulate"``, ``"tensorrt"`` or ``"command"``.
-        check: With ``backend="command"``: the shell command that judges the plan.
-        keep_plans: With ``backend="command"``: keep the plan's files.
-        typing: TensorRT: ``"strong"`` or ``"weak"``.
-        opt_level: TensorRT builder optimisation level, 0 to 5.
-        timing_cache: TensorRT timing cache file.
-        jobs: Plans evaluated at once (2 evaluates the all-FP32 plan alongside).
-        devices: GPU ids, one worker each.
-        ray: Evaluate as Ray tasks on the cluster at this address.
-        headroom: As ``--headroom F``: fail when a tensor computed in FP16 has an FP32 peak above 65504/F on any
-            sample (None: the ``--headroom`` the override file's search was given, else none).
-        min_shapes: The deployment's input shape profile, as in ``search``; ``opt_shapes``, ``max_shapes`` too.
-        opt_shapes: As ``--opt-shapes``.
-        max_shapes: As ``--max-shapes``.
-        precision: ``"fp16"`` or ``"bf16"`` (None: the override file's, else fp16); an override file made for
-            the other one is refused.
+        tolerance: The tolerance values given, in ``search``'s forms (a ``GivenTolerance``, a dict, or a
+            ``Tolerance``: every value given); each value not given is the override file's, else the default
+            (``CheckResult.tolerance_from`` says which). ``accept`` is never read from the file.
+        judge: What judges the plan (``Judge``, as in ``search``); ``strict_environment``: fail (``passed`` False)
+            when the override file was verified on another backend, GPU or TensorRT version (see
+            ``CheckResult.drift``), or records no environment; it needs ``overrides``.
+        space: The precision, accumulation and headroom (``Space``: those three; a check judges the plan the file
+            gives, so not a search's ``keep_fp32``, ``keep_fp16`` or ``group_by``). An override file made for the
+            other precision is refused. ``headroom``: fail when a tensor computed in FP16 has an FP32 peak above
+            65504/F on any sample.
+        parallel: Plans evaluated at once (``Parallel``; 2 evaluates the all-FP32 plan alongside).
         progress: A function receiving one line of text per event, or a ``Listener``.
-        strict_environment: Fail (``passed`` False) when the override file was verified on another backend,
-            GPU or TensorRT version (see ``CheckResult.drift``), or records no environment; needs ``overrides``.
-        accumulate: ``"fp32"`` or ``"fp16"``, as ``--accumulate`` (None: the override file's, else fp32).
 
     Returns:
         The verdict and the metrics per output (``CheckResult``).
@@ -242,12 +204,7 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
         >>> fp16bisect.check(model, data, overrides=fp16bisect.search(model, data)).passed
         True
     """
-    options = CheckOptions.of(
-        atol=atol, rtol=rtol, min_cosine=min_cosine, max_mismatch=max_mismatch, error_stat=error_stat,
-        argmax=argmax, topk=topk, accept=accept, backend=backend, check=check, keep_plans=keep_plans, typing=typing,
-        opt_level=opt_level, timing_cache=timing_cache, min_shapes=min_shapes, opt_shapes=opt_shapes,
-        max_shapes=max_shapes, jobs=jobs, devices=devices, ray=ray, headroom=headroom, precision=precision,
-        strict_environment=strict_environment, accumulate=accumulate)
+    options = CheckOptions.given(tolerance, judge, space, parallel)
     with _own_work_directories():
         result = run_check(model, samples, options, overrides=overrides, reference=reference, progress=progress)
         for sample in result.outcome.samples:  # the result outlives the work directory: its samples too
@@ -256,18 +213,22 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
 
 
 def run_check(model: Model, samples: Samples, options: CheckOptions, *, overrides=None,
-              reference: Samples | None = None, progress: Progress = None, hint: str | None = None) -> CheckResult:
+              reference: Samples | None = None, progress: Progress = None, as_command: bool = False) -> CheckResult:
     """``check`` with its options typed (``CheckOptions``: the tolerance given, the backend, its options,
     parallel, headroom, precision, strict_environment), as the command line and batch build them.
 
-    ``hint``: the search command the verdict line suggests when the check fails.
+    ``as_command``: the verdict line suggests the search as a command line (the command line's, batch's), not
+    as a Python call; either is rendered from what the check judged with.
     """
     from fp16bisect.diagnose.preflight import check_model, verdict
 
     entries = inputs.sample_entries(samples)
     references = _references(reference, entries)
+    if not inputs.is_path(model):  # its commands name it model.onnx, not the temporary file
+        options = replace(options, model_name=inputs.IN_MEMORY_MODEL)
+    asked = Invocation.of(model, entries, references, options, overrides)  # as given: what its hint names
     with inputs.model_file(model) as path, inputs.overrides_file(overrides) as file:
-        outcome = check_model(path, entries, references, file, options, inputs.listener(progress))
+        outcome = check_model(path, entries, references, file, options, inputs.listener(progress), asked)
     use = outcome.overrides
     return CheckResult(
         passed=outcome.passed, outputs=outcome.evaluation.worst(), metrics=list(outcome.evaluation.metrics),
@@ -275,7 +236,7 @@ def run_check(model: Model, samples: Samples, options: CheckOptions, *, override
         nodes=[Node.of(outcome.graph.by_id[n]) for n in use.nodes] if use else [],
         accumulating=[Node.of(outcome.graph.by_id[n]) for n in use.accumulating] if use else [],
         missing=list(use.missing) if use else [], backend=outcome.backend, tolerance=outcome.tolerance,
-        tolerance_from=outcome.tolerance_from, verdict=verdict(outcome, hint or "fp16bisect.search(model, samples)"),
+        tolerance_from=outcome.tolerance_from, verdict=verdict(outcome, as_command),
         drift=outcome.drift, outcome=outcome)
 
 
@@ -311,11 +272,9 @@ def scan(model: Model, samples: Samples, *, precision: str = "fp16", progress: P
 
 
 def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = False, samples: Samples | None = None,
-          reference: Samples | None = None, atol: PerOutput = None, rtol: PerOutput = None,
-          min_cosine: PerOutput = None, max_mismatch: PerOutput = None, fp16_io: bool = False,
-          error_stat: PerOutput = None, argmax: PerOutput = None, topk: PerOutput = None, accept: Accept = None,
-          force: bool = False, keep_fp32: Iterable[str] = (), precision: str | None = None,
-          progress: Progress = None, shown: Callable | None = None, accumulate: str | None = None) -> ApplyResult:
+          reference: Samples | None = None, tolerance: ToleranceGiven = None, space: Given[Space] = None,
+          fp16_io: bool = False, force: bool = False, keep_fp32: Iterable[str] = (), progress: Progress = None,
+          shown: Callable | None = None) -> ApplyResult:
     """Write the mixed-precision ONNX model the overrides describe (for strongly typed TensorRT builds).
 
     The file is checked with ``onnx.checker`` (full check) before it is returned.
@@ -328,21 +287,17 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
             ``"strict"``: also run the file in ``onnx.reference`` (FP16 outputs, sums in FP32: a second opinion).
         samples: The inputs for ``verify``, in the forms ``search`` takes.
         reference: Expected outputs, one per sample (default: an FP32 ONNX Runtime run).
-        atol: Tolerance of the verification; each of ``atol``, ``rtol``, ``min_cosine``, ``max_mismatch`` left
-            None is the one recorded in the override file.
-        rtol: Relative tolerance.
-        min_cosine: Cosine similarity required per output.
-        max_mismatch: Fraction of elements allowed outside the tolerance.
-        error_stat: As in ``search`` (so are ``argmax``, ``topk``, ``accept``, and per-output values).
+        tolerance: The verification's tolerance, in ``check``'s forms: each value not given is the override
+            file's.
+        space: The precision and accumulation (``Space``: those two; each None: the override file's; a different
+            precision is a usage error). ``verify`` runs the written file on ONNX Runtime, which adds in FP32;
+            under ``accumulate="fp16"`` it also judges the file's plan with FP16 sums on the emulator, which models
+            this file (``ApplyResult.fp16_sums``, a ``CheckResult``).
         fp16_io: Make the float graph inputs and outputs FP16 (default FP32).
         force: Apply even if the override file was made for another version of the model.
         keep_fp32: More node ids to keep in FP32.
-        precision: ``"fp16"`` or ``"bf16"``; None: the override file's (a different one is a usage error).
         progress: A function receiving one line of text per event, or a ``Listener``.
         shown: Called with the written model's description (``Mixed``) once it is written.
-        accumulate: ``"fp32"`` or ``"fp16"``; None: the override file's. ``verify`` runs the written file on ONNX
-            Runtime, which adds in FP32; under ``"fp16"`` it also judges the file's plan with FP16 sums on the
-            emulator, which models this file (``ApplyResult.fp16_sums``, a ``CheckResult``).
 
     Returns:
         The path written and, with ``verify``, the verification (``ApplyResult``).
@@ -361,33 +316,45 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
     from fp16bisect.artifacts.apply import ApplyOptions, apply_to_file
     from fp16bisect.artifacts.files import check_writable
 
+    given, chosen = GivenTolerance.of(tolerance), Space.of(space, "space").taken_by(APPLY)
+    shows = inputs.listener(progress)
+    if shown is not None and not callable(shown):
+        raise UsageError(f"shown is a {type(shown).__name__}: pass a function taking the written model, or None")
     if overrides is None:
         raise UsageError("apply needs overrides: pass an override JSON path or a search result")
     if verify not in (False, True, "storage", "strict"):
         raise UsageError(f"verify={verify!r}: use True (or 'storage'), 'strict' or False")
     if verify and samples is None:
         raise UsageError("verify needs samples: pass samples= (the ones given to search)")
-    if accumulate is not None:
-        accumulation(accumulate)
-    if str(output).endswith(".json"):
-        raise UsageError(f"output {str(output)!r} would hold an ONNX model: give a path ending in .onnx")
-    check_writable(output)
-    entries = inputs.sample_entries(samples) if verify else None
+    written_to = mixed_path(output)
+    check_writable(written_to)
+    entries = None if samples is None else inputs.sample_entries(samples)  # their forms checked, used to verify
+    references = _references(reference, entries or [])
     options = ApplyOptions(
-        fp16_io=fp16_io, force=force, keep_fp32=tuple(keep_fp32), inputs=entries,
-        precision=None if precision is None else precision_of(precision).name,
-        references=None if entries is None else _references(reference, entries), strict_mode=verify == "strict",
-        tolerance=GivenTolerance(atol, rtol, min_cosine, max_mismatch, error_stat, argmax, topk, accept=accept))
+        fp16_io=records.given(records.boolean, fp16_io, "fp16_io"), force=records.given(records.boolean, force, "force"),
+        keep_fp32=records.given(records.strings, keep_fp32, "keep_fp32"), inputs=entries if verify else None,
+        precision=chosen.precision, references=references if verify else None, strict_mode=verify == "strict",
+        tolerance=given)
     with _own_work_directories(), inputs.model_file(model) as path, inputs.overrides_file(overrides) as file:
         assert file is not None  # overrides was given (refused above when None)
-        written = apply_to_file(file, path, str(output), inputs.listener(progress), options, shown=shown)
+        written = apply_to_file(file, path, written_to, shows, options, shown=shown)
         summed = None
-        if verify and samples is not None and (accumulate or written.accumulate) == "fp16":  # the file's plan, judged with FP16 sums
-            summed = check(path, samples, reference=reference, overrides=file, backend="emulate", precision=precision,
-                           progress=progress, accumulate="fp16", **options.tolerance.values())
-    return ApplyResult(path=Path(output), fp32_nodes=list(written.fp32_nodes), verification=written.verification,
+        if verify and samples is not None and (chosen.accumulate or written.accumulate) == "fp16":
+            # the file's plan, judged with FP16 sums
+            summed = check(path, samples, overrides=file, reference=reference, tolerance=given, judge="emulate",
+                           space=chosen.replace(accumulate="fp16"), progress=progress)
+    return ApplyResult(path=Path(written_to), fp32_nodes=list(written.fp32_nodes), verification=written.verification,
                        fp32_accumulate_nodes=list(written.fp32_accumulate_nodes),
                        mixed=written.mixed, fp16_sums=summed)
+
+
+def mixed_path(output: Any) -> str:
+    """Where a mixed-precision model goes: a path (a string or a ``PathLike``), not one ending in ``.json``."""
+    if not inputs.is_path(output):
+        raise UsageError(f"output is a {type(output).__name__}: pass the path of the .onnx file to write")
+    if str(output).endswith(".json"):
+        raise UsageError(f"output {str(output)!r} would hold an ONNX model: give a path ending in .onnx")
+    return str(output)
 
 
 class _own_work_directories:

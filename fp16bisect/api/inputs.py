@@ -1,5 +1,6 @@
-"""What the Python API accepts, turned into what the pipeline takes: model files, sample entries, override files,
-a tolerance, backend options and a ``Listener``; each bad value a ``UsageError`` saying how to fix it."""
+"""What the Python API accepts, turned into what the pipeline takes: model files, sample entries, override files
+and a ``Listener``; each bad value a ``UsageError`` saying how to fix it (the options check themselves: the records
+of ``run/options.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
-from fp16bisect.backends import KEYWORDS, Options, check_options
 from fp16bisect.errors import UsageError
 from fp16bisect.report.console import step_line
 from fp16bisect.run.outcome import Listener
@@ -87,27 +87,6 @@ def overrides_file(overrides) -> Iterator[str | None]:
         path = os.path.join(folder, "overrides.json")
         Path(path).write_text(json.dumps(dict(data), indent=2) + "\n")
         yield path
-
-
-def backend_options(backend: str, options: Options) -> Options:
-    """``options`` for ``backend``, checked (``backends.check_options``: the rules the command line follows too,
-    said with the API's keywords)."""
-    check_options(backend, options, KEYWORDS)
-    return options
-
-
-def parallel(jobs: int = 1, devices=None, ray: str | None = None):
-    """How many plans are evaluated at once, and where (``devices``: GPU ids, a list or ``"0,1"``)."""
-    from fp16bisect.parallel import Parallel, parse_devices
-
-    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
-        raise UsageError(f"jobs={jobs!r}: give the number of evaluations to run at once, 1 or more")
-    if ray is not None:
-        from fp16bisect.parallel.ray import load_ray
-
-        load_ray()  # how to install it, before any work
-    chosen = parse_devices(devices if devices is None or isinstance(devices, str) else ",".join(map(str, devices)))
-    return Parallel(jobs=jobs, devices=tuple(chosen), ray=ray)
 
 
 class _Lines(Listener):

@@ -7,10 +7,10 @@ kernel_plan.py``). Never a verdict: nothing is run.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping, Union
 
 from fp16bisect.api import inputs
-from fp16bisect.api.functions import Model, Progress, Shapes
+from fp16bisect.api.functions import Model, Progress
 from fp16bisect.backends.tensorrt.kernel_plan import KernelPlan
 from fp16bisect.errors import UsageError
 from fp16bisect.model import shapes, weights
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from fp16bisect.model.graph import Graph
 
 __all__ = ["KernelPlan", "kernel_plan"]
+
+Shapes = Union[str, Mapping, None]  # trtexec's "name:1x3x224x224,..." or {input name: shape}, as Judge's shape fields
 
 
 def kernel_plan(model: Model, overrides, *, fp16_io: bool = False, force: bool = False, min_shapes: Shapes = None,

@@ -10,36 +10,31 @@ An optional ``defaults`` table applies to every entry; each entry
                 directory, a glob, Polygraphy JSON, a data-loader script FILE.py[:FUNC]  (required)
     references  their references, as --reference takes them     (default: FP32 ONNX Runtime)
     action      "check" or "search"                              (default "check")
-    atol, rtol, min_cosine, max_mismatch                         (default: check with overrides: the
-                                                                  file's; else fp16bisect's)
-    backend     "emulate", "tensorrt" or "auto"                  (default "auto")
     overrides   check: keep this override file's nodes in FP32
-    headroom    as --headroom F (search: forced nodes; check: fails a tensor lacking it)
-                                                                 (default: check: the override file's; else off)
-    precision   "fp16" or "bf16", as --precision                 (default: the override file's, else "fp16")
-    accumulate  "fp32" or "fp16", as --accumulate                (default: check: the override file's; else "fp32")
-    min_shapes, opt_shapes, max_shapes
-                the deployment's input shape profile, as --min-shapes ... take it: trtexec's text
-                ("x:1x3x224x224") or a table {input name = "1x3x224x224" or [1, 3, 224, 224]}
     output      search: where to write the override JSON (its journal goes beside it)
                 (default: beside the manifest, <name>.overrides.json; <name>-<number>.overrides.json
                 when names repeat)
-    keep_journal  search: keep the journal once the search has finished, as --keep-journal  (default false)
-    minimum     search: then the smallest passing set, as --minimum N (true or "auto": its default budget)
-    keep_fp32, keep_fp16
-                search: a pattern or a list of patterns, as --keep-fp32/--keep-fp16 PATTERN
-    group_by    search: "scope", "scope:DEPTH" or "function", as --group-by
     name        a label for the table                            (default: the model's file name)
 
+and any option of its action, by the name of its field in the option records (``option_keys``): the tolerance's
+values (``atol``, ``rtol``, ``min_cosine``, ``max_mismatch``, ``error_stat``, ``argmax``, ``topk``), the judge's
+(``backend``, ``check``, ``typing``, ``opt_level``, ``repeats``, the shapes, ...), the plan space's
+(``precision``, ``accumulate``, ``headroom``, ``keep_fp32``, ...), the strategy's (``prior``, ``minimum``,
+``objective``) and the journal's (``keep_journal``, ...): each flag of ``fp16bisect search`` or ``check`` with
+underscores for dashes, with the flag's default and the same check (``fp16bisect.run.options``). Parallel
+evaluation's (``jobs``, ``devices``, ``ray``) are the batch's own: entries run serially, ``jobs`` at once.
+
 Relative paths are relative to the manifest. A manifest that cannot be read
-or has a malformed entry is bad input (exit 2, nothing runs); an entry that
+or has a malformed entry is bad input (exit 2, nothing runs); a ``defaults`` key
+an entry's action does not take is left out of that entry (a search's ``minimum``
+for a check entry), an entry's own is bad input. An entry that
 fails when it runs (a missing file, a wrong input name, a tolerance FP32
 misses) fails alone, with its message, and the others go on. Entries run in
 worker processes (``--jobs``) or as Ray tasks (``--ray``); each runs its own
 check or search serially through the API's ``run_check`` / ``run_search`` (what the
 single commands call), so results are those of the single commands. An entry is
-an ``Entry``, built and checked once by ``entry_of``: its values check themselves
-(``Tolerance``, the precision, the headroom, the shape profile).
+an ``Entry``, built and checked once by ``entry_of``: its options are a ``SearchOptions``
+or ``CheckOptions`` made from its keys (``of``), whose records check themselves.
 """
 
 from __future__ import annotations
@@ -48,55 +43,62 @@ import json
 import re
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, Union
 
+from fp16bisect import records
 from fp16bisect.api.results import _names, _nodes
 from fp16bisect.errors import UsageError
-from fp16bisect.model.plan_states import Accumulation
-from fp16bisect.model.precision import Precision
-from fp16bisect.tolerance import GivenTolerance
+from fp16bisect.run.options import CheckOptions, SearchOptions
 
 if TYPE_CHECKING:
-    from fp16bisect.strategy.minimum import Setting
-    from fp16bisect.strategy.blocks import Grouping
     from fp16bisect.parallel.processes import LocalPool
     from fp16bisect.parallel.ray import RayPool
 
 SCHEMA = "fp16bisect.batch/1"
 ACTIONS = ("check", "search")
-KEYS = {"model", "inputs", "references", "action", "atol", "rtol", "min_cosine", "max_mismatch", "backend",
-        "overrides", "output", "name", "headroom", "min_shapes", "opt_shapes", "max_shapes", "precision",
-        "keep_journal", "accumulate", "minimum", "error_stat", "argmax", "topk", "keep_fp32", "keep_fp16", "group_by"}
-SHAPE_KEYS = ("min_shapes", "opt_shapes", "max_shapes")
-TOLERANCE_KEYS = ("atol", "rtol", "min_cosine", "max_mismatch", "error_stat", "argmax", "topk")  # each per output too
+OPTIONS: dict[str, Union[type[SearchOptions], type[CheckOptions]]] = {"search": SearchOptions, "check": CheckOptions}
+ENTRY_KEYS = ("model", "inputs", "references", "action", "overrides", "output", "name")
+BATCH_OWN = ("jobs", "devices", "ray")  # parallel evaluation: the batch's --jobs and --ray, not an entry's
+
+
+def option_keys(action: str) -> list[str]:
+    """The option keys an entry of ``action`` takes: its options' flat keys (``SearchOptions.keys``), but
+    ``accept`` (a Python function) and parallel evaluation's."""
+    return [k for k in OPTIONS[action].keys(action) if k != "accept" and k not in BATCH_OWN]
+
+
+def keys() -> set[str]:
+    """Every key an entry may have: its own (``ENTRY_KEYS``) and the options of a search or a check."""
+    return {*ENTRY_KEYS, *option_keys("search"), *option_keys("check")}
+
+
+def path_keys() -> set[str]:
+    """The options that name a file (``Flag.path``): a manifest's is relative to the manifest."""
+    return {f.name for options in OPTIONS.values() for record in options.RECORDS.values() for f in fields(record)
+            if (records.flag_of(f) or records.Flag("")).path}
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One manifest entry, paths resolved and every value checked (``entry_of``)."""
+    """One manifest entry, paths resolved and every value checked (``entry_of``): its options are a search's or a
+    check's records (``SearchOptions``, whose ``output`` is where the override JSON goes; ``CheckOptions``)."""
 
     number: int
     name: str
     model: str
     inputs: tuple[str, ...]
+    options: Union[SearchOptions, CheckOptions]
     action: str = "check"  # "check" or "search"
     references: tuple[str, ...] = ()
-    tolerance: GivenTolerance = field(default_factory=GivenTolerance)  # each None: the file's, else the default
-    backend: str = "auto"
     overrides: str | None = None  # check: keep this file's nodes in FP32
-    output: str | None = None  # search: where the override JSON goes
-    headroom: float | None = None
-    precision: Precision | None = None  # None: the override file's, else FP16
-    profile: dict | None = None  # the deployment's shape profile (model.shapes.profile_of)
     named: bool = False  # the manifest gave ``name`` (else the model's file name)
-    keep_journal: bool = False  # search: keep the journal once the search has finished
-    accumulate: Accumulation | None = None  # --accumulate; None: check: the override file's; search: fp32
-    minimum: Setting = None  # search: --minimum's setting (strategy/minimum.py)
-    keep_fp32: tuple[str, ...] = ()  # search: --keep-fp32 patterns (strategy/constraints.py)
-    keep_fp16: tuple[str, ...] = ()  # search: --keep-fp16 patterns
-    group_by: Grouping | None = None  # search: --group-by (strategy/blocks.py)
+
+    @property
+    def output(self) -> str | None:
+        """A search's override JSON."""
+        return self.options.output if isinstance(self.options, SearchOptions) else None
 
 
 @dataclass
@@ -140,8 +142,11 @@ def read_manifest(path: str) -> list[Entry]:
                          "(JSON), each with model, inputs and action")
     if not isinstance(defaults, dict):
         raise UsageError(f"manifest {path!r}: 'defaults' must be a table of entry keys")
-    read = [entry_of({**defaults, **e} if isinstance(e, dict) else e, i + 1, p.parent, path)
-            for i, e in enumerate(entries)]
+    unknown = sorted(records.shown(k) for k in defaults if k not in keys())
+    if unknown:
+        raise UsageError(f"manifest {path!r}, defaults: unknown key(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(sorted(keys()))}")
+    read = [entry_of(e, i + 1, p.parent, path, defaults) for i, e in enumerate(entries)]
     return _default_outputs(read, p.parent)
 
 
@@ -175,41 +180,65 @@ def _default_outputs(entries: list[Entry], base: Path) -> list[Entry]:
     searches = [e for e in entries if e.action == "search" and not e.output]
     counts = Counter(stem(e) for e in searches)
     named = {e.number: stem(e) if counts[stem(e)] == 1 else f"{stem(e)}-{e.number}" for e in searches}
-    return [replace(e, output=str(base / f"{named[e.number]}.overrides.json")) if e.number in named else e
-            for e in entries]
+    return [replace(e, options=_written_to(e.options, str(base / f"{named[e.number]}.overrides.json")))
+            if e.number in named else e for e in entries]
 
 
-def entry_of(raw, number: int, base: Path, manifest: str) -> Entry:
-    """One manifest entry (its table, ``defaults`` applied) as an ``Entry``; anything wrong is one ``UsageError``
-    naming the manifest and the entry."""
+def _written_to(options: SearchOptions | CheckOptions, output: str) -> SearchOptions:
+    assert isinstance(options, SearchOptions)  # a search entry's
+    return replace(options, output=output)
+
+
+def entry_of(raw, number: int, base: Path, manifest: str, defaults: dict | None = None) -> Entry:
+    """One manifest entry (its table; ``defaults``: the manifest's, those its action takes) as an ``Entry``;
+    anything wrong is one ``UsageError`` naming the manifest and the entry."""
     where = f"manifest {manifest!r}, entry {number}"
     if not isinstance(raw, dict):
         raise UsageError(f"{where} is not a table: give model, inputs and action")
-    unknown = sorted(set(raw) - KEYS)
+    defaults = defaults or {}
+    unknown = sorted(records.shown(k) for k in raw if k not in keys())
     if unknown:
-        raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(KEYS))}")
+        raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(keys()))}")
+    action = raw.get("action", defaults.get("action", "check"))
+    if action not in ACTIONS:
+        raise UsageError(f"{where}: action {action!r} is neither 'check' nor 'search'")
+    raw = {**{k: v for k, v in defaults.items() if k in ENTRY_KEYS or k in option_keys(action)}, **raw}
     if not isinstance(raw.get("model"), str) or not raw["model"]:
         raise UsageError(f"{where} has no 'model': give the path of the ONNX model")
     paths = {key: _paths(raw.get(key, []), key, base, where) for key in ("inputs", "references")}
     if not paths["inputs"]:
         raise UsageError(f"{where} has no 'inputs': give one .npz (or a list) with one array per model input")
-    action = raw.get("action", "check")
-    if action not in ACTIONS:
-        raise UsageError(f"{where}: action {action!r} is neither 'check' nor 'search'")
-    if not isinstance(raw.get("keep_journal", False), bool):
-        raise UsageError(f"{where}: 'keep_journal' must be true or false, not {raw['keep_journal']!r}")
-    for key in ("overrides", "output"):
+    for key in ("overrides", "output", *path_keys()):
         if raw.get(key) is not None and not isinstance(raw[key], str):
             raise UsageError(f"{where}: '{key}' must be a path")
     model = str(base / raw["model"])
-    overrides, output = (None if raw.get(key) is None else str(base / raw[key]) for key in ("overrides", "output"))
+    located = {k: str(base / raw[k]) for k in ("overrides", "output", *path_keys()) if raw.get(k) is not None}
     try:
-        return Entry(number=number, name=str(raw.get("name", Path(model).name)), action=action, model=model,
-                     overrides=overrides, output=output, inputs=paths["inputs"], references=paths["references"],
-                     backend=raw.get("backend", "auto"), named="name" in raw,
-                     keep_journal=raw.get("keep_journal", False), **_values(raw))
+        options = _options(action, {**raw, **located}, base, number)
     except UsageError as exc:
         raise UsageError(f"{where}: {exc}") from None
+    return Entry(number=number, name=str(raw.get("name", Path(model).name)), action=action, model=model,
+                 inputs=paths["inputs"], options=options, references=paths["references"],
+                 overrides=located.get("overrides"), named="name" in raw)
+
+
+def _options(action: str, raw: dict, base: Path, number: int) -> SearchOptions | CheckOptions:
+    """The entry's option keys as its action's options (``SearchOptions.of``, ``CheckOptions.of``: each record
+    checks its fields); a check's plan files (``backend = "command"``) go beside the manifest, one folder an
+    entry."""
+    given = {k: v for k, v in raw.items() if k not in ENTRY_KEYS}
+    batch = sorted(k for k in given if k in BATCH_OWN)
+    if batch:
+        raise UsageError(f"{', '.join(batch)}: the batch's own (fp16bisect batch --jobs N, --ray; an entry runs "
+                         "serially): drop it")
+    other = sorted(set(given) - set(option_keys(action)))
+    if other:
+        them = "search" if action == "check" else "check"
+        raise UsageError(f"{', '.join(other)}: a {them}'s option, not a {action}'s: drop it, or make the entry a "
+                         f"{them} (action = \"{them}\")")
+    if action == "search":
+        return SearchOptions.of(**given, output=raw.get("output"))
+    return CheckOptions.of(**given, plans=str(base / f"entry-{number}.plans"))
 
 
 def _paths(value, key: str, base: Path, where: str) -> tuple[str, ...]:
@@ -217,28 +246,6 @@ def _paths(value, key: str, base: Path, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise UsageError(f"{where}: '{key}' must be a path or a list of paths (.npz files, directories, globs)")
     return tuple(str(base / v) for v in value)
-
-
-def _values(raw: dict) -> dict[str, Any]:
-    """The entry's tolerance, precision, headroom, shape profile and backend options, each checked by its own
-    value (``Tolerance``, ``model.precision.precision_of``, ``model.headroom.factor``, ``model.shapes.profile_of``,
-    ``backends.check_options``): the checks of the command line's flags and the API's arguments."""
-    from fp16bisect.backends import Options, check_options
-    from fp16bisect.model import headroom, shapes
-    from fp16bisect.model.plan_states import accumulation
-    from fp16bisect.model.precision import precision_of
-    from fp16bisect.strategy import blocks, constraints, minimum
-
-    backend = raw.get("backend", "auto")
-    check_options(backend if isinstance(backend, str) else repr(backend), Options())
-    return {"tolerance": GivenTolerance(**{k: raw.get(k) for k in TOLERANCE_KEYS}),
-            "precision": None if raw.get("precision") is None else precision_of(raw["precision"]),
-            "headroom": headroom.factor(raw.get("headroom")), "minimum": minimum.checked(raw.get("minimum")),
-            "accumulate": None if raw.get("accumulate") is None else accumulation(raw["accumulate"]),
-            "profile": shapes.profile_of(*(raw.get(k) for k in SHAPE_KEYS)),
-            "keep_fp32": constraints.patterns(raw.get("keep_fp32"), "keep_fp32"),
-            "keep_fp16": constraints.patterns(raw.get("keep_fp16"), "keep_fp16"),
-            "group_by": blocks.grouping(raw.get("group_by"))}
 
 
 def _result(entry: Entry, *, verdict: str, seconds: float | None, error: str) -> dict:
@@ -314,13 +321,10 @@ def run_entry(_state, entry: Entry) -> BatchRow:
 
 def _check(entry: Entry) -> dict:
     from fp16bisect.api.functions import run_check
-    from fp16bisect.run.options import CheckOptions, Judge, Space
 
-    options = CheckOptions(entry.tolerance, Judge(entry.backend, **_shapes(entry.profile)),
-                           Space(precision=entry.precision.name if entry.precision else None, accumulate=entry.accumulate,
-                                 headroom=entry.headroom))
-    checked = run_check(entry.model, list(entry.inputs), options, overrides=entry.overrides,
-                        reference=list(entry.references) or None, hint=f"fp16bisect search {entry.model}")
+    assert isinstance(entry.options, CheckOptions)
+    checked = run_check(entry.model, list(entry.inputs), entry.options, overrides=entry.overrides,
+                        reference=list(entry.references) or None, as_command=True)
     return {"passed": checked.passed, "verdict": "PASS" if checked.passed else "FAIL",
             "error": "" if checked.passed else checked.verdict, "set_size": len(checked.nodes),
             "fp32_nodes": [n.name for n in checked.nodes], "evaluations": 1 + (checked.fp32_passes is not None),
@@ -329,29 +333,14 @@ def _check(entry: Entry) -> dict:
 
 def _search(entry: Entry) -> dict:
     from fp16bisect.api.functions import run_search
-    from fp16bisect.run.options import Journaling, Judge, SearchOptions, Space, Strategy
-    from fp16bisect.tolerance import Tolerance
 
-    options = SearchOptions(entry.tolerance.over(Tolerance()), Judge(entry.backend, **_shapes(entry.profile)),
-                            Space(precision=entry.precision.name if entry.precision else None, accumulate=entry.accumulate,
-                                  headroom=entry.headroom, keep_fp32=entry.keep_fp32, keep_fp16=entry.keep_fp16,
-                                  group_by=str(entry.group_by) if entry.group_by else None),
-                            Strategy(minimum=entry.minimum), journal=Journaling(keep_journal=entry.keep_journal),
-                            output=entry.output)
-    found = run_search(entry.model, list(entry.inputs), options, reference=list(entry.references) or None)
+    assert isinstance(entry.options, SearchOptions)
+    found = run_search(entry.model, list(entry.inputs), entry.options, reference=list(entry.references) or None)
     r = found.outcome.result
     ok = r.passed and r.minimal
     return {"passed": ok, "verdict": "FOUND" if ok else "NOT MINIMAL", "fp32_nodes": list(r.fp32),
             "set_size": len(r.fp32), "evaluations": r.evaluations, "result": found.to_dict(),
             "error": "" if ok else r.minimality}
-
-
-def _shapes(profile: dict | None) -> dict:
-    """An entry's shape profile as the judge's three shape fields (min, opt, max), each trtexec's text."""
-    if not profile:
-        return {}
-    return {key: ",".join(f"{name}:{'x'.join(map(str, dims[k]))}" for name, dims in profile.items())
-            for k, key in enumerate(("min_shapes", "opt_shapes", "max_shapes"))}
 
 
 def run_batch(entries: list[Entry], jobs: int = 2, ray: str | None = None,
@@ -400,13 +389,16 @@ def batch(manifest: str | Path, *, jobs: int = 2, ray: str | None = None,
     Raises:
         UsageError: A manifest that cannot be read or has a malformed entry (nothing runs).
     """
-    from fp16bisect.api import inputs
+    from fp16bisect.parallel import Parallel
 
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise UsageError(f"jobs={jobs!r}: give the number of entries to run at once, 1 or more")
+    if not isinstance(manifest, (str, Path)):
+        raise UsageError(f"manifest is a {type(manifest).__name__}: pass the path of a .toml or .json manifest")
+    if progress is not None and not callable(progress):
+        raise UsageError(f"progress is a {type(progress).__name__}: pass a function taking one line of text, or None")
+    Parallel(ray=ray)  # the address checked, and how to install Ray said, before any work
     entries = read_manifest(str(manifest))
-    if ray is not None:
-        inputs.parallel(1, None, ray)  # how to install Ray, before any work
     said = None if progress is None else _Said(progress)
     return BatchResult(str(manifest), run_batch(entries, jobs=jobs, ray=ray, on_result=said))
 

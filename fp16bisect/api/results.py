@@ -144,7 +144,10 @@ class SearchResult:
             graph = self.outcome.graph
             exports = exports_json(graph, [graph.by_id[n.name] for n in self.fp32_nodes], where,
                                    [graph.by_id[n.name] for n in self.fp32_accumulate_nodes])
-            return self.overrides.replaced(exports=exports).to_json()
+            run = self.outcome.run  # the command that writes it there: this search's, -o that path
+            command = None if run is None else run.but(where).argv()
+            return self.overrides.replaced(exports=exports, search={**self.overrides.search, "command": command}) \
+                .to_json()
         return self.overrides.to_json()
 
     def write(self, path: str | Path) -> Path:

@@ -8,11 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from fp16bisect import records
 from fp16bisect.api import inputs
-from fp16bisect.api.functions import Model, Progress, Samples, _own_work_directories, _references, apply
+from fp16bisect.api.functions import (Given, Model, Progress, Samples, ToleranceGiven, _own_work_directories,
+                                      _references, apply)
 from fp16bisect.api.results import ApplyResult, CheckResult, SearchResult, _names, _nodes
 from fp16bisect.errors import UsageError
-from fp16bisect.tolerance import Accept, GivenTolerance, PerOutput, Tolerance
+from fp16bisect.records import COMPARE
+from fp16bisect.run.options import Space
+from fp16bisect.tolerance import GivenTolerance, Tolerance
 
 if TYPE_CHECKING:
     from fp16bisect.artifacts.migrate import Mapping, Pins
@@ -58,10 +62,8 @@ class CompareResult:
 
 
 def compare(model: Model, samples: Samples, *, reference: Samples | None = None, overrides=None,
-            atol: PerOutput = None, rtol: PerOutput = None, min_cosine: PerOutput = None,
-            max_mismatch: PerOutput = None, error_stat: PerOutput = None, argmax: PerOutput = None, topk: PerOutput = None, accept: Accept = None,
-            max_error: float | None = None, precision: str | None = None,
-            progress: Progress = None, accumulate: str | None = None) -> CompareResult:
+            tolerance: ToleranceGiven = None, space: Given[Space] = None, max_error: float | None = None,
+            progress: Progress = None) -> CompareResult:
     """Compare every node's output in FP16 with FP32 (emulated) and name the first node that fails.
 
     Args:
@@ -69,17 +71,13 @@ def compare(model: Model, samples: Samples, *, reference: Samples | None = None,
         samples: The inputs, in the forms ``search`` takes.
         reference: Expected outputs, one per sample (default: an FP32 ONNX Runtime run).
         overrides: Keep these nodes in FP32: an override JSON path, a ``SearchResult`` or its ``to_dict()``.
-        atol: Tolerance the model's outputs are judged with; each of ``atol``, ``rtol``, ``min_cosine``,
-            ``max_mismatch`` left None is the override file's, else the default (0.01, 0.01, none, 0).
-        rtol: Relative tolerance.
-        min_cosine: Cosine similarity required per output.
-        max_mismatch: Fraction of elements allowed outside the tolerance.
-        error_stat: As in ``search`` (so are ``argmax``, ``topk``, ``accept``, and per-output values).
-        max_error: A node fails when its max abs error exceeds this fraction of its max |FP32 value| (default
-            0.125): a finite number >= 0.
-        precision: ``"fp16"`` or ``"bf16"`` (None: the override file's, else fp16).
+        tolerance: What the model's outputs are judged with, in ``check``'s forms: each value not given is the
+            override file's, else the default (0.01, 0.01, none, 0).
+        space: The precision and accumulation (``Space``: those two; each None: the override file's, else fp16
+            and fp32).
+        max_error: A node fails when its max abs error exceeds this fraction of its max |FP32 value|, a finite
+            number >= 0 (None: 256 unit roundoffs of the precision, 0.125 for FP16).
         progress: A function receiving one line of text per event, or a ``Listener``.
-        accumulate: ``"fp32"`` or ``"fp16"``, as ``--accumulate`` (None: the override file's, else fp32).
 
     Returns:
         The per-node errors, the first failing node and the outputs' verdict (``CompareResult``).
@@ -95,13 +93,14 @@ def compare(model: Model, samples: Samples, *, reference: Samples | None = None,
     """
     from fp16bisect.diagnose.layerwise import compare_model, outputs_against
     from fp16bisect.diagnose.preflight import recorded
-    from fp16bisect.run.options import CheckOptions, Judge, Space
+    from fp16bisect.run.options import CheckOptions
 
-    given = GivenTolerance(atol, rtol, min_cosine, max_mismatch, error_stat, argmax, topk, accept=accept)
+    asked = CheckOptions.given(tolerance, "emulate", Space.of(space, "space").taken_by(COMPARE))
+    max_error = records.given(records.real(0, optional=True, what="a fraction of the node's max |FP32 value|"),
+                              max_error, "max_error")
     entries = inputs.sample_entries(samples)
     references = _references(reference, entries)
     listener = inputs.listener(progress)
-    asked = CheckOptions(given, Judge("emulate"), Space(precision=precision, accumulate=accumulate))
     with _own_work_directories(), inputs.model_file(model) as path, inputs.overrides_file(overrides) as file:
         judged, _ = asked.judged_with(recorded(file) if file else None)  # check's rule: given, else the file's
         tolerance = judged.tolerance
@@ -146,10 +145,8 @@ class MigrateResult:
 
 def migrate(model: str | Path, output: str | Path, *, trtexec_args: str | None = None,
             layer_precisions: str | Path | None = None, overrides_out: str | Path | None = None,
-            verify: bool = False, samples: Samples | None = None, reference: Samples | None = None,
-            atol: PerOutput = None, rtol: PerOutput = None, min_cosine: PerOutput = None,
-            max_mismatch: PerOutput = None, error_stat: PerOutput = None, argmax: PerOutput = None, topk: PerOutput = None, accept: Accept = None,
-            fp16_io: bool = False, progress: Progress = None,
+            verify: bool | str = False, samples: Samples | None = None, reference: Samples | None = None,
+            tolerance: ToleranceGiven = None, fp16_io: bool = False, progress: Progress = None,
             shown: Callable | None = None) -> MigrateResult:
     """Turn TensorRT 10 FP32 layer pins into an override JSON and the strongly typed mixed-precision model.
 
@@ -159,16 +156,12 @@ def migrate(model: str | Path, output: str | Path, *, trtexec_args: str | None =
         trtexec_args: The TensorRT 10 trtexec arguments (``"--fp16 --layerPrecisions=a:fp32,b:fp32"``); or
         layer_precisions: A text file of ``LAYER:PRECISION`` entries (Polygraphy's ``--layer-precisions``).
         overrides_out: Where the override JSON goes (default: beside ``output``, ``*.overrides.json``).
-        verify: Run the written model on ``samples`` against the references; once verified, the override file
-            records where (its ``environment``).
+        verify: Run the written model on ``samples`` against the references (as ``apply``'s: ``True`` or
+            ``"storage"``, ``"strict"``); once verified, the override file records where (its ``environment``).
         samples: The inputs for ``verify``, in the forms ``search`` takes.
         reference: Expected outputs, one per sample (default: an FP32 ONNX Runtime run).
-        atol: The tolerance recorded in the override file and verified (None: 0.01); ``rtol``, ``min_cosine``,
-            ``max_mismatch`` likewise.
-        rtol: Relative tolerance.
-        min_cosine: Cosine similarity required per output.
-        max_mismatch: Fraction of elements allowed outside the tolerance.
-        error_stat: As in ``search`` (so are ``argmax``, ``topk``, ``accept``, and per-output values).
+        tolerance: The tolerance recorded in the override file and verified, in ``search``'s forms (None: atol
+            and rtol 0.01).
         fp16_io: Make the float graph inputs and outputs FP16.
         progress: A function receiving one line of text per event, or a ``Listener``.
         shown: Called with the written model's description (``Mixed``) once it is written.
@@ -183,10 +176,18 @@ def migrate(model: str | Path, output: str | Path, *, trtexec_args: str | None =
     from fp16bisect.artifacts.files import check_writable, write_json
     from fp16bisect.model.graph import Graph
 
+    tolerance = GivenTolerance.of(tolerance).over(Tolerance())
+    if verify not in (False, True, "storage", "strict"):
+        raise UsageError(f"verify={verify!r}: use True (or 'storage'), 'strict' or False")
+    inputs.listener(progress)  # said before any file is written (apply takes it)
+    trtexec_args = records.given(records.text(), trtexec_args, "trtexec_args")
+    for name, path in (("model", model), ("layer_precisions", layer_precisions), ("overrides_out", overrides_out)):
+        if not (path is None and name != "model" or inputs.is_path(path)):
+            raise UsageError(f"{name} is a {type(path).__name__}: pass a path")
     if (trtexec_args is None) == (layer_precisions is None):
         raise UsageError("migrate needs the pins: pass trtexec_args (--trtexec-args) or layer_precisions "
                          "(--layer-precisions), one of them")
-    if not str(output).endswith(".onnx"):
+    if not inputs.is_path(output) or not str(output).endswith(".onnx"):
         raise UsageError(f"output {str(output)!r} would hold an ONNX model: give a path ending in .onnx")
     if verify and samples is None:
         raise UsageError("verify needs samples: pass samples= (--inputs X.npz)")
@@ -195,13 +196,11 @@ def migrate(model: str | Path, output: str | Path, *, trtexec_args: str | None =
     check_writable(str(overrides))
     pins = pins_of.pins_from_trtexec(trtexec_args) if trtexec_args is not None else \
         pins_of.pins_from_list(_text(layer_precisions), str(layer_precisions))
-    tolerance = GivenTolerance(atol, rtol, min_cosine, max_mismatch, error_stat, argmax, topk,
-                               accept=accept).over(Tolerance())
     with _own_work_directories():
         graph = Graph.load(str(model))
         mapping = pins_of.map_layers(graph, pins.fp32)
         write_json(str(overrides), pins_of.migration(graph, pins, mapping, tolerance.to_json(), str(overrides)))
-    applied = apply(model, str(overrides), output, verify=bool(verify), samples=samples, reference=reference,
+    applied = apply(model, str(overrides), output, verify=verify, samples=samples, reference=reference,
                     fp16_io=fp16_io, progress=progress, shown=shown)
     if applied.verification is not None and applied.passed:  # verified here: the file says where
         _record_environment(overrides)
@@ -253,6 +252,11 @@ def write_report(result: SearchResult | CheckResult | CompareResult, path: str |
     from fp16bisect.report import data as report_data
     from fp16bisect.report.html import write
 
+    if not inputs.is_path(path):
+        raise UsageError(f"path is a {type(path).__name__}: pass the .html file to write")
+    if next_steps is not None and not (isinstance(next_steps, list) and all(
+            isinstance(s, (tuple, list)) and len(s) == 2 and all(isinstance(w, str) for w in s) for s in next_steps)):
+        raise UsageError(f"next_steps {next_steps!r}: give a list of (what, command) pairs of strings, or None")
     check_writable(str(path))
     say = inputs.listener(progress).stage
     if isinstance(result, SearchResult):
@@ -272,7 +276,4 @@ def write_report(result: SearchResult | CheckResult | CompareResult, path: str |
 def _next_steps(result: SearchResult) -> list[tuple]:
     from fp16bisect.report.next_steps import next_steps
 
-    if result.output is None:
-        return []
-    sources = [str(s.source) for s in result.outcome.oracle.samples]
-    return next_steps(result.to_dict(), str(result.output), sources)
+    return next_steps(result.to_dict(), result.outcome.run)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import sys
 
-from fp16bisect.cli.args import (OutputArgs, ParallelArgs, ToleranceArgs, model_then_overrides)
-from fp16bisect.records import spelled_as_flags
+from fp16bisect.cli.args import Fields, OutputArgs, model_then_overrides, option_groups, parsed, tolerance_group
 from fp16bisect.errors import CheckFailed, Interrupted, ToleranceUnreachable, UsageError
+from fp16bisect.records import APPLY, CHECK, COMPARE, MIGRATE, SCAN, SEARCH, spelled_as_flags
+from fp16bisect.run.options import CheckOptions, SearchOptions, Space
 
 DONE, CHECK_FAILED, UNREACHABLE, INTERRUPTED = 0, CheckFailed.exit_code, ToleranceUnreachable.exit_code, 130
 # --max-evaluations or --time-limit ended the search: its answer passes and is written, but the search did not finish
@@ -22,26 +23,16 @@ BUDGET_REACHED = 5
 def cmd_search(args) -> int:
     from fp16bisect.api import run_search
     from fp16bisect.backends.command import CommandAborted
-    from fp16bisect.run.options import Journaling, SearchOptions, Space, Strategy
     from fp16bisect.run.paths import latest_journal
     from fp16bisect.report.console import ConsoleListener, print_next, print_summary
     from fp16bisect.report.next_steps import next_steps
 
-    tolerance = ToleranceArgs.parse(args)
-    parallel = ParallelArgs.parse(args)
+    options = SearchOptions(**parsed(option_groups(SearchOptions, SEARCH), args), output=args.output)
     OutputArgs.check(args)  # before the search, not after an hour of it
     listener = ConsoleListener(quiet=args.quiet)
     if not args.quiet:
-        listener.stage(f"tolerance: {tolerance}")
+        listener.stage(f"tolerance: {options.tolerance}")
     try:
-        with spelled_as_flags():  # the records' messages name the flags
-            options = SearchOptions(
-                tolerance, _judge(args), Space(precision=args.precision, accumulate=args.accumulate,
-                                               headroom=args.headroom, keep_fp32=tuple(args.keep_fp32),
-                                               keep_fp16=tuple(args.keep_fp16), group_by=args.group_by),
-                Strategy(prior=args.prior, minimum=args.minimum, objective=args.objective), parallel,
-                Journaling(restart=args.restart, keep_journal=args.keep_journal, retry_crashed=args.retry_crashed),
-                output=args.output)
         result = run_search(args.model, args.inputs, options, reference=args.reference, progress=listener)
     except CommandAborted as exc:
         raise CommandAborted(f"{exc}; finished evaluations are kept in {latest_journal(args.output)}: fix "
@@ -56,7 +47,7 @@ def cmd_search(args) -> int:
     finally:
         listener.close()
     print_summary(result.outcome, args.output)  # run_search wrote the override JSON to args.output
-    steps = next_steps(result.to_dict(), args.output, args.inputs, args.reference)
+    steps = next_steps(result.to_dict(), result.outcome.run)
     if not args.quiet:
         print_next(steps)
     if args.report:
@@ -78,16 +69,6 @@ def _ended(stop, output: str) -> int:
     return INTERRUPTED if stop.cause == INTERRUPT else BUDGET_REACHED
 
 
-def _judge(args):
-    """The judge the backend flags give."""
-    from fp16bisect.run.options import Judge
-
-    return Judge(args.backend, check=args.check_command, keep_plans=args.keep_plans, typing=args.typing,
-                 opt_level=args.opt_level, timing_cache=args.timing_cache, noise_ok=getattr(args, "noise_ok", False),
-                 repeats=getattr(args, "repeats", 1), min_shapes=args.min_shapes, opt_shapes=args.opt_shapes,
-                 max_shapes=args.max_shapes, strict_environment=getattr(args, "strict_environment", False))
-
-
 def _report(result, path: str, listener, **more) -> None:
     from fp16bisect.api import write_report
 
@@ -95,36 +76,21 @@ def _report(result, path: str, listener, **more) -> None:
     print(f"report written to {path}")
 
 
-def search_hint(args) -> str:
-    """The search command for the model a check found failing: its samples, references and judge
-    (``diagnose.preflight.search_call`` adds the tolerance, headroom and precision the check judged with)."""
-    import shlex
-
-    judge = ["--backend", "command", "--check", args.check_command] if args.backend == "command" else []
-    refs = [x for r in (getattr(args, "reference", None) or []) for x in ("--reference", str(r))]
-    return shlex.join(["fp16bisect", "search", args.model, *[x for i in args.inputs for x in ("--inputs", str(i))],
-                       *refs, *judge])
-
-
 def cmd_check(args) -> int:
     from fp16bisect.api import run_check
     from fp16bisect.artifacts.files import write_json
-    from fp16bisect.run.options import CheckOptions, Space
     from fp16bisect.run.paths import plans_dir
     from fp16bisect.report.console import ConsoleListener, print_check
 
-    given = ToleranceArgs.given(args)  # the rest: the override file's, else the defaults
-    parallel = ParallelArgs.parse(args)
+    # the tolerance given (the rest: the override file's, else the defaults); the command backend's plan files:
+    # beside --json, else ./fp16bisect.plans/ (removed unless --keep-plans)
+    options = CheckOptions(**parsed(option_groups(CheckOptions, CHECK), args),
+                           plans=plans_dir(args.json) if args.json else None)
     OutputArgs.check(args)
     listener = ConsoleListener(quiet=args.quiet)
-    # the command backend's plan files: beside --json, else ./fp16bisect.plans/ (removed unless --keep-plans)
-    plans = plans_dir(args.json) if args.json else None
-    with spelled_as_flags():
-        options = CheckOptions(given, _judge(args), Space(precision=args.precision, accumulate=args.accumulate,
-                                                          headroom=args.headroom), parallel, plans=plans)
     try:
         result = run_check(args.model, args.inputs, options, overrides=args.overrides, reference=args.reference,
-                           progress=listener, hint=search_hint(args))
+                           progress=listener, as_command=True)
     finally:
         listener.close()
     print_check(result.outcome, result.verdict)
@@ -158,8 +124,9 @@ def cmd_scan(args) -> int:
     from fp16bisect.artifacts.files import write_json
     from fp16bisect.report.console import ConsoleListener, print_scan
 
+    space = Fields(Space, SCAN, "precision").parse(args)
     OutputArgs.check(args)
-    result = scan(args.model, args.inputs, progress=ConsoleListener(quiet=args.quiet), precision=args.precision)
+    result = scan(args.model, args.inputs, progress=ConsoleListener(quiet=args.quiet), precision=space.precision)
     print_scan(result.graph, result.to_dict(), args.top)
     if args.json:
         write_json(args.json, result.to_dict())
@@ -170,13 +137,13 @@ def cmd_compare(args) -> int:
     from fp16bisect.api import compare
     from fp16bisect.report.console import ConsoleListener, print_compare
 
-    given = ToleranceArgs.given(args)
+    tolerance, space = tolerance_group(COMPARE).parse(args), Fields(Space, COMPARE, "judging").parse(args)
     OutputArgs.check(args)
     listener = ConsoleListener(quiet=args.quiet)
     try:
-        result = compare(args.model, args.inputs, reference=args.reference, overrides=args.overrides,
-                         max_error=args.max_error, progress=listener, precision=args.precision,
-                         accumulate=args.accumulate, **given.keywords())
+        with spelled_as_flags():  # --max-error's check names the flag
+            result = compare(args.model, args.inputs, reference=args.reference, overrides=args.overrides,
+                             tolerance=tolerance, space=space, max_error=args.max_error, progress=listener)
     finally:
         listener.close()
     print_compare(result.layerwise, args.csv, result.outputs, result.tolerance,
@@ -197,12 +164,12 @@ def cmd_apply(args) -> int:
         raise UsageError("--verify needs samples: pass --inputs X.npz (the npz given to 'fp16bisect search')")
     if str(args.output).endswith(".json"):
         raise UsageError(f"-o {args.output!r} would hold an ONNX model: give a path ending in .onnx")
+    tolerance, space = tolerance_group(APPLY).parse(args), Fields(Space, APPLY, "judging").parse(args)
     OutputArgs.check(args)
     result = apply(args.model, args.overrides, args.output, verify=args.verify or False, samples=args.inputs,
-                   reference=args.reference, fp16_io=args.fp16_io, force=args.force, keep_fp32=args.keep_fp32,
-                   progress=ConsoleListener(quiet=args.quiet), shown=Written(args.output), precision=args.precision,
-                   accumulate=args.accumulate,
-                   **ToleranceArgs.given(args).keywords())
+                   reference=args.reference, tolerance=tolerance, space=space, fp16_io=args.fp16_io,
+                   force=args.force, keep_fp32=args.keep_fp32, progress=ConsoleListener(quiet=args.quiet),
+                   shown=Written(args.output))
     return _verified(result)
 
 
@@ -236,11 +203,12 @@ def cmd_migrate(args) -> int:
         raise UsageError("--verify needs samples: pass --inputs X.npz")
     if not str(args.output).endswith(".onnx"):
         raise UsageError(f"-o {args.output!r} would hold an ONNX model: give a path ending in .onnx")
+    tolerance = tolerance_group(MIGRATE).parse(args)
     OutputArgs.check(args)
     result = migrate(args.model, args.output, trtexec_args=args.trtexec_args, layer_precisions=args.layer_precisions,
                      overrides_out=args.overrides_out, verify=args.verify or False, samples=args.inputs,
-                     reference=args.reference, fp16_io=args.fp16_io, progress=ConsoleListener(quiet=args.quiet),
-                     shown=Written(args.output), **ToleranceArgs.given(args).keywords())
+                     reference=args.reference, tolerance=tolerance, fp16_io=args.fp16_io,
+                     progress=ConsoleListener(quiet=args.quiet), shown=Written(args.output))
     if not args.quiet:
         print_migration(result.pins, result.mapping, str(result.overrides))
     return _verified(result.applied)

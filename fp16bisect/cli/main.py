@@ -17,15 +17,14 @@ from pathlib import PurePath
 from rich_argparse import RawDescriptionRichHelpFormatter
 
 from fp16bisect import __version__
-from fp16bisect.cli.args import (AccumulateArgs, BackendArgs, HeadroomArgs, OutputArgs, ParallelArgs, PrecisionArgs, Samples,
-                                  ToleranceArgs, jobs, max_error_value)
+from fp16bisect.cli.args import Fields, OutputArgs, Samples, jobs, max_error_value, option_groups, tolerance_group
 from fp16bisect.cli.commands import COMMANDS, INTERRUPTED
 from fp16bisect.cli.stdout import reader_may_leave
 from fp16bisect.errors import Error, UsageError
 from fp16bisect.model import npz, weights
 from fp16bisect.model.precision import BF16, FP16
-from fp16bisect.strategy.prior_choice import CHOICES
-from fp16bisect.strategy.minimum import OBJECTIVES
+from fp16bisect.records import APPLY, CHECK, COMPARE, MIGRATE, SCAN, SEARCH
+from fp16bisect.run.options import CheckOptions, SearchOptions, Space
 
 INTERNAL_ERROR = Error.exit_code  # a bug of ours: one line, the traceback in a file it names
 
@@ -132,36 +131,15 @@ def _search(sub) -> None:
                           "Finds the fewest nodes to keep in FP32 to meet the tolerance; writes -o.",
                           "fp16bisect search model.onnx --inputs x.npz -o overrides.json",
                           "fp16bisect search model.onnx --inputs a.npz --inputs b.npz --atol 0.05 --report search.html"),
-                 # the most used first: what is searched, where it goes, the tolerance; then how it runs
-                 Samples(profile=True),
+                 # the most used first: what is searched, where it goes, the tolerance; then how it runs (the
+                 # options records' flags, generated from their fields: cli/args.py's Fields)
+                 Samples(),
                  OutputArgs(output=dict(default="overrides.json", metavar="FILE",
                                         help="the override JSON (default overrides.json)"),
                             report=True),
-                 ToleranceArgs(),
-                 HeadroomArgs("a peak above 65504/F counts as an overflow (default: off)"),
-                 PrecisionArgs(), AccumulateArgs(), BackendArgs(), ParallelArgs())
+                 *option_groups(SearchOptions, SEARCH).values())
     s.add_argument("--check-minimal", action=_Removed, nargs=0, help=argparse.SUPPRESS,
                    default=None)  # removed in 0.x: exit 2 with a hint, for one release
-    s.add_argument("--repeats", type=int, default=1, metavar="N",
-                   help="evaluate each plan N times; all must pass (default 1)")
-    s.add_argument("--prior", choices=CHOICES, default="auto",
-                   help="the emulator searches first (auto: on other backends)")
-    s.add_argument("--minimum", nargs="?", const="auto", default=None, metavar="N",
-                   help="then the smallest passing set in N evaluations (default 3x)")
-    s.add_argument("--objective", choices=OBJECTIVES, default="nodes",
-                   help="--minimum's measure: nodes, or estimated FP32 time")
-    s.add_argument("--keep-fp32", action="append", default=[], metavar="PATTERN",
-                   help="nodes in FP32 in every plan (node-id regex, op:TYPE)")
-    s.add_argument("--keep-fp16", action="append", default=[], metavar="PATTERN",
-                   help="nodes never in FP32 (node-id regex, op:TYPE)")
-    s.add_argument("--group-by", default=None, metavar="scope[:DEPTH]",
-                   help="search blocks (name scopes) first, then nodes in them")
-    s.add_argument("--restart", action="store_true",
-                   help="discard this search's journal instead of resuming it")
-    s.add_argument("--keep-journal", action="store_true",
-                   help="keep the journal once the search has finished")
-    s.add_argument("--retry-crashed", action="store_true",
-                   help="evaluate again the plans an earlier run died evaluating")
 
 
 def _check(sub) -> None:
@@ -172,14 +150,8 @@ def _check(sub) -> None:
                           "compares every output with FP32: exit 0 when all meet the tolerance, 1 when one does not "
                           "(a CI gate), 3 when even FP32 misses it.",
                           "fp16bisect check model.onnx --inputs x.npz --overrides overrides.json --json check.json"),
-                 Samples(profile=True), ToleranceArgs(default_from="the override file's"), BackendArgs(),
-                 PrecisionArgs(default=None), AccumulateArgs(default=None), OutputArgs(json="the result", report=True),
-                 ParallelArgs(), HeadroomArgs("fail (exit 1) when a tensor computed in FP16 has an FP32 peak above "
-                                              "65504/F on any sample, naming it (default: the override file's)"))
+                 Samples(), *option_groups(CheckOptions, CHECK).values(), OutputArgs(json="the result", report=True))
     c.add_argument("--overrides", metavar="O.json", help="keep the nodes of this override file in FP32")
-    c.add_argument("--strict-environment", action="store_true",
-                   help="fail (exit 1) when --overrides was verified elsewhere: another backend, GPU or TensorRT "
-                        "version (or, for the emulator, ONNX Runtime version), or records no environment")
 
 
 def _batch(sub) -> None:
@@ -206,7 +178,7 @@ def _scan(sub) -> None:
                           "FP16's limits (|x| > 65504 overflows, |x| < 6e-08 flushes to 0), the suspects the search "
                           "tries first.",
                           "fp16bisect scan model.onnx --inputs x.npz --top 10"),
-                 Samples(references=False), PrecisionArgs(), OutputArgs(json="the ranking"))
+                 Samples(references=False), Fields(Space, SCAN, "precision"), OutputArgs(json="the ranking"))
     n.add_argument("--top", type=int, default=20, metavar="N", help="rows to print per table (default 20)")
 
 
@@ -217,7 +189,7 @@ def _compare(sub) -> None:
                           "Compares every node's output in FP16 with FP32 and names the first node that fails "
                           "(where the error is born); --atol/--rtol also judge the model's outputs.",
                           "fp16bisect compare model.onnx --inputs x.npz --csv nodes.csv"),
-                 Samples(), ToleranceArgs(), PrecisionArgs(), AccumulateArgs(default=None),
+                 Samples(), tolerance_group(COMPARE), Fields(Space, COMPARE, "judging"),
                  OutputArgs(csv="every node's row", report=True))
     m.add_argument("--overrides", metavar="O.json", help="keep the nodes of this override file in FP32")
     t = m.add_argument_group("layer-wise failure rule (a node fails on inf/NaN where FP32 is finite, or on a "
@@ -241,14 +213,14 @@ def _apply(sub) -> None:
     g = a.add_argument_group("model and overrides")
     g.add_argument("model", metavar="MODEL", help="the FP32 ONNX model the overrides were searched on")
     g.add_argument("overrides", metavar="OVERRIDES", help="the override JSON written by 'fp16bisect search'")
-    _mixed_model(a, ToleranceArgs(default_from="the override file's"))
-    _compose(a, PrecisionArgs(default=None), AccumulateArgs(default=None))
+    _mixed_model(a, tolerance_group(APPLY))
+    _compose(a, Fields(Space, APPLY, "judging"))
     a.add_argument("--force", action="store_true", help="apply even if the override file was made for another model")
     a.add_argument("--keep-fp32", action="append", default=[], metavar="NODE",
                    help="also keep this node (fp16bisect node id) in FP32; repeat for several")
 
 
-def _mixed_model(parser, tolerance: ToleranceArgs) -> None:
+def _mixed_model(parser, tolerance: Fields) -> None:
     """What ``apply`` and ``migrate`` share: where the mixed model goes, its I/O types, and --verify's samples."""
     _compose(parser, OutputArgs(output=dict(required=True, metavar="MIXED.onnx",
                                             help="where to write the mixed model")),
@@ -278,7 +250,7 @@ def _migrate(sub) -> None:
                       help="LAYER:PRECISION entries, one a line or blank-separated (Polygraphy's --layer-precisions)")
     g.add_argument("--overrides-out", metavar="O.json", default=None,
                    help="where the override JSON goes (default: beside -o, MIXED.overrides.json)")
-    _mixed_model(g, ToleranceArgs())
+    _mixed_model(g, tolerance_group(MIGRATE))
 
 
 def _kernels(sub) -> None:

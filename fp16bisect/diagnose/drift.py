@@ -20,12 +20,12 @@ A value "unknown" on both sides is no change.
 
 from __future__ import annotations
 
-import shlex
-from os import PathLike
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fp16bisect.backends import declared
-from fp16bisect.tolerance import Tolerance
+from fp16bisect.errors import UsageError
+from fp16bisect.run.invocation import Invocation, beside
+from fp16bisect.run.options import CheckOptions, Judge, SearchOptions
 
 # (key, label, a version: "label a -> b", else "label: a -> b"), in the order changes are said
 FIELDS = (("driver", "NVIDIA driver", True), ("cuda_driver", "CUDA driver", True), ("cuda_runtime", "CUDA runtime", True),
@@ -143,23 +143,25 @@ def _tensorrt(recorded: dict, here: dict) -> Change | None:
     return Change("TensorRT", then, now, True)
 
 
-def again_line(drift: Drift, model: str, inputs: list, references: list | None, tolerance: Tolerance) -> str:
-    """The command that verifies the answer again where it counts: ``check`` on the backend that verified it
-    when this check ran on another; else ``search`` here, writing the same file (its set may differ here)."""
+def again_line(drift: Drift, asked: Invocation, judged: SearchOptions) -> str:
+    """The command that verifies the answer again where it counts: the check as ``asked`` (every flag it was
+    given) on the backend that verified the file, when this check ran on another; else the search of what it
+    ``judged`` (``CheckOptions.judged_with``) on this backend, writing beside the file (its set may differ here)."""
     recorded = drift.recorded or {}
     backend = str(recorded.get("backend") or drift.here.get("backend"))
-    samples = [x for path in inputs if isinstance(path, (str, PathLike)) for x in ("--inputs", str(path))]
-    samples += [x for path in references or () if isinstance(path, (str, PathLike)) for x in ("--reference", str(path))]
-    judge = ["--backend", backend]
     # the command it was judged with (here's, when here is the same backend and the file does not say)
     same = backend == drift.here.get("backend")
     command = recorded.get("command") or (drift.here.get("command") if same else None)
-    if command:
-        judge += ["--check", str(command)]
-    t = tolerance.to_json()
-    flags = ["--atol", repr(t["atol"]), "--rtol", repr(t["rtol"])]
-    flags += ["--min-cosine", repr(t["min_cosine"])] if t.get("min_cosine") is not None else []
-    flags += ["--max-mismatch", repr(t["max_mismatch"])] if t.get("max_mismatch") else []
-    if drift.recorded is not None and backend != drift.here.get("backend"):
-        return shlex.join(["fp16bisect", "check", model, *samples, "--overrides", drift.overrides, *judge, *flags])
-    return shlex.join(["fp16bisect", "search", model, *samples, *judge, *flags, "-o", drift.overrides])
+    given = judged.judge
+    try:
+        judge = given.replace(backend=backend, check=command) if same else \
+            Judge(backend, check=command, min_shapes=given.min_shapes, opt_shapes=given.opt_shapes,
+                  max_shapes=given.max_shapes)
+    except UsageError:  # a backend this fp16bisect does not know: the judge as given
+        judge = given
+    if drift.recorded is not None and not same:
+        check = asked.options
+        assert isinstance(check, CheckOptions)
+        return replace(asked, options=replace(check, judge=judge)).shown()
+    found = asked.searching(replace(judged, judge=judge))
+    return found.but(beside(drift.overrides, backend)).shown()

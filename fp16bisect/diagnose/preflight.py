@@ -18,6 +18,7 @@ check (exit 1) on a change of backend, GPU or TensorRT (and more: see ``drift.py
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -36,7 +37,8 @@ from fp16bisect.model.plan_states import plan_of, states
 from fp16bisect.model.precision import precision_of
 from fp16bisect.model.samples import add_fp32_references
 from fp16bisect.run.outcome import Listener
-from fp16bisect.run.options import CheckOptions, Recorded
+from fp16bisect.run.invocation import Invocation, beside
+from fp16bisect.run.options import CheckOptions, Recorded, SearchOptions
 from fp16bisect.run.pipeline import prepare, unreachable
 from fp16bisect.tolerance import Tolerance
 
@@ -76,6 +78,14 @@ class CheckOutcome:
     drift: Drift | None = None  # with an override file: where it was verified against here
     tolerance_from: str = "defaults"  # "given", "defaults", or "from <override file>" (CheckOptions.judged_with)
     accumulators: list = field(default_factory=list)  # JSON rows: the plan's low-precision accumulators, tightest first
+    run: Invocation | None = None  # the check as asked: its model, samples, override file and records
+    judged: SearchOptions = field(default_factory=SearchOptions)  # what it judged with (CheckOptions.judged_with)
+    judged_from: dict = field(default_factory=dict)  # precision, accumulate, headroom: "given", "from F", "default"
+
+    @property
+    def accumulate(self) -> str:
+        """What the nodes the plan leaves in the low precision were judged adding in: fp32 or fp16."""
+        return self.judged.accumulate
 
     @property
     def passed(self) -> bool:
@@ -101,6 +111,10 @@ class CheckOutcome:
             "verdict_from": self.evaluation.verdict_from,  # outputs (metrics below) or exit_code (none)
             "tolerance": self.tolerance.to_json(),
             "tolerance_from": self.tolerance_from,
+            "precision": self.graph.precision.name,
+            "precision_from": self.judged_from.get("precision", "default"),
+            "accumulate": self.accumulate,
+            "accumulate_from": self.judged_from.get("accumulate", "default"),
             "overrides": None if self.overrides is None else {
                 "path": self.overrides.path, "made_for_sha256": self.overrides.made_for,
                 "same_model": self.overrides.same_model, "nodes": self.overrides.nodes,
@@ -159,18 +173,22 @@ def recorded(path: str) -> Recorded:
 
 
 def check_model(model: str, inputs: list[str], references: list[str] | None = None, overrides: str | None = None,
-                options: CheckOptions | None = None, listener: Listener | None = None) -> CheckOutcome:
+                options: CheckOptions | None = None, listener: Listener | None = None,
+                asked: Invocation | None = None) -> CheckOutcome:
     """``options``: the tolerance, precision and headroom (each not given: ``overrides``'s recorded one, else the
     default; said on the console and in the JSON), the backend, its options, ``parallel`` with room for two: the
     plan and the all-FP32 plan (needed only when the plan fails) are evaluated together, one round instead of
     two. With ``overrides``, the file's environment is compared with the backend's here (``drift.py``);
-    ``strict_environment``: a change of GPU or TensorRT fails the check."""
+    ``strict_environment``: a change of GPU or TensorRT fails the check. ``asked``: the check as the caller gave
+    it (what its printed commands name; default: these files)."""
     given = options or CheckOptions()
     if given.judge.strict_environment and not overrides:
         raise UsageError("--strict-environment compares where an override file was verified with here: "
                          "give the file with --overrides O.json, or drop --strict-environment")
     listener = listener or Listener()
-    judged, source = given.judged_with(recorded(overrides) if overrides else None)
+    record = recorded(overrides) if overrides else None
+    judged, source = given.judged_with(record)
+    asked = asked or Invocation.of(model, inputs, references, given, overrides)
     tolerance = judged.tolerance
     listener.stage(f"tolerance: {tolerance} ({source})")
     if overrides and tolerance.accept is None and "accept" in (read(overrides).data.get("tolerance") or {}):
@@ -190,7 +208,7 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
         drift = None
         if use is not None:
             drift = compare(use.path, use.environment, chosen.environment(), given.judge.strict_environment)
-            drift.again = again_line(drift, model, inputs, references, tolerance)
+            drift.again = again_line(drift, asked, judged)
         lacking = [s for s in oracle.samples if s.reference is None]
         section, tight_ones, accumulators = _headroom(graph, oracle.samples, plan, judged.headroom, listener)
         add_fp32_references(graph, oracle.samples, computed=lacking)  # those the profile did not give
@@ -205,7 +223,8 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
             fp32 = oracle.evaluate(everything)
         return CheckOutcome(graph, tolerance, chosen.name, chosen.versions(), evaluation, use, fp32,
                             time.perf_counter() - start, oracle.samples,
-                            chosen.describe(), section, tight_ones, drift, source, accumulators)
+                            chosen.describe(), section, tight_ones, drift, source, accumulators, asked, judged,
+                            given.space_from(record))
 
 
 def accumulating_shown(use: OverrideUse | None) -> str:
@@ -242,28 +261,44 @@ def _source(samples, index: int) -> str:
     return str(samples[index].source) if 0 <= index < len(samples) else f"sample {index}"
 
 
-def search_call(o: CheckOutcome, hint: str) -> str:
-    """``hint`` (``fp16bisect search MODEL --inputs ...`` or ``fp16bisect.search(model, samples)``) with the
-    tolerance, headroom and precision the check judged with, where they are not the defaults: once each."""
-    from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
-
-    t = o.tolerance
-    chosen = {"atol": t.atol if t.atol != DEFAULT_ATOL else None, "rtol": t.rtol if t.rtol != DEFAULT_RTOL else None,
-              "min_cosine": t.min_cosine, "max_mismatch": t.max_mismatch or None,
-              "headroom": (o.headroom or {}).get("flag")}
-    given = {k: f"{v:g}" for k, v in chosen.items() if v is not None}
-    if o.graph.precision.name != "fp16":
-        given["precision"] = o.graph.precision.name
-    if hint.endswith(")"):  # a Python call
-        return hint[:-1] + "".join(f", {k}={v!r}" if k == "precision" else f", {k}={v}" for k, v in given.items()) + ")"
-    return hint + "".join(f" --{k.replace('_', '-')} {v}" for k, v in given.items())
+def suggested_search(o: CheckOutcome) -> Invocation | None:
+    """The search of what the check judged (its tolerance, judge, plan space and parallel evaluation: every flag
+    it was given or read from the override file), on its model and samples, writing a new file: beside the
+    override file it checked (``O.new.json``), else ``<model>.overrides.json`` here; None without the check's
+    invocation."""
+    if o.run is None:
+        return None
+    if o.run.overrides:
+        output = beside(o.run.overrides, "new")
+    else:
+        output = os.path.splitext(os.path.basename(o.run.model or "model"))[0] + ".overrides.json"
+    return o.run.searching(o.judged).but(output)
 
 
-def verdict(o: CheckOutcome, hint: str) -> str:
-    """One line: what the check found and what to do (``hint``: the search to suggest, see ``search_call``)."""
-    command_hint = search_call(o, hint)
+def search_call(o: CheckOutcome, as_command: bool = False) -> str:
+    """``suggested_search`` as a command line (``as_command``, when the model and samples are files) or as the
+    Python call (``fp16bisect.search(...)``)."""
+    found = suggested_search(o)
+    if found is None:
+        return f"fp16bisect search {o.graph.path}" if as_command else "fp16bisect.search(model, samples)"
+    return found.shown() if as_command else found.call()
+
+
+def kept_said(o: CheckOutcome) -> str:
+    """What the check's plan keeps out of the low precision: its FP32 pins and its FP32-accumulation marks."""
     use = o.overrides
-    with_what = f" with {len(use.nodes)} override node(s) in FP32" if use else f" in all-{o.graph.precision.label}"
+    if use is None:
+        return f" in all-{o.graph.precision.label}"
+    marks = f" and {len(use.accumulating)} in FP32 accumulation" if use.accumulating else ""
+    return f" with {len(use.nodes)} override node(s) in FP32{marks}"
+
+
+def verdict(o: CheckOutcome, as_command: bool = False) -> str:
+    """One line: what the check found and what to do (the search to run: ``search_call``, a command line with
+    ``as_command``, else the Python call)."""
+    command_hint = search_call(o, as_command)
+    use = o.overrides
+    with_what = kept_said(o)
     if o.evaluation.error:
         judge = declared(o.backend)
         what = f"the {judge.evaluated_thing} could not be {judge.evaluation_word}"

@@ -58,9 +58,9 @@ class Parallel(records.Record):
     SHORTHAND = "jobs"
 
     jobs: int = records.option(1, records.whole(1, what="the number of evaluations to run at once,"),
-                               "evaluate up to N plans at once (default 1)", metavar="N", short="-j")
-    devices: tuple = records.option((), _devices, "GPUs, one worker each (default: the first --jobs GPUs)",
-                                    metavar="0,1,...")
+                               "evaluate up to N plans at once", metavar="N", short="-j")
+    devices: tuple = records.option((), _devices, "GPUs, one worker each", metavar="0,1,...",
+                                    unset="the first --jobs GPUs")
     ray: str | None = records.option(None, _ray, "evaluate as Ray tasks (pip install 'fp16bisect[ray]')",
                                      metavar="ADDRESS", nargs="?", const="")
 

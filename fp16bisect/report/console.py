@@ -22,6 +22,7 @@ from fp16bisect.artifacts.overrides import Overrides
 from fp16bisect.run.outcome import Listener, Outcome
 from fp16bisect.run.override_json import alternatives_json
 from fp16bisect.report.dataset import dataset_lines, table_metrics
+from fp16bisect.report.judged import judged_text, search_sources
 from fp16bisect.report.headroom import accumulator_lines, headroom_lines, scan_header, scan_headroom_lines
 from fp16bisect.algorithm.search import Step
 
@@ -124,8 +125,10 @@ def _print_coverage(overrides: Overrides, console: Console) -> None:
         console.print(line, highlight=False, soft_wrap=True)
     for line in headroom_lines(overrides.headroom, low=precision_of(overrides.precision).label):
         console.print(line, highlight=False, soft_wrap=True)
+    accumulate = overrides.accumulate
     for line in accumulator_lines(overrides.section("accumulators"), overrides.precision, "search",
-                                  (overrides.headroom or {}).get("flag")):
+                                  (overrides.headroom or {}).get("flag"),
+                                  judged=(accumulate, search_sources(overrides.precision, accumulate)["accumulate"])):
         console.print(line, highlight=False, soft_wrap=True)
 
 
@@ -137,10 +140,11 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
     fp16 = outcome.fp16.worst() if outcome.fp16 is not None else {}
     final = outcome.final.worst()
     low = outcome.graph.precision.label  # FP16, or BF16
-    console.print(
-        f"fp16bisect on {outcome.graph.shown} ({outcome.backend} backend; {outcome.tolerance})",
-        highlight=False, soft_wrap=True,
-    )
+    precision = outcome.graph.precision.name
+    modes = judged_text(precision, outcome.accumulate, search_sources(precision, outcome.accumulate),
+                        outcome.headroom)
+    console.print(f"fp16bisect on {outcome.graph.shown} ({outcome.backend} backend; {modes}; {outcome.tolerance})",
+                  highlight=False, soft_wrap=True)
     if fp16 or final:
         table = Table()
         table.add_column("output")
@@ -276,9 +280,10 @@ def _metric_cells(m) -> list[str]:
 def print_check(outcome, line: str, console: Console | None = None) -> None:
     """``check``: the per-output table, then one verdict line."""
     console = console or _console()
-    console.print(f"fp16bisect check on {outcome.graph.shown} ({outcome.backend} backend; tolerance: "
-                  f"{outcome.tolerance} ({outcome.tolerance_from}))",
-                  highlight=False, soft_wrap=True)
+    judged = judged_text(outcome.graph.precision.name, outcome.accumulate, outcome.judged_from,
+                         (outcome.headroom or {}).get("flag"))
+    console.print(f"fp16bisect check on {outcome.graph.shown} ({outcome.backend} backend; {judged}; tolerance: "
+                  f"{outcome.tolerance} ({outcome.tolerance_from}))", highlight=False, soft_wrap=True)
     if outcome.evaluation.metrics:
         table = Table()
         for column in ("output", "sample", "max abs", "max rel", "cosine", "inf/NaN", "pass"):

@@ -34,5 +34,6 @@ def dataset_lines(outcome) -> list[str]:
                 lines.append(f"  {label}: sample {e['index']} ({escape(e['source'])}): max abs error {errors}")
     lines += headroom_lines(outcome.headroom, command="check", low=outcome.graph.precision.label)
     lines += accumulator_lines(outcome.accumulators, outcome.graph.precision.name, "check",
-                               (outcome.headroom or {}).get("flag"))
+                               (outcome.headroom or {}).get("flag"),
+                               judged=(outcome.accumulate, outcome.judged_from.get("accumulate", "default")))
     return lines

@@ -74,12 +74,13 @@ def scan_header(path, precision) -> list[str]:
 
 
 def accumulator_lines(rows: list[dict] | None, low: str = "FP16", command: str = "scan", flag: float | None = None,
-                      top: int = SHOWN, note: str = "") -> list[str]:
+                      top: int = SHOWN, note: str = "", judged: tuple[str, str] = ("fp32", "default")) -> list[str]:
     """Lines (rich markup) for the JSON's ``accumulators`` (tightest first): the ``top`` tightest summing nodes
     left in ``low``, each with its peak partial-sum bound against the precision's max, its terms and the sample
     (after a search or a check only when one has less than ``LISTED`` headroom: the JSON has them all); then, a
-    warning naming those whose peak passes the max (max/``flag`` with ``--headroom``): the verdict assumed FP32
-    accumulation and stands, and what ``--accumulate fp16`` would do."""
+    warning naming those whose peak passes the max (max/``flag`` with ``--headroom``), said as the run judged
+    them: ``judged`` is what the search or check assumed they add in (``fp32``, ``fp16``) and where that came
+    from (``"default"``, ``"given"``, ``"from FILE"``)."""
     precision = precision_of(low)
     limit = precision.max
     lines = [f"[yellow]note:[/yellow] {escape(note)}"] if note else []
@@ -94,12 +95,23 @@ def accumulator_lines(rows: list[dict] | None, low: str = "FP16", command: str =
         bound = limit_text(limit) + (f"/{flag:g}" if flag else "")
         named = "; ".join(_over_text(a, bound) for a in over[:NAMED]) + (", ..." if len(over) > NAMED else "")
         lines.append(f"[yellow]warning:[/yellow] {len(over)} node(s) left in {precision.label} sum past {bound} "
-                     f"though every value they store fits: {named}. This {command} assumed FP32 accumulation (the "
-                     f"default) and its verdict stands; an engine adding in {precision.label} (fused attention, some "
-                     f"GEMM and reduction kernels) overflows there: 'fp16bisect check --accumulate fp16' judges with "
-                     f"{precision.label} accumulation, 'fp16bisect search --accumulate fp16' puts such nodes in FP32 "
-                     "accumulation (FP16 storage, FP32 sums)")
+                     f"though every value they store fits: {named}. " + _judged_sums(command, precision.label,
+                                                                                     *judged))
     return lines
+
+
+def _judged_sums(command: str, label: str, accumulate: str, source: str) -> str:
+    """What the verdict of ``command`` says of sums past the max, as it judged them (never "assumed FP32
+    accumulation" of a run that judged FP16 sums)."""
+    said = escape("the default" if source == "default" else source)
+    if accumulate == "fp16":
+        return (f"This {command} judged every node left in {label} adding in {label} (--accumulate fp16, {said}) "
+                "and its verdict includes these sums; their peak is a bound over every order of addition, which "
+                "an engine adding in another order may come closer to")
+    return (f"This {command} assumed FP32 accumulation ({said}) and its verdict stands; an engine adding in {label} "
+            f"(fused attention, some GEMM and reduction kernels) overflows there: --accumulate fp16 on a check "
+            f"judges with {label} accumulation, on a search puts such nodes in FP32 accumulation ({label} storage, "
+            "FP32 sums)")
 
 
 def _accumulator_line(a: dict, limit: float) -> str:

@@ -1,25 +1,33 @@
 """What to do with a search's answer: the commands that apply, verify and build it (console and HTML report),
 and, first, the search again with ``--headroom`` when a tensor the answer leaves in the low precision has less
 than ``model.headroom.TIGHT`` headroom, and the check and search with ``--accumulate fp16`` when a node it leaves
-there sums past the precision's max."""
+there sums past the precision's max.
+
+Each command is rendered from the search's ``Invocation`` (its model, samples and records): it carries every flag
+the search used, changes only what the step is about, and a search writes to a new file beside the answer
+(``overrides.headroom4.json``), never over it."""
 
 from __future__ import annotations
 
 import shlex
 
+from fp16bisect.errors import UsageError
 from fp16bisect.model.headroom import TIGHT, said
 from fp16bisect.model.precision import precision_of
-from fp16bisect.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
+from fp16bisect.run.invocation import PROGRAM, Invocation, beside
 
 
-def next_steps(data: dict, output: str, inputs: list[str], references: list[str] | None = None) -> list[tuple]:
-    """(what, command) pairs for the override JSON ``data`` written to ``output``, searched on ``inputs``: the
-    search again with ``--headroom`` if the answer's headroom is tight (``headroom_step``), the mixed-precision
-    model written and verified on those samples, its strongly typed build (TensorRT 10 with --stronglyTyped, 11,
-    RTX), and the weakly typed trtexec line of TensorRT 10 (the JSON's exports), which cannot express FP32
-    accumulation: not offered when the answer has nodes in it (the mixed-precision file is the only route)."""
+def next_steps(data: dict, run: Invocation | None) -> list[tuple]:
+    """(what, command) pairs for the override JSON ``data`` the search ``run`` wrote (none when it wrote none):
+    the search again with ``--headroom`` if the answer's headroom is tight (``headroom_step``), the check and
+    search with FP16 accumulation (``accumulation_step``), the mixed-precision model written and verified on the
+    search's samples, its strongly typed build (TensorRT 10 with --stronglyTyped, 11, RTX), and the weakly typed
+    trtexec line of TensorRT 10 (the JSON's exports), which cannot express FP32 accumulation: not offered when
+    the answer has nodes in it (the mixed-precision file is the only route)."""
+    if run is None or run.output is None:
+        return []
+    first = headroom_step(data, run) + accumulation_step(data, run)
     model = data["model"]["path"]
-    first = headroom_step(data, output, inputs, references) + accumulation_step(data, output, inputs, references)
     marked = [n["name"] for n in data.get("fp32_accumulate_nodes") or []]
     if not data["fp32_nodes"] and not marked:
         return first + [("nothing needs FP32: build the model in FP16",
@@ -27,19 +35,29 @@ def next_steps(data: dict, output: str, inputs: list[str], references: list[str]
     exports = data["exports"]
     strong = exports["strongly_typed"]["trtexec"]
     mixed = next(a.split("=", 1)[1] for a in shlex.split(strong) if a.startswith("--onnx="))
-    samples = [x for i in inputs for x in ("--inputs", i)] + [x for r in references or () for x in ("--reference", r)]
     return first + [
-        ("write the mixed-precision model and verify it on the samples",
-         shlex.join(["fp16bisect", "apply", model, output, "-o", mixed, "--verify", *samples])),
+        ("write the mixed-precision model and verify it on the samples", _apply(run, model, mixed)),
         ("build it strongly typed (TensorRT 10 and 11, TensorRT-RTX)", strong),
     ] + ([] if marked else [
         ("or build the original weakly typed (TensorRT 10; the flags are in the JSON's exports.trtexec)",
          exports["trtexec"]["command"])])
 
 
-def headroom_step(data: dict, output: str, inputs: list[str], references: list[str] | None = None) -> list[tuple]:
-    """The search again with ``--headroom TIGHT``, naming the tensors of the answer with less headroom (each with
-    its own), or nothing when none has less."""
+def _apply(run: Invocation, model: str, mixed: str) -> str:
+    """``apply`` of the answer, verified on the search's samples (the tolerance, precision and accumulation: the
+    file's, which are the search's)."""
+    output = str(run.output)
+    if run.typed:
+        return shlex.join([PROGRAM, "apply", model, output, "-o", mixed, "--verify", *run.samples()])
+    reference = "" if run.references == () else ", reference=reference"
+    samples = repr(list(run.inputs)) if run.inputs is not None else "samples"
+    return (f"{PROGRAM}.apply({repr(run.model) if run.model else 'model'}, {output!r}, {mixed!r}, verify=True, "
+            f"samples={samples}{reference})")
+
+
+def headroom_step(data: dict, run: Invocation) -> list[tuple]:
+    """The search again with ``--headroom TIGHT`` (and every other flag it was given), writing beside the answer,
+    naming the tensors of the answer with less headroom (each with its own); nothing when none has less."""
     section = data.get("headroom") or {}
     tight = [t for t in section.get("tensors", []) if t.get("headroom") is not None and t["headroom"] < TIGHT]
     if not tight:
@@ -47,45 +65,34 @@ def headroom_step(data: dict, output: str, inputs: list[str], references: list[s
     low = precision_of(data.get("precision")).label
     named = ", ".join(f"{t['tensor']!r} ({said(t['headroom'], TIGHT)}x)" for t in tight[:3])
     more = f" and {len(tight) - 3} more" if len(tight) > 3 else ""
+    again = run.but(beside(str(run.output), f"headroom{TIGHT:g}"), headroom=TIGHT)
     what = (f"{len(tight)} tensor(s) left in {low} have less than {TIGHT:g}x headroom: {named}{more}; real inputs "
-            f"may overflow them: search again with --headroom {TIGHT:g} (and your other flags) to keep them in FP32")
-    return [(what, shlex.join(_search_command(data, output, inputs, references)))]
+            f"may overflow them: search again with --headroom {TIGHT:g} to keep them in FP32 (written to "
+            f"{again.output}, beside this answer)")
+    return [(what, again.shown())]
 
 
-def accumulation_step(data: dict, output: str, inputs: list[str], references: list[str] | None = None) -> list[tuple]:
-    """When a node the answer leaves in the low precision sums past its max (max/F with ``--headroom F``): the check
-    that judges the answer with FP16 accumulation, and the search that would put such nodes in FP32 accumulation;
-    nothing otherwise. The answer's verdict (FP32 accumulation, the default) stands either way."""
+def accumulation_step(data: dict, run: Invocation) -> list[tuple]:
+    """When a node the answer leaves in the low precision sums past its max (max/F with ``--headroom F``) and the
+    search assumed FP32 accumulation: the check that judges the answer with FP16 accumulation, and the search
+    that would put such nodes in FP32 accumulation (beside the answer); nothing otherwise (an answer searched
+    with ``--accumulate fp16`` was judged with those sums)."""
     flag = (data.get("headroom") or {}).get("flag")
     over = [a for a in data.get("accumulators") or [] if a.get("headroom") is not None and a["headroom"] < (flag or 1)]
-    if not over:
+    if not over or data.get("accumulate", "fp32") != "fp32":
         return []
     low = precision_of(data.get("precision"))
     bound = f"{low.max:g}" + (f"/{flag:g}" if flag else "")
     named = ", ".join(f"{a['node']!r} ({a['op_type']}, peak {a['peak']:.4g})" for a in over[:3])
     more = f" and {len(over) - 3} more" if len(over) > 3 else ""
-    samples = [x for i in inputs for x in ("--inputs", str(i))] + [x for r in references or () for x in
-                                                                      ("--reference", str(r))]
-    check = ["fp16bisect", "check", data["model"]["path"], *samples, "--overrides", str(output), "--accumulate", "fp16"]
-    search = _search_command(data, output, inputs, references, ["--accumulate", "fp16"])
-    return [(f"{len(over)} node(s) left in {low.label} sum past {bound}: {named}{more}; this answer assumed FP32 "
-             f"accumulation: check it with {low.label} accumulation (exit 1 if they overflow there)", shlex.join(check)),
-            ("or search again with --accumulate fp16 (and your other flags): such nodes go to FP32 accumulation "
-             f"({low.label} storage, FP32 sums) where that suffices", shlex.join(search))]
-
-
-def _search_command(data: dict, output: str, inputs: list[str], references: list[str] | None,
-                    flags: list[str] | None = None) -> list[str]:
-    """The search that wrote ``data``, as far as the file says (model, samples, precision, tolerance), with
-    ``flags`` (``--headroom TIGHT`` when not given)."""
-    command = ["fp16bisect", "search", data["model"]["path"], *[x for i in inputs for x in ("--inputs", str(i))],
-               *[x for r in references or () for x in ("--reference", str(r))], "-o", str(output)]
-    tolerance = data.get("tolerance") or {}
-    defaults = {"atol": DEFAULT_ATOL, "rtol": DEFAULT_RTOL, "min_cosine": None, "max_mismatch": 0.0}
-    for key, default in defaults.items():
-        value = tolerance.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value != default:
-            command += [f"--{key.replace('_', '-')}", f"{value:g}"]
-    if data.get("precision") not in (None, "fp16"):
-        command += ["--precision", str(data["precision"])]
-    return command + (flags if flags is not None else ["--headroom", f"{TIGHT:g}"])
+    output = str(run.output)
+    steps = [(f"{len(over)} node(s) left in {low.label} sum past {bound}: {named}{more}; this answer assumed FP32 "
+              f"accumulation: check it with {low.label} accumulation (exit 1 if they overflow there)",
+              run.checking(output, accumulate="fp16").shown())]
+    try:
+        search = run.but(beside(output, "accumulate-fp16"), accumulate="fp16")
+    except UsageError:  # a mode that does not combine with --accumulate fp16 (--group-by): no such search
+        return steps
+    return steps + [(f"or search again with --accumulate fp16: such nodes go to FP32 accumulation ({low.label} "
+                     f"storage, FP32 sums) where that suffices (written to {search.output})",
+                     search.shown())]

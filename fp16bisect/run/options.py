@@ -10,19 +10,20 @@ command that reproduces the run (``flags``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, get_args
+from typing import Any, ClassVar, Mapping, TypeVar, Union, get_args
 
 from fp16bisect import records
 from fp16bisect.algorithm.budget import Budget
 from fp16bisect.backends.base import BackendName, CommandOptions, Options
 from fp16bisect.errors import UsageError
 from fp16bisect.model.headroom import factor
-from fp16bisect.model.plan_states import ACCUMULATIONS
+from fp16bisect.model.plan_states import accumulation
 from fp16bisect.model.precision import NAMES as PRECISIONS
 from fp16bisect.model.precision import Precision, precision_of
 from fp16bisect.parallel import Parallel
-from fp16bisect.records import CHECK, SEARCH, option
+from fp16bisect.records import APPLY, CHECK, COMPARE, SCAN, SEARCH, option
 from fp16bisect.run.paths import plans_dir, timing_cache_path
 from fp16bisect.strategy import blocks, constraints
 from fp16bisect.strategy import minimum as minima
@@ -38,9 +39,15 @@ def _shapes(value: Any, name: str) -> str | None:
     text); the three are checked together (``Judge.checked``)."""
     if value is None or isinstance(value, str):
         return value
-    if isinstance(value, dict):
+    if isinstance(value, Mapping) and all(isinstance(k, str) and k and _dims(v) for k, v in value.items()):
         return records._text(value)
     raise UsageError(f"{name} {value!r}: give name:shape text (e.g. x:1x3x224x224) or a mapping {{input name: shape}}")
+
+
+def _dims(value: Any) -> bool:
+    """A shape: its text (``1x3x224x224``) or whole numbers."""
+    return isinstance(value, str) or isinstance(value, (list, tuple)) and all(
+        isinstance(d, int) and not isinstance(d, bool) for d in value)
 
 
 @dataclass(frozen=True)
@@ -51,27 +58,27 @@ class Judge(records.Record):
 
     SHORTHAND = "backend"
 
-    backend: str = option("auto", records.choice(*BACKENDS), "emulate | tensorrt | command | auto (default)",
-                          metavar="NAME")
+    backend: str = option("auto", records.choice(*BACKENDS), "emulate | tensorrt | command | auto", metavar="NAME")
     check: str | None = option(None, records.text(), "--backend command: the shell command judging a plan",
                                metavar="'CMD'")
     keep_plans: bool = option(False, records.boolean, "--backend command: keep each plan's files (*.plans/)")
-    typing: str = option("strong", records.choice(*TYPINGS), "tensorrt: strong (default) or weak (10.x: layer pins)")
+    typing: str = option("strong", records.choice(*TYPINGS), "tensorrt: strong or weak (10.x layer pins)",
+                         metavar="strong|weak")
     opt_level: int | None = option(None, records.whole(0, 5, optional=True, what="a TensorRT builder optimisation "
-                                                       "level"), "tensorrt: builder optimisation level (default 3)",
-                                   metavar="0-5")
-    timing_cache: str | None = option(None, records.text(), "tensorrt: timing cache (default: beside -o)",
-                                      metavar="FILE")
-    noise_ok: bool = option(False, records.boolean, "tensorrt: search even if two all-FP16 builds disagree",
-                            commands=(SEARCH,))
-    repeats: int = option(1, records.whole(1, what="a number of evaluations per plan,"),
-                          "evaluate each plan N times; all must pass (default 1)", metavar="N", commands=(SEARCH,))
+                                                       "level"), "tensorrt: builder optimisation level",
+                                   metavar="0-5", unset="3")
+    timing_cache: str | None = option(None, records.text(), "tensorrt: timing cache", metavar="FILE",
+                                      unset="beside -o", path=True)
     max_shapes: str | None = option(None, _shapes, "the deployment's largest shapes (tensorrt's profile)",
                                     metavar="NAME:AxB,...")
     min_shapes: str | None = option(None, _shapes, "the deployment's smallest shapes (as --max-shapes)",
                                     metavar="NAME:AxB,...")
     opt_shapes: str | None = option(None, _shapes, "the deployment's most frequent shapes (as --max-shapes)",
                                     metavar="NAME:AxB,...")
+    noise_ok: bool = option(False, records.boolean, "tensorrt: search even if two all-FP16 builds disagree",
+                            commands=(SEARCH,))
+    repeats: int = option(1, records.whole(1, what="a number of evaluations per plan,"),
+                          "evaluate each plan N times; all must pass", metavar="N", commands=(SEARCH,))
     strict_environment: bool = option(
         False, records.boolean, "fail (exit 1) when --overrides was verified elsewhere: another backend, GPU or "
         "TensorRT version (or, for the emulator, ONNX Runtime version), or records no environment",
@@ -104,6 +111,10 @@ def _precision(value: Any, name: str) -> str | None:
     return records.choice(*PRECISIONS)(value.lower() if isinstance(value, str) else value, name)
 
 
+def _accumulation(value: Any, name: str) -> str | None:
+    return None if value is None else accumulation(value)
+
+
 def _headroom(value: Any, name: str) -> float | None:
     return factor(value)
 
@@ -117,9 +128,6 @@ def _grouping(value: Any, name: str) -> str | None:
     return None if found is None else str(found)
 
 
-FILE_DEFAULT = "the override file's, else "  # how a check's help says a default it reads from the file first
-
-
 @dataclass(frozen=True)
 class Space(records.Record):
     """The plan space: the low precision every plan runs in (``precision``, None: fp16, or for a check the override
@@ -129,13 +137,13 @@ class Space(records.Record):
 
     SHORTHAND = "precision"
 
-    precision: str | None = option(None, _precision, "fp16 (max 65504) or bf16 (FP32's range), default: "
-                                   + FILE_DEFAULT + "fp16", metavar="fp16|bf16")
-    accumulate: str | None = option(None, records.choice(*ACCUMULATIONS, optional=True),
-                                    "fp16: FP16 nodes add in FP16 too (default: " + FILE_DEFAULT + "fp32)",
-                                    metavar="fp32|fp16")
-    headroom: float | None = option(None, _headroom, "a peak above 65504/F counts as an overflow (default: "
-                                    + FILE_DEFAULT + "off)", metavar="F")
+    precision: str | None = option(None, _precision, "fp16 (max 65504) or bf16 (FP32's range)", metavar="fp16|bf16",
+                                   commands=(SEARCH, CHECK, COMPARE, APPLY, SCAN), unset="fp16", from_file=True)
+    accumulate: str | None = option(None, _accumulation,
+                                    "fp16: FP16 nodes add in FP16 too", metavar="fp32|fp16",
+                                    commands=(SEARCH, CHECK, COMPARE, APPLY), unset="fp32", from_file=True)
+    headroom: float | None = option(None, _headroom, "a peak above 65504/F counts as an overflow", metavar="F",
+                                    unset="off", from_file=True)
     keep_fp32: tuple[str, ...] = option((), _patterns, "nodes in FP32 in every plan (node-id regex, op:TYPE)",
                                         metavar="PATTERN", commands=(SEARCH,), repeat=True)
     keep_fp16: tuple[str, ...] = option((), _patterns, "nodes never in FP32 (node-id regex, op:TYPE)",
@@ -191,19 +199,18 @@ class Strategy(records.Record):
     or estimated cost); and when it stops early: after ``max_evaluations`` evaluations on the judge or
     ``time_limit`` seconds, with the smallest passing set it has (``budget``)."""
 
-    prior: str = option("auto", records.choice(*PRIORS), "the emulator searches first (auto: on other backends)",
+    prior: str = option("auto", records.choice(*PRIORS), "an emulator search first (auto: on others)",
                         commands=(SEARCH,), metavar="auto|emulate|none")
     minimum: minima.Setting = option(None, records.passed(minima.checked), "then the smallest passing set in N "
-                                     "evaluations (default 3x)", metavar="N", nargs="?", const=minima.AUTO,
+                                     "evaluations (no N: 3x)", metavar="N", nargs="?", const=minima.AUTO,
                                      commands=(SEARCH,))
-    objective: str = option("nodes", records.choice(*minima.OBJECTIVES), "--minimum's measure: nodes, or "
-                            "estimated FP32 time", metavar="nodes|cost", commands=(SEARCH,))
+    objective: str = option("nodes", records.choice(*minima.OBJECTIVES), "--minimum's measure (cost: FP32 time)",
+                            metavar="nodes|cost", commands=(SEARCH,))
     max_evaluations: int | None = option(None, records.whole(1, optional=True, what="a number of evaluations"),
-                                         "stop after N evaluations on the judge with the smallest passing set "
-                                         "(exit 5; rerun to continue)", metavar="N", commands=(SEARCH,))
-    time_limit: float | None = option(None, _seconds, "stop after this long (90, 15m, 2h) with the smallest "
-                                      "passing set (exit 5; rerun to continue)", metavar="SECONDS",
-                                      commands=(SEARCH,))
+                                         "stop after N evaluations with the smallest passing set", metavar="N",
+                                         commands=(SEARCH,))
+    time_limit: float | None = option(None, _seconds, "stop after SECONDS (or 15m, 2h), as --max-evaluations",
+                                      metavar="SECONDS", commands=(SEARCH,))
 
     def budget(self) -> Budget | None:
         """The budget of a search starting now (None: no limit): the evaluations it may run on the judge (those a
@@ -227,12 +234,23 @@ class Journaling(records.Record):
                                  commands=(SEARCH,))
 
 
+R = TypeVar("R", bound=records.Record)
+Given = Union[R, Mapping[str, Any], str, int, None]  # a record, a dict of its fields, its shorthand, or None
+ToleranceGiven = Union[Tolerance, GivenTolerance, Mapping[str, Any], None]
+
+
 @dataclass(frozen=True)
 class SearchOptions:
     """A search's records: the tolerance, the judge, the plan space, the strategy, parallel evaluation and the
-    journal; ``output``: where the caller writes the override JSON (the journal, the TensorRT timing cache and the
-    command backend's plan files go beside it); ``model_name``: what the JSON calls the model, when not its path.
-    ``of`` makes one from flat keys (a manifest entry's, a script's)."""
+    journal, each made from what was given for it (``RECORDS``: a record, None, a dict of its fields or its
+    shorthand; the tolerance: a ``Tolerance``, a ``GivenTolerance`` or a dict of its values); ``output``: where the
+    caller writes the override JSON (the journal, the TensorRT timing cache and the command backend's plan files go
+    beside it); ``model_name``: what the JSON calls the model, when not its path. ``of`` makes one from flat keys
+    (a manifest entry's, a script's)."""
+
+    RECORDS: ClassVar[dict[str, type[records.Record]]] = {
+        "judge": Judge, "space": Space, "strategy": Strategy, "parallel": Parallel, "journal": Journaling}
+    OWN: ClassVar[tuple[str, ...]] = ("output", "model_name", "plans")  # not records: the caller's to set
 
     tolerance: Tolerance = field(default_factory=Tolerance)
     judge: Judge = field(default_factory=Judge)
@@ -245,18 +263,34 @@ class SearchOptions:
     plans: str | None = None  # where the command backend's plan files go (None: beside output)
 
     def __post_init__(self) -> None:
-        _coerce(self, {"judge": Judge, "space": Space, "strategy": Strategy, "parallel": Parallel,
-                       "journal": Journaling})
+        _coerce(self, self.RECORDS)
         if not isinstance(self.tolerance, Tolerance):
-            object.__setattr__(self, "tolerance", _tolerance(self.tolerance).over(Tolerance()))
+            object.__setattr__(self, "tolerance", GivenTolerance.of(self.tolerance).over(Tolerance()))
+        for name in self.OWN:
+            object.__setattr__(self, name, _path(getattr(self, name), name))
+        _taken(self, SEARCH)
         object.__setattr__(self, "space", self.space.over(None))
+
+    @classmethod
+    def given(cls, tolerance: ToleranceGiven = None, judge: Given[Judge] = None, space: Given[Space] = None,
+              strategy: Given[Strategy] = None, parallel: Given[Parallel] = None, journal: Given[Journaling] = None,
+              output: str | os.PathLike | None = None) -> SearchOptions:
+        """From what a caller gave for each part, in any form it takes (the public functions' parameters)."""
+        # each part coerced when made (__post_init__: Record.of, GivenTolerance.of)
+        return cls(tolerance, judge, space, strategy, parallel, journal, output)  # type: ignore[arg-type]
 
     @classmethod
     def of(cls, **flat: Any) -> SearchOptions:
         """From flat keys, each a field of one record (``atol``, ``backend``, ``headroom``, ``minimum``, ...), as a
         manifest entry or a script gives them; an unknown key is a ``UsageError`` naming the known ones."""
-        return cls(**split(flat, {"judge": Judge, "space": Space, "strategy": Strategy, "parallel": Parallel,
-                                  "journal": Journaling}, ("output", "model_name", "plans"), search=True))
+        return cls(**split(flat, cls.RECORDS, cls.OWN, search=True))
+
+    @classmethod
+    def keys(cls, command: str = SEARCH) -> dict[str, str]:
+        """Every flat key ``of`` takes for ``command`` but its own (``OWN``) -> the field that holds it
+        (``"tolerance"``, ``"judge"``, ...): the tolerance's values and the fields of the records ``command``
+        takes."""
+        return keys_of(cls.RECORDS, command)
 
     # what the pipeline reads, by its old names
     @property
@@ -292,8 +326,10 @@ class SearchOptions:
         """The command-line words that reproduce this search's options (after the model and its samples)."""
         words = ["-o", self.output] if self.output else []
         words += self.tolerance.flags()
-        for record in (self.judge, self.space, self.strategy, self.parallel, self.journal):
-            words += record.flags(SEARCH)
+        space = self.space.replace(precision=None if self.space.precision == "fp16" else self.space.precision,
+                                   accumulate=None if self.space.accumulate == "fp32" else self.space.accumulate)
+        for name in self.RECORDS:
+            words += (space if name == "space" else getattr(self, name)).flags(SEARCH)
         return words
 
 
@@ -301,28 +337,40 @@ class SearchOptions:
 class CheckOptions:
     """How a check runs: the tolerance given (each value None: the override file's, else the default), the judge,
     the plan space given (precision, accumulate, headroom; None: the file's, else the default) and parallel
-    evaluation."""
+    evaluation, each made from what was given for it, as ``SearchOptions``'s."""
+
+    RECORDS: ClassVar[dict[str, type[records.Record]]] = {"judge": Judge, "space": Space, "parallel": Parallel}
+    OWN: ClassVar[tuple[str, ...]] = ("plans",)
 
     tolerance: GivenTolerance = field(default_factory=GivenTolerance)
     judge: Judge = field(default_factory=Judge)
     space: Space = field(default_factory=Space)
     parallel: Parallel = field(default_factory=Parallel)
     plans: str | None = None  # where the command backend's plan files go
+    model_name: str | None = None  # what the check calls the model, when not its path (as SearchOptions)
 
     def __post_init__(self) -> None:
-        _coerce(self, {"judge": Judge, "space": Space, "parallel": Parallel})
-        object.__setattr__(self, "tolerance", _tolerance(self.tolerance))
-        space = self.space
-        beyond = [f.name for f in fields(space) if CHECK not in records.flag_of(f).commands  # type: ignore[union-attr]
-                  and getattr(space, f.name) != f.default]
-        if beyond:
-            raise UsageError(f"{', '.join(beyond)}: a search's plan space, not a check's (a check judges the plan "
-                             "the override file gives): drop it")
+        _coerce(self, self.RECORDS)
+        object.__setattr__(self, "tolerance", GivenTolerance.of(self.tolerance))
+        object.__setattr__(self, "plans", _path(self.plans, "plans"))
+        _taken(self, CHECK)
+
+    @classmethod
+    def given(cls, tolerance: ToleranceGiven = None, judge: Given[Judge] = None, space: Given[Space] = None,
+              parallel: Given[Parallel] = None, plans: str | None = None) -> CheckOptions:
+        """From what a caller gave for each part, in any form it takes (as ``SearchOptions.given``)."""
+        return cls(tolerance, judge, space, parallel, plans)  # type: ignore[arg-type]  # coerced when made
+
 
     @classmethod
     def of(cls, **flat: Any) -> CheckOptions:
         """From flat keys, as ``SearchOptions.of`` (the tolerance's values given, each None: the file's)."""
-        return cls(**split(flat, {"judge": Judge, "space": Space, "parallel": Parallel}, ("plans",), search=False))
+        return cls(**split(flat, cls.RECORDS, cls.OWN, search=False))
+
+    @classmethod
+    def keys(cls, command: str = CHECK) -> dict[str, str]:
+        """As ``SearchOptions.keys``: every flat key ``of`` takes for ``command`` but its own, and its field."""
+        return keys_of(cls.RECORDS, command)
 
     @property
     def backend(self) -> str:
@@ -339,8 +387,28 @@ class CheckOptions:
         else:
             source = "given" if named else "defaults"
         base = recorded.tolerance if recorded is not None else Tolerance()
-        return SearchOptions(self.tolerance.over(base), self.judge, self.space.over(recorded),
-                             parallel=self.parallel, plans=self.plans), source
+        judge = self.judge.replace(strict_environment=False)  # the check's own, read from these options
+        return SearchOptions(self.tolerance.over(base), judge, self.space.over(recorded),
+                             parallel=self.parallel, plans=self.plans, model_name=self.model_name), source
+
+    def space_from(self, recorded: Recorded | None) -> dict[str, str]:
+        """Where the check's precision, accumulation and headroom come from: ``"given"``, ``"from <file>"`` (the
+        override file's) or ``"default"``."""
+        def source(name: str) -> str:
+            if getattr(self.space, name) is not None:
+                return "given"
+            if recorded is not None and (name != "headroom" or recorded.headroom is not None):
+                return f"from {recorded.path}"
+            return "default"
+        return {name: source(name) for name in ("precision", "accumulate", "headroom")}
+
+    def flags(self) -> list[str]:
+        """The command-line words that reproduce this check's options (after the model, its samples and
+        ``--overrides``): the values given, each (the rest: the override file's, else the defaults)."""
+        words = self.tolerance.flags()
+        for name in self.RECORDS:
+            words += getattr(self, name).flags(CHECK)
+        return words
 
 
 @dataclass(frozen=True)
@@ -355,6 +423,20 @@ class Recorded:
     accumulate: str = "fp32"
 
 
+def _taken(options: Any, command: str) -> None:
+    """A ``UsageError`` naming the fields given in ``options``' records (not their defaults) that ``command`` does
+    not take (a search's ``keep_fp32`` given to a check)."""
+    beyond = []
+    for part in options.RECORDS:
+        record = getattr(options, part)
+        takes = {f.name for f in fields(record) if command in records.commands_of(f)}
+        beyond += [name for name in record.changed() if name not in takes]
+    if beyond:
+        other = CHECK if command == SEARCH else SEARCH
+        reason = " (a check judges the plan the override file gives)" if command == CHECK else ""
+        raise UsageError(f"{', '.join(beyond)}: a {other}'s option, not a {command}'s{reason}: drop it")
+
+
 def _coerce(options: Any, parts: dict[str, type[records.Record]]) -> None:
     """Each record of ``options`` made from what was given for it (a record, None, a dict of its fields, or its
     shorthand: a backend's name for the judge, a number of jobs for parallel)."""
@@ -362,34 +444,41 @@ def _coerce(options: Any, parts: dict[str, type[records.Record]]) -> None:
         object.__setattr__(options, name, record.of(getattr(options, name), name))
 
 
-def _tolerance(value: Any) -> GivenTolerance:
-    """The tolerance given: a ``GivenTolerance``, a dict of its values, or None (none given)."""
-    if value is None:
-        return GivenTolerance()
-    if isinstance(value, GivenTolerance):
+def _path(value: Any, name: str) -> str | None:
+    """A path given (a string or a ``PathLike``) as its text, or None."""
+    if value is None or isinstance(value, str):
         return value
-    if isinstance(value, dict):
-        return GivenTolerance(**value)
-    raise UsageError(f"tolerance={value!r}: give a Tolerance, a GivenTolerance or a dict of its values (atol, rtol, "
-                     "...)")
+    if isinstance(value, os.PathLike):
+        return str(os.fspath(value))
+    raise UsageError(f"{name}={value!r}: give a path (a string or a pathlib.Path), or None")
 
 
-TOLERANCE_KEYS = ("atol", "rtol", "min_cosine", "max_mismatch", "error_stat", "argmax", "topk", "accept")
+def keys_of(parts: dict[str, type[records.Record]], command: str | None = None) -> dict[str, str]:
+    """The flat keys of the tolerance's values and of the records ``parts`` (those ``command`` takes; None:
+    all), each -> the part that holds it."""
+    found = {k: "tolerance" for k in TOLERANCE_KEYS}
+    for name, record in parts.items():
+        found.update({f.name: name for f in fields(record) if command is None or command in records.commands_of(f)})
+    return found
+
+
+TOLERANCE_KEYS = tuple(f.name for f in fields(GivenTolerance) if f.name != "per_output")  # accept: the API's alone
 
 
 def split(flat: dict, parts: dict[str, type[records.Record]], own: tuple[str, ...], *, search: bool) -> dict:
     """Flat keys routed to the records that own them: the tolerance's, each record's fields, and ``own`` (the
     composite's own fields); an unknown key is a ``UsageError`` listing the known ones."""
-    tolerance = {k: flat[k] for k in TOLERANCE_KEYS if k in flat}
-    made: dict[str, Any] = {}
-    for name, record in parts.items():
-        names = {f.name for f in fields(record)}
-        made[name] = record(**{k: flat[k] for k in names if k in flat})
-    made.update({k: flat[k] for k in own if k in flat})
-    known = {*TOLERANCE_KEYS, *own, *(f.name for record in parts.values() for f in fields(record))}
-    unknown = sorted(set(flat) - known)
+    where = keys_of(parts)
+    unknown = sorted(records.shown(k) for k in set(flat) - set(where) - set(own))
     if unknown:
-        raise UsageError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    given = GivenTolerance(**tolerance)
+        raise UsageError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted({*where, *own}))}")
+    made: dict[str, Any] = {name: {} for name in ("tolerance", *parts)}
+    for key, value in flat.items():
+        if key in where:
+            made[where[key]][key] = value
+    for name, record in parts.items():
+        made[name] = record(**made[name])
+    made.update({k: flat[k] for k in own if k in flat})
+    given = GivenTolerance(**made["tolerance"])
     made["tolerance"] = given.over(Tolerance()) if search else given
     return made

@@ -10,6 +10,7 @@ from fp16bisect.model.graph import Graph
 from fp16bisect.model.profile import Profile
 from fp16bisect.evaluation.oracle import Evaluation, Oracle, Reason
 from fp16bisect.evaluation.space import View
+from fp16bisect.run.invocation import Invocation
 from fp16bisect.run.override_json import overrides_json
 from fp16bisect.strategy.prior import LABEL, Prior
 from fp16bisect.strategy.minimum import Least
@@ -66,6 +67,7 @@ class Outcome:
     minimum: Least | None = None  # search --minimum: the smallest passing set's search (JSON search.minimum)
     constraints: Constraints = field(default_factory=Constraints)  # --keep-fp32/--keep-fp16 (JSON "constraints")
     blocks: Chosen | None = None  # --group-by: the blocks the first search kept in FP32 (JSON "blocks")
+    run: Invocation | None = None  # the search as asked: its model, samples and records (JSON search.command)
 
     # the override file (its JSON: overrides.to_json()), made from the rest when the outcome is made
     overrides: Overrides = field(init=False, repr=False, compare=False)

@@ -111,6 +111,8 @@ def search_json(o) -> dict:
         **capped("ignored_pins", ignored_pins(oracle)),
         # every evaluation in full (plans, verdicts, errors, metrics): the journal, when -o and --keep-journal
         "journal": str(oracle.journal.path) if oracle.journal is not None and oracle.journal.keep else None,
+        # the command line that reproduces this search (None: its model or samples were given in memory)
+        "command": o.run.argv() if o.run is not None else None,
     }
 
 

@@ -17,6 +17,7 @@ from fp16bisect.strategy import minimum as minima
 from fp16bisect.strategy import blocks, constraints, prior_choice
 from fp16bisect.run import two_states
 from fp16bisect.run.coverage import forcing, sample_order, with_forced
+from fp16bisect.run.invocation import Invocation
 from fp16bisect.run.paths import journal_path
 from fp16bisect.run.searches import fp32_set, unreachable
 from fp16bisect.run.stopping import STOPS, stopped
@@ -190,7 +191,7 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
                        prior=found, output=options.output, backend_info=info, forced=forced,
                        environment=chosen.environment(), evaluation_word=chosen.evaluation_word,
                        headroom=options.headroom, accumulate=options.accumulate, minimum=least,
-                       constraints=steer, blocks=picked,
+                       constraints=steer, blocks=picked, run=Invocation.of(model, inputs, references, options),
                        shapes=shapes.coverage(graph, oracle.samples, options.backend_options.input_shapes))
 
 

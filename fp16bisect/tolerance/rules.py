@@ -90,6 +90,8 @@ def split(key: str, value) -> tuple[Any, dict]:
         return tuple(value), {}  # (K, axis) for every output
     if isinstance(value, str):
         value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise UsageError(f"{key} {value!r}: give a number, a dict {{output: value}} or {_FORMS[key]} text")
     default, named = None, {}
     for item in value:
         if not isinstance(item, str):

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
 from fp16bisect.errors import UsageError
+from fp16bisect.records import APPLY, CHECK, COMPARE, MIGRATE, SEARCH, number_text, option, shown
 from fp16bisect.tolerance.rules import (SCALARS, check_rules, for_output_named, picklable, rules_json,
                                      split, words)
 
@@ -133,6 +134,12 @@ class Tolerance:
                    per_output=tuple((k, GivenTolerance(**v)) for k, v in (data.get("per_output") or {}).items()))
 
 
+# A GivenTolerance field's flag (``--atol [OUTPUT:]VALUE``, repeatable): when not given, ``Tolerance``'s default, or
+# with an override file, the file's
+_VALUE = "[OUTPUT:]VALUE"
+_GIVEN: dict[str, Any] = {"commands": (SEARCH, CHECK, COMPARE, APPLY, MIGRATE), "repeat": True, "from_file": True}
+
+
 @dataclass(frozen=True)
 class GivenTolerance:
     """The tolerance values a caller gave, each None where another source's applies (an override file's
@@ -144,14 +151,18 @@ class GivenTolerance:
     a list of ``"OUTPUT[:AXIS]"`` or a dict ``{output: axis}``; ``topk``: a list of ``"OUTPUT:K[:AXIS]"`` or a
     dict ``{output: K or (K, axis)}``. All end up as one value each plus ``per_output`` (``tolerance/rules.py``)."""
 
-    atol: Any = None
-    rtol: Any = None
-    min_cosine: Any = None
-    max_mismatch: Any = None
-    error_stat: Any = None
-    argmax: Any = None
-    topk: Any = None
-    accept: Callable[[dict, dict], Any] | None = None
+    # each checked with the others in ``__post_init__``: no check of its own
+    atol: Any = option(None, None, "absolute tolerance", metavar=_VALUE, **_GIVEN)
+    rtol: Any = option(None, None, "relative tolerance", metavar=_VALUE, **_GIVEN)
+    min_cosine: Any = option(None, None, "also require this cosine similarity", metavar=_VALUE, **_GIVEN)
+    max_mismatch: Any = option(None, None, "fraction of elements allowed outside it", metavar=_VALUE, **_GIVEN)
+    error_stat: Any = option(None, None, "max|mean|median|pNN of error/allowance <= 1", metavar="[OUTPUT:]STAT",
+                             **_GIVEN)
+    argmax: Any = option(None, None, "judge OUTPUT by its argmax along AXIS (no AXIS: -1)", metavar="OUTPUT[:AXIS]",
+                         **_GIVEN)
+    topk: Any = option(None, None, "judge OUTPUT by its top-K indices along AXIS (no AXIS: -1)",
+                       metavar="OUTPUT:K[:AXIS]", **_GIVEN)
+    accept: Callable[[dict, dict], Any] | None = None  # the Python API's alone: no flag, no manifest key
     per_output: Any = ()
 
     def __post_init__(self) -> None:
@@ -168,6 +179,27 @@ class GivenTolerance:
                 found.append((name, GivenTolerance(**values)))
         object.__setattr__(self, "per_output", tuple(found))
         self.over(Tolerance())  # each given value checked now, not when the check runs
+
+    @classmethod
+    def of(cls, value: Any) -> GivenTolerance:
+        """What a caller gave as ``tolerance=``, as the values given: None (none given), a ``GivenTolerance``, a
+        ``Tolerance`` (every value given) or a dict of ``GivenTolerance``'s fields; anything else, or a key that is
+        none of them, is a ``UsageError``."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, Tolerance):
+            return cls(**{k: getattr(value, k) for k in (*SCALARS, "argmax", "topk", "accept", "per_output")})
+        if isinstance(value, Mapping):
+            known = [f.name for f in fields(cls)]
+            unknown = sorted(shown(k) for k in value if k not in known)
+            if unknown:
+                raise UsageError(f"tolerance: unknown key(s) {', '.join(unknown)}; a tolerance takes "
+                                 f"{', '.join(known)}")
+            return cls(**value)
+        raise UsageError(f"tolerance={value!r}: give a Tolerance, a GivenTolerance or a dict of its values (atol, "
+                         "rtol, ...)")
 
     def values(self) -> dict:
         """The given values for every output (None: not given); ``per_output`` apart."""
@@ -194,6 +226,14 @@ class GivenTolerance:
     def to_json(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.values().items() if v is not None}
 
+    def flags(self) -> list[str]:
+        """The command-line words that give these values, each given one (a default's value too: given, it
+        overrides an override file's), an output's own as ``--atol OUTPUT:0.05``; ``accept`` has no flag."""
+        words = _given_flags(self.values(), "")
+        for name, given in self.per_output:
+            words += _given_flags(given.values(), f"{name}:")
+        return words
+
     def keywords(self) -> dict:
         """These values as the API's keywords take them (a value given per output: a dict, None every output's)."""
         found: dict = {k: v for k, v in self.values().items() if v is not None}
@@ -211,7 +251,7 @@ def _flags(t: Tolerance, base: Tolerance, output: str) -> list[str]:
     for key in SCALARS:
         value = getattr(t, key)
         if value != getattr(base, key) and value is not None:
-            words += [f"--{key.replace('_', '-')}", f"{output}{value:g}" if isinstance(value, float) else
+            words += [f"--{key.replace('_', '-')}", f"{output}{number_text(value)}" if isinstance(value, float) else
                       f"{output}{value}"]
     if output and t.argmax is not None and t.argmax != base.argmax:
         words += ["--argmax", f"{output}{t.argmax}"]
@@ -220,16 +260,35 @@ def _flags(t: Tolerance, base: Tolerance, output: str) -> list[str]:
     return words
 
 
+def _given_flags(values: dict, output: str) -> list[str]:
+    """The flags of the given ``values`` (None: not given), each prefixed by ``output`` (``"name:"`` or ""); an
+    ``argmax`` or ``topk`` for every output has no flag (the flags name their output)."""
+    words: list[str] = []
+    for key, value in values.items():
+        if value is None or (key in ("argmax", "topk") and not output):
+            continue
+        text = number_text(value) if isinstance(value, float) else \
+            f"{value[0]}:{value[1]}" if key == "topk" else str(value)
+        words += [f"--{key.replace('_', '-')}", f"{output}{text}"]
+    return words
+
+
 def _per_output(value) -> tuple:
     """``per_output`` as sorted ((name, GivenTolerance), ...) pairs, from pairs or a dict."""
-    pairs = value.items() if isinstance(value, Mapping) else value
+    if isinstance(value, Mapping):
+        pairs = list(value.items())
+    elif isinstance(value, (tuple, list)) and all(isinstance(p, (tuple, list)) and len(p) == 2 for p in value):
+        pairs = list(value)
+    else:
+        raise UsageError(f"per_output {value!r}: give a dict {{output name: {{atol: ..., ...}}}}")
     found = []
     for name, given in pairs:
         if not isinstance(name, str) or not name:
             raise UsageError(f"per-output tolerance for {name!r}: name an output of the model")
-        if not isinstance(given, GivenTolerance):
-            given = GivenTolerance(**given)
-        found.append((name, given))
+        if not isinstance(given, (GivenTolerance, Mapping)):
+            raise UsageError(f"per_output {name!r}: {given!r}: give a dict of that output's values (atol, rtol, ...)")
+        with for_output_named(name):
+            found.append((name, GivenTolerance.of(given)))
     return tuple(sorted(found, key=lambda p: p[0]))
 
 

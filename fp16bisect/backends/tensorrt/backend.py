@@ -1,22 +1,12 @@
 """Real TensorRT engine builds: a plan (candidate ids kept in FP32) -> model outputs.
 
-Strongly typed (the default, ``typing="strong"``): the plan's mixed-precision
-ONNX (``artifacts/mixed.py``) is built with the types it carries, on TensorRT
-11 and TensorRT-RTX (always strongly typed) and on 10.x through
-``NetworkDefinitionCreationFlag.STRONGLY_TYPED`` (TensorRT 9.0+, see
-``api.py``). Weakly typed (``typing="weak"``, 10.x only, and the fallback on a
-TensorRT without the flag): the original model is built with FP16 enabled,
-precision constraints obeyed and the plan's nodes pinned to FP32 through layer
-metadata (``pin.py``); TensorRT may ignore such pins where it fuses layers
-(NVIDIA/TensorRT#3889, #4505), so every weakly typed engine is inspected and a
-plan whose pins did not take effect is not evidence (``PinsIgnored``, counted
-like a failed build).
-
-Builds are slow and not deterministic (tactic timing), so: one timing cache
-for every build of a search, saved after each build; engines memoised by plan
-(a bounded number in memory) and results by plan and inputs, so a plan is
-built once; ``noise()`` measures how much two builds of the same all-FP16 plan
-differ, which the search should know before trusting small differences.
+Strongly typed (the default): the plan's mixed-precision ONNX (``artifacts/mixed.py``) is built with the types it
+carries. Weakly typed (``typing="weak"``, 10.x only, and the fallback on a TensorRT without
+``NetworkDefinitionCreationFlag.STRONGLY_TYPED``): the original model with the plan's nodes pinned (``pin.py``);
+TensorRT may ignore such pins where it fuses layers, so every such engine is inspected and a plan whose pins did not
+take effect is not evidence (``PinsIgnored``, counted like a failed build). Builds are slow and not deterministic:
+one timing cache for every build, saved after each; engines memoised by plan and results by plan and inputs;
+``noise()`` measures how much two builds of one plan differ. docs/backends/tensorrt.md has the reasons.
 """
 
 from __future__ import annotations
@@ -150,14 +140,14 @@ class TensorRTBackend(Backend):
             import polygraphy.cuda  # noqa: F401  (device buffers for inference)
         except ImportError:
             raise UsageError(
-                "Polygraphy is not installed, and the tensorrt backend runs engines through it: "
+                "Polygraphy is not installed, and the tensorrt backend builds and runs engines through it: "
                 "pip install 'fp16bisect[tensorrt]'"
             ) from None
         self.graph = graph
         self.timing_cache_path = Path(timing_cache)
         self.opt_level = opt_level
-        self.input_shapes = input_shapes or {}  # input -> (min, opt, max), for dynamic dimensions
-        self.builder = trt_engine.EngineBuilder(self.tensorrt)
+        self.settings = trt_engine.Settings(opt_level, dict(input_shapes or {}), self.strongly_typed,
+                                            graph.precision.label, self._compute_capability())
         self.engines: OrderedDict[str, bytes] = OrderedDict()  # plan key -> serialized engine
         self.results: OrderedDict[tuple, dict] = OrderedDict()  # (plan key, inputs key) -> outputs
         self.builds = 0
@@ -198,6 +188,11 @@ class TensorRTBackend(Backend):
     def strongly_typed(self) -> bool:
         return self.typing == "strong"
 
+    def _compute_capability(self) -> tuple[int, int] | None:
+        """TensorRT-RTX builds for this GPU's compute capability (when CUDA tells it)."""
+        found = trt_device.device()["compute_capability"] if self.tensorrt.rtx else trt_device.UNKNOWN
+        return None if found == trt_device.UNKNOWN else (int(found.split(".")[0]), int(found.split(".")[1]))
+
     @property
     def journal_name(self) -> str:
         """The journal's backend: the typing and the optimisation level change the engines, so the verdicts."""
@@ -209,14 +204,10 @@ class TensorRTBackend(Backend):
     def versions(self) -> dict:
         import onnx
 
-        found = {self.tensorrt.flavour: self.tensorrt.version, "onnx": onnx.__version__}
-        try:
-            import polygraphy
+        import polygraphy
 
-            found["polygraphy"] = polygraphy.__version__
-        except ImportError:
-            pass
-        return found
+        return {self.tensorrt.flavour: self.tensorrt.version, "onnx": onnx.__version__,
+                "polygraphy": polygraphy.__version__}
 
     def environment(self) -> dict:
         """TensorRT's flavour and version, the GPU and its compute capability, the CUDA driver and runtime
@@ -247,7 +238,7 @@ class TensorRTBackend(Backend):
         profiler (``Engine.layer_times``; ``inspection.node_times`` maps layers to nodes by their metadata)."""
         plan = frozenset(plan)
         engine = self._engine(plan, plan_key(plan))
-        layers = trt_inspection.engine_layers(self.builder.layers(engine))
+        layers = trt_inspection.engine_layers(trt_inspection.information(engine))
         return trt_inspection.node_times(layers, self._profile(engine, inputs), self._refs)
 
     def noise(self, inputs: dict[str, np.ndarray], plan=frozenset()) -> tuple[dict, dict]:
@@ -292,7 +283,8 @@ class TensorRTBackend(Backend):
             self.engines.move_to_end(key)
         return engine
 
-    def _model_bytes(self, plan: frozenset):
+    def _model(self, plan: frozenset):
+        """What the parser reads: the original model (weak typing) or the plan's mixed-precision model."""
         if not self.strongly_typed:
             return self._onnx.model if isinstance(self._onnx, external_copy) else self._onnx
         from fp16bisect.artifacts import mixed
@@ -307,10 +299,8 @@ class TensorRTBackend(Backend):
             raise UsageError(f"plan names node(s) that are not candidates of this model: {', '.join(unknown[:5])}")
         fp32 = [] if self.strongly_typed else [self._refs[n] for n in sorted(plan)]
         try:
-            built = self.builder.build(
-                self._model_bytes(plan), fp32=fp32, opt_level=self.opt_level, timing_cache=self._cache,
-                shapes=self.input_shapes, strongly_typed=self.strongly_typed, low=self.graph.precision.label,
-            )
+            built = trt_engine.build(self.tensorrt, self._model(plan), self.settings, fp32=fp32,
+                                     timing_cache=self._cache)
         except trt_engine.TensorRTError as exc:
             raise BuildFailed(plan, str(exc) + self._hint()) from None
         self.builds += 1
@@ -326,6 +316,8 @@ class TensorRTBackend(Backend):
         if built.timing_cache is not None:
             self._cache = built.timing_cache
             self._save_cache()
+        elif not self.tensorrt.rtx:  # TensorRT refused the cache (another GPU or version): the next build starts anew
+            self._cache = None
         if fp32:
             self._check_pins(plan, built.engine, fp32)
         return built.engine
@@ -334,7 +326,7 @@ class TensorRTBackend(Backend):
         """Weak typing: read the engine's layers; a pinned node whose engine layer is not all FP32 makes the
         plan no evidence (PinsIgnored, recorded by the oracle like a failed build)."""
         try:
-            layers = trt_inspection.engine_layers(self.builder.layers(engine))
+            layers = trt_inspection.engine_layers(trt_inspection.information(engine))
         except trt_engine.TensorRTError as exc:
             raise BuildFailed(plan, f"could not read the engine's layers to check the FP32 pins: {exc}") from None
         check = trt_inspection.check_pins(layers, fp32)
@@ -366,7 +358,7 @@ class TensorRTBackend(Backend):
         """Run an engine; the last one stays loaded, so the samples of one plan load it once."""
         if self._live is None or self._live[0] != key:
             self.close()
-            live = trt_engine.Engine(self.tensorrt, engine, self.builder.logger)
+            live = trt_engine.Engine(self.tensorrt, engine)
             live.__enter__()
             self._live = (key, live)
         outputs = self._live[1].infer(inputs)
@@ -376,7 +368,7 @@ class TensorRTBackend(Backend):
     def _profile(self, engine: bytes, inputs: dict[str, np.ndarray]) -> dict[str, float]:
         """Per engine layer, its milliseconds (the live engine is freed first: one engine on the GPU at a time)."""
         self.close()
-        with trt_engine.Engine(self.tensorrt, engine, self.builder.logger) as live:
+        with trt_engine.Engine(self.tensorrt, engine) as live:
             return live.layer_times(inputs)
 
     def _read_cache(self) -> bytes | None:

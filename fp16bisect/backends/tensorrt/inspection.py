@@ -1,14 +1,10 @@
 """Read a built engine's layers and say whether the FP32 pins took effect: ``verify_pins``.
 
-TensorRT 10.x can silently ignore layer pins (``pin.py``) where it fuses a region into one
-kernel (NVIDIA/TensorRT#3889, #4505, #2080, #3224): ``verify_pins`` reads the
-built engine's layer information (``EngineInspector``, JSON, needs
-``ProfilingVerbosity.DETAILED``, which ``apply_overrides`` sets on the config)
-and names every override node whose engine layer does not run in FP32. An engine
-layer names its ONNX nodes in its metadata (a fused layer names several).
-
-Every ``trt.<name>`` used here is listed, with its documentation page, in
-``fp16bisect/backends/tensorrt/api.py``. Importing this module does not import TensorRT.
+TensorRT 10.x can silently ignore layer pins (``pin.py``) where it fuses a region into one kernel
+(NVIDIA/TensorRT#3889, #4505, #2080, #3224): ``verify_pins`` reads the built engine's layer information
+(``EngineInspector``, JSON, needs ``ProfilingVerbosity.DETAILED``) and names every override node whose engine
+layer does not run in FP32. An engine layer names its ONNX nodes in its metadata (a fused layer names several).
+Importing this module does not import TensorRT.
 """
 
 from __future__ import annotations
@@ -20,13 +16,11 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from fp16bisect.errors import UsageError
-from fp16bisect.backends.tensorrt.engine import deserialize
 from fp16bisect.backends.tensorrt.load import load
 from fp16bisect.backends.tensorrt.pin import LOCAL_FUNCTION, NodeRef, refs_from
 
 IGNORED = "TensorRT ignored the FP32 pin on {node} (fused into {layer})"
 IGNORED_ADVICE = "use the default strongly typed build"
-_IGNORED_RE = re.compile(r"TensorRT ignored the FP32 pin on (.+?) \(fused into (.+?)\)(?=; )")
 _METADATA_SEPARATOR = "\x1f"  # between the "[ONNX Layer: ...]" entries of a fused layer (seen on TensorRT-RTX 1.7)
 _METADATA_ENTRY = re.compile(r"\[ONNX Layer: (.*?)\](?=\[ONNX Layer: |\x1f|$)", re.S)
 
@@ -131,11 +125,6 @@ class PinCheck:
         return text
 
 
-def ignored_in(message: str) -> list[IgnoredPin]:
-    """The ignored pins a ``PinCheck.message()`` names (e.g. in a failed evaluation's error)."""
-    return [IgnoredPin(node, layer) for node, layer in _IGNORED_RE.findall(str(message))]
-
-
 def check_pins(layers: Sequence[EngineLayer], refs: Iterable[NodeRef]) -> PinCheck:
     """Every engine layer naming a pinned node must have only FP32 float tensors (inputs and outputs)."""
     result = PinCheck()
@@ -184,10 +173,11 @@ def verify_pins(engine, overrides) -> PinCheck:
     ran in FP32. Strongly typed builds of ``fp16bisect apply``'s mixed model do not need this check.
     """
     refs = refs_from(overrides)
-    return check_pins(engine_layers(_information(engine)), refs)
+    return check_pins(engine_layers(information(engine)), refs)
 
 
-def _information(engine):
+def information(engine):
+    """Layer information (JSON text or dict) of an engine, its bytes, or a file or text of it."""
     if isinstance(engine, Mapping):
         return engine
     if isinstance(engine, Path) or isinstance(engine, str) and not engine.lstrip().startswith("{"):
@@ -197,10 +187,18 @@ def _information(engine):
             raise UsageError(f"cannot read engine layer information {str(engine)!r} ({exc.strerror})") from None
     if isinstance(engine, str):
         return engine
-    loaded = load()
-    runtime = None
+    trt = load().module
     if not hasattr(engine, "create_engine_inspector"):  # a serialized engine (bytes, IHostMemory)
-        runtime, engine = deserialize(loaded, bytes(engine))
-    information = engine.create_engine_inspector().get_engine_information(loaded.module.LayerInformationFormat.JSON)
-    del runtime
-    return information
+        engine = deserialized(bytes(engine))
+    return engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON)
+
+
+def deserialized(engine_bytes: bytes):
+    """The ``ICudaEngine`` of a serialized engine, through Polygraphy's ``EngineFromBytes`` (needs the GPU it was
+    built for); RunError with TensorRT's messages when it cannot be loaded."""
+    from polygraphy.backend.trt import EngineFromBytes
+
+    from fp16bisect.backends.tensorrt.engine import RunError, polygraphy
+
+    with polygraphy(RunError, "TensorRT could not load the engine"):
+        return EngineFromBytes(engine_bytes)()

@@ -20,7 +20,8 @@ from pathlib import Path
 from fp16bisect.artifacts.apply import save
 from fp16bisect.artifacts.mixed import Mixed, convert
 from fp16bisect.backends.tensorrt.build_log import NoLayerList, parse
-from fp16bisect.backends.tensorrt.engine import BuildError, EngineBuilder, TensorRTError
+from fp16bisect.backends.tensorrt.engine import BuildError, TensorRTError
+from fp16bisect.backends.tensorrt.engine import build_logged as engine_build_logged
 from fp16bisect.backends.tensorrt.kernel_plan import ACCUMULATION, FP32, LIMITS, RTX_ONLY, Engine, KernelPlan, \
     Wiring, compare
 from fp16bisect.backends.tensorrt.load import TensorRT, load
@@ -41,44 +42,13 @@ def tensorrt() -> TensorRT:
     return load()
 
 
-def verbose_logger(trt):
-    """An ``ILogger`` keeping every message with its severity as Polygraphy's logger writes it (``[W] text``), and
-    the errors and warnings ``EngineBuilder`` reads."""
-    letters = {getattr(trt.ILogger.Severity, name): letter for name, letter in SEVERITY.items()}
-
-    class Verbose(trt.ILogger):
-        def __init__(self):
-            trt.ILogger.__init__(self)
-            self.messages: list[str] = []
-            self.errors: list[str] = []
-            self.warnings: list[str] = []
-
-        def log(self, severity, msg):
-            letter = letters.get(severity, "[X]")
-            self.messages.append(f"{letter} {msg}")
-            if letter == "[E]":
-                self.errors.append(str(msg))
-
-        def capture(self):
-            self.errors = []
-            return contextlib.nullcontext(self.errors)
-
-    return Verbose()
-
-
 def build_logged(path: str | Path, *, precision: str = "fp16", shapes: Mapping[str, tuple] | None = None,
                  tensorrt: TensorRT | None = None) -> list[str]:
-    """Build the ONNX file at ``path`` strongly typed with ``ProfilingVerbosity.DETAILED``, and return every message
-    TensorRT logged, each opening with its severity (``[E]``, ``[W]``, ``[V]`` for INFO, ``[X]`` for VERBOSE), as
-    Polygraphy's logger writes them. ``shapes``: input name -> (min, opt, max), for inputs with dynamic dimensions.
-    ``precision``: the file's low precision (``fp16``, ``bf16``); a strongly typed build reads every type from the
-    file, so nothing here uses it: it is named as the TensorRT backend's build will name it (that build, on
-    Polygraphy, is to replace this one). TensorRT's refusal is a ``TensorRTError`` carrying its words."""
-    loaded = tensorrt or load()
-    logger = verbose_logger(loaded.module)
-    # a Path: EngineBuilder.parse reads the file itself (parse_from_file), external weights beside it included
-    EngineBuilder(loaded, logger).build(Path(path), shapes=shapes, strongly_typed=True)  # type: ignore[arg-type]
-    return logger.messages
+    """Every message the build of ``path`` logged (``engine.build_logged``), each opening with its severity."""
+    log = engine_build_logged(path, shapes=shapes)
+    if log.engine is None:
+        raise BuildError("TensorRT could not build the engine", [line[4:] for line in log.lines if line.startswith("[E]")])
+    return list(log.lines)
 
 
 def kernel_plan_of(graph: Graph, plan: frozenset[str], *, fp16_io: bool = False,

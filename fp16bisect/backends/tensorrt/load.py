@@ -1,15 +1,15 @@
-"""Import TensorRT or TensorRT-RTX and find GPUs: which flavour and version loaded, and how many GPUs CUDA sees.
+"""Import TensorRT or TensorRT-RTX, point Polygraphy at it, and find GPUs.
 
-``load()`` imports ``tensorrt``, else ``tensorrt_rtx`` (a UsageError with the fix when neither imports) and
-says whether it is weakly typed (TensorRT 10.x: ``BuilderFlag.FP16`` exists) or strongly typed (TensorRT 11,
-TensorRT-RTX). ``gpu_count()`` asks CUDA through cuda-python (``device.py``). Every ``trt.<name>`` used here is listed, with
-its documentation page, in ``fp16bisect/backends/tensorrt/api.py``. Importing this module does not import
-TensorRT.
+``load()`` imports ``tensorrt``, else ``tensorrt_rtx``, says whether it is weakly typed (TensorRT 10.x:
+``BuilderFlag.FP16`` exists) and sets ``POLYGRAPHY_USE_TENSORRT_RTX`` to match: the one place fp16bisect sets it. Importing this module imports neither
+TensorRT nor Polygraphy.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -19,6 +19,7 @@ NOT_INSTALLED = (
     "TensorRT is not installed: pip install 'fp16bisect[tensorrt]' on a machine with an NVIDIA GPU, "
     "or use --backend emulate"
 )
+RTX_SWITCH = "POLYGRAPHY_USE_TENSORRT_RTX"  # read once, when polygraphy.config is first imported
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,14 @@ class TensorRT:
     def version_tuple(self) -> tuple:
         return tuple(int(p) for p in re.findall(r"\d+", self.version)[:3])
 
+    @property
+    def rtx(self) -> bool:
+        return self.flavour == "tensorrt_rtx"
+
 
 def load() -> TensorRT:
-    """Import ``tensorrt``, else ``tensorrt_rtx``; a UsageError with the fix when neither imports."""
+    """Import TensorRT (``tensorrt`` or ``tensorrt_rtx``) and point Polygraphy at it; a UsageError with the fix
+    when neither imports."""
     broken = []
     for flavour in ("tensorrt", "tensorrt_rtx"):
         try:
@@ -54,6 +60,7 @@ def load() -> TensorRT:
         except (ImportError, OSError) as exc:  # e.g. libnvinfer.so not found
             broken.append(f"import {flavour}: {exc}")
             continue
+        point_polygraphy_at(flavour == "tensorrt_rtx")
         return TensorRT(
             module=trt,
             flavour=flavour,
@@ -67,6 +74,32 @@ def load() -> TensorRT:
             "pip install 'fp16bisect[tensorrt]' on a machine with an NVIDIA GPU, or use --backend emulate"
         )
     raise UsageError(NOT_INSTALLED)
+
+
+def point_polygraphy_at(rtx: bool) -> None:
+    """Polygraphy drives TensorRT-RTX when ``POLYGRAPHY_USE_TENSORRT_RTX=1`` is set before it is first imported
+    (``polygraphy/config.py``); set it so. If Polygraphy was imported already for the other flavour (reading
+    Polygraphy JSON samples imports it), its config and its modules' TensorRT imports are made anew."""
+    os.environ[RTX_SWITCH] = "1" if rtx else "0"
+    config = sys.modules.get("polygraphy.config")
+    if config is not None and config.USE_TENSORRT_RTX != rtx:
+        rebind_polygraphy(rtx)
+
+
+def rebind_polygraphy(rtx: bool, assign=setattr) -> None:
+    """Set Polygraphy's ``config.USE_TENSORRT_RTX``, and give each Polygraphy module imported so far a fresh
+    ``lazy_import_trt()`` (each bound its ``trt`` when imported) and no cached TensorRT logger (made for the other
+    module). ``assign``: ``setattr``, or a test's ``monkeypatch.setattr``."""
+    import polygraphy.config
+    from polygraphy.mod.trt_importer import lazy_import_trt
+
+    assign(polygraphy.config, "USE_TENSORRT_RTX", rtx)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("polygraphy.") and type(getattr(module, "trt", None)).__name__ == "LazyModule":
+            assign(module, "trt", lazy_import_trt())
+    util = sys.modules.get("polygraphy.backend.trt.util")
+    if util is not None:
+        assign(util, "TRT_LOGGER", None)
 
 
 def gpu_available() -> bool:

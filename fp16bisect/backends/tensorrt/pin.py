@@ -1,34 +1,12 @@
-"""Pin ONNX nodes to FP32 in a weakly typed TensorRT 10.x network: ``apply_overrides`` and the layers of a node.
+"""Pin ONNX nodes to FP32 in a weakly typed TensorRT 10.x network: the layers of a node, and ``apply_overrides``.
 
-Public (users import it)::
-
-    import tensorrt as trt
-    from fp16bisect.tensorrt import apply_overrides, verify_pins
-
-    parser.parse(onnx_bytes)                      # your usual network
-    applied = apply_overrides(network, "overrides.json", config)
-    engine = builder.build_serialized_network(network, config)
-    check = verify_pins(runtime.deserialize_cuda_engine(engine), "overrides.json")
-    assert check.ok, check                        # TensorRT may ignore pins where it fuses layers
-
-TensorRT 10.x is weakly typed: a layer stays in FP32 when the config has
-``BuilderFlag.FP16`` and ``BuilderFlag.OBEY_PRECISION_CONSTRAINTS`` and the
-layer has ``precision = float32`` and FP32 output types. TensorRT 11 and
-TensorRT-RTX are strongly typed (types come from the ONNX graph): there,
-``fp16bisect apply`` writes a mixed-precision ONNX instead, and
-``apply_overrides`` says so. Whether the built engine kept the pins is
-``verify_pins``'s job (``inspection.py``).
-
-Layers are matched to ONNX nodes through ``layer.metadata``, which TensorRT's
-ONNX parser sets on every layer it creates for a node to
-``[ONNX Layer: <node name>]`` (followed by `` | Local Function: <f>`` inside a
-local function; onnx-tensorrt ``processMetadata``), where an unnamed node's
-name is ``node_of_<first output>`` (``getNodeName``). Layer names are not
-used: the parser renames layers that clash (``attn_scale_15``). Helper layers
-(constants, broadcast shuffles) have empty metadata.
-
-Every ``trt.<name>`` used here is listed, with its documentation page, in
-``fp16bisect/backends/tensorrt/api.py``. Importing this module does not import TensorRT.
+Public (``from fp16bisect.tensorrt import apply_overrides``; an example in docs/backends/tensorrt.md). A layer stays
+in FP32 when the config has ``BuilderFlag.FP16`` and ``OBEY_PRECISION_CONSTRAINTS`` and the layer has FP32
+precision (set through Polygraphy's ``SetLayerPrecisions``) and FP32 output types (set here: Polygraphy sets only
+network I/O types). Layers are matched to ONNX nodes through ``layer.metadata``, which TensorRT's ONNX parser sets
+to ``[ONNX Layer: <node name>]`` (`` | Local Function: <f>`` after it inside a local function; onnx-tensorrt
+``processMetadata``), an unnamed node's name being ``node_of_<first output>`` (``getNodeName``); never through
+layer names, which the parser renames on clashes. Importing this module does not import TensorRT.
 """
 
 from __future__ import annotations
@@ -47,19 +25,15 @@ STRONGLY_TYPED = (
 )
 _META_PREFIX = "[ONNX Layer: "
 LOCAL_FUNCTION = " | Local Function: "
-
-
-# --------------------------------------------------------------------------- layers of nodes
+# data movement and constants: pinned when they sit between pinned layers, so none rounds an FP32 tensor
+TRANSPARENT = ("CONSTANT", "SHUFFLE", "IDENTITY", "SLICE", "CONCATENATION", "GATHER", "SQUEEZE", "UNSQUEEZE")
 
 
 def metadata_node(metadata: str) -> str | None:
     """The ONNX node name in a layer's metadata, or None for a helper layer."""
     if not metadata.startswith(_META_PREFIX) or not metadata.endswith("]"):
         return None
-    body = metadata[len(_META_PREFIX):-1]
-    if LOCAL_FUNCTION in body:
-        body = body.rsplit(LOCAL_FUNCTION, 1)[0]
-    return body
+    return metadata[len(_META_PREFIX):-1].rsplit(LOCAL_FUNCTION, 1)[0]
 
 
 def layers(network) -> list:
@@ -84,26 +58,23 @@ def _inputs(layer) -> list:
     return [t for t in (layer.get_input(i) for i in range(layer.num_inputs)) if t is not None]
 
 
-def _components(group: list) -> list[list]:
-    """Split the layers sharing one metadata name into connected pieces (one per ONNX node)."""
+def _writing(group: list, wanted: set) -> list:
+    """Of the layers sharing one metadata name (several ONNX nodes of one name), the connected pieces that write
+    one of ``wanted`` tensors; all of them when none does."""
     produced = {t.name: i for i, layer in enumerate(group) for t in _outputs(layer)}
-    parent = list(range(len(group)))
+    piece = list(range(len(group)))
 
     def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
+        while piece[i] != i:
+            piece[i] = piece[piece[i]]
+            i = piece[i]
         return i
 
     for i, layer in enumerate(group):
-        for t in _inputs(layer):
-            j = produced.get(t.name)
-            if j is not None:
-                parent[root(i)] = root(j)
-    pieces: dict[int, list] = {}
-    for i, layer in enumerate(group):
-        pieces.setdefault(root(i), []).append(layer)
-    return list(pieces.values())
+        for j in (produced[t.name] for t in _inputs(layer) if t.name in produced):
+            piece[root(i)] = root(j)
+    mine = {root(i) for i, layer in enumerate(group) if any(t.name in wanted for t in _outputs(layer))}
+    return [layer for i, layer in enumerate(group) if root(i) in mine] or group
 
 
 @dataclass(frozen=True)
@@ -127,16 +98,12 @@ class NodeRef:
         return cls(name, tuple(dict.fromkeys(names)), outputs)
 
 
-def resolve(network, refs: Iterable[NodeRef], *, by_name: Mapping[str, list] | None = None):
+def resolve(network, refs: Iterable[NodeRef]):
     """(ref -> its layers, refs with no layer). Metadata only, never layer names."""
-    by_name = node_layers(network) if by_name is None else by_name
+    by_name = node_layers(network)
+    writer = {t.name: name for name, group in by_name.items() for layer in group for t in _outputs(layer)}
     found: dict[NodeRef, list] = {}
     missing: list[NodeRef] = []
-    writer: dict[str, str] = {}  # tensor -> metadata name of the layer writing it
-    for name, group in by_name.items():
-        for layer in group:
-            for t in _outputs(layer):
-                writer.setdefault(t.name, name)
     for ref in refs:
         groups = [by_name[n] for n in ref.names if n in by_name]
         if not groups:  # e.g. a node id that is its output because its name is shared: find it by output
@@ -144,21 +111,10 @@ def resolve(network, refs: Iterable[NodeRef], *, by_name: Mapping[str, list] | N
         if not groups:
             missing.append(ref)
             continue
-        chosen = groups[0]
-        if ref.outputs:
-            wanted = set(ref.outputs)
-            matching = [g for g in groups if any(t.name in wanted for layer in g for t in _outputs(layer))]
-            chosen = matching[0] if matching else chosen
-            pieces = _components(chosen)
-            if len(pieces) > 1:  # several ONNX nodes share this name: keep the one writing our outputs
-                mine = [p for p in pieces if any(t.name in wanted for layer in p for t in _outputs(layer))]
-                if mine:
-                    chosen = [layer for p in mine for layer in p]
-        found[ref] = chosen
+        wanted = set(ref.outputs)
+        chosen = next((g for g in groups if any(t.name in wanted for layer in g for t in _outputs(layer))), groups[0])
+        found[ref] = _writing(chosen, wanted) if wanted else chosen
     return found, missing
-
-
-# --------------------------------------------------------------------------- pinning
 
 
 @dataclass(frozen=True)
@@ -172,117 +128,72 @@ class PinnedLayer:
         return f"{self.layer} <- {self.node or 'helper layer'}{why}"
 
 
-def _transparent_types(trt) -> frozenset:
-    return frozenset(
-        {
-            trt.LayerType.CONSTANT,
-            trt.LayerType.SHUFFLE,
-            trt.LayerType.IDENTITY,
-            trt.LayerType.SLICE,
-            trt.LayerType.CONCATENATION,
-            trt.LayerType.GATHER,
-            trt.LayerType.SQUEEZE,
-            trt.LayerType.UNSQUEEZE,
-        }
-    )
+def _floats(trt, tensors) -> list:
+    return [t for t in tensors if _is_float(trt, t)]
 
 
 def _is_float(trt, tensor) -> bool:
     return tensor.dtype in (trt.DataType.FLOAT, trt.DataType.HALF)
 
 
-def _set_fp32(trt, layer) -> None:
-    layer.precision = trt.float32
-    for i, tensor in enumerate(_outputs(layer)):
-        if _is_float(trt, tensor):  # never int or bool outputs
-            layer.set_output_type(i, trt.float32)
-
-
 def transparent_closure(network, pinned: set, trt) -> list:
-    """Transparent layers (data movement, constants) that sit between pinned layers, so none rounds an
-    FP32 tensor: every float input comes from a pinned layer or is not computed in floating point
-    (a network input, a constant, data movement of those), every consumer of its float outputs is
-    pinned, and it touches a pinned layer. The greatest such set (a fixpoint)."""
+    """Transparent layers (data movement, constants) that sit between pinned layers, so none rounds an FP32 tensor:
+    every float input comes from a pinned layer or is not computed in floating point (a network input, a constant,
+    data movement of those), every consumer of its float outputs is pinned, and it touches a pinned layer. The
+    greatest such set (a fixpoint), then what is connected to a pinned layer through it."""
     all_layers = layers(network)
-    kinds = _transparent_types(trt)
+    kinds = {getattr(trt.LayerType, kind) for kind in TRANSPARENT}
     producer = {t.name: layer.name for layer in all_layers for t in _outputs(layer)}
     consumers: dict[str, set] = {}
     for layer in all_layers:
         for t in _inputs(layer):
             consumers.setdefault(t.name, set()).add(layer.name)
     by_name = {layer.name: layer for layer in all_layers}
-    raw: set = set()  # float tensors no layer computed: network inputs, constants, moves of those
-    for layer in all_layers:  # network order is topological
-        if layer.type in kinds and all(t.name in raw or producer.get(t.name) is None for t in _inputs(layer)):
+    raw: set = set()  # float tensors no layer computed: network inputs, constants, moves of those (topological order)
+    for layer in all_layers:
+        if layer.type in kinds and all(t.name in raw or t.name not in producer for t in _inputs(layer)):
             raw.update(t.name for t in _outputs(layer))
-
-    def float_ins(layer):
-        return [t for t in _inputs(layer) if _is_float(trt, t)]
-
-    def float_outs(layer):
-        return [t for t in _outputs(layer) if _is_float(trt, t)]
-
     keep = {layer.name for layer in all_layers if layer.type in kinds and layer.name not in pinned}
     changed = True
     while changed:
-        changed = False
-        ok = pinned | keep
+        ok, changed = pinned | keep, False
         for name in list(keep):
             layer = by_name[name]
-            ins_ok = all(
-                t.name in raw or producer.get(t.name) is None or producer[t.name] in ok for t in float_ins(layer)
-            )
-            outs_ok = all(consumers.get(t.name, set()) <= ok for t in float_outs(layer))
-            if not (ins_ok and outs_ok and float_outs(layer)):
+            ins_ok = all(t.name in raw or producer.get(t.name, name) in ok for t in _floats(trt, _inputs(layer)))
+            outs = _floats(trt, _outputs(layer))
+            if not (ins_ok and outs and all(consumers.get(t.name, set()) <= ok for t in outs)):
                 keep.discard(name)
                 changed = True
-    # only what is connected to a pinned layer through kept layers
     reached: set = set()
     frontier = list(pinned)
     while frontier:
-        name = frontier.pop()
-        layer = by_name.get(name)
-        if layer is None:
-            continue
+        layer = by_name[frontier.pop()]
         neighbours = {producer.get(t.name) for t in _inputs(layer)}
-        for t in _outputs(layer):
-            neighbours |= consumers.get(t.name, set())
-        for n in neighbours:
-            if n in keep and n not in reached:
-                reached.add(n)
-                frontier.append(n)
+        neighbours |= {c for t in _outputs(layer) for c in consumers.get(t.name, ())}
+        for n in neighbours & (keep - reached):
+            reached.add(n)
+            frontier.append(n)
     return [layer for layer in all_layers if layer.name in reached]
 
 
 def pin_layers(network, found: Mapping[NodeRef, list], trt) -> list[PinnedLayer]:
-    pinned: list[PinnedLayer] = []
-    names: set = set()
+    """Pin every layer of each node found, and the transparent layers between them, to FP32: precision through
+    Polygraphy's ``SetLayerPrecisions``, float output types here."""
+    from polygraphy.backend.trt import SetLayerPrecisions
+
+    first: dict[str, PinnedLayer] = {}
     for ref, group in found.items():
         for layer in group:
-            if layer.name not in names:
-                _set_fp32(trt, layer)
-                names.add(layer.name)
-                pinned.append(PinnedLayer(layer.name, ref.label))
-    for layer in transparent_closure(network, names, trt):
-        _set_fp32(trt, layer)
-        pinned.append(PinnedLayer(layer.name, metadata_node(layer.metadata) or "", transparent=True))
+            first.setdefault(layer.name, PinnedLayer(layer.name, ref.label))
+    between = transparent_closure(network, set(first), trt)
+    pinned = [*first.values(), *(PinnedLayer(layer.name, metadata_node(layer.metadata) or "", transparent=True)
+                                 for layer in between)]
+    SetLayerPrecisions((None, network), {p.layer: trt.float32 for p in pinned})()
+    for layer in [layer for group in found.values() for layer in group] + between:
+        for i, tensor in enumerate(_outputs(layer)):
+            if _is_float(trt, tensor):  # never int or bool outputs
+                layer.set_output_type(i, trt.float32)
     return pinned
-
-
-def pin(network, node_names: Iterable[str], trt, *, outputs: Mapping[str, Sequence[str]] | None = None) -> list[str]:
-    """Keep these nodes in FP32 (TensorRT 10.x): precision and float output types of every layer of
-    each node, found through metadata, plus the transparent layers between pinned layers.
-
-    ``node_names``: node names as TensorRT's parser knows them (``node_of_<output>`` for an unnamed
-    node; an fp16bisect node id also works). ``outputs``: a node's ONNX output tensors, to tell apart
-    nodes that share a name. Returns the names of the layers pinned; names with no layer are skipped
-    (``apply_overrides`` reports them).
-    """
-    _require_weak_typing(network, trt)
-    outputs = outputs or {}
-    refs = [NodeRef.of(n, outputs.get(n, ())) for n in node_names]
-    found, _missing = resolve(network, refs)
-    return [p.layer for p in pin_layers(network, found, trt)]
 
 
 def _require_weak_typing(network, trt) -> None:
@@ -334,14 +245,14 @@ def apply_overrides(network, overrides, config=None, *, strict: bool = False) ->
 
     ``overrides``: a path to an override JSON, its parsed dict, or node names. JSON entries name
     nodes by fp16bisect node id (an unnamed node's id is its first output, which TensorRT calls
-    ``node_of_<output>``; both work). With ``config``, also sets ``BuilderFlag.FP16`` and
-    ``BuilderFlag.OBEY_PRECISION_CONSTRAINTS`` on it. Names with no layer are warned about
-    (``MissingNodesWarning``) and listed in ``.missing``; ``strict=True`` raises instead.
+    ``node_of_<output>``; both work). With ``config``, also sets ``BuilderFlag.FP16``,
+    ``BuilderFlag.OBEY_PRECISION_CONSTRAINTS`` and ``ProfilingVerbosity.DETAILED`` (so ``verify_pins`` can read
+    the engine) on it. Names with no layer are warned about (``MissingNodesWarning``) and listed in ``.missing``;
+    ``strict=True`` raises instead.
     """
     trt = load().module
     _require_weak_typing(network, trt)
-    refs = refs_from(overrides)
-    found, missing = resolve(network, refs)
+    found, missing = resolve(network, refs_from(overrides))
     missing_names = [r.label for r in missing]
     if missing_names:
         message = (
@@ -356,6 +267,5 @@ def apply_overrides(network, overrides, config=None, *, strict: bool = False) ->
     if config is not None:
         config.set_flag(trt.BuilderFlag.FP16)
         config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
-        config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED  # so verify_pins can read the engine
+        config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
     return applied
-

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Mapping, TypeVar, Union, get_args
 
 from fp16bisect import records
-from fp16bisect.algorithm.budget import Budget
 from fp16bisect.backends.base import BackendName, CommandOptions, Options
 from fp16bisect.errors import UsageError
 from fp16bisect.model.headroom import factor
@@ -174,30 +173,12 @@ class Space(records.Record):
                        headroom=self.headroom if self.headroom is not None else recorded.headroom)
 
 
-UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}  # --time-limit's units (none: seconds)
-
-
-def _seconds(value: Any, name: str) -> float | None:
-    """A duration: seconds (a number, or its text), or text with a unit (``90s``, ``15m``, ``2h``); above 0."""
-    if value is None:
-        return None
-    text = value.strip().lower() if isinstance(value, str) else ""
-    unit = next((u for u in sorted(UNITS, key=len, reverse=True) if text.endswith(u)), "")
-    try:
-        seconds = records.real(0, above=True)(text[: len(text) - len(unit)] if unit else value, name)
-    except UsageError:
-        raise UsageError(f"{name} {value if isinstance(value, str) else repr(value)}: give seconds above 0, or a "
-                         "duration with a unit: 90s, 15m, 2h") from None
-    assert seconds is not None
-    return seconds * UNITS.get(unit, 1.0)
-
-
 @dataclass(frozen=True)
 class Strategy(records.Record):
     """How the search chooses what to evaluate: the emulator's search first (``prior``: auto, emulate, none), then
     the smallest passing set (``minimum``: None, ``"auto"`` or a number of evaluations) by ``objective`` (nodes,
     or estimated cost); and when it stops early: after ``max_evaluations`` evaluations on the judge or
-    ``time_limit`` seconds, with the smallest passing set it has (``budget``)."""
+    ``time_limit`` seconds, with the smallest passing set it has (``run/stopping.py``)."""
 
     prior: str = option("auto", records.choice(*PRIORS), "an emulator search first (auto: on others)",
                         commands=(SEARCH,), metavar="auto|emulate|none")
@@ -209,15 +190,8 @@ class Strategy(records.Record):
     max_evaluations: int | None = option(None, records.whole(1, optional=True, what="a number of evaluations"),
                                          "stop after N evaluations with the smallest passing set", metavar="N",
                                          commands=(SEARCH,))
-    time_limit: float | None = option(None, _seconds, "stop after SECONDS (or 15m, 2h), as --max-evaluations",
-                                      metavar="SECONDS", commands=(SEARCH,))
-
-    def budget(self) -> Budget | None:
-        """The budget of a search starting now (None: no limit): the evaluations it may run on the judge (those a
-        journal replays cost nothing) and its time from now."""
-        if self.max_evaluations is None and self.time_limit is None:
-            return None
-        return Budget(self.max_evaluations, self.time_limit)
+    time_limit: float | None = option(None, records.duration, "stop after SECONDS (or 15m, 2h), as "
+                                      "--max-evaluations", metavar="SECONDS", commands=(SEARCH,))
 
 
 @dataclass(frozen=True)

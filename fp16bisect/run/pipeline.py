@@ -20,7 +20,7 @@ from fp16bisect.run.coverage import forcing, sample_order, with_forced
 from fp16bisect.run.invocation import Invocation
 from fp16bisect.run.paths import journal_path
 from fp16bisect.run.searches import fp32_set, unreachable
-from fp16bisect.run.stopping import STOPS, stopped
+from fp16bisect.run.stopping import STOPS, budget_of, stopped
 from fp16bisect.backends import Options, PlanJudge, make_backend
 from fp16bisect.strategy.build_noise import build_noise
 from fp16bisect.errors import ToleranceUnreachable, UsageError
@@ -168,7 +168,7 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
     options = options or SearchOptions()
     listener = listener or Listener()
     start = time.perf_counter()
-    budget = options.strategy.budget()  # its time runs from here
+    budget = budget_of(options.strategy)  # its time runs from here
     graph, chosen, oracle = prepare(model, inputs, references, options, listener, defer_references=True)
     with chosen, oracle:  # the backend's resources and the oracle's workers live until the search ends
         prof = _profiled(graph, oracle, listener)

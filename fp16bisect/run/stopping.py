@@ -19,11 +19,20 @@ from fp16bisect.algorithm.progress import Phase
 from fp16bisect.algorithm.search import SearchResult, ended
 from fp16bisect.evaluation.space import View
 from fp16bisect.model.plan_states import states
+from fp16bisect.run.options import Strategy
 from fp16bisect.run.searches import refuse_fp32_fails
 
-__all__ = ["STOPS", "stopped"]
+__all__ = ["STOPS", "budget_of", "stopped"]
 
 STOPS = (Stopped, KeyboardInterrupt)  # what ends a search early, caught where the pipeline searches
+
+
+def budget_of(strategy: Strategy) -> Budget | None:
+    """The budget of a search starting now (None: no limit): the evaluations it may run on the judge (those a
+    journal replays cost nothing) and its time from now."""
+    if strategy.max_evaluations is None and strategy.time_limit is None:
+        return None
+    return Budget(strategy.max_evaluations, strategy.time_limit)
 
 
 def stopped(judge: View, stop: BaseException, order: Sequence, say) -> SearchResult:

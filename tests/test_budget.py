@@ -44,7 +44,7 @@ def budgeted(evaluations=None, seconds=None, clock=None):
     try:
         search(IDS, test, order=ORDER, hooks=Hooks(on_step=lambda step, progress: steps.append(step)))
     except Stopped as stop:
-        return steps, budget.stop(stop)
+        return steps, budget.stop(stop.cause, str(stop))
     return steps, None
 
 

@@ -103,9 +103,9 @@ class Budget:
         """This budget's clock alone, for evaluations it does not count."""
         return Uncounted(self)
 
-    def stop(self, stopped: Stopped) -> Stop:
-        """Why ``stopped`` ended the search, with this budget's limits."""
-        return Stop(stopped.cause, str(stopped), evaluations=self.evaluations, seconds=self.seconds)
+    def stop(self, cause: Cause, said: str) -> Stop:
+        """Why the search ended (this budget's ``Stopped``, or an interrupt), with this budget's limits."""
+        return Stop(cause, said, evaluations=self.evaluations, seconds=self.seconds)
 
 
 @dataclass(frozen=True)

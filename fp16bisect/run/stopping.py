@@ -1,9 +1,10 @@
 """A search that stops before its end: a budget (``--max-evaluations``, ``--time-limit``) or Ctrl-C.
 
-The judge's oracle asks the budget before each evaluation it runs, whichever phase asks (the search, its
-certification, ``--minimum``, the accumulators of ``--accumulate fp16``), so every phase stops the same way and ends
-here: with the smallest plan the judge evaluated and saw pass (never seen to fail), labelled "passing, not minimal:
-budget reached" (or "interrupted"); when none has passed yet, the all-FP32 plan, evaluated then beyond the budget.
+The judge's view (``evaluation/space.py``) asks the budget before each evaluation it runs, whichever phase asks
+(the search, its certification, ``--minimum``, the accumulators of ``--accumulate fp16``), so every phase stops the
+same way and ends here: with the smallest plan the judge evaluated and saw pass (never seen to fail), labelled
+"passing, not minimal: budget reached" (or "interrupted"); when none has passed yet, the all-FP32 plan, evaluated
+then beyond the budget.
 What it claims comes from the verdicts alone (``algorithm.search.ended``). The journal keeps every evaluation, so
 the same command run again replays them at no cost and goes on (a new budget counts that run's evaluations).
 """
@@ -41,9 +42,8 @@ def stopped(judge: View, stop: BaseException, order: Sequence, say) -> SearchRes
     evaluated first (beyond the budget; a second Ctrl-C ends the run with no answer). An all-FP32 plan that fails
     is the error a finished search raises too (exit 3)."""
     budget = judge.budget if isinstance(judge.budget, Budget) else None
-    why = Stop(INTERRUPT, "Ctrl-C")
-    if isinstance(stop, Stopped):
-        why = budget.stop(stop) if budget is not None else Stop(stop.cause, str(stop))
+    cause, said = (stop.cause, str(stop)) if isinstance(stop, Stopped) else (INTERRUPT, "Ctrl-C")
+    why = budget.stop(cause, said) if budget is not None else Stop(cause, said)
     name = judge.backend.name
     result = ended(_trace(judge), why, order, size=_size)
     if result is None:

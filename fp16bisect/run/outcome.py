@@ -35,10 +35,13 @@ class Listener:
 
 def stepper(judge: View, listener: Listener, after: int = 0) -> Callable[[Step, dict], None]:
     """What a search over ``judge`` calls after each evaluation: the listener's progress line, numbered ``after``
-    evaluations on (a later stage of one search), saying whether the journal replayed it."""
+    evaluations on (a later stage of one search), saying whether the journal replayed it and what the budget leaves;
+    the phase that asked each plan is noted on the judge (the trace of a search a budget ends)."""
     def step(step: Step, progress: dict) -> None:
+        judge.asked(step.plan, step.phase)
         listener.step(replace(step, index=after + step.index) if after else step,
-                      {**progress, "backend": judge.backend.name, "replayed": judge.replayed(step.plan)})
+                      {**progress, "backend": judge.backend.name, "replayed": judge.replayed(step.plan),
+                       "budget": judge.left()})
 
     return step
 

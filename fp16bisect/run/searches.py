@@ -51,7 +51,7 @@ def fp32_set(graph, judge: View, listener, prof, prior: Prior | None, minimum: m
                            f"({evaluation.reason.kind}: {evaluation.error.splitlines()[0]}); the search went on "
                            "around it, not counting it")
     if result.status == "fp32_fails":
-        _refuse_fp32_fails(ids, judge)
+        refuse_fp32_fails(ids, judge)
     return result, least, picked
 
 
@@ -149,7 +149,7 @@ def _certify(ids, judge: View, order, start, listener) -> SearchResult:
                   test_many=_many(judge), width=judge.width)
 
 
-def _refuse_fp32_fails(ids, judge: View) -> None:
+def refuse_fp32_fails(ids, judge: View) -> None:
     """The all-FP32 plan (of the searched ``ids``) failed: bad input (it could not be evaluated), or a tolerance
     even FP32 misses."""
     everything = judge.known(frozenset(ids))

@@ -14,6 +14,7 @@ scales with what the user already paid for keeps its cost predictable; ``--minim
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Collection, Literal, Mapping, Sequence, Union
 
@@ -22,7 +23,7 @@ from fp16bisect.errors import UsageError
 from fp16bisect.model.cost import measured, node_costs, shared_casts
 from fp16bisect.strategy.hitting_solver import hitting_set
 
-__all__ = ["AUTO", "Least", "budget", "checked", "least", "wanted"]
+__all__ = ["AUTO", "Least", "budget", "checked", "least", "wanted", "worst_excess"]
 
 AUTO: Literal["auto"] = "auto"
 BUDGET_FACTOR = 3
@@ -113,8 +114,11 @@ class Least:
 
     def to_json(self) -> dict:
         found = self.found
-        return {"proven": found.proven, "lower_bound": _number(found.lower_bound), "evaluations": found.evaluations,
-                "assumes_monotone": found.assumes_monotone, "contradicted": found.contradicted,
+        return {"proven": found.proven, "lower_bound": _number(found.lower_bound),
+                "smaller_failed": max(0, found.smaller_failed), "estimate": _number(found.estimate),
+                "estimate_met": found.estimate_met, "contradictions": found.contradictions,
+                "evaluations": found.evaluations, "explored": found.explored,
+                "assumes_monotone": False, "contradicted": found.contradicted,
                 "budget": self.budget, "backend": self.on, "one_minimal": self.one_minimal,
                 "size": len(self.fp32), "objective": "cost" if self.costs else "nodes",
                 **({"cost_us": _rounded(_cost(self.fp32, self.costs)),
@@ -132,16 +136,18 @@ class Least:
 
     def certified(self, final: Collection) -> "Least":
         """After the judge certified ``fp32`` (each single removal evaluated): when it dropped members (verdicts
-        are not monotone there), its set is the answer, and a proof or bound of the heavier set is void."""
+        are not monotone there), its set is the answer, and a proof or estimate of the heavier set is void."""
         final = frozenset(final)
         if final == self.fp32 or _cost(final, self.costs) >= _cost(self.fp32, self.costs) - 1e-9:
             return self
         found, cost = self.found, _cost(final, self.costs)
-        refuted = found.contradicted or found.proven or cost < found.lower_bound - 1e-9
+        refuted = found.proven or found.estimate_met or cost < found.estimate - 1e-9
         passing = sorted({*found.passing, final}, key=lambda p: (_cost(p, self.costs), len(p), sorted(map(str, p))))
-        return replace(self, fp32=final, found=replace(found, fp32=final, proven=False, assumes_monotone=False,
-                                                       contradicted=refuted, passing=passing,
-                                                       lower_bound=min(found.lower_bound, cost)))
+        return replace(self, fp32=final, found=replace(
+            found, fp32=final, proven=False, estimate_met=False, passing=passing,
+            contradictions=found.contradictions + (1 if refuted else 0),
+            smaller_failed=min(found.smaller_failed, len(final) - 1),
+            lower_bound=min(found.lower_bound, cost), estimate=min(found.estimate, cost)))
 
     def fewest(self) -> frozenset:
         """The passing set with the fewest nodes seen (the cheapest among those)."""
@@ -154,29 +160,39 @@ class Least:
                 f"{_cost(fewest, self.costs):.3g} us")
 
     def line(self, final: Collection) -> str:
-        """What the console says: "3 nodes: the minimum (no 2-node set passes)", or a bound."""
+        """What the console says: "3 node(s): the minimum (every set of 2 or fewer nodes was evaluated and failed)",
+        or what was found and the estimate, with the assumption it rests on named."""
         found, k = self.found, len(self.fp32)
-        bound = _number(found.lower_bound)
         if self.costs:
             return self._cost_line(final)
-        if found.proven and not found.assumes_monotone:
-            said = f"{k} node(s): the minimum (no {k - 1}-node set passes: every one was evaluated and failed)"
-            if k == 1:
-                said = "1 node: the minimum (the all-FP16 plan fails)"
-        elif found.proven:
-            said = (f"{k} node(s): the minimum (no {k - 1}-node set passes, assuming more FP32 never hurts; "
-                    "no evaluation contradicted that)")
+        if found.proven:
+            said = (f"{k} node(s): the minimum (every set of {k - 1} or fewer nodes was evaluated and failed)" if k > 1
+                    else "1 node: the minimum (the all-FP16 plan fails)" if k == 1 else "0 nodes: the minimum")
         else:
-            why = ("verdicts contradicted monotonicity, so the bound assumes what they refute" if found.contradicted
-                   else "the budget ran out")
-            said = f"{k} node(s); the minimum is at least {bound} ({why})"
+            said = f"{k} node(s): no smaller set found" + self._unproven(f"at least {_number(found.lower_bound)}",
+                                                                           str(_number(found.estimate)))
         said += f"; the 1-minimal search kept {self.one_minimal}; {found.evaluations} more evaluation(s)"
         return said + self._where(final)
+
+    def _unproven(self, at_least: str, estimate: str) -> str:
+        """What stands beside a set not proven the minimum: what the verdicts prove (``at_least``), the estimate and
+        the assumption it rests on, how often the verdicts contradict that assumption, and whether the budget ran
+        out."""
+        found = self.found
+        said = ""
+        if found.smaller_failed >= 1:
+            said += f"; {at_least} (every set of {found.smaller_failed} or fewer nodes was evaluated and failed)"
+        said += (f"; a bound of {estimate} holds only if keeping more nodes in FP32 never hurts, "
+                 + (f"which this model's verdicts contradict {found.contradictions} time(s)" if found.contradictions
+                    else "an assumption no verdict here contradicts, not a proof"))
+        if found.evaluations >= self.budget:
+            said += f"; the budget of {self.budget} evaluation(s) ran out"
+        return said
 
     def _where(self, final: Collection) -> str:
         if not self.on_prior:
             return ""
-        said = f" on the emulator, whose bound this is; certified on the {self.judge} backend"
+        said = f" on the emulator, whose verdicts these are; certified on the {self.judge} backend"
         return said + (f", which kept {len(final)} node(s) instead" if frozenset(final) != self.fp32 else "")
 
     def _cost_line(self, final: Collection) -> str:
@@ -185,9 +201,10 @@ class Least:
         how = f"{len(self.measured)} node(s) timed, the rest estimated" if self.measured else "estimated"
         said = f"{len(self.fp32)} node(s) costing {cost:.3g} us ({how}, objective cost)"
         if found.proven:
-            said += ": the cheapest" + (", assuming more FP32 never hurts" if found.assumes_monotone else "")
+            said += ": the cheapest (every cheaper set was evaluated and failed)"
         else:
-            said += f"; the cheapest costs at least {found.lower_bound:.3g} us"
+            said += ": no cheaper set found" + self._unproven(f"the cheapest costs at least {found.lower_bound:.3g} us",
+                                                              f"{found.estimate:.3g} us")
         said += (f"; the 1-minimal search's {self.one_minimal} node(s) cost {self.one_minimal_cost or 0:.3g} us; "
                  f"{self._fewest_said()}; {found.evaluations} more evaluation(s)")
         return said + self._where(final)
@@ -216,11 +233,15 @@ def least(ids: Sequence, oracle, order: Sequence, one_minimal: Sequence, wanted:
             + {True: "pass", False: "FAIL", None: "could not evaluate"}[verdict])
         return verdict
 
+    def excess(plan: frozenset) -> float | None:
+        return worst_excess(oracle.memo.get(plan | forced))
+
     ordered = [c for c in order if c in allowed]
     fewest = None
     if costs:  # the node-minimal set first (its cost is reported beside the cheapest), then the cheapest, seeded
-        fewest = minimum(passes, Minimum(list(ids), hitting_set, spend, known=known(), order=ordered))
-    found = minimum(passes, Minimum(list(ids), hitting_set, spend, known=known(), weights=costs, order=ordered))
+        fewest = minimum(passes, Minimum(list(ids), hitting_set, spend, known=known(), order=ordered, excess=excess))
+    found = minimum(passes, Minimum(list(ids), hitting_set, spend, known=known(), weights=costs, order=ordered,
+                                    excess=excess))
     if fewest is not None:
         found.evaluations += fewest.evaluations
     best = found.fp32 if found.fp32 is not None else frozenset(one_minimal)
@@ -228,6 +249,14 @@ def least(ids: Sequence, oracle, order: Sequence, one_minimal: Sequence, wanted:
         best = frozenset(one_minimal)
     return Least(best, found, on[0], on[1], len(one_minimal), spend, costs,
                  _cost(one_minimal, costs) if costs else None, fewest, wanted.measured)
+
+
+def worst_excess(evaluation) -> float | None:
+    """How far an evaluated plan is from passing: its worst output error in units of the tolerance's allowance
+    (infinite for NaN/inf); None when it could not be evaluated or the judge gave a bare verdict."""
+    if evaluation is None or evaluation.reason is not None or not evaluation.metrics:
+        return None
+    return max(math.inf if m.nonfinite else float(m.excess) for m in evaluation.metrics)
 
 
 def _cost(plan, costs: Mapping) -> float:

@@ -38,19 +38,21 @@ def seeded(n: int = 8):
 
 
 def test_a_lone_passing_set_below_the_monotone_bound_gets_no_proof_and_no_at_least():
-    # every failing plan the search saw holds node 5, so under monotone verdicts {5} fails too: in 6 evaluations the
-    # hitting-set loop meets its bound of 3 on CORE, and it used to call CORE proven while {5} passes
+    # every failing plan the search saw holds node 5, so under monotone verdicts {5} fails too: the hitting-set loop
+    # meets its bound of 3 on CORE in 6 evaluations, and it used to call CORE proven while {5} passes; the 4 left
+    # of a budget of 10 do not afford every 1-node set (7 not yet evaluated), the only proof
     known = seeded()
     assert LONE not in known
-    result = minimum(cancelling, Minimum(list(range(8)), exact_hitting_set, budget=6, known=known,
+    result = minimum(cancelling, Minimum(list(range(8)), exact_hitting_set, budget=10, known=known,
                                          order=list(range(8))))
     assert result.fp32 == CORE and not result.proven and result.evaluations == 6
     assert result.lower_bound == 1  # proven: the all-FP16 plan was evaluated and failed; nothing more
     assert result.estimate == 3 and result.estimate_met and result.contradictions == 0
-    least = Least(CORE, result, "emulate", "emulate", 3, 6)
+    least = Least(CORE, result, "emulate", "emulate", 3, 10)
     line = least.line(CORE)
     assert line.startswith("3 node(s): no smaller set found; a bound of 3 holds only if keeping more nodes in FP32 "
-                           "never hurts, an assumption no verdict here contradicts, not a proof")
+                           "never hurts, an assumption no verdict here contradicts, not a proof; the 1-minimal "
+                           "search kept 3; 6 more evaluation(s)")
     assert "the minimum" not in line and "at least" not in line and "proven" not in line
     data = least.to_json()
     assert data["proven"] is False and data["lower_bound"] == 1 and data["estimate"] == 3

@@ -91,7 +91,8 @@ def search_json(o) -> dict:
         # members kept because their removal could not be evaluated: why, from that evaluation
         "unverified": unverified(o),
         "unevaluable": len(oracle.build_failures),
-        **({"minimum": o.minimum.to_json()} if o.minimum is not None else {}),  # search --minimum
+        # search --minimum's record (search.minimum), or the default step's (search.improvement)
+        **({o.minimum.json_key: o.minimum.to_json()} if o.minimum is not None else {}),
         "verified": result.passed,
         "contradictions": contradictions_json(result.contradictions),
         "seconds": round(o.seconds, 3),

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fp16bisect.strategy import prior as priors
+from fp16bisect.strategy import improve
 from fp16bisect.strategy import minimum as minima
 from fp16bisect.strategy import blocks, constraints, hitting_solver, prior_choice, ranking
 from fp16bisect.strategy.agreement import agreement
@@ -252,10 +253,9 @@ def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted
         hitting_solver.require_solver(len(ids))
     least = None
     if prior is not None:
-        start = prior.fp32
-        if minimum is not None:
-            least = _least_on_prior(ids, prior, minimum, chosen.name, listener)
-            start = tuple(least.fp32) if least is not None else start
+        evidence = improve.Evidence(frozenset(prof.order[:prof.suspects]), prior.measured)
+        least = _least_on_prior(ids, prior, minimum, evidence, chosen.name, listener)
+        start = tuple(least.fp32) if least is not None else prior.fp32
         listener.stage(f"on the {chosen.name} backend: evaluating the emulator's {len(start)} node(s), then "
                        "certifying each (or continuing from them if they fail)")
         result = search(ids, oracle, order=prior.order, start=start, hooks=Hooks(
@@ -264,10 +264,10 @@ def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted
         listener.stage(agreement(result, chosen.name))
     else:
         listener.stage(f"searching on the {chosen.name} backend ({prof.suspects} suspect(s) first)")
+        reorder = ranking.reorder_by_effect(graph, chosen, oracle, prof, listener)
         result = search(ids, oracle, order=prof.order, suspects=prof.suspects,
-                        hooks=Hooks(reorder=ranking.reorder_by_effect(graph, chosen, oracle, prof, listener),
-                                    recheck=recheck, on_step=step), **common)
-        if minimum is not None and result.status == "found":
+                        hooks=Hooks(reorder=reorder, recheck=recheck, on_step=step), **common)
+        if result.status == "found":  # --minimum's search, else the default step (strategy/improve.py)
 
             def certify(start, seen) -> SearchResult:  # steps already evaluated are not said again
                 def said(s: Step, progress: dict) -> None:
@@ -277,7 +277,9 @@ def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted
                 return search(ids, oracle, order=prof.order, start=start,
                               hooks=Hooks(recheck=recheck, on_step=said), **common)
 
-            result, least = _least(ids, oracle, prof.order, result, minimum, chosen.name, listener, certify)
+            ranked = (reorder.order if reorder is not None else None) or prof.order
+            evidence = improve.Evidence(frozenset(prof.order[:prof.suspects]), getattr(reorder, "measured", None))
+            result, least = _least(ids, oracle, ranked, result, minimum, evidence, chosen.name, listener, certify)
     said = {frozenset(m for m in oracle.forced if is_mark(m)): "the all-FP16 plan",
             **({frozenset(prior.fp32): "the emulator's set"} if prior else {})}
     for plan, what in said.items():
@@ -309,15 +311,21 @@ def _grouped(graph, chosen, oracle, listener, prof, how: blocks.Grouping):
     return result, picked
 
 
-def _least_on_prior(ids, prior: Prior, minimum: minima.Wanted, judge: str, listener) -> minima.Least | None:
-    """``--minimum`` on an expensive judge: the loop on the emulator's oracle, its set the start set to certify."""
-    if prior.oracle is None:
-        listener.stage("--minimum: the emulator's evaluations were read back, not kept (resuming): the judge "
-                       "certifies the emulator's 1-minimal set; rerun with --restart to search the minimum")
+def _least_on_prior(ids, prior: Prior, minimum: minima.Wanted | None, evidence: improve.Evidence, judge: str,
+                    listener):
+    """On an expensive judge: ``--minimum``'s search on the emulator's oracle (else the default step there,
+    ``improve.py``), its set the start set the judge certifies."""
+    if prior.oracle is None or prior.status != "found":
+        if prior.oracle is None and minimum is not None:
+            listener.stage("--minimum: the emulator's evaluations were read back, not kept (resuming): the judge "
+                           "certifies the emulator's 1-minimal set; rerun with --restart to search the minimum")
         return None
+    if minimum is None:
+        return improve.step(ids, prior.oracle, prior.order, prior.fp32, evidence, evaluations=prior.evaluations,
+                            on=(LABEL, judge), say=listener.stage)
     listener.stage(f"--minimum: searching the {_what(minimum)} passing set on the emulator (up to "
                    f"{minima.budget(minimum.setting, prior.evaluations)} evaluation(s))")
-    return minima.least(ids, prior.oracle, prior.order, prior.fp32, minimum, on=(LABEL, judge),
+    return minima.least(ids, prior.oracle, prior.order, prior.fp32, minimum, evidence, on=(LABEL, judge),
                         evaluations=prior.evaluations, say=listener.stage)
 
 
@@ -325,14 +333,20 @@ def _what(minimum: minima.Wanted) -> str:
     return "cheapest (estimated cost)" if minimum.costs else "smallest"
 
 
-def _least(ids, oracle, order, first: SearchResult, minimum: minima.Wanted, judge: str, listener, certify):
-    """``--minimum`` on the judge itself: the loop on its oracle, seeded with the search's evaluations; a smaller set
-    is certified (``certify(start)``: each single removal evaluated). The result counts every evaluation."""
-    before = len(oracle.history)
-    listener.stage(f"--minimum: searching the {_what(minimum)} passing set (up to "
-                   f"{minima.budget(minimum.setting, first.evaluations)} evaluation(s))")
-    least = minima.least(ids, oracle, order, first.fp32, minimum, on=(judge, judge), evaluations=first.evaluations,
-                         say=listener.stage)
+def _least(ids, oracle, order, first: SearchResult, minimum: minima.Wanted | None, evidence: improve.Evidence,
+           judge: str, listener, certify):
+    """``--minimum`` on the judge itself: its search on the judge's oracle, seeded with the search's evaluations
+    (else the default step, ``improve.py``); a smaller set is certified (``certify(start)``: each single removal
+    evaluated). The result counts every evaluation."""
+    before, phase = len(oracle.history), "minimum" if minimum is not None else "improve"
+    if minimum is None:
+        least = improve.step(ids, oracle, order, first.fp32, evidence, evaluations=first.evaluations,
+                             on=(judge, judge), say=listener.stage)
+    else:
+        listener.stage(f"--minimum: searching the {_what(minimum)} passing set (up to "
+                       f"{minima.budget(minimum.setting, first.evaluations)} evaluation(s))")
+        least = minima.least(ids, oracle, order, first.fp32, minimum, evidence, on=(judge, judge),
+                             evaluations=first.evaluations, say=listener.stage)
     result, phases, looped = first, {}, len(oracle.history) - before
     if least is not None and least.fp32 != frozenset(first.fp32):
         again = certify(least.fp32, set(oracle.memo))
@@ -340,7 +354,7 @@ def _least(ids, oracle, order, first: SearchResult, minimum: minima.Wanted, judg
         phases = {s.plan: s.phase for s in again.trace}
         result = replace(again, contradictions=first.contradictions + again.contradictions, agreed=None, added=(),
                          dropped=())
-    steps = [Step(len(first.trace) + i, e.plan - oracle.forced, e.verdict, "minimum" if i <= looped else
+    steps = [Step(len(first.trace) + i, e.plan - oracle.forced, e.verdict, phase if i <= looped else
                   phases.get(e.plan - oracle.forced, "minimality"), first.rounds + i)
              for i, e in enumerate(oracle.history[before:], 1)]  # the loop's and the certification's, in order
     return replace(result, trace=first.trace + steps, evaluations=first.evaluations + len(steps),

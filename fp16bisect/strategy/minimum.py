@@ -14,7 +14,6 @@ scales with what the user already paid for keeps its cost predictable; ``--minim
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Collection, Literal, Mapping, Sequence, Union
 
@@ -22,8 +21,9 @@ from fp16bisect.algorithm.hitting import Minimum, MinimumResult, Weights, minimu
 from fp16bisect.errors import UsageError
 from fp16bisect.model.cost import measured, node_costs, shared_casts
 from fp16bisect.strategy.hitting_solver import hitting_set
+from fp16bisect.strategy.improve import Evidence, Seen
 
-__all__ = ["AUTO", "Least", "budget", "checked", "least", "wanted", "worst_excess"]
+__all__ = ["AUTO", "Least", "budget", "checked", "least", "wanted"]
 
 AUTO: Literal["auto"] = "auto"
 BUDGET_FACTOR = 3
@@ -111,6 +111,9 @@ class Least:
     @property
     def on_prior(self) -> bool:
         return self.on != self.judge
+
+    json_key = "minimum"  # the override JSON's search.minimum (the default step's record is search.improvement)
+    label = "--minimum"  # the console line's
 
     def to_json(self) -> dict:
         found = self.found
@@ -210,21 +213,19 @@ class Least:
         return said + self._where(final)
 
 
-def least(ids: Sequence, oracle, order: Sequence, one_minimal: Sequence, wanted: Wanted, *,
+def least(ids: Sequence, oracle, order: Sequence, one_minimal: Sequence, wanted: Wanted, evidence: Evidence, *,
           on: tuple[str, str], evaluations: int, say: Callable[[str], None] = print) -> Least | None:
     """The loop on ``oracle`` (a plan -> True | False | None callable with a ``memo`` of what it evaluated),
-    seeded with that memo; ``on``: (the backend it evaluates on, the judge's); ``evaluations``: the 1-minimal
-    search's there (for ``AUTO``'s budget); ``say``: a line per evaluation. None when the 1-minimal answer is
-    empty (nothing to minimise)."""
+    seeded with that memo; ``evidence``: what says whether FP16 errors cancel here (``improve.py``'s rule: then
+    the search beyond the hitting-set model goes first); ``on``: (the backend it evaluates on, the judge's);
+    ``evaluations``: the 1-minimal search's there (for ``AUTO``'s budget); ``say``: a line per evaluation. None
+    when the 1-minimal answer is empty (nothing to minimise)."""
     if not one_minimal:
         return None
-    allowed, forced = set(ids), frozenset(getattr(oracle, "forced", ()))  # the memo's plans hold the forced nodes
     spend, costs = budget(wanted.setting, evaluations), wanted.costs
+    seen = Seen(ids, oracle)
+    cancel, _ = seen.spread(one_minimal, evidence)
     asked = [0]
-
-    def known() -> dict:
-        return {plan - forced: e.verdict for plan, e in oracle.memo.items()
-                if forced <= plan and plan - forced <= allowed}
 
     def passes(plan: frozenset) -> bool | None:
         verdict = oracle(plan)
@@ -233,15 +234,13 @@ def least(ids: Sequence, oracle, order: Sequence, one_minimal: Sequence, wanted:
             + {True: "pass", False: "FAIL", None: "could not evaluate"}[verdict])
         return verdict
 
-    def excess(plan: frozenset) -> float | None:
-        return worst_excess(oracle.memo.get(plan | forced))
-
-    ordered = [c for c in order if c in allowed]
+    given = Minimum(list(ids), hitting_set, spend, known=seen.verdicts, order=[c for c in order if c in set(ids)],
+                    excess=seen.excess, explore_first=cancel)
     fewest = None
     if costs:  # the node-minimal set first (its cost is reported beside the cheapest), then the cheapest, seeded
-        fewest = minimum(passes, Minimum(list(ids), hitting_set, spend, known=known(), order=ordered, excess=excess))
-    found = minimum(passes, Minimum(list(ids), hitting_set, spend, known=known(), weights=costs, order=ordered,
-                                    excess=excess))
+        fewest = minimum(passes, given)
+        given = replace(given, known=Seen(ids, oracle).verdicts, weights=costs)
+    found = minimum(passes, given)
     if fewest is not None:
         found.evaluations += fewest.evaluations
     best = found.fp32 if found.fp32 is not None else frozenset(one_minimal)
@@ -249,14 +248,6 @@ def least(ids: Sequence, oracle, order: Sequence, one_minimal: Sequence, wanted:
         best = frozenset(one_minimal)
     return Least(best, found, on[0], on[1], len(one_minimal), spend, costs,
                  _cost(one_minimal, costs) if costs else None, fewest, wanted.measured)
-
-
-def worst_excess(evaluation) -> float | None:
-    """How far an evaluated plan is from passing: its worst output error in units of the tolerance's allowance
-    (infinite for NaN/inf); None when it could not be evaluated or the judge gave a bare verdict."""
-    if evaluation is None or evaluation.reason is not None or not evaluation.metrics:
-        return None
-    return max(math.inf if m.nonfinite else float(m.excess) for m in evaluation.metrics)
 
 
 def _cost(plan, costs: Mapping) -> float:

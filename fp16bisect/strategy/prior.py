@@ -46,6 +46,8 @@ class Prior:
     replayed: bool = False  # read back from the expensive backend's journal: the emulator did not run
     alternatives: dict = field(default_factory=dict)  # when S failed on the judge: how the alternatives were made
     oracle: Oracle | None = field(default=None, repr=False, compare=False)  # the emulator's (None when replayed)
+    # each candidate's output error alone in FP16 on the emulator (None when replayed): strategy/improve.py's rule
+    measured: dict | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:
         return {"backend": "emulate", "status": self.status, "fp32": list(self.fp32), "order": list(self.order),
@@ -100,7 +102,7 @@ def run(graph, backend, judge: Oracle, prof, listener, journaled: PriorJournal |
     evaluations = len(oracle.history)  # distinct plans on the emulator
     prior = Prior(tuple(found), ranking.prior_order(found, prof, measured), result.status, evaluations, seconds,
                   result.minimal, fp16.to_json() if fp16 else {}, str(journal.path) if journal else "",
-                  oracle=oracle)
+                  oracle=oracle, measured=measured)
     listener.stage(f"prior: the emulator keeps {len(found)} node(s) in FP32 after {evaluations} "
                    f"evaluation(s) in {seconds:.1f} s")
     return prior

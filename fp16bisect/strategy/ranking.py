@@ -49,20 +49,33 @@ def prior_order(found: list, prof, measured: dict[str, float]) -> list:
     return list(found) + by_effect([c for c in prof.order if c not in set(found)], measured)
 
 
-def reorder_by_effect(graph, backend, oracle, prof, listener):
-    """On a backend that ``ranks_by_effect`` (the emulator): a function ranking every candidate by the output error each causes alone in FP16,
-    which the search calls only when no suspect prefix explains the failure (accumulated rounding). None on other
-    backends (there the prior brings the ranking)."""
-    from fp16bisect.backends.emulate import EmulateBackend
+class EffectRanking:
+    """The ranking the search calls when no suspect prefix explains the failure: every candidate by the output
+    error it causes alone in FP16 (one emulator run each); what it measured stays for what comes after the search
+    (``measured``: candidate -> excess; ``order``: the ranking; both None until it ran)."""
 
+    def __init__(self, graph, backend, oracle, prof, listener):
+        self.graph, self.backend, self.oracle, self.prof, self.listener = graph, backend, oracle, prof, listener
+        self.measured: dict[str, float] | None = None
+        self.order: list | None = None
+
+    def __call__(self) -> list:
+        from fp16bisect.backends.emulate import EmulateBackend
+
+        prof, oracle = self.prof, self.oracle
+        self.listener.stage(f"no suspect prefix explains the failure: ranking the {len(prof.order)} candidate(s) by "
+                            "the output error each causes alone in FP16")
+        # on an emulator of our own unless ``backend`` is one: these runs are not evaluations of the search
+        runner = self.backend if isinstance(self.backend, EmulateBackend) else EmulateBackend(self.graph)
+        self.measured = effects(runner, oracle.samples, oracle.tolerance, oracle.outputs, prof.order)
+        self.order = by_effect(prof.order, self.measured)
+        return self.order
+
+
+def reorder_by_effect(graph, backend, oracle, prof, listener) -> EffectRanking | None:
+    """On a backend that ``ranks_by_effect`` (the emulator): the ranking of every candidate by the output error each
+    causes alone in FP16, which the search calls only when no suspect prefix explains the failure (accumulated
+    rounding). None on other backends (there the prior brings the ranking)."""
     if not backend.ranks_by_effect:
         return None
-
-    def ranked() -> list:
-        listener.stage(f"no suspect prefix explains the failure: ranking the {len(prof.order)} candidate(s) by "
-                       "the output error each causes alone in FP16")
-        # on an emulator of our own unless ``backend`` is one: these runs are not evaluations of the search
-        runner = backend if isinstance(backend, EmulateBackend) else EmulateBackend(graph)
-        return by_effect(prof.order, effects(runner, oracle.samples, oracle.tolerance, oracle.outputs, prof.order))
-
-    return ranked
+    return EffectRanking(graph, backend, oracle, prof, listener)

@@ -36,6 +36,7 @@ from fp16bisect.evaluation.oracle import EXIT_CODE, OUTPUTS, Oracle
 from fp16bisect.run.options import SearchOptions
 from fp16bisect.run.outcome import Listener, Outcome
 from fp16bisect.strategy.prior import LABEL, Prior
+from fp16bisect.algorithm.progress import Phase
 from fp16bisect.algorithm.search import Hooks, SearchResult, Step, search
 from fp16bisect.tolerance import Tolerance
 
@@ -338,7 +339,9 @@ def _least(ids, oracle, order, first: SearchResult, minimum: minima.Wanted | Non
     """``--minimum`` on the judge itself: its search on the judge's oracle, seeded with the search's evaluations
     (else the default step, ``improve.py``); a smaller set is certified (``certify(start)``: each single removal
     evaluated). The result counts every evaluation."""
-    before, phase = len(oracle.history), "minimum" if minimum is not None else "improve"
+    before = len(oracle.history)
+    phase: Phase = "minimum" if minimum is not None else "improve"
+    least: minima.Least | improve.Improvement | None
     if minimum is None:
         least = improve.step(ids, oracle, order, first.fp32, evidence, evaluations=first.evaluations,
                              on=(judge, judge), say=listener.stage)

@@ -114,6 +114,7 @@ class Least:
 
     json_key = "minimum"  # the override JSON's search.minimum (the default step's record is search.improvement)
     label = "--minimum"  # the console line's
+    ran = True  # as the default step's record says whether it evaluated anything: the console's line, always
 
     def to_json(self) -> dict:
         found = self.found

@@ -61,6 +61,7 @@ class Explored:
     start: frozenset
     evaluations: int  # new plans evaluated
     results: dict = field(default_factory=dict)  # every verdict known at the end (the given ones too)
+    found_at: int = 0  # the evaluation (1, 2, ...) that first saw ``fp32`` pass (0: it was known before)
 
     @property
     def gained(self) -> int:
@@ -83,12 +84,14 @@ def explore(test: Callable[[frozenset], bool | None], start, given: Explore) -> 
     except _OutOfBudget:
         pass
     smaller = [p for p, v in state.results.items() if v and len(p) < len(best) and p <= chosen]
-    return Explored(min(smaller, key=len) if smaller else best, start, state.asked, state.results)
+    best = min(smaller, key=len) if smaller else best
+    return Explored(best, start, state.asked, state.results, state.passed_at.get(best, 0))
 
 
 class _State:
     def __init__(self, test, results: dict, budget: int, excess: Excess | None):
         self.test, self.results, self.budget, self.asked, self.excess = test, results, budget, 0, excess
+        self.passed_at: dict = {}  # plan -> the evaluation that saw it pass
 
     def __call__(self, plan: frozenset) -> bool | None:
         if plan not in self.results:
@@ -97,6 +100,8 @@ class _State:
             self.asked += 1
             value = self.test(plan)
             self.results[plan] = None if value is None else bool(value)
+            if value:
+                self.passed_at[plan] = self.asked
         return self.results[plan]
 
     def need(self, plan: frozenset, member) -> float | None:

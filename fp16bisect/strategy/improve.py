@@ -59,6 +59,7 @@ class Improvement:
     budget: int = 0
     on: str = ""
     judge: str = ""
+    found_at: int = 0  # the step's evaluation that first saw its set pass (0: nothing smaller passed)
 
     json_key = "improvement"  # the override JSON's search.improvement (``--minimum``'s record is search.minimum)
     label = "smaller set"  # the console line's
@@ -69,14 +70,15 @@ class Improvement:
 
     def to_json(self) -> dict:
         return {"ran": self.ran, "why": self.why, "one_minimal": self.one_minimal, "size": len(self.fp32),
-                "evaluations": self.evaluations, "budget": self.budget, **({"backend": self.on} if self.on else {})}
+                "evaluations": self.evaluations, "found_at": self.found_at, "budget": self.budget,
+                **({"backend": self.on} if self.on else {})}
 
     def line(self, final: Collection) -> str:
         """What the console says of a step that ran: what it gained, in how many evaluations, and why it ran."""
         k = len(frozenset(final))
-        said = (f"{self.one_minimal} -> {k} node(s), also 1-minimal" if k < self.one_minimal
-                else f"none smaller than the 1-minimal {self.one_minimal} node(s) found")
-        said += (f" in {self.evaluations} of at most {self.budget} evaluation(s) ({self.why}); not claimed the "
+        said = (f"{self.one_minimal} -> {k} node(s), also 1-minimal, seen to pass at its evaluation {self.found_at}"
+                if k < self.one_minimal else f"none smaller than the 1-minimal {self.one_minimal} node(s) found")
+        said += (f"; {self.evaluations} of at most {self.budget} evaluation(s) ({self.why}); not claimed the "
                  "minimum (--minimum searches on)")
         if self.on != self.judge:
             said += f"; on the emulator, certified on the {self.judge} backend"
@@ -130,7 +132,8 @@ def step(ids: Sequence, oracle, order: Sequence, one_minimal: Sequence, evidence
     allowed = set(ids)
     found = explore(passes, one_minimal, Explore(list(ids), spend, order=[c for c in order if c in allowed],
                                                  known=seen.verdicts, excess=seen.excess))
-    return Improvement(found.fp32, len(one_minimal), True, why, found.evaluations, spend, on[0], on[1])
+    return Improvement(found.fp32, len(one_minimal), True, why, found.evaluations, spend, on[0], on[1],
+                       found.found_at)
 
 
 def _rule(answer: frozenset, evidence: Evidence, fp16_excess: float | None, contradicted: int) -> tuple[bool, str]:

@@ -102,3 +102,21 @@ def test_on_an_expensive_judge_the_step_runs_on_the_emulator_and_the_judge_certi
     assert step["backend"] == "emulate (prior)" and step["one_minimal"] == 5 and step["size"] == 3
     assert len(engine.runs) == 3 + 2  # the all-FP16 plan, the set, each single removal: k + 2 builds
     assert "on the emulator, certified on the engine backend" in said
+
+
+def test_a_search_resumed_on_an_expensive_judge_starts_from_the_steps_set_as_the_journal_kept_it(
+        fake_backend, tmp_path, capsys):
+    engine = fake_backend(name="engine", deterministic=True, versions={"engine": "test double"}, stop_at=3)
+    model, x, atol = silero(0.7)
+    np.savez(tmp_path / "x.npz", **x)
+    out = tmp_path / "o.json"
+    command = ["search", model, "--inputs", tmp_path / "x.npz", "--atol", atol, "--rtol", 0, "-o", out]
+    assert run(capsys, *command)[0] == 130  # Ctrl-C on the engine's third build
+    engine.stop_at = None
+    code, _, progress = run(capsys, *command)  # resumed: the emulator does not run again, nor the step
+    data = json.loads(out.read_text())
+    assert code == 0 and len(data["fp32_nodes"]) == 3 and data["search"]["minimal"] is True
+    assert "prior: the emulator's result read from" in progress and "smaller set: evaluation" not in progress
+    step = data["search"]["improvement"]
+    assert step["one_minimal"] == 5 and step["size"] == 3 and step["backend"] == "emulate (prior)"
+    assert len(set(engine.runs)) == 3 + 2  # the same k + 2 plans as uninterrupted

@@ -257,6 +257,9 @@ def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted
         evidence = improve.Evidence(frozenset(prof.order[:prof.suspects]), prior.measured)
         least = _least_on_prior(ids, prior, minimum, evidence, chosen.name, listener)
         start = tuple(least.fp32) if least is not None else prior.fp32
+        if isinstance(least, improve.Improvement) and oracle.journal is not None and not prior.improvement:
+            prior.improvement = {**least.to_json(), "fp32": sorted(least.fp32)}  # a resumed search starts there too
+            oracle.journal.record_prior(prior.to_json())
         listener.stage(f"on the {chosen.name} backend: evaluating the emulator's {len(start)} node(s), then "
                        "certifying each (or continuing from them if they fail)")
         result = search(ids, oracle, order=prior.order, start=start, hooks=Hooks(
@@ -316,6 +319,8 @@ def _least_on_prior(ids, prior: Prior, minimum: minima.Wanted | None, evidence: 
                     listener):
     """On an expensive judge: ``--minimum``'s search on the emulator's oracle (else the default step there,
     ``improve.py``), its set the start set the judge certifies."""
+    if prior.improvement and minimum is None:  # resumed: the step's record and set, as the journal kept them
+        return improve.Improvement.from_json(prior.improvement, judge)
     if prior.oracle is None or prior.status != "found":
         if prior.oracle is None and minimum is not None:
             listener.stage("--minimum: the emulator's evaluations were read back, not kept (resuming): the judge "

@@ -64,6 +64,13 @@ class Improvement:
     json_key = "improvement"  # the override JSON's search.improvement (``--minimum``'s record is search.minimum)
     label = "smaller set"  # the console line's
 
+    @classmethod
+    def from_json(cls, data: dict, judge: str) -> Improvement:
+        """The record as a journal kept it (``to_json``, with the set under ``fp32``), for a resumed search."""
+        return cls(frozenset(data["fp32"]), int(data["one_minimal"]), bool(data["ran"]), str(data["why"]),
+                   int(data.get("evaluations", 0)), int(data.get("budget", 0)), str(data.get("backend", "")), judge,
+                   int(data.get("found_at", 0)))
+
     def certified(self, final: Collection) -> Improvement:
         """After the judge certified the set (each single removal evaluated there): the set it kept."""
         return replace(self, fp32=frozenset(final))

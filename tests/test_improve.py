@@ -17,15 +17,16 @@ from fp16bisect.strategy.improve import Evidence, _rule
 
 def test_the_rule_reads_the_evidence_the_search_already_has():
     ranked = {"a": 2.0, "b": 1.5, "c": 1.0}  # single-node errors, in units of the allowance
-    assert _rule(frozenset("ab"), Evidence(frozenset("abc"), ranked), 2.0, 0)[0] is False  # overflow suspects
-    assert _rule(frozenset("a"), Evidence(frozenset(), ranked), 2.0, 0)[0] is False  # 1 node: nothing smaller
-    assert _rule(frozenset("ab"), Evidence(frozenset(), ranked), 2.0, 3) == (
+    order = list(ranked)
+    assert _rule(frozenset("ab"), Evidence(order, frozenset("abc"), ranked), 2.0, 0)[0] is False  # overflows
+    assert _rule(frozenset("a"), Evidence(order, frozenset(), ranked), 2.0, 0)[0] is False  # 1 node: no smaller
+    assert _rule(frozenset("ab"), Evidence(order, frozenset(), ranked), 2.0, 3) == (
         True, "the search's verdicts contradicted monotonicity 3 time(s)")
-    spread, why = _rule(frozenset("ab"), Evidence(frozenset(), ranked), 2.0, 0)  # 4.5 / 2.0 = 2.25x
+    spread, why = _rule(frozenset("ab"), Evidence(order, frozenset(), ranked), 2.0, 0)  # 4.5 / 2.0 = 2.25x
     assert spread and "add up to 2.25x the all-FP16 error: they cancel" in why
-    adds, why = _rule(frozenset("ab"), Evidence(frozenset(), ranked), 4.5, 0)  # they add up to the total
+    adds, why = _rule(frozenset("ab"), Evidence(order, frozenset(), ranked), 4.5, 0)  # they add up to the total
     assert not adds and "add up to 1x the all-FP16 error: they add" in why
-    assert _rule(frozenset("ab"), Evidence(frozenset(), None), 2.0, 0)[0] is False  # nothing measured
+    assert _rule(frozenset("ab"), Evidence(order, frozenset(), None), 2.0, 0)[0] is False  # nothing measured
 
 
 @pytest.mark.parametrize("name, evaluations, why", [

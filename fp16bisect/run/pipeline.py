@@ -254,7 +254,7 @@ def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted
         hitting_solver.require_solver(len(ids))
     least = None
     if prior is not None:
-        evidence = improve.Evidence(frozenset(prof.order[:prof.suspects]), prior.measured)
+        evidence = improve.Evidence(prior.order, frozenset(prof.order[:prof.suspects]), prior.measured)
         least = _least_on_prior(ids, prior, minimum, evidence, chosen.name, listener)
         start = tuple(least.fp32) if least is not None else prior.fp32
         if isinstance(least, improve.Improvement) and oracle.journal is not None and not prior.improvement:
@@ -281,9 +281,9 @@ def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted
                 return search(ids, oracle, order=prof.order, start=start,
                               hooks=Hooks(recheck=recheck, on_step=said), **common)
 
-            ranked = (reorder.order if reorder is not None else None) or prof.order
-            evidence = improve.Evidence(frozenset(prof.order[:prof.suspects]), getattr(reorder, "measured", None))
-            result, least = _least(ids, oracle, ranked, result, minimum, evidence, chosen.name, listener, certify)
+            evidence = improve.Evidence(getattr(reorder, "order", None) or prof.order,
+                                        frozenset(prof.order[:prof.suspects]), getattr(reorder, "measured", None))
+            result, least = _least(ids, oracle, result, minimum, evidence, chosen.name, listener, certify)
     said = {frozenset(m for m in oracle.forced if is_mark(m)): "the all-FP16 plan",
             **({frozenset(prior.fp32): "the emulator's set"} if prior else {})}
     for plan, what in said.items():
@@ -327,11 +327,11 @@ def _least_on_prior(ids, prior: Prior, minimum: minima.Wanted | None, evidence: 
                            "certifies the emulator's 1-minimal set; rerun with --restart to search the minimum")
         return None
     if minimum is None:
-        return improve.step(ids, prior.oracle, prior.order, prior.fp32, evidence, evaluations=prior.evaluations,
+        return improve.step(ids, prior.oracle, prior.fp32, evidence, evaluations=prior.evaluations,
                             on=(LABEL, judge), say=listener.stage)
     listener.stage(f"--minimum: searching the {_what(minimum)} passing set on the emulator (up to "
                    f"{minima.budget(minimum.setting, prior.evaluations)} evaluation(s))")
-    return minima.least(ids, prior.oracle, prior.order, prior.fp32, minimum, evidence, on=(LABEL, judge),
+    return minima.least(ids, prior.oracle, prior.fp32, minimum, evidence, on=(LABEL, judge),
                         evaluations=prior.evaluations, say=listener.stage)
 
 
@@ -339,8 +339,8 @@ def _what(minimum: minima.Wanted) -> str:
     return "cheapest (estimated cost)" if minimum.costs else "smallest"
 
 
-def _least(ids, oracle, order, first: SearchResult, minimum: minima.Wanted | None, evidence: improve.Evidence,
-           judge: str, listener, certify):
+def _least(ids, oracle, first: SearchResult, minimum: minima.Wanted | None, evidence: improve.Evidence, judge: str,
+           listener, certify):
     """``--minimum`` on the judge itself: its search on the judge's oracle, seeded with the search's evaluations
     (else the default step, ``improve.py``); a smaller set is certified (``certify(start)``: each single removal
     evaluated). The result counts every evaluation."""
@@ -348,12 +348,12 @@ def _least(ids, oracle, order, first: SearchResult, minimum: minima.Wanted | Non
     phase: Phase = "minimum" if minimum is not None else "improve"
     least: minima.Least | improve.Improvement | None
     if minimum is None:
-        least = improve.step(ids, oracle, order, first.fp32, evidence, evaluations=first.evaluations,
-                             on=(judge, judge), say=listener.stage)
+        least = improve.step(ids, oracle, first.fp32, evidence, evaluations=first.evaluations, on=(judge, judge),
+                             say=listener.stage)
     else:
         listener.stage(f"--minimum: searching the {_what(minimum)} passing set (up to "
                        f"{minima.budget(minimum.setting, first.evaluations)} evaluation(s))")
-        least = minima.least(ids, oracle, order, first.fp32, minimum, evidence, on=(judge, judge),
+        least = minima.least(ids, oracle, first.fp32, minimum, evidence, on=(judge, judge),
                              evaluations=first.evaluations, say=listener.stage)
     result, phases, looped = first, {}, len(oracle.history) - before
     if least is not None and least.fp32 != frozenset(first.fp32):

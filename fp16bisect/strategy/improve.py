@@ -16,7 +16,7 @@ around it, its most needed members with the most harmful other candidates.
    the all-FP16 error: keeping more in FP32 then only helps, and the descent's set is as small as it gets. Errors
    that cancel, or fall on different output elements, sum to more.
 
-**Budget**: the search's own evaluations on that oracle, at least ``AT_LEAST``. A smaller set found has had each
+**Budget**: the search's own evaluations on that oracle, at least ``AT_LEAST`` and at most ``AT_MOST``. A smaller set found has had each
 of its single removals evaluated (the exploration reduces what passes), so certifying it costs nothing more there.
 On an expensive judge the step runs on the emulator prior (its oracle, its ranking, its evaluations) and the set it
 finds is the start set the judge certifies (k + 2 evaluations when they agree). The answer stays "1-minimal": the
@@ -32,17 +32,21 @@ from typing import Callable, Collection, Mapping, Sequence
 from fp16bisect.algorithm.claims import contradictions
 from fp16bisect.algorithm.explore import Explore, explore
 
-__all__ = ["AT_LEAST", "SPREAD", "Evidence", "Improvement", "Seen", "step", "worst_excess"]
+__all__ = ["AT_LEAST", "AT_MOST", "SPREAD", "Evidence", "Improvement", "Seen", "step", "worst_excess"]
 
 SPREAD = 1.5  # single-node errors summing to more than this times the all-FP16 error: they do not simply add
-AT_LEAST = 20  # the step's budget at least (the search's own evaluations otherwise)
+AT_LEAST = 20  # the step's budget: the search's own evaluations, at least this many
+AT_MOST = 100  # and at most this many (a search of hundreds of evaluations is not doubled)
 
 
 @dataclass(frozen=True)
 class Evidence:
-    """What the rule reads: the FP32 profile's suspects (near the FP16 limits) and the ranking's single-node errors
-    (candidate -> excess; None when no ranking ran)."""
+    """What the 1-minimal search learned that steers the search for smaller sets: the candidates in its order (the
+    most harmful first: the ranking by the error each causes alone in FP16 when it ran), the FP32 profile's
+    suspects (near the FP16 limits) and the ranking's single-node errors (candidate -> excess; None when no
+    ranking ran). The rule reads the last two."""
 
+    order: Sequence
     suspects: frozenset
     measured: Mapping | None = None
 
@@ -117,15 +121,15 @@ class Seen:
         return _rule(frozenset(one_minimal), evidence, self.excess(frozenset()), contradictions(self.verdicts))
 
 
-def step(ids: Sequence, oracle, order: Sequence, one_minimal: Sequence, evidence: Evidence, *, evaluations: int,
-         on: tuple[str, str], say: Callable[[str], None] = print) -> Improvement:
+def step(ids: Sequence, oracle, one_minimal: Sequence, evidence: Evidence, *, evaluations: int, on: tuple[str, str],
+         say: Callable[[str], None] = print) -> Improvement:
     """The step on ``oracle`` (plan -> True | False | None, with the ``memo`` of what it evaluated), from the
     1-minimal ``one_minimal``, when the rule says so; ``evaluations``: the search's there (the budget)."""
     seen = Seen(ids, oracle)
     ran, why = seen.spread(one_minimal, evidence)
     if not ran:
         return Improvement(frozenset(one_minimal), len(one_minimal), False, why, on=on[0], judge=on[1])
-    spend = max(AT_LEAST, int(evaluations))
+    spend = min(AT_MOST, max(AT_LEAST, int(evaluations)))
     asked = [0]
 
     def passes(plan: frozenset) -> bool | None:
@@ -137,7 +141,7 @@ def step(ids: Sequence, oracle, order: Sequence, one_minimal: Sequence, evidence
 
     say(f"smaller set: {why}; trying sets smaller than the {len(one_minimal)} node(s) (up to {spend} evaluation(s))")
     allowed = set(ids)
-    found = explore(passes, one_minimal, Explore(list(ids), spend, order=[c for c in order if c in allowed],
+    found = explore(passes, one_minimal, Explore(list(ids), spend, order=[c for c in evidence.order if c in allowed],
                                                  known=seen.verdicts, excess=seen.excess))
     return Improvement(found.fp32, len(one_minimal), True, why, found.evaluations, spend, on[0], on[1],
                        found.found_at)

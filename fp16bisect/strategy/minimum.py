@@ -214,11 +214,12 @@ class Least:
         return said + self._where(final)
 
 
-def least(ids: Sequence, oracle, order: Sequence, one_minimal: Sequence, wanted: Wanted, evidence: Evidence, *,
-          on: tuple[str, str], evaluations: int, say: Callable[[str], None] = print) -> Least | None:
+def least(ids: Sequence, oracle, one_minimal: Sequence, wanted: Wanted, evidence: Evidence, *, on: tuple[str, str],
+          evaluations: int, say: Callable[[str], None] = print) -> Least | None:
     """The loop on ``oracle`` (a plan -> True | False | None callable with a ``memo`` of what it evaluated),
-    seeded with that memo; ``evidence``: what says whether FP16 errors cancel here (``improve.py``'s rule: then
-    the search beyond the hitting-set model goes first); ``on``: (the backend it evaluates on, the judge's);
+    seeded with that memo; ``evidence``: the candidates' order, and what says whether FP16 errors cancel here
+    (``improve.py``'s rule: then the search beyond the hitting-set model goes first); ``on``: (the backend it
+    evaluates on, the judge's);
     ``evaluations``: the 1-minimal search's there (for ``AUTO``'s budget); ``say``: a line per evaluation. None
     when the 1-minimal answer is empty (nothing to minimise)."""
     if not one_minimal:
@@ -235,8 +236,8 @@ def least(ids: Sequence, oracle, order: Sequence, one_minimal: Sequence, wanted:
             + {True: "pass", False: "FAIL", None: "could not evaluate"}[verdict])
         return verdict
 
-    given = Minimum(list(ids), hitting_set, spend, known=seen.verdicts, order=[c for c in order if c in set(ids)],
-                    excess=seen.excess, explore_first=cancel)
+    given = Minimum(list(ids), hitting_set, spend, known=seen.verdicts, excess=seen.excess, explore_first=cancel,
+                    order=[c for c in evidence.order if c in set(ids)])
     fewest = None
     if costs:  # the node-minimal set first (its cost is reported beside the cheapest), then the cheapest, seeded
         fewest = minimum(passes, given)

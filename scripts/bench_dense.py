@@ -251,7 +251,8 @@ def main() -> None:
         print("|---|---|---:|---|---|---|---|---|---:|")
         for m in found:
             ex = m["exhaustive"]
-            check = (f"1-{ex['sizes']} / {ex['evaluations']} / " if ex["sizes"] else "none / 0 / ") + (
+            sizes = "none" if not ex["sizes"] else "1" if ex["sizes"] == 1 else f"1-{ex['sizes']}"
+            check = f"{sizes} / {ex['evaluations']} / " + (
                 str(ex["passing"]) if ex["passing"] else "none" if ex["sizes"] else "-")
             print(f"| {m['model']} | {m['atol']:.3g} ({m['factor']:g}x) | {m['n']} | {m['k1']} / {m['e1']} "
                   f"| {m['k']} / {m['e']} | {m['seg_k']} / {m['seg']} | {m['min_k']} / {claimed(m['claim'])} / "

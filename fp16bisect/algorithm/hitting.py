@@ -53,9 +53,9 @@ __all__ = ["Minimum", "MinimumResult", "Weights", "exact_hitting_set", "minimum"
 
 Solver = Callable[[list, Mapping], "frozenset | None"]  # (conflicts, weights) -> the lightest hitting set, or None
 
-# Counting nodes: the share of the budget the search beyond the hitting-set model gets before the loop runs (on
-# models whose FP16 errors cancel, the loop's monotone model misleads it; measured on Silero VAD in
-# docs/benchmarks.md); the loop then gives its estimate with the rest, and what it leaves goes beyond it again.
+# Counting nodes, where errors cancel: the share of the budget the search beyond the hitting-set model gets before
+# the loop runs (there the loop's monotone model misleads it: on Silero VAD its conflicts ruled out the smaller sets
+# that exploring first found); the loop then gives its estimate with the rest, and what it leaves goes beyond again.
 EXPLORE_SHARE = 0.75
 SHARED_EXHAUSTIVE = 14  # nodes up to which the pure-Python solver weighs shared weights exactly (2^14 sets)
 

@@ -226,7 +226,10 @@ def _prior(graph, oracle, prof, listener, options: SearchOptions) -> Prior | Non
         journaled = priors.PriorJournal(lambda header: journal_path(output, journal_key(header), prior=True),
                                         options.restart, options.retry_crashed)
     found = priors.run(graph, backend, oracle, prof, listener, journaled)
-    if found is not None and journal is not None:
+    if found is not None and options.minimum is None and options.objective == "nodes":  # the default step there
+        ids = [n.id for n in graph.candidates if n.id in set(prof.order) and n.id not in oracle.forced]
+        found.improvement = improve.on_prior(ids, found, frozenset(prof.order[:prof.suspects]), listener.stage)
+    if found is not None and journal is not None:  # with the step's set: a resumed search starts there too
         journal.record_prior(found.to_json())
     return found
 
@@ -257,9 +260,6 @@ def _search(graph, chosen, oracle, listener, prof, prior, minimum: minima.Wanted
         evidence = improve.Evidence(prior.order, frozenset(prof.order[:prof.suspects]), prior.measured)
         least = _least_on_prior(ids, prior, minimum, evidence, chosen.name, listener)
         start = tuple(least.fp32) if least is not None else prior.fp32
-        if isinstance(least, improve.Improvement) and oracle.journal is not None and not prior.improvement:
-            prior.improvement = {**least.to_json(), "fp32": sorted(least.fp32)}  # a resumed search starts there too
-            oracle.journal.record_prior(prior.to_json())
         listener.stage(f"on the {chosen.name} backend: evaluating the emulator's {len(start)} node(s), then "
                        "certifying each (or continuing from them if they fail)")
         result = search(ids, oracle, order=prior.order, start=start, hooks=Hooks(
@@ -317,18 +317,15 @@ def _grouped(graph, chosen, oracle, listener, prof, how: blocks.Grouping):
 
 def _least_on_prior(ids, prior: Prior, minimum: minima.Wanted | None, evidence: improve.Evidence, judge: str,
                     listener):
-    """On an expensive judge: ``--minimum``'s search on the emulator's oracle (else the default step there,
-    ``improve.py``), its set the start set the judge certifies."""
-    if prior.improvement and minimum is None:  # resumed: the step's record and set, as the journal kept them
-        return improve.Improvement.from_json(prior.improvement, judge)
+    """On an expensive judge: ``--minimum``'s search on the emulator's oracle, its set the start set the judge
+    certifies (else the default step's, which ran with the prior: ``_prior``)."""
+    if minimum is None:
+        return improve.Improvement.from_json(prior.improvement, judge) if prior.improvement else None
     if prior.oracle is None or prior.status != "found":
-        if prior.oracle is None and minimum is not None:
+        if prior.oracle is None:
             listener.stage("--minimum: the emulator's evaluations were read back, not kept (resuming): the judge "
                            "certifies the emulator's 1-minimal set; rerun with --restart to search the minimum")
         return None
-    if minimum is None:
-        return improve.step(ids, prior.oracle, prior.fp32, evidence, evaluations=prior.evaluations,
-                            on=(LABEL, judge), say=listener.stage)
     listener.stage(f"--minimum: searching the {_what(minimum)} passing set on the emulator (up to "
                    f"{minima.budget(minimum.setting, prior.evaluations)} evaluation(s))")
     return minima.least(ids, prior.oracle, prior.fp32, minimum, evidence, on=(LABEL, judge),

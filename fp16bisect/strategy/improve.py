@@ -31,8 +31,9 @@ from typing import Callable, Collection, Mapping, Sequence
 
 from fp16bisect.algorithm.claims import contradictions
 from fp16bisect.algorithm.explore import Explore, explore
+from fp16bisect.strategy.prior import LABEL, Prior
 
-__all__ = ["AT_LEAST", "AT_MOST", "SPREAD", "Evidence", "Improvement", "Seen", "step", "worst_excess"]
+__all__ = ["AT_LEAST", "AT_MOST", "SPREAD", "Evidence", "Improvement", "Seen", "on_prior", "step", "worst_excess"]
 
 SPREAD = 1.5  # single-node errors summing to more than this times the all-FP16 error: they do not simply add
 AT_LEAST = 20  # the step's budget: the search's own evaluations, at least this many
@@ -145,6 +146,18 @@ def step(ids: Sequence, oracle, one_minimal: Sequence, evidence: Evidence, *, ev
                                                  known=seen.verdicts, excess=seen.excess))
     return Improvement(found.fp32, len(one_minimal), True, why, found.evaluations, spend, on[0], on[1],
                        found.found_at)
+
+
+def on_prior(ids: Sequence, prior: Prior, suspects: frozenset, say: Callable[[str], None] = print) -> dict:
+    """The step on the emulator prior's oracle, from its 1-minimal set (``prior``: ``strategy/prior.Prior``), as the
+    prior's record keeps it (``Improvement.to_json`` with the set under ``fp32``; empty when the prior found
+    nothing to keep): the judge certifies that set, and a resumed search reads it back. The rule and the budget
+    are the emulator's: its ranking, its suspects, its evaluations."""
+    if prior.oracle is None or prior.status != "found":
+        return {}
+    done = step(ids, prior.oracle, prior.fp32, Evidence(prior.order, suspects, prior.measured),
+                evaluations=prior.evaluations, on=(LABEL, ""), say=say)
+    return {**done.to_json(), "fp32": sorted(done.fp32)}
 
 
 def _rule(answer: frozenset, evidence: Evidence, fp16_excess: float | None, contradicted: int) -> tuple[bool, str]:

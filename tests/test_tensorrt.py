@@ -201,6 +201,19 @@ def test_load_without_tensorrt_says_how_to_install(monkeypatch):
     )
 
 
+def test_load_without_polygraphy_says_how_to_install_it(trt, monkeypatch):
+    """Every engine is built and run through Polygraphy: without it, TensorRT alone is no use (apply_overrides,
+    verify_pins and the kernel plan load TensorRT this way too)."""
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, real=importlib.util.find_spec:
+                        None if name == "polygraphy" else real(name, *a))
+    with pytest.raises(UsageError) as err:
+        trt_pin.apply_overrides(None, ["ln1_var"])
+    assert str(err.value) == ("Polygraphy is not installed, and fp16bisect builds and runs TensorRT engines through "
+                              "it: pip install 'fp16bisect[tensorrt]'")
+
+
 @pytest.mark.parametrize("first", ["", "import polygraphy.json, polygraphy.backend.trt; "])
 def test_load_points_polygraphy_at_tensorrt_rtx_whether_or_not_polygraphy_came_first(first):
     """load() sets POLYGRAPHY_USE_TENSORRT_RTX=1 (the one place fp16bisect does) before Polygraphy is imported; when

@@ -113,7 +113,6 @@ class TensorRTBackend(Backend):
             )
         self.graph = graph
         self.timing_cache_path = Path(timing_cache)
-        self.opt_level = opt_level
         found = trt_device.device()["compute_capability"].split(".") if self.tensorrt.rtx else []
         self.settings = trt_engine.Settings(opt_level, dict(input_shapes or {}), self.typing == "strong",
                                             graph.precision.label,  # TensorRT-RTX: for this GPU, when CUDA tells it
@@ -160,7 +159,7 @@ class TensorRTBackend(Backend):
     @property
     def journal_name(self) -> str:
         """The journal's backend: the typing and the optimisation level change the engines, so the verdicts."""
-        level = f", opt level {self.opt_level}" if self.opt_level is not None else ""
+        level = f", opt level {self.settings.opt_level}" if self.settings.opt_level is not None else ""
         return f"tensorrt ({self.typing} typing{level})"
 
     def versions(self) -> dict:

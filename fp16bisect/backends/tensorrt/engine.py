@@ -31,7 +31,6 @@ class TensorRTError(Exception):
     """TensorRT refused: the message carries TensorRT's own words."""
 
     def __init__(self, what: str, messages: Sequence[str]):
-        self.what = what
         self.messages = list(dict.fromkeys(messages))  # the parser's errors are also logged
         detail = " | ".join(m.strip().replace("\n", " ") for m in self.messages) or "no message from TensorRT"
         super().__init__(f"{what}: {detail}")
@@ -50,11 +49,10 @@ class RunError(TensorRTError):
 
 
 @contextlib.contextmanager
-def polygraphy(failure: type[TensorRTError] | None, what: str = "", verbose: bool = False):
+def polygraphy(failure: type[TensorRTError], what: str, verbose: bool = False):
     """Polygraphy's messages in the block, TensorRT's that it forwards among them, kept in a list of (severity,
     text) and never printed (its ``G_LOGGER.log`` is ours for the block); a ``PolygraphyException`` raised in it
-    becomes ``failure(what, the errors)`` (is dropped: None), without Polygraphy's closing "critical" line when
-    TensorRT said more. ``verbose``: every message, TensorRT's verbose ones included (else errors only); each block
+    becomes ``failure(what, the errors)``, without Polygraphy's closing "critical" line when TensorRT said more. ``verbose``: every message, TensorRT's verbose ones included (else errors only); each block
     hears every warning (Polygraphy says a repeated one once per process)."""
     from polygraphy.exception import PolygraphyException
     from polygraphy.logger import G_LOGGER
@@ -77,10 +75,9 @@ def polygraphy(failure: type[TensorRTError] | None, what: str = "", verbose: boo
             warnings.filterwarnings("ignore", ".*Timing cache operations are no-ops", DeprecationWarning)
             yield lines
     except PolygraphyException:
-        if failure is not None:
-            errors = [(level, text) for level, text in lines if level >= G_LOGGER.ERROR]
-            raise failure(what, [text for level, text in errors if level < G_LOGGER.CRITICAL]
-                          or [text for _level, text in errors]) from None
+        errors = [(level, text) for level, text in lines if level >= G_LOGGER.ERROR]
+        raise failure(what, [text for level, text in errors if level < G_LOGGER.CRITICAL]
+                      or [text for _level, text in errors]) from None
     finally:
         del G_LOGGER.log  # Polygraphy's own again
 
@@ -140,9 +137,14 @@ class Settings:
 
 @dataclass(frozen=True)
 class Built:
-    engine: bytes
-    timing_cache: bytes | None  # serialized after the build; None when not used (TensorRT-RTX) or refused
+    """A build and what came of it."""
+
+    engine: bytes  # the serialized engine
+    timing_cache: bytes | None = None  # serialized after the build; None when not used (TensorRT-RTX) or refused
     missing: tuple[str, ...] = ()  # nodes to pin that have no layer (weak typing)
+    # verbose: every message logged while building, in order, as Polygraphy's logger prints it: opening with its
+    # severity ([E], [W], [I]; [V] for TensorRT's INFO, [X] for its VERBOSE), a message's further lines indented
+    lines: tuple[str, ...] = ()
 
 
 def parse(tensorrt: TensorRT, source: bytes | Path, *, strongly_typed: bool = False):
@@ -190,10 +192,12 @@ def _config(tensorrt: TensorRT, network, settings: Settings, cache=None, weak: b
 
 
 def build(tensorrt: TensorRT, source: bytes | Path, settings: Settings, *, fp32: Iterable[NodeRef] = (),
-          timing_cache: bytes | None = None) -> Built:
+          timing_cache: bytes | None = None, verbose: bool = False) -> Built:
     """Build an engine. ``fp32``: nodes to pin (weakly typed TensorRT 10.x only). ``timing_cache``: the bytes of the
-    shared cache (None for a new one); the result carries the updated cache to save (none on TensorRT-RTX)."""
+    shared cache (None for a new one); the result carries the updated cache to save (none on TensorRT-RTX).
+    ``verbose``: with every message logged while building."""
     from polygraphy.backend.trt import EngineBytesFromNetwork
+    from polygraphy.logger import G_LOGGER
 
     strong = not tensorrt.weakly_typed or settings.strongly_typed
     parsed = parse(tensorrt, source, strongly_typed=strong)
@@ -205,42 +209,25 @@ def build(tensorrt: TensorRT, source: bytes | Path, settings: Settings, *, fp32:
             cache, saved = (files.enter_context(tempfile.TemporaryFile()) for _ in range(2))  # Polygraphy takes files
             cache.write(timing_cache or b"")
         config = _config(tensorrt, parsed[1], settings, cache, weak=not strong)
-        with polygraphy(BuildError, "TensorRT could not build the engine"):
+        with polygraphy(BuildError, "TensorRT could not build the engine", verbose) as lines:
             engine = bytes(EngineBytesFromNetwork(parsed, config=config, save_timing_cache=saved)())
+        logged = tuple(f"{G_LOGGER.SEVERITY_LETTER_MAPPING[level]} " + text.replace("\n", "\n    ")
+                       for level, text in lines) if verbose else ()
         if saved is None:
-            return Built(engine, None, missing)
+            return Built(engine, None, missing, logged)
         saved.seek(0)
-        return Built(engine, saved.read() or None, missing)
-
-
-@dataclass(frozen=True)
-class BuildLog:
-    """A build and what TensorRT said while it built."""
-
-    engine: bytes  # the serialized engine
-    # every message logged while building, in order, as Polygraphy's logger prints it: opening with its severity
-    # ([E], [W], [I]; [V] for TensorRT's INFO, [X] for its VERBOSE), a message's further lines indented
-    lines: tuple[str, ...]
+        return Built(engine, saved.read() or None, missing, logged)
 
 
 def build_logged(path: str | Path, *, shapes: Mapping[str, tuple] | None = None,
-                 compute_capability: tuple[int, int] | None = None) -> BuildLog:
-    """Build the ONNX file at ``path`` strongly typed, with ``ProfilingVerbosity.DETAILED`` and every message kept:
-    at the end of a build TensorRT prints the engine's layers (``Layers:``, one line per kernel with its tensors'
-    types), the one view of a TensorRT-RTX engine on a machine without a GPU (the kernel plan's build). ``shapes``:
-    input -> (min, opt, max), for dynamic inputs. A model TensorRT cannot parse is a ``ParseError``, one it cannot
-    build a ``BuildError``."""
-    from polygraphy.backend.trt import EngineBytesFromNetwork
-
-    tensorrt = load()
-    parsed = parse(tensorrt, Path(path), strongly_typed=True)
-    config = _config(tensorrt, parsed[1], Settings(shapes=dict(shapes or {}), compute_capability=compute_capability))
-    with polygraphy(BuildError, "TensorRT could not build the engine", verbose=True) as lines:
-        engine = bytes(EngineBytesFromNetwork(parsed, config=config)())
-    from polygraphy.logger import G_LOGGER
-
-    letter = G_LOGGER.SEVERITY_LETTER_MAPPING
-    return BuildLog(engine, tuple(f"{letter[level]} " + text.replace("\n", "\n    ") for level, text in lines))
+                 compute_capability: tuple[int, int] | None = None) -> Built:
+    """Build the ONNX file at ``path`` strongly typed, with ``ProfilingVerbosity.DETAILED`` and every message kept
+    (``lines``): at the end of a build TensorRT prints the engine's layers (``Layers:``, one line per kernel with its
+    tensors' types), the one view of a TensorRT-RTX engine on a machine without a GPU (the kernel plan's build).
+    ``shapes``: input -> (min, opt, max), for dynamic inputs. A model TensorRT cannot parse is a ``ParseError``, one
+    it cannot build a ``BuildError``."""
+    settings = Settings(shapes=dict(shapes or {}), compute_capability=compute_capability)
+    return build(load(), Path(path), settings, verbose=True)
 
 
 # --------------------------------------------------------------------------- running

@@ -68,7 +68,7 @@ def polygraphy(failure: type[TensorRTError], what: str, verbose: bool = False):
         if severity >= lowest:
             lines.append((severity, str(message() if callable(message) else message)))
 
-    G_LOGGER.log = log
+    G_LOGGER.log, util.TRT_LOGGER.lowest = log, lowest
     try:
         # CreateConfig sets a timing cache, a deprecated no-op on TensorRT-RTX
         with warnings.catch_warnings():
@@ -80,28 +80,34 @@ def polygraphy(failure: type[TensorRTError], what: str, verbose: bool = False):
                       or [text for _level, text in errors]) from None
     finally:
         del G_LOGGER.log  # Polygraphy's own again
+        util.TRT_LOGGER.lowest = None
 
 
 def _forwarding(trt):
     """Polygraphy's TensorRT logger (``polygraphy/backend/trt/util.py``: each message to its logger, warnings once),
-    without the dict it builds and the five lookups it makes for each message: a build logs thousands, and those
-    cost an eighth of a small model's build."""
+    without the dict it builds and the five lookups it makes for each message, and, inside ``polygraphy()``, a
+    message below the severity kept dropped at once: a build logs thousands, and those cost an eighth of a small
+    model's build."""
     from polygraphy.logger import G_LOGGER, LogMode
 
     levels = {trt.Logger.INTERNAL_ERROR: G_LOGGER.ERROR, trt.Logger.ERROR: G_LOGGER.ERROR,
               trt.Logger.WARNING: G_LOGGER.WARNING, trt.Logger.INFO: G_LOGGER.VERBOSE,
               trt.Logger.VERBOSE: G_LOGGER.EXTRA_VERBOSE}
+    modes = {level: LogMode.ONCE if level == G_LOGGER.WARNING else LogMode.EACH for level in levels.values()}
 
     class Forwarding(trt.ILogger):
+        lowest: int | None = None  # inside polygraphy(): the lowest severity kept
+
         def __init__(self) -> None:
             trt.ILogger.__init__(self)
 
         def log(self, severity, msg) -> None:
             level = levels.get(severity, G_LOGGER.SUPER_VERBOSE)
-            try:
-                G_LOGGER.log(msg, level, mode=LogMode.ONCE if level == G_LOGGER.WARNING else LogMode.EACH)
-            except KeyboardInterrupt:  # TensorRT calls log() from C++, which cannot take an exception
-                os.kill(os.getpid(), signal.SIGTERM)
+            if self.lowest is None or level >= self.lowest:
+                try:
+                    G_LOGGER.log(msg, level, mode=modes.get(level, LogMode.EACH))
+                except KeyboardInterrupt:  # TensorRT calls log() from C++, which cannot take an exception
+                    os.kill(os.getpid(), signal.SIGTERM)
 
     return Forwarding()
 

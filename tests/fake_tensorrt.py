@@ -131,7 +131,6 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
         name = ""
         dtype = None
         shape = ()
-        is_shape_tensor = False
 
         def __init__(self, name, dtype, shape=()):
             self.name = name
@@ -206,37 +205,18 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
         def get_flag(self, flag):
             return bool(self._flags & (1 << int(flag)))
 
-    class ParserError:
-        def __init__(self, text):
-            self._text = text
+    class OnnxParser:  # parse errors are TensorRT-RTX's to show (tests/test_tensorrt.py)
+        num_errors = 0
 
-        def __str__(self):
-            return self._text
-
-    class OnnxParser:
         def __init__(self, network, logger):
             self._network = network
-            self._logger = logger
-            self._errors = []
-
-        @property
-        def num_errors(self):
-            return len(self._errors)
-
-        def get_error(self, index):
-            return self._errors[index]
-
-        def parse_from_file(self, path):
-            return self.parse(onnx.load(path).SerializeToString())
 
         def parse(self, model):
-            try:
-                _import(onnx.load_model_from_string(bytes(model)), self._network)
-            except Exception as exc:
-                self._errors.append(ParserError(f"(deserializeOnnxModel): MODEL_DESERIALIZE_FAILED: {exc}"))
-                self._logger.log(ILogger.Severity.ERROR, f"ModelImporter.cpp: {exc}")
-                return False
+            _import(onnx.load_model_from_string(bytes(model)), self._network)
             return True
+
+        def parse_from_file(self, path):  # the backend's models: their weights in files of their own
+            return self.parse(onnx.load(path).SerializeToString())
 
     def _import(model, network):
         inferred = onnx.shape_inference.infer_shapes(model)

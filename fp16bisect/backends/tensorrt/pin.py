@@ -38,7 +38,8 @@ TRANSPARENT = ("CONSTANT", "SHUFFLE", "IDENTITY", "SLICE", "CONCATENATION", "GAT
 def metadata_nodes(metadata: str) -> tuple:
     """The ONNX node names in a layer's metadata (an engine layer fusing several nodes names each; a helper layer
     none)."""
-    return tuple(dict.fromkeys(_METADATA.findall("\x1f".join(p.strip() for p in str(metadata or "").split("\x1f")))))
+    entries = "\x1f".join(part.strip() for part in str(metadata or "").split("\x1f"))
+    return tuple(dict.fromkeys(_METADATA.findall(entries)))
 
 
 def layers(network) -> list:

@@ -37,11 +37,11 @@ import hashlib
 import json
 import os
 from pathlib import Path
-
+from typing import Iterable
 
 from fp16bisect.errors import UsageError
-from fp16bisect.model.samples import update_digest
-from fp16bisect.evaluation.oracle import Evaluation, Reason
+from fp16bisect.model.samples import Sample, update_digest
+from fp16bisect.evaluation.verdicts import Evaluation, Reason
 
 SCHEMA = "fp16bisect.journal/1"
 KEYS = ("model_sha256", "backend", "tolerance", "samples", "repeats", "headroom", "shapes")  # the last two: when given
@@ -49,7 +49,7 @@ CRASHED = ("the process died evaluating this plan (a crash or a kill); fp16bisec
            "evaluates it again")
 
 
-def samples_digest(samples) -> str:
+def samples_digest(samples: Iterable[Sample]) -> str:
     """What the user gave: the inputs, and the references when given (computed ones follow from them).
 
     Call it before references are computed."""
@@ -68,7 +68,7 @@ def journal_key(header: dict) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _key(plan, entry: dict) -> tuple:
+def _key(plan: Iterable, entry: dict) -> tuple[frozenset, int]:
     """What a started, abandoned or finished line is about: the plan, and which recheck of it (0: none)."""
     return frozenset(plan), int(entry.get("recheck") or 0)
 
@@ -203,13 +203,13 @@ class Journal:
             died = Evaluation(frozenset(ids), False, (), 0.0, reason=Reason("died", CRASHED))
             self.append({**died.to_json(), "crashed": True, **({"recheck": recheck} if recheck else {})})
 
-    def start(self, plan, recheck: int = 0) -> None:
+    def start(self, plan: Iterable, recheck: int = 0) -> None:
         """Mark a plan's evaluation (``recheck`` k: its k-th recheck) started, on disk, before it runs."""
         ids = sorted(plan)
         self._write({"started": ids, **({"recheck": recheck} if recheck else {})})
         self._open.add(_key(ids, {"recheck": recheck}))
 
-    def abandon(self, plans, recheck: int = 0) -> None:
+    def abandon(self, plans: Iterable[Iterable], recheck: int = 0) -> None:
         """Unmark the evaluations among ``plans`` that were started here and have not finished: the process is
         unwinding (Ctrl-C, an exception), not dying, so a resumed search runs them again. Best effort: a journal
         that cannot be written must not hide what is unwinding."""

@@ -17,8 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
+from fp16bisect.backends.base import Backend
+from fp16bisect.evaluation.journal import Journal
 from fp16bisect.evaluation.oracle import Evaluation, Oracle
+from fp16bisect.model.graph import Graph
 from fp16bisect.model.profile import Profile
+from fp16bisect.model.samples import Sample
+from fp16bisect.tolerance import Tolerance
 
 
 @dataclass(frozen=True)
@@ -31,7 +36,7 @@ class PlanSpace:
     blocks: Mapping[str, tuple] = field(default_factory=dict, hash=False)
 
     @classmethod
-    def of(cls, graph) -> PlanSpace:
+    def of(cls, graph: Graph) -> PlanSpace:
         """Every candidate node of ``graph``, nothing fixed."""
         return cls(tuple(n.id for n in graph.candidates))
 
@@ -80,24 +85,24 @@ class View:
         """The same oracle, samples in the same order, over another space."""
         return replace(self, space=space)
 
-    def __call__(self, plan) -> bool | None:
+    def __call__(self, plan: Iterable) -> bool | None:
         """The plan's verdict: True pass, False fail, None could not evaluate."""
         return self.evaluate(plan).verdict
 
-    def evaluate(self, plan, recheck: int = 0) -> Evaluation:
+    def evaluate(self, plan: Iterable, recheck: int = 0) -> Evaluation:
         return self.oracle.evaluate(self.space.plan(plan), recheck, stress=self.stress)
 
-    def evaluate_many(self, plans) -> list[Evaluation]:
+    def evaluate_many(self, plans: Iterable[Iterable]) -> list[Evaluation]:
         return self.oracle.evaluate_many([self.space.plan(p) for p in plans], stress=self.stress)
 
-    def test_many(self, plans) -> list[bool | None]:
+    def test_many(self, plans: Iterable[Iterable]) -> list[bool | None]:
         return [e.verdict for e in self.evaluate_many(plans)]
 
-    def known(self, plan) -> Evaluation | None:
+    def known(self, plan: Iterable) -> Evaluation | None:
         """The evaluation of ``plan`` (without the fixed members), if there is one."""
         return self.oracle.memo.get(self.space.plan(plan))
 
-    def replayed(self, plan) -> bool:
+    def replayed(self, plan: Iterable) -> bool:
         """Whether a journal replayed ``plan``'s evaluation (without the fixed members)."""
         return self.space.plan(plan) in self.oracle.replayed
 
@@ -116,23 +121,23 @@ class View:
         return self.oracle.history
 
     @property
-    def backend(self):
+    def backend(self) -> Backend:
         return self.oracle.backend
 
     @property
-    def samples(self) -> list:
+    def samples(self) -> list[Sample]:
         return self.oracle.samples
 
     @property
-    def tolerance(self):
+    def tolerance(self) -> Tolerance:
         return self.oracle.tolerance
 
     @property
-    def outputs(self) -> list:
+    def outputs(self) -> list[str]:
         return self.oracle.outputs
 
     @property
-    def journal(self):
+    def journal(self) -> Journal | None:
         return self.oracle.journal
 
     @property

@@ -117,7 +117,7 @@ def run_search(model: Model, samples: Samples, options: SearchOptions, *, refere
         outcome = pipeline.search_model(path, entries, references, options, inputs.listener(progress))
     if options.output:
         write_json(options.output, outcome.overrides.to_json())
-        remove_journals(outcome)
+        remove_journals(outcome.oracle.journal, outcome.prior)
     return _search_result(outcome)
 
 

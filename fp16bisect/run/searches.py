@@ -8,20 +8,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Callable, Iterable, Sequence
 
 from fp16bisect.algorithm.search import Hooks, SearchResult, Step, search
 from fp16bisect.errors import ToleranceUnreachable, UsageError
+from fp16bisect.evaluation.oracle import Evaluation
 from fp16bisect.evaluation.space import View
-from fp16bisect.run.outcome import stepper
+from fp16bisect.model.graph import Graph
+from fp16bisect.model.profile import Profile
+from fp16bisect.run.outcome import Listener, stepper
 from fp16bisect.strategy import blocks, hitting_solver, ranking
 from fp16bisect.strategy import minimum as minima
 from fp16bisect.strategy.agreement import agreement
 from fp16bisect.strategy.alternatives import Alternatives
 from fp16bisect.strategy.blocks import Chosen
 from fp16bisect.strategy.prior import LABEL, Prior
+from fp16bisect.tolerance import Tolerance
 
 
-def fp32_set(graph, judge: View, listener, prof, prior: Prior | None,
+def fp32_set(graph: Graph, judge: View, listener: Listener, prof: Profile, prior: Prior | None,
              minimum: minima.Wanted | None) -> tuple[SearchResult, minima.Least | None, Chosen | None]:
     """The search's result over ``judge.space`` (``prof``: its FP32 profile, ranked over its candidates), the
     smallest set's search with ``minimum``, and the blocks the block search kept (with blocks); an all-FP32 plan
@@ -54,16 +59,16 @@ def fp32_set(graph, judge: View, listener, prof, prior: Prior | None,
     return result, least, picked
 
 
-def _recheck(judge: View):
+def _recheck(judge: View) -> Callable[[frozenset], bool | None] | None:
     """A judge whose verdicts vary (engine builds): the final set evaluated once more, afresh."""
     return None if judge.backend.deterministic else lambda plan: judge.evaluate(plan, 1).verdict
 
 
-def _many(judge: View):
+def _many(judge: View) -> Callable[[list], list[bool | None]] | None:
     return judge.test_many if judge.width > 1 else None
 
 
-def _from_prior(graph, judge: View, listener, prior: Prior, start) -> SearchResult:
+def _from_prior(graph: Graph, judge: View, listener: Listener, prior: Prior, start: Sequence[str]) -> SearchResult:
     """On an expensive judge: the emulator's set (or ``--minimum``'s on the emulator, ``start``) certified, or the
     search continued from it, the emulator's alternatives offered when it fails."""
     name = judge.backend.name
@@ -76,7 +81,7 @@ def _from_prior(graph, judge: View, listener, prior: Prior, start) -> SearchResu
     return result
 
 
-def _flat(graph, judge: View, listener, prof) -> SearchResult:
+def _flat(graph: Graph, judge: View, listener: Listener, prof: Profile) -> SearchResult:
     """The search from the FP32 profile's suspects, ranking by measured effect when none explains a failure."""
     listener.stage(f"searching on the {judge.backend.name} backend ({prof.suspects} suspect(s) first)")
     return search(list(judge.space.candidates), judge, order=prof.order, suspects=prof.suspects,
@@ -85,13 +90,14 @@ def _flat(graph, judge: View, listener, prof) -> SearchResult:
                   test_many=_many(judge), width=judge.width)
 
 
-def _grouped(graph, judge: View, listener, prof) -> tuple[SearchResult, Chosen | None]:
+def _grouped(graph: Graph, judge: View, listener: Listener, prof: Profile) -> tuple[SearchResult, Chosen | None]:
     """``--group-by``: the blocks to keep in FP32, then the nodes inside them (``strategy/blocks.py``)."""
     return blocks.search_blocks(judge, prof.order, prof.suspects, stepper(judge, listener),
                                 reorder=ranking.reorder_by_effect(graph, judge.backend, judge, prof, listener))
 
 
-def _least_on_prior(ids, prior: Prior, minimum: minima.Wanted, judge: str, listener) -> minima.Least | None:
+def _least_on_prior(ids: list[str], prior: Prior, minimum: minima.Wanted, judge: str,
+                    listener: Listener) -> minima.Least | None:
     """``--minimum`` on an expensive judge: the loop on the emulator's oracle, its set the start set to certify."""
     if prior.oracle is None:
         listener.stage("--minimum: the emulator's evaluations were read back, not kept (resuming): the judge "
@@ -107,7 +113,8 @@ def _what(minimum: minima.Wanted) -> str:
     return "cheapest (estimated cost)" if minimum.costs else "smallest"
 
 
-def _least(ids, judge: View, order, first: SearchResult, minimum: minima.Wanted, listener):
+def _least(ids: list[str], judge: View, order: Sequence[str], first: SearchResult, minimum: minima.Wanted,
+           listener: Listener) -> tuple[SearchResult, minima.Least | None]:
     """``--minimum`` on the judge itself: the loop on its oracle, seeded with the search's evaluations; a smaller set
     is certified (``_certify``: each single removal evaluated). The result counts every evaluation."""
     before, name = len(judge.history), judge.backend.name
@@ -129,7 +136,8 @@ def _least(ids, judge: View, order, first: SearchResult, minimum: minima.Wanted,
                    rounds=first.rounds + len(steps)), least
 
 
-def _certify(ids, judge: View, order, start, listener) -> SearchResult:
+def _certify(ids: list[str], judge: View, order: Sequence[str], start: Iterable[str],
+             listener: Listener) -> SearchResult:
     """The search from ``start`` (each single removal evaluated); the steps already evaluated are not said again."""
     seen, step = set(judge.memo), stepper(judge, listener)
 
@@ -141,7 +149,7 @@ def _certify(ids, judge: View, order, start, listener) -> SearchResult:
                   test_many=_many(judge), width=judge.width)
 
 
-def _refuse_fp32_fails(ids, judge: View) -> None:
+def _refuse_fp32_fails(ids: list[str], judge: View) -> None:
     """The all-FP32 plan (of the searched ``ids``) failed: bad input (it could not be evaluated), or a tolerance
     even FP32 misses."""
     everything = judge.known(frozenset(ids))
@@ -158,7 +166,7 @@ def _refuse_fp32_fails(ids, judge: View) -> None:
     raise ToleranceUnreachable(unreachable(name, everything, judge.tolerance))
 
 
-def unreachable(backend: str, everything, tolerance) -> str:
+def unreachable(backend: str, everything: Evaluation, tolerance: Tolerance) -> str:
     """What a search and a check say when the all-FP32 plan (``everything``, with metrics) misses the tolerance."""
     worst = max((m for m in everything.metrics if not m.passed), key=lambda m: m.excess)
     fix = (

@@ -247,8 +247,9 @@ def scan(model: Model, samples: Samples, *, precision: str = "fp16", progress: P
                       graph=graph)
 
 
-def apply(model: Model, overrides: OverridesGiven, output: str | os.PathLike, *, verify: bool | str = False, samples: Samples | None = None,
-          reference: Samples | None = None, tolerance: ToleranceGiven = None, space: Given[Space] = None,
+def apply(model: Model, overrides: OverridesGiven, output: str | os.PathLike, *, verify: bool | str = False,
+          samples: Samples | None = None, reference: Samples | None = None, tolerance: ToleranceGiven = None,
+          space: Given[Space] = None,
           fp16_io: bool = False, force: bool = False, keep_fp32: Iterable[str] = (), progress: Progress = None,
           shown: Callable[[Mixed], object] | None = None) -> ApplyResult:
     """Write the mixed-precision ONNX model the overrides describe (for strongly typed TensorRT builds).

@@ -23,8 +23,9 @@ __all__ = ["KernelPlan", "kernel_plan"]
 Shapes = Union[str, Mapping, None]  # trtexec's "name:1x3x224x224,..." or {input name: shape}, as Judge's shape fields
 
 
-def kernel_plan(model: Model, overrides: OverridesGiven, *, fp16_io: bool = False, force: bool = False, min_shapes: Shapes = None,
-                opt_shapes: Shapes = None, max_shapes: Shapes = None, progress: Progress = None) -> KernelPlan:
+def kernel_plan(model: Model, overrides: OverridesGiven, *, fp16_io: bool = False, force: bool = False,
+                min_shapes: Shapes = None, opt_shapes: Shapes = None, max_shapes: Shapes = None,
+                progress: Progress = None) -> KernelPlan:
     """Build the answer's mixed-precision file and the all-FP16 file with TensorRT and say where each FP32 pin and
     FP32-accumulation node landed in the engine.
 

@@ -19,6 +19,8 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -104,7 +106,7 @@ def polygraphy(failure: type[TensorRTError] | None, what: str = "", verbose: boo
         G_LOGGER.once_logged = once | G_LOGGER.once_logged
 
 
-def _forwarding(trt):
+def _forwarding(trt: ModuleType) -> Any:  # a trt.ILogger (TensorRT ships no annotations)
     """Polygraphy's TensorRT logger (``polygraphy/backend/trt/util.py``: each message to its logger, warnings once),
     with a first test that drops, inside ``polygraphy()``, a message below the severity kept: a build logs thousands,
     and Polygraphy's costs a dict and five lookups each (an eighth of a small model's build)."""
@@ -113,8 +115,9 @@ def _forwarding(trt):
     levels = {trt.Logger.INTERNAL_ERROR: G_LOGGER.ERROR, trt.Logger.ERROR: G_LOGGER.ERROR,
               trt.Logger.WARNING: G_LOGGER.WARNING, trt.Logger.INFO: G_LOGGER.VERBOSE,
               trt.Logger.VERBOSE: G_LOGGER.EXTRA_VERBOSE}
+    logger: Any = trt.ILogger  # the class of the TensorRT imported (tensorrt or tensorrt_rtx): no annotations
 
-    class Forwarding(trt.ILogger):
+    class Forwarding(logger):
         keep: int | None = None  # inside polygraphy(): the lowest severity kept
 
         def __init__(self) -> None:
@@ -131,11 +134,13 @@ def _forwarding(trt):
     return Forwarding()
 
 
-def timing_profiler(trt):
+def timing_profiler(trt: ModuleType) -> Any:  # a trt.IProfiler with ``times``
     """An ``IProfiler`` summing, per engine layer, the milliseconds TensorRT reports (``report_layer_time``, called
     once per layer after each run of an execution context it is set on)."""
 
-    class Timing(trt.IProfiler):
+    profiler: Any = trt.IProfiler  # the class of the TensorRT imported: no annotations
+
+    class Timing(profiler):
         def __init__(self) -> None:
             trt.IProfiler.__init__(self)
             self.times: dict[str, float] = {}

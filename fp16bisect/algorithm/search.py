@@ -353,7 +353,7 @@ def _smallest_passing(ask: lookahead.Ask, why: str) -> _Answer:
         passing = [everything]
     contradictions = ask.memo.contradictions
 
-    def shown(plan: frozenset, most: int = SHOWN) -> str:  # a set too long to read is given by its size and first members
+    def shown(plan: frozenset, most: int = SHOWN) -> str:  # a set too long to read: its size and first members
         names = sorted(map(str, plan))
         return "{" + ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most else "") + "}"
 

@@ -31,7 +31,8 @@ class Reason:
     def from_json(cls, data: str | dict) -> Reason:
         if isinstance(data, str):  # journals written before reasons were data
             return cls("build", data)
-        return cls(cast(ReasonKind, str(data["kind"])), str(data["message"]), tuple(tuple(p) for p in data.get("pins", ())))
+        pins = tuple(tuple(p) for p in data.get("pins", ()))
+        return cls(cast(ReasonKind, str(data["kind"])), str(data["message"]), pins)
 
     @classmethod
     def of(cls, exc: CouldNotEvaluate) -> Reason:

@@ -139,6 +139,19 @@ class Journal:
                 from None
 
     def _load(self) -> None:
+        lines = self._checked_lines()
+        unfinished = self._read(lines[1:-1])  # the text after the last newline may be cut short: never read
+        if lines[-1]:  # drop the torn tail so the next line starts clean
+            with open(self.path, "wb") as f:
+                f.write(b"\n".join(lines[:-1]) + b"\n")
+            ended = _torn_plan(lines[-1])  # a kill while its result was being written: run it again, no crash
+            for key in [k for k in unfinished if k[0] == ended]:
+                del unfinished[key]
+        self._crashed(unfinished)
+
+    def _checked_lines(self) -> list[bytes]:
+        """The journal's lines (the last one empty, or cut short by a kill), once its header says it is this
+        search's."""
         try:
             lines = self.path.read_bytes().split(b"\n")
         except OSError as exc:
@@ -156,14 +169,18 @@ class Journal:
                 f"the journal {str(self.path)!r} belongs to another search (its {', '.join(differs)} differ): "
                 "pass --restart to discard it, or choose another -o path"
             )
-        if len(lines) == 1:  # the header alone, its newline lost
-            lines.append(b"")
-        unfinished: dict[tuple, list] = {}  # started, then neither finished nor abandoned: (plan, recheck) -> ids
-        for raw in lines[1:-1]:  # the text after the last newline may be cut short: never read
+        return lines if len(lines) > 1 else [*lines, b""]  # the header alone, its newline lost
+
+    def _read(self, lines: list[bytes]) -> dict[tuple, list]:
+        """The evaluations, noise and prior the lines hold, kept; the plans started and then neither finished nor
+        abandoned returned ((plan, recheck) -> ids). A line that is not JSON (cut short by a kill in an older run)
+        or not one this program wrote is skipped."""
+        unfinished: dict[tuple, list] = {}
+        for raw in lines:
             try:
                 entry = json.loads(raw)
             except (ValueError, UnicodeDecodeError):
-                continue  # a line cut short by a kill in an older run
+                continue
             if not isinstance(entry, dict):
                 continue
             try:
@@ -180,13 +197,7 @@ class Journal:
                     self.prior = entry["prior"]
             except (TypeError, ValueError):  # ids that cannot be a plan: not a line this program wrote
                 continue
-        if lines[-1]:  # drop the torn tail so the next line starts clean
-            with open(self.path, "wb") as f:
-                f.write(b"\n".join(lines[:-1]) + b"\n")
-            ended = _torn_plan(lines[-1])  # a kill while its result was being written: run it again, no crash
-            for key in [k for k in unfinished if k[0] == ended]:
-                del unfinished[key]
-        self._crashed(unfinished)
+        return unfinished
 
     def _crashed(self, unfinished: dict[tuple, list]) -> None:
         """Record the plans a process died evaluating as could not evaluate, or with ``retry_crashed`` drop their

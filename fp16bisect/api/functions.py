@@ -37,10 +37,11 @@ if TYPE_CHECKING:
 __all__ = ["apply", "check", "run_check", "run_search", "scan", "search"]
 
 
-def search(model: Model, samples: Samples, *, reference: Samples | None = None, tolerance: ToleranceGiven = None,
-           judge: Given[Judge] = None, space: Given[Space] = None, strategy: Given[Strategy] = None,
-           parallel: Given[Parallel] = None, journal: Given[Journaling] = None, output: str | Path | None = None,
-           progress: Progress = None) -> SearchResult:
+def search(  # noqa: PLR0913  the public API: the data, then one keyword per concern (a record each, as the CLI)
+        model: Model, samples: Samples, *, reference: Samples | None = None, tolerance: ToleranceGiven = None,
+        judge: Given[Judge] = None, space: Given[Space] = None, strategy: Given[Strategy] = None,
+        parallel: Given[Parallel] = None, journal: Given[Journaling] = None, output: str | Path | None = None,
+        progress: Progress = None) -> SearchResult:
     """Find the smallest set of nodes to keep in FP32 so that the model, the rest in FP16, meets the tolerance.
 
     Each option is one record (``fp16bisect.Judge``, ``Space``, ``Strategy``, ``Parallel``, ``Journaling``;
@@ -137,9 +138,10 @@ def _search_result(outcome: Outcome) -> SearchResult:
         outcome=outcome, overrides=outcome.overrides)
 
 
-def check(model: Model, samples: Samples, overrides: OverridesGiven = None, *, reference: Samples | None = None,
-          tolerance: ToleranceGiven = None, judge: Given[Judge] = None, space: Given[Space] = None,
-          parallel: Given[Parallel] = None, progress: Progress = None) -> CheckResult:
+def check(  # noqa: PLR0913  the public API: the data, then one keyword per concern (each a record, as search's)
+        model: Model, samples: Samples, overrides: OverridesGiven = None, *, reference: Samples | None = None,
+        tolerance: ToleranceGiven = None, judge: Given[Judge] = None, space: Given[Space] = None,
+        parallel: Given[Parallel] = None, progress: Progress = None) -> CheckResult:
     """Does the model meet the tolerance in FP16, with the override nodes (if any) kept in FP32? A CI gate.
 
     A failing check is a result (``passed`` False), not an exception. The options are ``search``'s records; each
@@ -247,11 +249,11 @@ def scan(model: Model, samples: Samples, *, precision: str = "fp16", progress: P
                       graph=graph)
 
 
-def apply(model: Model, overrides: OverridesGiven, output: str | os.PathLike, *, verify: bool | str = False,
-          samples: Samples | None = None, reference: Samples | None = None, tolerance: ToleranceGiven = None,
-          space: Given[Space] = None,
-          fp16_io: bool = False, force: bool = False, keep_fp32: Iterable[str] = (), progress: Progress = None,
-          shown: Callable[[Mixed], object] | None = None) -> ApplyResult:
+def apply(  # noqa: PLR0913  the public API: the data, then keywords, each a record or one of `apply`'s flags
+        model: Model, overrides: OverridesGiven, output: str | os.PathLike, *, verify: bool | str = False,
+        samples: Samples | None = None, reference: Samples | None = None, tolerance: ToleranceGiven = None,
+        space: Given[Space] = None, fp16_io: bool = False, force: bool = False, keep_fp32: Iterable[str] = (),
+        progress: Progress = None, shown: Callable[[Mixed], object] | None = None) -> ApplyResult:
     """Write the mixed-precision ONNX model the overrides describe (for strongly typed TensorRT builds).
 
     The file is checked with ``onnx.checker`` (full check) before it is returned.

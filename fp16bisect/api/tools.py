@@ -144,11 +144,12 @@ class MigrateResult:
         return self.applied.passed
 
 
-def migrate(model: str | Path, output: str | Path, *, trtexec_args: str | None = None,
-            layer_precisions: str | Path | None = None, overrides_out: str | Path | None = None,
-            verify: bool | str = False, samples: Samples | None = None, reference: Samples | None = None,
-            tolerance: ToleranceGiven = None, fp16_io: bool = False, progress: Progress = None,
-            shown: Callable[[Mixed], object] | None = None) -> MigrateResult:
+def migrate(  # noqa: PLR0913  the public API: the files, then keywords, each one of `migrate`'s flags
+        model: str | Path, output: str | Path, *, trtexec_args: str | None = None,
+        layer_precisions: str | Path | None = None, overrides_out: str | Path | None = None,
+        verify: bool | str = False, samples: Samples | None = None, reference: Samples | None = None,
+        tolerance: ToleranceGiven = None, fp16_io: bool = False, progress: Progress = None,
+        shown: Callable[[Mixed], object] | None = None) -> MigrateResult:
     """Turn TensorRT 10 FP32 layer pins into an override JSON and the strongly typed mixed-precision model.
 
     Args:

@@ -209,5 +209,5 @@ class LocalPool:
     def __enter__(self) -> "LocalPool":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -2,6 +2,8 @@
 all-FP16 plan passes under storage emulation, the default ``--accumulate fp32``), and one node's sum passes 65504
 (it fails when that node adds in FP16, ``--accumulate fp16``).
 
+``paddle_layernorm`` is the one whose ranks static shape inference does not know (as in Paddle exports).
+
 Each builder returns an ``Accumulating`` case: the model, one sample's inputs, the culprit node's id, and its
 accumulator peak (the largest partial-sum bound, computed here with NumPy in float64) and number of terms.
 """
@@ -91,4 +93,36 @@ def matmul_cancelling(depth: int = 4096) -> Accumulating:
     return Accumulating(model, {"a": a}, "matmul", peak, depth)
 
 
-CASES = {"layernorm": layernorm, "global_pool": global_pool, "softmax": softmax, "matmul": matmul_cancelling}
+def paddle_layernorm(channels: int = 64, amplitude: float = 40.0) -> Accumulating:
+    """A decomposed LayerNorm over ``channels`` of +-``amplitude`` as Paddle exports write it (ReduceMean, Sub, Mul,
+    ReduceMean, Add, Sqrt, Div; opset 12, axes attributes) behind a Reshape whose shape is computed (Shape, Greater,
+    NonZero, Gather), so that ONNX shape inference knows the rank of none of its tensors. Every stored value fits
+    (the squares are 1600, the variance 1600), but the variance's sum is 1600 * channels (102400 for 64), past
+    65504: the culprit is the variance's ReduceMean (the mean's sum of |x| is 2560, 25x headroom)."""
+    rng = np.random.default_rng(4)
+    x = np.where(rng.random((1, 4, channels)) < 0.5, amplitude, -amplitude).astype(np.float32)
+    nodes = [helper.make_node("Relu", ["x_in"], ["x"], name="relu"),  # x_in is x + amplitude: relu keeps it
+             helper.make_node("Sub", ["x", "shift"], ["centred"], name="centre"),
+             helper.make_node("Shape", ["centred"], ["shape"], name="shape"),
+             helper.make_node("Greater", ["shape", "zero"], ["positive"], name="positive"),
+             helper.make_node("NonZero", ["positive"], ["where"], name="nonzero"),
+             helper.make_node("Reshape", ["where", "minus1"], ["kept"], name="kept"),
+             helper.make_node("Gather", ["shape", "kept"], ["dims"], name="dims", axis=0),
+             helper.make_node("Reshape", ["centred", "dims"], ["h"], name="reshape"),
+             helper.make_node("ReduceMean", ["h"], ["mean"], name="mean", axes=[-1], keepdims=1),
+             helper.make_node("Sub", ["h", "mean"], ["deviation"], name="deviation"),
+             helper.make_node("Mul", ["deviation", "deviation"], ["square"], name="square"),
+             helper.make_node("ReduceMean", ["square"], ["var"], name="variance", axes=[-1], keepdims=1),
+             helper.make_node("Add", ["var", "eps"], ["var_eps"], name="add_eps"),
+             helper.make_node("Sqrt", ["var_eps"], ["std"], name="std"),
+             helper.make_node("Div", ["deviation", "std"], ["y"], name="normalise")]
+    inits = {"shift": np.float32(amplitude), "zero": np.array(0, np.int64), "minus1": np.array([-1], np.int64),
+             "eps": np.float32(1e-5)}
+    model = _model(nodes, [("x_in", [1, 4, channels])], [("y", [1, 4, channels])], inits, opset=12)
+    centred = x.astype(np.float64)
+    peak = float(((centred - centred.mean(-1, keepdims=True)) ** 2).sum(-1).max())
+    return Accumulating(model, {"x_in": x + amplitude}, "variance", peak, channels)
+
+
+CASES = {"layernorm": layernorm, "global_pool": global_pool, "softmax": softmax, "matmul": matmul_cancelling,
+         "paddle_layernorm": paddle_layernorm}

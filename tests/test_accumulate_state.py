@@ -12,7 +12,7 @@ import json
 import numpy as np
 import onnx
 import pytest
-from accumulation_models import CASES, global_pool, layernorm, matmul_cancelling, softmax
+from accumulation_models import CASES, global_pool, layernorm, matmul_cancelling, paddle_layernorm, softmax
 from conftest import LN, LN_IN, SAMPLES, one_line_error, run
 from onnx import TensorProto
 
@@ -30,7 +30,8 @@ from fp16bisect.model.weights import inline
 
 F, H = TensorProto.FLOAT, TensorProto.FLOAT16
 SMALL = {"layernorm": lambda: layernorm(256), "global_pool": lambda: global_pool(32),
-         "softmax": lambda: softmax(3000), "matmul": lambda: matmul_cancelling(256)}
+         "softmax": lambda: softmax(3000), "matmul": lambda: matmul_cancelling(256),
+         "paddle_layernorm": lambda: paddle_layernorm(16)}
 
 
 def written(graph: Graph, plan, inputs) -> dict[str, np.ndarray]:

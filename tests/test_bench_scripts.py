@@ -39,3 +39,10 @@ def test_bench_dense_gives_silero_vad_its_evaluations_and_sets():
     emulate, judge = rows
     assert emulate[3:8] == ["emulate", "19 / - / 30", "8 / - / 8 (0)", "yes", "yes"], emulate
     assert judge[3:8] == ["fewer (5 fused)", "12 / 25 / 30", "5 / 9 / 5 (0)", "yes", "yes/yes"], judge
+
+
+@pytest.mark.slow
+def test_bench_rounding_says_the_chain_fails_by_rounding_after_its_first_evaluation():
+    (row,) = [cells(r) for r in bench("bench_rounding.py", "--quick") if r.startswith("| 40-MatMul chain")]
+    assert row[3].startswith("range: evaluation 1, ") and row[4] == "atol 0.00485, rtol 0", row
+    assert row[7] == "35 / 97", row  # the search's answer and evaluations, as without the diagnosis

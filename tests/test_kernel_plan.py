@@ -115,7 +115,7 @@ def test_an_fp32_accumulation_matmul_is_one_gemm_kernel_with_fp16_inputs_and_out
     model, data = tmp_path / "m.onnx", tmp_path / "x.npz"
     onnx.save(case.model, model)
     np.savez(data, **case.inputs)
-    found = fp16bisect.search(model, data, accumulate="fp16")
+    found = fp16bisect.search(model, data, space={"accumulate": "fp16"})
     assert [n.name for n in found.fp32_accumulate_nodes] == [case.culprit] and not found.fp32_nodes
     plan = fp16bisect.kernel_plan(model, found, fp16_io=True)
     (placed,) = plan.placements

@@ -178,10 +178,11 @@ def test_a_failing_check_of_an_override_file_suggests_a_search_beside_it(here, c
 
 
 def test_the_python_check_suggests_a_call_that_runs_and_keeps_the_mode(here):
-    checked = fp16bisect.check("layernorm.onnx", "layernorm.npz", accumulate="fp16", atol=0.02)
+    checked = fp16bisect.check("layernorm.onnx", "layernorm.npz", space={"accumulate": "fp16"}, tolerance={"atol": 0.02})
     assert not checked.passed
     call = checked.verdict.split("'fp16bisect.search(", 1)[1].rsplit("'", 1)[0]
-    assert "accumulate='fp16'" in call and "atol=0.02" in call and "output='layernorm.overrides.json'" in call
+    assert "space={'accumulate': 'fp16'}" in call and "tolerance={'atol': 0.02}" in call, call
+    assert "output='layernorm.overrides.json'" in call
     found = eval("fp16bisect.search(" + call, {"fp16bisect": fp16bisect})  # noqa: S307 (the line as printed)
     assert found.to_dict()["accumulate"] == "fp16" and found.tolerance.atol == 0.02
     assert [n.name for n in found.fp32_accumulate_nodes] == ["layernorm"]

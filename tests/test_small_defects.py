@@ -136,7 +136,8 @@ def test_workers_that_cannot_take_the_search_leave_no_journal(tmp_path):
     import fp16bisect
 
     with pytest.raises(fp16bisect.UsageError):
-        fp16bisect.search(LN, LN_IN, output=tmp_path / "o.json", jobs=2, accept=lambda got, expected: True)
+        fp16bisect.search(LN, LN_IN, output=tmp_path / "o.json", parallel=2,
+                          tolerance={"accept": lambda got, expected: True})
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
@@ -216,16 +217,17 @@ def test_a_pattern_matching_nothing_says_how_many_op_types_it_does_not_list(tmp_
 @pytest.mark.parametrize("value", [-1, "x", float("nan"), float("inf"), True, [0.1]])
 def test_compare_refuses_a_bad_max_error_in_the_api_and_the_cli_alike(capsys, value):
     """``fp16bisect.compare(model, x, max_error=-1)`` marked every node failing and ``max_error="x"`` raised a bare
-    TypeError; only the command line refused them, with its own words. One check now, said the same way."""
+    TypeError; only the command line refused them, with its own words. One check now: the API names the keyword,
+    the command line the flag, the rest of the line the same."""
     import fp16bisect
 
     with pytest.raises(fp16bisect.UsageError) as refused:
         fp16bisect.compare(LN, LN_IN, max_error=value)
     said = str(refused.value)
-    assert "\n" not in said and "--max-error" in said, said
+    assert "\n" not in said and said.startswith("max_error "), said
     if isinstance(value, (str, float, int)) and not isinstance(value, bool):
         code, _, err = run(capsys, "compare", LN, "--inputs", LN_IN, "--max-error", str(value))
-        assert code == 2 and one_line_error(err) == f"fp16bisect: error: {said}"
+        assert code == 2 and one_line_error(err) == f"fp16bisect: error: --{said.replace('max_error', 'max-error', 1)}"
 
 
 @pytest.mark.parametrize("value", [0.5, "0.25", 1])

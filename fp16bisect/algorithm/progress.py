@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Sequence
 
 # Where the search is. The search's own: precondition, suspects, grow, reorder, reduce, verify, minimality; from a
 # start set: start, alternative, extend; at the end: recheck (the final set afresh), fallback; search --minimum's
@@ -98,3 +98,96 @@ class Progress:
         members = self.members
         failed = [p for p, passed in results.items() if passed is False and len(p) >= len(members) - 1]
         return sum(1 for m in members if not any(m not in p and members - {m} <= p for p in failed))
+
+
+# --- The estimate of a dense answer (accumulated rounding), from the measured effect ranking -----------------------
+# Each candidate's effect is the output error it causes alone in FP16 (every other in FP32), in units of the
+# tolerance's allowance; the all-FP16 plan's error in the same units is their combination. Rounding errors from many
+# nodes combine between a plain sum (errors that add up, p = 1) and their maximum (one node dominates, p = inf); the
+# model here is the p-norm whose value on the effects is the all-FP16 error, so one measured number calibrates it.
+# A plan passes, under that model, when the p-norm of the effects of the nodes it leaves in FP16 is at most 1.
+
+MOST_EXPONENT = 64.0  # past this the p-norm is the maximum to within 7 %
+
+
+def p_norm(values: Sequence[float], p: float) -> float:
+    """(sum |v|^p)^(1/p), scaled by the largest value so that no power overflows; the maximum for p = inf."""
+    top = max((abs(v) for v in values), default=0.0)
+    if top == 0.0 or math.isinf(p):
+        return top
+    return top * sum((abs(v) / top) ** p for v in values) ** (1 / p)
+
+
+def combining_exponent(effects: Sequence[float], total: float) -> float:
+    """The p in [1, inf] with ``p_norm(effects, p) == total``: 1 when ``total`` reaches their sum (the errors add
+    up, or grow more than they add: the model is then optimistic), inf when it is at most their maximum (one node
+    explains it, or errors cancel)."""
+    finite = [e for e in effects if e > 0 and math.isfinite(e)]
+    if not finite or total <= max(finite):
+        return math.inf
+    if total >= sum(finite):
+        return 1.0
+    low, high = 1.0, MOST_EXPONENT
+    if p_norm(finite, high) > total:
+        return math.inf
+    for _ in range(60):  # the p-norm falls as p grows: bisect on it
+        middle = (low + high) / 2
+        low, high = (middle, high) if p_norm(finite, middle) > total else (low, middle)
+    return (low + high) / 2
+
+
+@dataclass(frozen=True)
+class DenseEstimate:
+    """What the effect ranking says of the answer, under the p-norm model above (an estimate, never a claim)."""
+
+    exponent: float  # p: how the single-node errors combine into the all-FP16 error
+    fp32: int  # nodes expected in FP32: the fewest most harmful ones that bring the rest's p-norm to 1 or less
+    top: int  # the few most harmful nodes ``explained`` speaks of
+    explained: float  # the share of the all-FP16 error gone with those ``top`` nodes in FP32 (0 to 1)
+    evaluations: int  # evaluations expected after the ranking: prefixes, QuickXplain, the check, the removals
+
+
+def dense_estimate(effects: Sequence[float], total: float, *, top: int = 5, start: int = 1) -> DenseEstimate:
+    """The answer's size and the evaluations left once the candidates are ranked by ``effects`` (each alone in FP16,
+    in units of the allowance; inf: it alone breaks an output), the all-FP16 error being ``total`` in those units.
+    ``start``: the first prefix the search grows from (1 without suspects). Nodes with an infinite effect are
+    members whatever the rest do."""
+    ranked = sorted((e for e in effects if e > 0), reverse=True)
+    broken = sum(1 for e in ranked if math.isinf(e))
+    finite = ranked[broken:]
+    p = combining_exponent(finite, total)
+    fp32 = broken + next((k for k in range(len(finite) + 1) if p_norm(finite[k:], p) <= 1), len(finite))
+    top = min(top, len(ranked))
+    rest = p_norm(finite[max(0, top - broken):], p)
+    explained = 0.0 if not math.isfinite(total) or total <= 0 else max(0.0, min(1.0, 1 - rest / total))
+    return DenseEstimate(p, fp32, top, explained, dense_evaluations(fp32, len(effects), start))
+
+
+def dense_evaluations(members: int, candidates: int, start: int = 1) -> int:
+    """Evaluations from the first grown prefix (``start`` nodes) to a certified answer of ``members`` among
+    ``candidates`` ranked by effect, the members taken to lead the ranking: the doubling prefixes up to the first
+    that holds them, QuickXplain over it (about log2(gap) + 2 each, as ``quickxplain_left`` counts), the set
+    checked, then each member's removal."""
+    if members <= 0 or candidates <= 0:
+        return 0
+    size, grown = max(1, start), 1
+    while size < min(members, candidates):
+        size, grown = min(size * 2, candidates), grown + 1
+    return math.ceil(grown + members * (math.log2(max(size / members, 1.0)) + 2) + 1 + members)
+
+
+def dense_left(estimate: DenseEstimate, since: int, progress: dict) -> int:
+    """The evaluations left a progress line says once the ranking has given ``estimate``, ``since`` evaluations
+    ago (``progress``: the search's own report, its ``estimate_left`` assuming one culprit until QuickXplain has
+    seen members): while the prefix grows, the estimate's less those done; in QuickXplain, the members expected and
+    not found yet at about log2(gap) + 2 each, then the check and the removals; from then on the search's own
+    (the removals it has left are known). Never below the search's own, nor above its bound."""
+    generic, phase = int(progress["estimate_left"]), progress["phase"]
+    if phase in ("precondition", "suspects", "grow", "reorder"):
+        left = float(estimate.evaluations - since)
+    elif phase == "reduce" and estimate.fp32:
+        members, pool = estimate.fp32, max(int(progress.get("searching", 0)), estimate.fp32)
+        left = max(members - int(progress.get("found", 0)), 0) * (math.log2(pool / members) + 2) + 1 + members
+    else:
+        return generic
+    return max(generic, min(int(progress.get("bound_left", generic)), math.ceil(left)))

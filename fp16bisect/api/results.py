@@ -76,6 +76,9 @@ class SearchResult:
         output: Where the override JSON was written (``output=`` of ``search``), or None.
         fp32_accumulate_nodes: The nodes kept in FP32 accumulation (stored in FP16, adding in FP32: the file's
             ``fp32_accumulate_nodes``), graph order; empty unless the search used that state.
+        stopped: What ended the search before its end (``max_evaluations=``, ``time_limit=``, or Ctrl-C: the
+            label, e.g. ``"passing, not minimal: budget reached"``; the file's ``search.stopped``), else None.
+            ``fp32_nodes`` is then the smallest set seen to pass; rerun with the same ``output`` to go on.
 
     Examples:
         >>> import fp16bisect
@@ -100,12 +103,14 @@ class SearchResult:
     seconds: float
     output: str | None = None
     fp32_accumulate_nodes: list[Node] = field(default_factory=list)
+    stopped: str | None = None
     outcome: Outcome = field(kw_only=True, repr=False, compare=False)  # the pipeline's (console, report)
     overrides: Overrides = field(kw_only=True, repr=False, compare=False)  # the override file, typed
 
     def __repr__(self) -> str:
         """One line: ``SearchResult(2 FP32 nodes: a, b; minimal; 4 evaluations on emulate; passed)``."""
-        found = "all-FP16 passes" if self.status == "fp16_passes" else "minimal" if self.minimal else "NOT minimal"
+        found = "all-FP16 passes" if self.status == "fp16_passes" else self.stopped if self.stopped else \
+            "minimal" if self.minimal else "NOT minimal"
         return (f"SearchResult({_nodes(self.fp32_nodes)}{_accumulating(self.fp32_accumulate_nodes)}; {found}; "
                 f"{self.evaluations} evaluation"
                 f"{'' if self.evaluations == 1 else 's'} on {self.backend}; {'passed' if self.passed else 'FAILED'})")

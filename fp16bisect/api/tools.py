@@ -92,13 +92,12 @@ def compare(model: Model, samples: Samples, *, reference: Samples | None = None,
         >>> found.first_failing.node, found.passed
         ('ln1_square', False)
     """
-    from fp16bisect.diagnose.layerwise import compare_model, outputs_against
+    from fp16bisect.diagnose.layerwise import compare_model, max_error_of, outputs_against
     from fp16bisect.diagnose.preflight import recorded
     from fp16bisect.run.options import CheckOptions
 
     asked = CheckOptions.given(tolerance, "emulate", Space.of(space, "space").taken_by(COMPARE))
-    max_error = records.given(records.real(0, optional=True, what="a fraction of the node's max |FP32 value|"),
-                              max_error, "max_error")
+    max_error = max_error_of(max_error)
     entries = inputs.sample_entries(samples)
     references = _references(reference, entries)
     listener = inputs.listener(progress)

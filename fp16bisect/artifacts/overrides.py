@@ -39,6 +39,7 @@ from fp16bisect.tolerance import Tolerance
 
 if TYPE_CHECKING:  # the record reads and writes JSON without loading ONNX
     from fp16bisect.model.graph import Graph
+    from fp16bisect.model.precision import Precision
 
 SCHEMA = "fp16bisect.overrides/1"
 AGAIN = "run 'fp16bisect search' again to write a new one"
@@ -46,8 +47,20 @@ AGAIN = "run 'fp16bisect search' again to write a new one"
 # has the required ones only; a search's result adds where it was verified (environment), the precision, the prior
 # and what the graph holds beyond the search.
 SECTIONS = ("schema", "model", "backend", "environment", "precision", "accumulate", "tolerance", "fp32_nodes",
-            "fp32_accumulate_nodes", "search", "prior", "metrics", "shapes", "samples", "headroom", "accumulators",
-            "constraints", "blocks", "skipped_nodes", "notes", "conversions", "exports")
+            "fp32_accumulate_nodes", "search", "prior", "diagnosis", "metrics", "shapes", "samples", "headroom",
+            "accumulators", "constraints", "blocks", "skipped_nodes", "notes", "conversions", "exports")
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What an override file says a check judges with: its tolerance, precision and headroom (``--headroom F``
+    the search was given; None: none)."""
+
+    path: str
+    tolerance: Tolerance
+    precision: Precision
+    headroom: float | None
+    accumulate: str = "fp32"
 
 
 @dataclass(frozen=True)

@@ -210,10 +210,3 @@ def joined(parser: argparse.ArgumentParser, *titles: str):
     """The parser's first group whose title starts with one of ``titles`` (None: none), for flags that join it."""
     return next((g for g in parser._action_groups if (g.title or "").startswith(titles)), None)
 
-
-def max_error_value(text: str) -> float | None:
-    """``--max-error``, checked by ``diagnose.layerwise.max_error_of`` (the API's check): its ``UsageError`` passes
-    through argparse, the same one line."""
-    from fp16bisect.diagnose.layerwise import max_error_of
-
-    return max_error_of(text)

@@ -1,7 +1,8 @@
 """Command line entry point: the parser built from the argument groups, dispatch, and exit codes.
 
 Exit codes: 0 done; 1 a check failed; 2 bad input or usage; 3 tolerance unreachable even in FP32; 4 an
-internal error (one line, the traceback in a file it names); 130 interrupted.
+internal error (one line, the traceback in a file it names); 5 a search's budget ended it (the smallest set seen to
+pass written: rerun to continue); 130 interrupted (a search then writes the smallest set seen to pass too).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import PurePath
 from rich_argparse import RawDescriptionRichHelpFormatter
 
 from fp16bisect import __version__
-from fp16bisect.cli.args import Fields, OutputArgs, Samples, jobs, max_error_value, option_groups, tolerance_group
+from fp16bisect.cli.args import Fields, OutputArgs, Samples, jobs, option_groups, tolerance_group
 from fp16bisect.cli.commands import COMMANDS, INTERRUPTED
 from fp16bisect.cli.stdout import reader_may_leave
 from fp16bisect.errors import Error, UsageError
@@ -193,7 +194,7 @@ def _compare(sub) -> None:
     m.add_argument("--overrides", metavar="O.json", help="keep the nodes of this override file in FP32")
     t = m.add_argument_group("layer-wise failure rule (a node fails on inf/NaN where FP32 is finite, or on a "
                              "large error for its own scale)")
-    t.add_argument("--max-error", type=max_error_value, default=None, metavar="FRACTION",
+    t.add_argument("--max-error", default=None, metavar="FRACTION",
                    help="fail when a tensor's max abs error exceeds this fraction of its max |FP32 value| "
                         f"(default: 256 unit roundoffs of --precision, {FP16.max_error:g} for FP16, "
                         f"{BF16.max_error:g} for BF16)")

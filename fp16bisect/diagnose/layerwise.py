@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from fp16bisect import records
 from fp16bisect.backends.emulate import EmulateBackend
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.plan_states import plan_of
@@ -38,7 +38,7 @@ from fp16bisect.model.samples import add_fp32_references, load_samples
 from fp16bisect.artifacts.files import write_atomic
 from fp16bisect.diagnose.preflight import use_overrides
 from fp16bisect.diagnose.tensor_errors import tensor_errors
-from fp16bisect.errors import UsageError, shown
+from fp16bisect.errors import shown
 from fp16bisect.tolerance import OutputMetrics, Tolerance
 
 
@@ -50,18 +50,9 @@ def scaled_error(max_abs: float, scale: float, low: Precision = FP16) -> float:
 
 def max_error_of(value) -> float | None:
     """``max_error`` (``--max-error``) checked, the API's and the command line's one check: None (the precision's
-    own), or a finite number >= 0 (a string of one too); anything else a ``UsageError``, one line."""
-    if value is None:
-        return None
-    try:
-        number = float(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else math.nan
-    except ValueError:
-        number = math.nan
-    if not (math.isfinite(number) and number >= 0):
-        raise UsageError(f"max error {str(value)!r}: give --max-error (max_error= in Python) a finite number >= 0, the "
-                         "fraction of a tensor's max |FP32 value| its max abs error may reach (default "
-                         f"{FP16.max_error:g} for FP16)")
-    return number
+    own), or a finite number >= 0 (a string of one too); anything else a ``UsageError`` naming it, one line."""
+    return records.given(records.real(0, optional=True, what="a fraction of the node's max |FP32 value|"), value,
+                         "max_error")
 
 
 @dataclass(frozen=True)

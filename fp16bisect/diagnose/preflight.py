@@ -27,7 +27,8 @@ from fp16bisect.backends import declared
 from fp16bisect.diagnose.drift import Drift, again_line, compare
 from fp16bisect.errors import UsageError, shown
 from fp16bisect.model.graph import Graph
-from fp16bisect.model.headroom import (Headroom, accumulators_json, fp16_accumulators, fp16_tensors, headroom_json,
+from fp16bisect.model.headroom import (Headroom, accumulator_reason, accumulators_json, fp16_accumulators,
+                                       fp16_tensors, headroom_json, tight_sums,
                                        tight)
 from fp16bisect.model.profile import profile
 from fp16bisect.evaluation.oracle import Evaluation
@@ -38,7 +39,8 @@ from fp16bisect.model.precision import precision_of
 from fp16bisect.model.samples import add_fp32_references
 from fp16bisect.run.outcome import Listener
 from fp16bisect.run.invocation import Invocation, beside
-from fp16bisect.run.options import CheckOptions, Recorded, SearchOptions
+from fp16bisect.artifacts.overrides import Recorded
+from fp16bisect.run.options import CheckOptions, SearchOptions
 from fp16bisect.run.pipeline import prepare, unreachable
 from fp16bisect.tolerance import Tolerance
 
@@ -81,6 +83,7 @@ class CheckOutcome:
     run: Invocation | None = None  # the check as asked: its model, samples, override file and records
     judged: SearchOptions = field(default_factory=SearchOptions)  # what it judged with (CheckOptions.judged_with)
     judged_from: dict = field(default_factory=dict)  # precision, accumulate, headroom: "given", "from F", "default"
+    lacking_sums: list = field(default_factory=list)  # Accumulator: low-precision sums peaking above max/--headroom
 
     @property
     def accumulate(self) -> str:
@@ -89,7 +92,8 @@ class CheckOutcome:
 
     @property
     def passed(self) -> bool:
-        return self.evaluation.passed and not self.lacking and not (self.drift is not None and self.drift.fails)
+        return (self.evaluation.passed and not self.lacking and not self.lacking_sums
+                and not (self.drift is not None and self.drift.fails))
 
     def per_sample(self) -> list[dict]:
         """Each sample that ran: whether it passed and, per output, its max abs error; the worst first."""
@@ -129,6 +133,7 @@ class CheckOutcome:
             "worst_samples": [_worst_json(e) for e in self.per_sample()[:WORST]],
             "headroom": self.headroom,
             "lacking_headroom": [h.tensor for h in self.lacking],
+            "lacking_accumulator_headroom": [a.node for a in self.lacking_sums],
             "accumulators": self.accumulators,
             "fp32_passes": None if self.fp32 is None else self.fp32.passed,
             "environment": None if self.drift is None else self.drift.to_json(),
@@ -210,7 +215,7 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
             drift = compare(use.path, use.environment, chosen.environment(), given.judge.strict_environment)
             drift.again = again_line(drift, asked, judged)
         lacking = [s for s in oracle.samples if s.reference is None]
-        section, tight_ones, accumulators = _headroom(graph, oracle.samples, plan, judged.headroom, listener)
+        section, tight_ones, accumulators, sums = _headroom(graph, oracle.samples, plan, judged.headroom, listener)
         add_fp32_references(graph, oracle.samples, computed=lacking)  # those the profile did not give
         listener.stage(f"checking on the {chosen.name} backend: {len(states(plan)[0])} node(s) in FP32"
                        f"{accumulating_shown(use)}, the rest in {graph.precision.label}")
@@ -224,7 +229,7 @@ def check_model(model: str, inputs: list[str], references: list[str] | None = No
         return CheckOutcome(graph, tolerance, chosen.name, chosen.versions(), evaluation, use, fp32,
                             time.perf_counter() - start, oracle.samples,
                             chosen.describe(), section, tight_ones, drift, source, accumulators, asked, judged,
-                            given.space_from(record))
+                            given.space_from(record), lacking_sums=sums)
 
 
 def accumulating_shown(use: OverrideUse | None) -> str:
@@ -233,22 +238,25 @@ def accumulating_shown(use: OverrideUse | None) -> str:
 
 
 def _headroom(graph: Graph, samples, plan, factor: float | None,
-              listener) -> tuple[dict | None, list[Headroom], list[dict]]:
+              listener) -> tuple[dict | None, list[Headroom], list[dict], list]:
     """The headroom of the tensors the plan computes in FP16 (one FP32 run per sample), those that lack
-    ``factor``, and the accumulators of the nodes it leaves in FP16 (JSON rows); (None, [], []) when the model does
-    not run on ONNX Runtime CPU (then --headroom cannot be checked)."""
+    ``factor``, the accumulators of the nodes it leaves in FP16 (JSON rows), and those that lack ``factor``
+    (``model/headroom.py``: one rule); (None, [], [], []) when the model does not run on ONNX Runtime CPU (then
+    --headroom cannot be checked)."""
     try:
         with listener.timed(f"measuring the FP32 headroom on {len(samples)} sample(s)"):
             prof = profile(graph, samples)
     except UsageError:
         if factor:
             raise
-        return None, [], []
+        return None, [], [], []
     found = fp16_tensors(graph, prof, plan)
     sources = [s.source for s in samples]
     section = headroom_json(found, sources, factor, [], graph.precision)
-    accumulators = accumulators_json(fp16_accumulators(prof, plan), sources, graph.precision)
-    return section, tight(found, factor) if factor else [], accumulators
+    sums = fp16_accumulators(prof, plan)
+    accumulators = accumulators_json(sums, sources, graph.precision)
+    return (section, tight(found, factor) if factor else [], accumulators,
+            tight_sums(sums, graph.precision, factor) if factor else [])
 
 
 def _worst_json(entry: dict) -> dict:
@@ -310,13 +318,18 @@ def verdict(o: CheckOutcome, as_command: bool = False) -> str:
         if o.fp32 is not None and not o.fp32.passed:
             return text + f"; it judges all-FP32 failing too ({o.fp32.detail}): check the command"
         return text if o.passed else text + f"; find the nodes to keep in FP32 with '{command_hint}'"
-    if o.evaluation.passed and o.lacking:
+    if o.evaluation.passed and (o.lacking or o.lacking_sums):
         factor = o.headroom["flag"] if o.headroom else 0
-        names = ", ".join(h.describe([s.source for s in o.samples], factor) for h in o.lacking[:3])
-        more = f" and {len(o.lacking) - 3} more" if len(o.lacking) > 3 else ""
-        return (f"FAIL{with_what}: every sample meets the tolerance, but {len(o.lacking)} tensor(s) computed in FP16 "
-                f"lack {factor:g}x headroom: {names}{more}; keep their nodes in FP32 with "
-                f"'{command_hint}'")
+        sources = [s.source for s in o.samples]
+        lacking = [h.describe(sources, factor) for h in o.lacking] + [
+            f"{a.node!r} ({a.op_type}) {accumulator_reason(a, sources, o.graph.precision, factor).split(': ', 1)[1]}"
+            for a in o.lacking_sums]
+        more = f" and {len(lacking) - 3} more" if len(lacking) > 3 else ""
+        what = " and ".join(f"{len(found)} {kind}" for found, kind in ((o.lacking, "tensor(s)"),
+                                                                       (o.lacking_sums, "sum(s)")) if found)
+        return (f"FAIL{with_what}: every sample meets the tolerance, but {what} computed in "
+                f"{o.graph.precision.label} lack {factor:g}x headroom: {', '.join(lacking[:3])}{more}; keep them out "
+                f"of {o.graph.precision.label} with '{command_hint}'")
     if o.evaluation.passed and not o.lacking and o.drift is not None and o.drift.fails:
         return f"FAIL{with_what}: every sample meets the tolerance, but {o.drift.reason()}; verify it again: " \
                f"{o.drift.again}"

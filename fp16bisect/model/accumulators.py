@@ -12,7 +12,7 @@ the number of terms summed per output element:
                            sum). terms: Cin/group x kernel volume (ConvTranspose: an upper bound)
     ReduceSum, ReduceMean, ReduceL1, ReduceLogSum   sum of |x| over the reduced elements (the mean's sum, before
                            the division). ReduceSumSquare, ReduceL2: sum of x^2. ReduceLogSumExp: sum exp(x - max)
-    GlobalAveragePool, AveragePool   sum of |x| over the window (GlobalLpPool / LpPool with p = 1)
+    GlobalAveragePool, AveragePool   sum of |x| over the window (Abs, Flatten and ReduceSum; LpPool with p = 1)
     Softmax, LogSoftmax    the normaliser sum exp(x - max) along the axis (before opset 13: over the input
                            coerced to 2-D at the axis). terms: the axis length (the coerced row's)
     LayerNormalization     sum (x - mean)^2 over the normalised axes; GroupNormalization, InstanceNormalization
@@ -132,6 +132,8 @@ def add_probes(model: onnx.ModelProto, graph: Graph, opset: int) -> Probes:
         proto = model.graph.node[position]
         v = f"{PREFIX}{len(probes)}"
         made, peak, shaped = build.measure(proto, v)
+        for j, made_node in enumerate(made):  # named after what they measure: an error of ONNX Runtime names it
+            made_node.name = f"{v}_{j} (measuring {node.id})"
         made, peak = build.looped(made, peak, v)
         shapes = [f"{v}_shape{j}" for j in range(len(shaped))]
         made += [helper.make_node("Shape", [t], [s]) for t, s in zip(shaped, shapes)]
@@ -233,10 +235,14 @@ class _Nodes:
             nodes, bound, shaped = self.normaliser(proto, v)
         elif op in ("LayerNormalization", "GroupNormalization", "InstanceNormalization"):
             nodes, bound, shaped = self.deviations(proto, v)
-        elif op in ("GlobalAveragePool", "AveragePool"):
-            pool = ("GlobalLpPool", {}) if op == "GlobalAveragePool" else ("LpPool", _copied(proto, (
-                "kernel_shape", "strides", "pads", "auto_pad") + (("ceil_mode", "dilations") if self.opset >= 18 else ())))
-            nodes, bound, shaped = [helper.make_node(pool[0], [ins[0]], [f"{v}_sum"], p=1, **pool[1])], \
+        elif op == "GlobalAveragePool":  # |x| summed per (N, C): ONNX Runtime has no GlobalLpPool at opset 22
+            nodes = [helper.make_node("Abs", [ins[0]], [f"{v}_abs"]),
+                     helper.make_node("Flatten", [f"{v}_abs"], [f"{v}_rows"], axis=2),
+                     self.reduce("ReduceSum", f"{v}_rows", f"{v}_sum", [1], 0)]
+            bound, shaped = f"{v}_sum", [ins[0], proto.output[0]]
+        elif op == "AveragePool":
+            nodes, bound, shaped = [helper.make_node("LpPool", [ins[0]], [f"{v}_sum"], p=1, **_copied(proto, (
+                "kernel_shape", "strides", "pads", "auto_pad") + (("ceil_mode", "dilations") if self.opset >= 18 else ())))], \
                 f"{v}_sum", [ins[0], proto.output[0]]
         else:  # the Reduce ops: the same axes (attribute or input) and attributes
             kind = "ReduceSumSquare" if op in ("ReduceSumSquare", "ReduceL2") else "ReduceL1"

@@ -1,5 +1,5 @@
-"""Headroom: how close each tensor computed in the low precision comes to its limits on the samples, and
-``--headroom F``.
+"""Headroom: how close each tensor computed in the low precision, and each sum it adds there, comes to the
+precision's largest value on the samples, and ``--headroom F``. One rule for both.
 
 A tensor's headroom is the precision's largest finite value (FP16: 65504) over its FP32 peak |x| over every
 sample (the FP32 profile's): how many times its values could still grow before they overflow. Its smallest
@@ -7,17 +7,22 @@ non-zero |x| is set against the precision's smallest normal (FP16: 6.1e-5). Each
 reached it. The tensors computed in the low precision under a plan are the float outputs of the candidates the
 plan leaves there (a transparent node's output holds its producer's values).
 
-``--headroom F``: a tensor whose FP32 peak on any sample exceeds max/F counts as an overflow: the candidate
-that writes it and the candidates that read it are forced to FP32 in every plan (``forced_nodes``).
+An accumulator's headroom (``model/accumulators.py``) is the same maximum over the largest partial-sum bound of a
+summing candidate over the samples (``accumulators_json``): one left in the low precision whose peak passes the
+maximum overflows where the engine adds in the low precision, though every stored value fits.
 
-``TIGHT`` (4x) is the headroom below which a tensor of an answer is named, with the ``--headroom`` value that
-would keep it in FP32: the activations of real inputs routinely reach 2-4x the peak of a few calibration
-samples (a louder recording, a brighter image, a longer sequence; docs/precision.md argues the value), so an
-answer whose tightest tensor has less than 4x was verified on samples that do not cover its deployment.
+The rule, the same for tensors and sums:
 
-Accumulators (``model/accumulators.py``): the largest partial-sum bound of each summing candidate over the
-samples, against the same maximum (``accumulators_json``); one left in the low precision whose peak passes it
-(or max/F with ``--headroom F``) overflows where the engine adds in FP16, though every stored value fits.
+* ``TIGHT`` (4x) is the headroom below which a tensor, or a sum, that the answer leaves in the low precision is
+  named after a search, with ``--headroom 4``, the flag that keeps it out of harm: the activations of real
+  inputs routinely reach 2-4x the peak of a few calibration samples (a louder recording, a brighter image, a
+  longer sequence; docs/precision.md argues the value), so an answer whose tightest tensor or sum has less than
+  4x was verified on samples that do not cover its deployment.
+* ``--headroom F``: a peak above max/F counts as an overflow. A tensor's: the candidate that writes it and the
+  candidates that read it are forced to FP32 in every plan (``forced_nodes``). A sum's: its node is forced to
+  FP32 accumulation in every plan (``forced_sums``: its tensors stay in the low precision, its sums in FP32),
+  whatever ``--accumulate`` the judge assumes. ``check --headroom F`` fails when a tensor or a sum the plan
+  leaves in the low precision passes max/F.
 
 For BF16 (``--precision bf16``) the limit is BF16's largest finite value (about 3.39e38, FP32's range): BF16
 does not overflow where FP16 does, so its headroom is against its own maximum (``Graph.precision.max``).
@@ -36,7 +41,7 @@ from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.profile import Profile
 from fp16bisect.model.statistics import TensorStats
 
-TIGHT = 4.0  # a tensor of the answer with less headroom than this is named, with --headroom suggested (see above)
+TIGHT = 4.0  # a tensor or a sum of the answer with less headroom than this is named, with --headroom suggested
 LISTED = 16.0  # the JSON lists every FP16 tensor with less headroom than this (at least SHOWN, at most LIMIT)
 SHOWN, LIMIT = 3, 100
 
@@ -204,16 +209,35 @@ def accumulators_json(found: list[Accumulator], sources, low: Precision = FP16) 
     return [accumulator_json(a, sources, low) for a in listed]
 
 
-def accumulator_reason(a: Accumulator, sources, low: Precision = FP16) -> str:
+def forced_sums(prof: Profile, factor: float | None, low: Precision = FP16) -> list[Accumulator]:
+    """The summing candidates ``--headroom factor`` forces to FP32 accumulation in every plan: their peak passes
+    max/factor, tightest first. None or no factor: none."""
+    if not factor:
+        return []
+    return [a for a in prof.accumulators if a.over(low, factor)]
+
+
+def tight_sums(found: list[Accumulator], low: Precision = FP16, factor: float = TIGHT) -> list[Accumulator]:
+    """Those of ``found`` with less than ``factor`` accumulator headroom (peak above max/factor)."""
+    return [a for a in found if a.over(low, factor)]
+
+
+def accumulator_reason(a: Accumulator, sources, low: Precision = FP16, factor: float | None = None) -> str:
     """Why a node is in FP32 accumulation, as its entry's ``fp32_profile`` says: its sum's peak against the
-    precision's max, and the sample that reached it ('' when not measured)."""
+    precision's max (max/``factor`` when ``--headroom factor`` forced it), and the sample that reached it ('' when
+    not measured)."""
     room = a.headroom(low)
     if a.peak is None or room is None:
         return ""
     where = _source(sources, a.sample)
     terms = f"{a.terms} terms" if a.terms is not None else "its terms"
+    limit = low.max_text or format(low.max, "g")
+    if factor and a.over(low, factor):
+        return (f"forced by --headroom {factor:g}: sums {terms} to a peak of "
+                f"{said(a.peak, low.max / factor, '.4g')} > {limit}/{factor:g} ({said(room, factor)}x headroom)"
+                + (f" on {where['source']}" if where else ""))
     side = ">" if a.peak > low.max else "<="
-    return (f"sums {terms} to a peak of {a.peak:.4g} {side} {low.max_text or format(low.max, 'g')} "
+    return (f"sums {terms} to a peak of {a.peak:.4g} {side} {limit} "
             f"({said(room, 1.0)}x headroom)" + (f" on {where['source']}" if where else ""))
 
 

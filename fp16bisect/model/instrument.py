@@ -28,8 +28,13 @@ its size at a time), and no tensor is copied out or widened to float64. Tensors
 of at most 2^18 elements (by ONNX shape inference with the first sample's
 shapes, ``tensor_sizes``) are measured in groups, one Loop per group, so the
 instrumented model has a few nodes per group rather than a dozen per tensor
-(session creation grows with the node count). ``add_rows`` turns one run's
-statistics of a tensor into what ``TensorStats.add`` gives on the whole tensor.
+(session creation grows with the node count); each member is one row (its
+counts are exact), its statistics a scan output of the Loop. Tensors of at
+least ``SKIP_COUNTS`` elements run each count inside an If, only when a row's
+max (for 65520) or min (for the small bounds) shows it can count anything: on
+PP-OCRv4 det two of the three counts, four passes over each large tensor, are
+then skipped. ``add_rows`` turns one run's statistics of a tensor into what
+``TensorStats.add`` gives on the whole tensor.
 """
 
 from __future__ import annotations
@@ -72,6 +77,8 @@ EXACT_COUNT = 1 << 24  # float32 sums of 0 and 1 are exact up to here: the longe
 STATISTICS = ("row_max", "row_sum", "row_min", "row_subnormal", "row_flushed", "row_finite16", "shape")  # see with_statistics
 GROUP_TENSOR = 1 << 18  # elements: tensors up to this size are measured in groups (one Loop for many tensors)
 GROUP_TOTAL = 1 << 22  # elements per group at most: the members stay alive until their group is measured
+SKIP_COUNTS = 1 << 21  # elements: from here a count runs only where its bound can count anything (an If per count:
+                       # about a millisecond of session creation each, against two passes over the tensor)
 PREFIX = "__fp16bisect_stat"
 
 
@@ -135,7 +142,8 @@ def _placed(build: "_StatisticsNodes", graph: Graph, names: list[str], sizes: di
             continue
         v = f"{PREFIX}{len(units)}"
         outs = [f"{v}_{s}" for s in STATISTICS]
-        made = build.rows(t, v, outs, ranked=bool(graph.ranks.get(t) or sizes.get(t, (None, None))[1]))
+        made = build.rows(t, v, outs, ranked=bool(graph.ranks.get(t) or sizes.get(t, (None, None))[1]),
+                          skip=(size or 0) >= SKIP_COUNTS)
         (after.setdefault(producer[t], []) if t in producer else first).extend(made)
         units.append(([t], outs))
     close_group()
@@ -150,13 +158,18 @@ class _StatisticsNodes:
         self.model = model
         self.opset = opset
         self.bounds = bounds  # ``below``
-        self.k = {c: f"{PREFIX}_{c}" for c in ("overflow", "first", "axis")}
+        self.k = {c: f"{PREFIX}_{c}" for c in ("overflow", "first", "axis", "two", "row", "flat", "no_max", "no_min",
+                                                 *bounds)}
         model.graph.initializer.extend([
             helper.make_tensor(self.k["overflow"], TensorProto.FLOAT, [], [OVERFLOWS_BELOW_NORMAL]),
             helper.make_tensor(self.k["first"], TensorProto.INT64, [1], [0]),
             helper.make_tensor(self.k["axis"], TensorProto.INT64, [1], [1]),
-            helper.make_tensor(f"{PREFIX}_no_float", TensorProto.FLOAT, [0], []),
-            helper.make_tensor(f"{PREFIX}_no_int", TensorProto.INT64, [0], []),
+            helper.make_tensor(self.k["two"], TensorProto.INT64, [1], [2]),
+            helper.make_tensor(self.k["row"], TensorProto.INT64, [2], [1, -1]),
+            helper.make_tensor(self.k["flat"], TensorProto.INT64, [1], [-1]),
+            helper.make_tensor(self.k["no_max"], TensorProto.FLOAT, [1], [0.0]),  # no row: nothing reaches 65520
+            helper.make_tensor(self.k["no_min"], TensorProto.FLOAT, [1], [float("inf")]),  # nor the small bounds
+            *[helper.make_tensor(self.k[b], TensorProto.FLOAT, [], [t]) for b, (t, _) in bounds.items()],
         ])
 
     def reduce(self, op: str, x: str, out: str) -> onnx.NodeProto:
@@ -171,54 +184,86 @@ class _StatisticsNodes:
         return [helper.make_node("HardSigmoid", [lifted], [f"{v}_{below}"], alpha=-scale, beta=scale * bound),
                 self.reduce("ReduceSum", f"{v}_{below}", out)]
 
-    def rows(self, x: str, v: str, outs: list[str], ranked: bool) -> list[onnx.NodeProto]:
+    def rows(self, x: str, v: str, outs: list[str], ranked: bool, skip: bool = False) -> list[onnx.NodeProto]:
         """The nodes computing tensor ``x``'s row statistics as ``outs`` (in the order of ``STATISTICS``), their
         temporaries named after ``v``. Each elementwise node's first input is, where it can be, a temporary read
-        for the last time, which ONNX Runtime may then overwrite in place."""
+        for the last time, which ONNX Runtime may then overwrite in place. ``skip``: each count only where its
+        bound can count anything (``counted``): two passes over the tensor fewer per count skipped."""
         a, lifted = f"{v}_a", f"{v}_lifted"
         rows = [helper.make_node("Flatten", [f"{v}_abs"], [a], axis=-1)]  # [rows, last axis]
         if not ranked:  # perhaps a scalar: one more axis first ([1] for a scalar, [1, ...] otherwise)
             rows = [helper.make_node("Unsqueeze", [f"{v}_abs", self.k["first"]], [f"{v}_abs1"]) if self.opset >= 13
                     else helper.make_node("Unsqueeze", [f"{v}_abs"], [f"{v}_abs1"], axes=[0]),
                     helper.make_node("Flatten", [f"{v}_abs1"], [a], axis=-1)]
+        def counted(values: str, below: str, out: str, extreme: str) -> list[onnx.NodeProto]:
+            if skip:
+                return self.counted(values, v, below, out, extreme, outs[6])
+            return self.count(values, v, below, out)
+
         return [
             helper.make_node("Abs", [x], [f"{v}_abs"]),
             *rows,
             helper.make_node("Shape", [a], [outs[6]]),
             self.reduce("ReduceMax", a, outs[0]),
-            *self.count(a, v, "finite16", outs[5]),  # |x| < 65520: the others overflow in FP16
+            *counted(a, "finite16", outs[5], outs[0]),  # |x| < 65520: the others overflow in FP16
             helper.make_node("Div", [self.k["overflow"], a], [f"{v}_inv"]),  # inf exactly where |x| < 2^-126
             helper.make_node("ThresholdedRelu", [f"{v}_inv"], [f"{v}_excluded"], alpha=FLOAT32_MAX),  # 0, or inf
             helper.make_node("Max", [f"{v}_excluded", a], [lifted]),  # |x| if |x| >= 2^-126, otherwise inf
             self.reduce("ReduceMin", lifted, outs[2]),
-            *self.count(lifted, v, "subnormal", outs[3]),  # 2^-126 <= |x| < 2^-14
-            *self.count(lifted, v, "flushed", outs[4]),  # 2^-126 <= |x| <= 2^-25
+            *counted(lifted, "subnormal", outs[3], outs[2]),  # 2^-126 <= |x| < 2^-14
+            *counted(lifted, "flushed", outs[4], outs[2]),  # 2^-126 <= |x| <= 2^-25
             helper.make_node("Sub", [a, a], [f"{v}_nan"]),  # 0, NaN where |x| is NaN or inf (huge values: 0)
             self.reduce("ReduceSum", f"{v}_nan", outs[1]),
         ]
 
+    def counted(self, values: str, v: str, below: str, out: str, extreme: str, shape: str) -> list[onnx.NodeProto]:
+        """``count`` inside an If that runs it only when some row's ``extreme`` (its row max for the values below
+        65520, its row min for the small ones) is on the counted side of the bound; otherwise every value of a
+        row is below 65520 (the row's length, from ``shape``) or none is below the small bound (0), known from the
+        few numbers per row already computed. A NaN row max counts (the NaN check then fetches the tensor
+        whole)."""
+        w, top = f"{v}_{below}_if", below == "finite16"
+        edge = helper.make_node("Concat", [extreme, self.k["no_max" if top else "no_min"]], [f"{w}_rows"], axis=0)
+        whole = helper.make_node("ReduceMax" if top else "ReduceMin", [f"{w}_rows"], [f"{w}_extreme"], keepdims=0)
+        reached = helper.make_node("Less", [f"{w}_extreme", self.k[below]], [f"{w}_cond"])
+        counting = helper.make_graph(self.count(values, w, below, f"{w}_count"), f"{w}_count", [],
+                                     [helper.make_tensor_value_info(f"{w}_count", TensorProto.FLOAT, [None])])
+        known = [helper.make_node("Shape", [extreme], [f"{w}_rows_shape"]),
+                 helper.make_node("ConstantOfShape", [f"{w}_rows_shape"], [f"{w}_zeros"])]
+        if top:  # every value of every row below 65520: the row's length
+            known += [helper.make_node("Slice", [shape, self.k["axis"], self.k["two"]], [f"{w}_width"]),
+                      helper.make_node("Cast", [f"{w}_width"], [f"{w}_width_f"], to=TensorProto.FLOAT),
+                      helper.make_node("Add", [f"{w}_zeros", f"{w}_width_f"], [f"{w}_known"])]
+        else:
+            known.append(helper.make_node("Identity", [f"{w}_zeros"], [f"{w}_known"]))
+        filled = helper.make_graph(known, f"{w}_known", [], [helper.make_tensor_value_info(f"{w}_known",
+                                                                                        TensorProto.FLOAT, [None])])
+        return [edge, whole, reached, helper.make_node("If", [f"{w}_cond"], [out], then_branch=filled if top else
+                                                       counting, else_branch=counting if top else filled)]
+
     def loop(self, members: list[str], v: str, outs: list[str]) -> list[onnx.NodeProto]:
-        """One Loop over the members: each iteration appends a member's five row statistics and its shape
-        [rows, row length] to six 1-D tensors carried through the loop."""
+        """One Loop over the members, each measured whole as one row (a member has at most ``GROUP_TENSOR``
+        elements: its float32 counts are exact): each iteration's six statistics and its shape [1, size] are the
+        Loop's scan outputs, stacked along a new first axis and flattened after it. Nothing is carried from one
+        iteration to the next (concatenating into carried tensors copied them again at every iteration)."""
         seq, trip, i, cond = f"{v}_seq", f"{v}_count", f"{v}_i", f"{v}_cond"
         self.model.graph.initializer.append(helper.make_tensor(trip, TensorProto.INT64, [], [len(members)]))
-        carried = [f"{v}_in{j}" for j in range(7)]
         stat = [f"{v}_stat{j}" for j in range(7)]
-        body_nodes = [helper.make_node("SequenceAt", [seq, i], [f"{v}_x"])]
-        body_nodes += self.rows(f"{v}_x", f"{v}_b", stat, ranked=False)
-        body_nodes += [helper.make_node("Concat", [carried[j], stat[j]], [f"{v}_out{j}"], axis=0) for j in range(7)]
+        body_nodes = [helper.make_node("SequenceAt", [seq, i], [f"{v}_x"]),
+                      helper.make_node("Reshape", [f"{v}_x", self.k["row"]], [f"{v}_row"])]
+        body_nodes += self.rows(f"{v}_row", f"{v}_b", stat, ranked=True)
         body_nodes.append(helper.make_node("Identity", [cond], [f"{v}_cond_out"]))
         types = [TensorProto.FLOAT] * 6 + [TensorProto.INT64]
         body = helper.make_graph(
             body_nodes, f"{v}_body",
             [helper.make_tensor_value_info(i, TensorProto.INT64, []),
-             helper.make_tensor_value_info(cond, TensorProto.BOOL, []),
-             *[helper.make_tensor_value_info(carried[j], types[j], [None]) for j in range(7)]],
+             helper.make_tensor_value_info(cond, TensorProto.BOOL, [])],
             [helper.make_tensor_value_info(f"{v}_cond_out", TensorProto.BOOL, []),
-             *[helper.make_tensor_value_info(f"{v}_out{j}", types[j], [None]) for j in range(7)]])
-        start = [f"{PREFIX}_no_float"] * 6 + [f"{PREFIX}_no_int"]
+             *[helper.make_tensor_value_info(stat[j], types[j], [None]) for j in range(7)]])
+        stacked = [f"{v}_stacked{j}" for j in range(7)]
         return [helper.make_node("SequenceConstruct", members, [seq]),
-                helper.make_node("Loop", [trip, "", *start], outs, body=body)]
+                helper.make_node("Loop", [trip, ""], stacked, body=body),
+                *[helper.make_node("Reshape", [stacked[j], self.k["flat"]], [outs[j]]) for j in range(7)]]
 
 
 def split_units(row_max, row_sum, row_min, row_subnormal, row_flushed, row_finite16, shapes):

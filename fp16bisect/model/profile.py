@@ -105,13 +105,14 @@ def profile(graph: Graph, samples, chunk: int = 256, accumulators: bool = True) 
         per = _PerSample(computed, len(samples), low)
         built = with_statistics(graph, computed, sizes)
         probes = add_probes(built[0], graph, graph.opset) if built is not None and with_accumulators else Probes([])
-        sess = None if built is None else _session(built[0], "the model with statistics nodes", fold,
-                                                   arena=not graph.large_activations)
-        whole = None if sess is None or built is None else _in_run(sess, built, samples, stats, per, probes)
+        sess, why = (None, "") if built is None else _session(built[0], "the model with statistics nodes", fold,
+                                                              arena=not graph.large_activations)
+        whole, why = (None, why) if sess is None or built is None else _in_run(sess, built, samples, stats, per,
+                                                                               probes)
         del sess  # its memory (ONNX Runtime keeps the run's buffers until the session goes) before any other run's
         if whole is not None or not probes.probes:
             break
-        note = "ONNX Runtime refused the model with the accumulator nodes"
+        note = f"ONNX Runtime refused the model with the accumulator nodes ({why})"
         for t in computed:
             stats[t] = TensorStats(t, low=low)
     if whole is None:
@@ -159,11 +160,11 @@ class _PerSample:
 
 
 def _in_run(sess, built: tuple[onnx.ModelProto, list], samples, stats: dict[str, TensorStats],
-            per: _PerSample, probes: Probes):
+            per: _PerSample, probes: Probes) -> tuple[list | None, str]:
     """Add every sample's statistics from the instrumented model's runs, but for the tensors with NaN/inf or rows
     too long to count, to be measured whole: returns them, [(index, sample, tensors)], so that
-    they are fetched once the session is gone. None if ONNX Runtime fails to run the model (the caller then starts
-    over by fetching every tensor, which reports the model's own error if it has one)."""
+    they are fetched once the session is gone, and "". (None, what ONNX Runtime said) if it fails to run the model
+    (the caller then starts over by fetching every tensor, which reports the model's own error if it has one)."""
     instrumented, units = built
     outputs = [o.name for o in instrumented.graph.output]  # the model's own, then the statistics
     statistics = {o for _, outs in units for o in outs} | probes.outputs
@@ -171,8 +172,8 @@ def _in_run(sess, built: tuple[onnx.ModelProto, list], samples, stats: dict[str,
     for index, sample in enumerate(samples):
         try:
             values = dict(zip(outputs, run(sess, outputs, sample.inputs, "the model with statistics nodes")))
-        except UsageError:
-            return None
+        except UsageError as e:
+            return None, _said(e)
         model_outputs = {name: values.pop(name) for name in outputs if name not in statistics}
         if getattr(sample, "reference", False) is None:  # the FP32 references come with the run: no run of their own
             sample.reference = model_outputs
@@ -189,7 +190,7 @@ def _in_run(sess, built: tuple[onnx.ModelProto, list], samples, stats: dict[str,
         del values
         if tensors:
             whole.append((index, sample, tensors))
-    return whole
+    return whole, ""
 
 
 @dataclass
@@ -228,11 +229,18 @@ def _same_values(graph: Graph, names: list[str]) -> dict[str, str]:
 
 def _session(model: onnx.ModelProto, what: str, fold_constants: bool = True, arena: bool = True):
     """In producer order, so each tensor is freed once its statistics are taken (ONNX Runtime's default order
-    keeps them alive to the end of the run); None if ONNX Runtime refuses the instrumented model."""
+    keeps them alive to the end of the run), and ""; (None, what ONNX Runtime said) if it refuses the model."""
     try:
-        return session(model, what, producer_order=True, fold_constants=fold_constants, arena=arena)
-    except UsageError:
-        return None
+        return session(model, what, producer_order=True, fold_constants=fold_constants, arena=arena), ""
+    except UsageError as e:
+        return None, _said(e)
+
+
+def _said(error: UsageError) -> str:
+    """What ONNX Runtime said, from the one line ``runtime`` made of it (without our advice after it)."""
+    text = str(error)
+    text = text.split(": ", 1)[1] if ": " in text else text
+    return text.rsplit("; check ", 1)[0]
 
 
 def _fetch(model: onnx.ModelProto, names: list[str], samples, add, chunk: int, low: Precision = FP16) -> None:

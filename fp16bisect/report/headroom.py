@@ -77,10 +77,11 @@ def accumulator_lines(rows: list[dict] | None, low: str = "FP16", command: str =
                       top: int = SHOWN, note: str = "", judged: tuple[str, str] = ("fp32", "default")) -> list[str]:
     """Lines (rich markup) for the JSON's ``accumulators`` (tightest first): the ``top`` tightest summing nodes
     left in ``low``, each with its peak partial-sum bound against the precision's max, its terms and the sample
-    (after a search or a check only when one has less than ``LISTED`` headroom: the JSON has them all); then, a
-    warning naming those whose peak passes the max (max/``flag`` with ``--headroom``), said as the run judged
-    them: ``judged`` is what the search or check assumed they add in (``fp32``, ``fp16``) and where that came
-    from (``"default"``, ``"given"``, ``"from FILE"``)."""
+    (after a search or a check only when one has less than ``LISTED`` headroom: the JSON has them all); after a
+    search, the tensors' warning for sums with less than ``TIGHT`` headroom that do not pass the max, with the
+    same ``--headroom`` (``model/headroom.py``: one rule); then a warning naming those whose peak passes the max
+    (max/``flag`` with ``--headroom``), said as the run judged them: ``judged`` is what the search or check assumed
+    they add in (``fp32``, ``fp16``) and where that came from (``"default"``, ``"given"``, ``"from FILE"``)."""
     precision = precision_of(low)
     limit = precision.max
     lines = [f"[yellow]note:[/yellow] {escape(note)}"] if note else []
@@ -91,6 +92,14 @@ def accumulator_lines(rows: list[dict] | None, low: str = "FP16", command: str =
                  f"bound in FP32 over the samples against {limit_text(limit)}), tightest first:")
     lines += ["  " + _accumulator_line(a, limit) for a in rows[:top]]
     over = [a for a in rows if a.get("headroom") is not None and a["headroom"] < (flag or 1.0)]
+    tight = [a for a in rows if a.get("headroom") is not None and (flag or 1.0) <= a["headroom"] < TIGHT]
+    if tight and command == "search":  # the tensors' rule (headroom_lines), for sums
+        names = ", ".join(f"{escape(repr(a['node']))} ({said(a['headroom'], TIGHT)}x)" for a in tight[:NAMED])
+        lines.append(f"[yellow]warning:[/yellow] {len(tight)} summing node(s) left in {precision.label} with less than "
+                     f"{TIGHT:g}x accumulator headroom: {names}{', ...' if len(tight) > NAMED else ''}; real inputs "
+                     f"routinely reach 2-4x the peak of a few samples, and a sum past {limit_text(limit)} overflows "
+                     f"where the engine adds in {precision.label}: '--headroom {TIGHT:g}' keeps them in FP32 "
+                     "accumulation")
     if over and command in ("search", "check"):
         bound = limit_text(limit) + (f"/{flag:g}" if flag else "")
         named = "; ".join(_over_text(a, bound) for a in over[:NAMED]) + (", ..." if len(over) > NAMED else "")

@@ -1,7 +1,7 @@
 """What to do with a search's answer: the commands that apply, verify and build it (console and HTML report),
-and, first, the search again with ``--headroom`` when a tensor the answer leaves in the low precision has less
-than ``model.headroom.TIGHT`` headroom, and the check and search with ``--accumulate fp16`` when a node it leaves
-there sums past the precision's max.
+and, first, the search again with ``--headroom`` when a tensor or a sum the answer leaves in the low precision has
+less than ``model.headroom.TIGHT`` headroom, and the check and search with ``--accumulate fp16`` when a node it
+leaves there sums past the precision's max.
 
 Each command is rendered from the search's ``Invocation`` (its model, samples and records): it carries every flag
 the search used, changes only what the step is about, and a search writes to a new file beside the answer
@@ -57,18 +57,24 @@ def _apply(run: Invocation, model: str, mixed: str) -> str:
 
 def headroom_step(data: dict, run: Invocation) -> list[tuple]:
     """The search again with ``--headroom TIGHT`` (and every other flag it was given), writing beside the answer,
-    naming the tensors of the answer with less headroom (each with its own); nothing when none has less."""
+    naming the tensors and the sums of the answer with less headroom (each with its own; sums past the max are
+    ``accumulation_step``'s); nothing when none has less."""
     section = data.get("headroom") or {}
     tight = [t for t in section.get("tensors", []) if t.get("headroom") is not None and t["headroom"] < TIGHT]
-    if not tight:
+    sums = [a for a in data.get("accumulators") or [] if a.get("headroom") is not None
+            and (section.get("flag") or 1) <= a["headroom"] < TIGHT]
+    if not tight and not sums:
         return []
     low = precision_of(data.get("precision")).label
-    named = ", ".join(f"{t['tensor']!r} ({said(t['headroom'], TIGHT)}x)" for t in tight[:3])
-    more = f" and {len(tight) - 3} more" if len(tight) > 3 else ""
+    said_of = [(f"{len(found)} {what} left in {low} have less than {TIGHT:g}x {kind}headroom: "
+                + ", ".join(f"{a[key]!r} ({said(a['headroom'], TIGHT)}x)" for a in found[:3])
+                + (f" and {len(found) - 3} more" if len(found) > 3 else ""))
+               for found, what, kind, key in ((tight, "tensor(s)", "", "tensor"), (sums, "sum(s)", "accumulator ", "node"))
+               if found]
+    keeps = "; ".join(k for k, found in (("tensors in FP32", tight), ("sums in FP32 accumulation", sums)) if found)
     again = run.but(beside(str(run.output), f"headroom{TIGHT:g}"), headroom=TIGHT)
-    what = (f"{len(tight)} tensor(s) left in {low} have less than {TIGHT:g}x headroom: {named}{more}; real inputs "
-            f"may overflow them: search again with --headroom {TIGHT:g} to keep them in FP32 (written to "
-            f"{again.output}, beside this answer)")
+    what = (f"{'; '.join(said_of)}; real inputs may overflow them: search again with --headroom {TIGHT:g} to keep "
+            f"them out of {low} ({keeps}; written to {again.output}, beside this answer)")
     return [(what, again.shown())]
 
 

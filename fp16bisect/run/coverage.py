@@ -15,8 +15,9 @@ from fp16bisect.algorithm.search import SearchResult
 from fp16bisect.evaluation.oracle import Oracle
 from fp16bisect.evaluation.space import PlanSpace
 from fp16bisect.model.graph import Graph
-from fp16bisect.model.headroom import (Forced, accumulators_json, fp16_accumulators, fp16_tensors, forced_nodes,
-                                       headroom_json)
+from fp16bisect.model.headroom import (Forced, accumulator_reason, accumulators_json, fp16_accumulators,
+                                       fp16_tensors, forced_nodes, forced_sums, headroom_json)
+from fp16bisect.model.plan_states import MARK, accumulating, is_mark
 from fp16bisect.model.profile import Profile
 from fp16bisect.model.samples import Sample
 
@@ -35,19 +36,27 @@ def forcing(graph: Graph, space: PlanSpace, prof: Profile, factor: float | None,
             say: Callable[[str], None]) -> tuple[PlanSpace, list[Forced]]:
     """The nodes ``--headroom factor`` forces to FP32, said, and ``space`` with them in every plan (not searched)."""
     forced = forced_nodes(graph, prof, factor)
+    pinned = {f.node for f in forced}  # the same rule for a sum: its node in FP32 accumulation (if not in FP32)
+    sums = [a for a in forced_sums(prof, factor, graph.precision) if a.node not in pinned]
+    sources = [s.source for s in samples]
     if forced:
-        sources = [s.source for s in samples]
         say(f"--headroom {factor:g}: {len(forced)} node(s) forced to FP32 in every plan")
         for f in forced:
             say(f"  {f.node}: {f.reason(sources)}")
-    return space.fixing(f.node for f in forced), forced
+    if sums:
+        say(f"--headroom {factor:g}: {len(sums)} summing node(s) forced to FP32 accumulation in every plan")
+        for a in sums:
+            say(f"  {a.node}: {accumulator_reason(a, sources, graph.precision, factor)}")
+    return space.fixing([*(f.node for f in forced), *(accumulating(a.node) for a in sums)]), forced
 
 
-def with_forced(result: SearchResult, forced: list[Forced]) -> SearchResult:
-    """The answer with the forced nodes first (the search minimised the rest)."""
-    if not forced:
+def with_forced(result: SearchResult, forced: list[Forced], members: frozenset = frozenset()) -> SearchResult:
+    """The answer with the forced nodes first, then the FP32-accumulation marks of the forced sums (the marks
+    among ``members``, the oracle's forced members); the search minimised the rest."""
+    fp32 = {f.node for f in forced} | {n for n in result.fp32 if not is_mark(n)}
+    ids = [f.node for f in forced] + sorted(m for m in members if is_mark(m) and m[len(MARK):] not in fp32)
+    if not ids:
         return result
-    ids = [f.node for f in forced]
     if result.status == "fp16_passes":  # the forced nodes alone pass: they are the answer
         return replace(result, status="found", fp32=tuple(ids), minimal=True,
                        minimality=f"the {len(ids)} node(s) forced by --headroom alone pass; nothing else was needed")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from fp16bisect.run.options import CheckOptions, SearchOptions, Space
-from fp16bisect.tolerance import Tolerance
+from fp16bisect.tolerance import GivenTolerance, Tolerance
 from fp16bisect.tolerance.rules import SCALARS
 
 PROGRAM = "fp16bisect"
@@ -133,6 +133,34 @@ class Invocation:
                                                   model_name=options.model_name), overrides=overrides)
 
 
+    def judged_by(self, tolerance: Tolerance, tag: str) -> Invocation:
+        """This search judged by ``tolerance`` instead, writing beside its answer (``overrides.TAG.json``)."""
+        options = self.options
+        assert isinstance(options, SearchOptions)
+        output = beside(options.output, tag) if options.output else None
+        return replace(self, options=replace(options, tolerance=tolerance, output=output))
+
+    def all_fp16(self, tolerance: Tolerance) -> Invocation:
+        """The check of the all-FP16 plan (no override file) judged by ``tolerance``, with this search's judge,
+        plan space (precision, accumulation, headroom) and parallel evaluation."""
+        options = self.options
+        assert isinstance(options, SearchOptions)
+        space = options.space
+        given = Space(precision=None if space.precision == "fp16" else space.precision,
+                      accumulate=None if space.accumulate == "fp32" else space.accumulate, headroom=space.headroom)
+        return replace(self, options=CheckOptions(tolerance=_differing(tolerance), judge=options.judge, space=given,
+                                                  parallel=options.parallel, model_name=options.model_name),
+                       overrides=None, overrides_in_memory=False)
+
+
+def _differing(tolerance: Tolerance) -> GivenTolerance:
+    """``tolerance`` as the values given where they differ from the defaults (an output's own values too)."""
+    default = Tolerance()
+    differs = {k: getattr(tolerance, k) for k in (*SCALARS, "argmax", "topk")
+               if getattr(tolerance, k) != getattr(default, k)}
+    return GivenTolerance(**differs, per_output=tolerance.per_output, accept=tolerance.accept)
+
+
 def keywords(options: SearchOptions | CheckOptions) -> dict[str, Any]:
     """The records that differ from the defaults, as the Python API's keywords: ``tolerance``, ``judge``,
     ``space``, ... each the dict of its fields that are not the defaults (a record whose only change is its
@@ -160,12 +188,7 @@ def _tolerance_keywords(tolerance: Any) -> dict[str, Any]:
     """A search's ``Tolerance`` as the keywords that differ from the defaults, or a check's ``GivenTolerance`` as
     the keywords given; a value per output as a dict (None: every output's)."""
     if isinstance(tolerance, Tolerance):
-        from fp16bisect.tolerance import GivenTolerance
-
-        default = Tolerance()
-        differs = {k: getattr(tolerance, k) for k in (*SCALARS, "argmax", "topk")
-                   if getattr(tolerance, k) != getattr(default, k)}
-        tolerance = GivenTolerance(**differs, per_output=tolerance.per_output, accept=tolerance.accept)
+        tolerance = _differing(tolerance)
     found = tolerance.keywords()
     accept = found.pop("accept", None)
     if accept is not None:  # the caller's function, by its name

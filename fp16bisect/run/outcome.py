@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 from fp16bisect import __version__
+from fp16bisect.algorithm.budget import Stop
 from fp16bisect.artifacts.override_json import graph_sections, overrides_file
 from fp16bisect.artifacts.overrides import Overrides
 from fp16bisect.model.graph import Graph
@@ -30,6 +31,7 @@ from fp16bisect.algorithm.search import SearchResult, Step
 from fp16bisect.timing import timed
 from fp16bisect.tolerance import Tolerance
 
+
 class Listener:
     """What a long search tells the person waiting (see report.py)."""
 
@@ -44,10 +46,13 @@ class Listener:
 
 def stepper(judge: View, listener: Listener, after: int = 0) -> Callable[[Step, dict], None]:
     """What a search over ``judge`` calls after each evaluation: the listener's progress line, numbered ``after``
-    evaluations on (a later stage of one search), saying whether the journal replayed it."""
+    evaluations on (a later stage of one search), saying whether the journal replayed it and what the budget leaves;
+    the phase that asked each plan is noted on the judge (the trace of a search a budget ends)."""
     def step(step: Step, progress: dict) -> None:
+        judge.asked(step.plan, step.phase)
         listener.step(replace(step, index=after + step.index) if after else step,
-                      {**progress, "backend": judge.backend.name, "replayed": judge.replayed(step.plan)})
+                      {**progress, "backend": judge.backend.name, "replayed": judge.replayed(step.plan),
+                       "budget": judge.left()})
 
     return step
 
@@ -74,6 +79,7 @@ class Outcome:
     constraints: Constraints = field(default_factory=Constraints)  # --keep-fp32/--keep-fp16 (JSON "constraints")
     blocks: Chosen | None = None  # --group-by: the blocks the first search kept in FP32 (JSON "blocks")
     run: Invocation | None = None  # the search as asked: its model, samples and records (JSON search.command)
+    diagnosis: dict | None = None  # what the search said of a rounding failure (strategy/rounding.py; JSON "diagnosis")
 
     # the override file (its JSON: overrides.to_json()), made from the rest when the outcome is made
     overrides: Overrides = field(init=False, repr=False, compare=False)
@@ -164,6 +170,13 @@ def unverified(o: Outcome) -> list[dict]:
             for member, reason in o.unverified()]
 
 
+def stopped_json(stop: Stop) -> dict:
+    """Why the search ended before its end, the label its answer carries, and the budget it was given."""
+    limits = {"max_evaluations": stop.evaluations, "time_limit": stop.seconds}
+    return {"by": stop.cause, "label": stop.label, "reason": stop.said,
+            **{key: value for key, value in limits.items() if value is not None}}
+
+
 def search_json(o: Outcome) -> dict:
     """The ``search`` section: what the search did and found, its evaluations, and what went wrong."""
     result, oracle = o.result, o.oracle
@@ -184,6 +197,7 @@ def search_json(o: Outcome) -> dict:
         "unevaluable": len(oracle.build_failures),
         **({"minimum": o.minimum.to_json()} if o.minimum is not None else {}),  # search --minimum
         "verified": result.passed,
+        **({"stopped": stopped_json(result.stopped)} if result.stopped is not None else {}),
         "contradictions": contradictions_json(result.contradictions),
         "seconds": round(o.seconds, 3),
         **capped("trace", [{"fp32": len(s.plan), "passed": s.passed, "phase": s.phase, "round": s.round}
@@ -225,7 +239,7 @@ def overrides_json(o: Outcome) -> Overrides:
     reasons = {r.node: r.reason for r in o.profile.risks}
     reasons.update({f.node: f.reason(sources) for f in o.forced})
     reasons.update({n: o.constraints.reason(n) for n in o.constraints.fp32})
-    reasons.update({accumulating(a.node): accumulator_reason(a, sources, graph.precision)
+    reasons.update({accumulating(a.node): accumulator_reason(a, sources, graph.precision, o.headroom)
                     for a in o.profile.accumulators})
     return overrides_file(
         graph, {i: reasons.get(i, "") for i in result.fp32},
@@ -233,7 +247,8 @@ def overrides_json(o: Outcome) -> Overrides:
                  "versions": {"fp16bisect": __version__, **o.backend_info.get("versions", {})}},
         tolerance=o.tolerance.to_json(), search=search_json(o), metrics=metrics_json(o), output=o.output,
         more={**({"environment": o.environment} if o.environment else {}), "accumulate": o.accumulate,
-              "prior": prior_json(o), "shapes": o.shapes, **graph_sections(graph, result.fp32),
+              "prior": prior_json(o), **({"diagnosis": o.diagnosis} if o.diagnosis else {}), "shapes": o.shapes,
+              **graph_sections(graph, result.fp32),
               "samples": samples_json(o.oracle, o.profile.sample_order),
               "headroom": answer_headroom(graph, o.profile, fp32, sources, o.headroom, o.forced),
               "accumulators": answer_accumulators(graph, o.profile, result.fp32, sources),

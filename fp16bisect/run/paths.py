@@ -40,11 +40,12 @@ def latest_journal(output: str) -> str:
     return str(max(found, key=lambda p: p.stat().st_mtime_ns))
 
 
-def remove_journals(journal: Journal | None, prior: Prior | None) -> list[str]:
-    """A finished search's journals (its own, ``journal``, and its prior's), removed once its override JSON is
+def remove_journals(journal: Journal | None, prior: Prior | None, stopped: bool) -> list[str]:
+    """A finished search's journals (its own, ``journal``, and its ``prior``'s), removed once its override JSON is
     written, unless the search keeps them (``SearchOptions.keep_journal``: the journal's ``keep``); the paths
-    removed. An interrupted or failed search never gets here: its journal stays for the rerun that resumes it."""
-    if journal is None or journal.keep:
+    removed. A search a budget or Ctrl-C ended early (``stopped``) keeps them, and a failed search never gets here:
+    its journal stays for the rerun that resumes it."""
+    if journal is None or journal.keep or stopped:  # stopped early: it resumes
         return []
     removed = []
     for path in (str(journal.path), prior.journal if prior is not None else ""):

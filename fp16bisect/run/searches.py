@@ -17,7 +17,7 @@ from fp16bisect.evaluation.space import View
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.profile import Profile
 from fp16bisect.run.outcome import Listener, stepper
-from fp16bisect.strategy import blocks, hitting_solver, ranking
+from fp16bisect.strategy import blocks, hitting_solver, ranking, rounding
 from fp16bisect.strategy import minimum as minima
 from fp16bisect.strategy.agreement import agreement
 from fp16bisect.strategy.alternatives import Alternatives
@@ -27,10 +27,12 @@ from fp16bisect.tolerance import Tolerance
 
 
 def fp32_set(graph: Graph, judge: View, listener: Listener, prof: Profile, prior: Prior | None,
-             minimum: minima.Wanted | None) -> tuple[SearchResult, minima.Least | None, Chosen | None]:
+             minimum: minima.Wanted | None,
+             diagnosis: rounding.Diagnosis | None = None) -> tuple[SearchResult, minima.Least | None, Chosen | None]:
     """The search's result over ``judge.space`` (``prof``: its FP32 profile, ranked over its candidates), the
     smallest set's search with ``minimum``, and the blocks the block search kept (with blocks); an all-FP32 plan
-    that fails or cannot be evaluated is an error said here."""
+    that fails or cannot be evaluated is an error said here. ``diagnosis`` follows the search's steps and its
+    ranking (``strategy/rounding.py``: said when all-FP16 fails by rounding)."""
     ids = list(judge.space.candidates)
     if minimum is not None:  # said before the search, not after it
         hitting_solver.require_solver(len(ids))
@@ -40,11 +42,11 @@ def fp32_set(graph: Graph, judge: View, listener: Listener, prof: Profile, prior
         if minimum is not None:
             least = _least_on_prior(ids, prior, minimum, judge.backend.name, listener)
             start = tuple(least.fp32) if least is not None else start
-        result = _from_prior(graph, judge, listener, prior, start)
+        result = _from_prior(graph, judge, listener, prior, start, diagnosis)
     elif judge.space.blocks:
-        result, picked = _grouped(graph, judge, listener, prof)
+        result, picked = _grouped(graph, judge, listener, prof, diagnosis)
     else:
-        result = _flat(graph, judge, listener, prof)
+        result = _flat(graph, judge, listener, prof, diagnosis)
     if minimum is not None and prior is None and result.status == "found":
         result, least = _least(ids, judge, prof.order, result, minimum, listener)
     said = {frozenset(): "the all-FP16 plan", **({frozenset(prior.fp32): "the emulator's set"} if prior else {})}
@@ -55,7 +57,7 @@ def fp32_set(graph: Graph, judge: View, listener: Listener, prof: Profile, prior
                            f"({evaluation.reason.kind}: {evaluation.error.splitlines()[0]}); the search went on "
                            "around it, not counting it")
     if result.status == "fp32_fails":
-        _refuse_fp32_fails(ids, judge)
+        refuse_fp32_fails(ids, judge)
     return result, least, picked
 
 
@@ -68,7 +70,15 @@ def _many(judge: View) -> Callable[[list], list[bool | None]] | None:
     return judge.test_many if judge.width > 1 else None
 
 
-def _from_prior(graph: Graph, judge: View, listener: Listener, prior: Prior, start: Sequence[str]) -> SearchResult:
+def _watched(judge: View, listener: Listener,
+             diagnosis: rounding.Diagnosis | None) -> Callable[[Step, dict], None]:
+    """The progress line of each evaluation, the diagnosis (if any) told of each first."""
+    step = stepper(judge, listener)
+    return diagnosis.watch(step) if diagnosis is not None else step
+
+
+def _from_prior(graph: Graph, judge: View, listener: Listener, prior: Prior, start: Sequence[str],
+                diagnosis: rounding.Diagnosis | None = None) -> SearchResult:
     """On an expensive judge: the emulator's set (or ``--minimum``'s on the emulator, ``start``) certified, or the
     search continued from it, the emulator's alternatives offered when it fails."""
     name = judge.backend.name
@@ -76,24 +86,27 @@ def _from_prior(graph: Graph, judge: View, listener: Listener, prior: Prior, sta
                    "certifying each (or continuing from them if they fail)")
     result = search(list(judge.space.candidates), judge, order=prior.order, start=start, hooks=Hooks(
         alternatives=Alternatives(graph, prior, judge, listener), recheck=_recheck(judge),
-        on_step=stepper(judge, listener)), test_many=_many(judge), width=judge.width)
+        on_step=_watched(judge, listener, diagnosis)), test_many=_many(judge), width=judge.width)
     listener.stage(agreement(result, name))
     return result
 
 
-def _flat(graph: Graph, judge: View, listener: Listener, prof: Profile) -> SearchResult:
+def _flat(graph: Graph, judge: View, listener: Listener, prof: Profile,
+          diagnosis: rounding.Diagnosis | None = None) -> SearchResult:
     """The search from the FP32 profile's suspects, ranking by measured effect when none explains a failure."""
     listener.stage(f"searching on the {judge.backend.name} backend ({prof.suspects} suspect(s) first)")
     return search(list(judge.space.candidates), judge, order=prof.order, suspects=prof.suspects,
-                  hooks=Hooks(reorder=ranking.reorder_by_effect(graph, judge.backend, judge, prof, listener),
-                              recheck=_recheck(judge), on_step=stepper(judge, listener)),
+                  hooks=Hooks(reorder=ranking.reorder_by_effect(graph, judge.backend, judge, prof, listener, diagnosis),
+                              recheck=_recheck(judge), on_step=_watched(judge, listener, diagnosis)),
                   test_many=_many(judge), width=judge.width)
 
 
-def _grouped(graph: Graph, judge: View, listener: Listener, prof: Profile) -> tuple[SearchResult, Chosen | None]:
+def _grouped(graph: Graph, judge: View, listener: Listener, prof: Profile,
+             diagnosis: rounding.Diagnosis | None = None) -> tuple[SearchResult, Chosen | None]:
     """``--group-by``: the blocks to keep in FP32, then the nodes inside them (``strategy/blocks.py``)."""
-    return blocks.search_blocks(judge, prof.order, prof.suspects, stepper(judge, listener),
-                                reorder=ranking.reorder_by_effect(graph, judge.backend, judge, prof, listener))
+    return blocks.search_blocks(judge, prof.order, prof.suspects, _watched(judge, listener, diagnosis),
+                                reorder=ranking.reorder_by_effect(graph, judge.backend, judge, prof, listener,
+                                                                  diagnosis))
 
 
 def _least_on_prior(ids: list[str], prior: Prior, minimum: minima.Wanted, judge: str,
@@ -149,7 +162,7 @@ def _certify(ids: list[str], judge: View, order: Sequence[str], start: Iterable[
                   test_many=_many(judge), width=judge.width)
 
 
-def _refuse_fp32_fails(ids: list[str], judge: View) -> None:
+def refuse_fp32_fails(ids: list[str], judge: View) -> None:
     """The all-FP32 plan (of the searched ``ids``) failed: bad input (it could not be evaluated), or a tolerance
     even FP32 misses."""
     everything = judge.known(frozenset(ids))

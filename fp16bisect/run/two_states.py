@@ -55,8 +55,10 @@ def summed(graph: Graph, judge: View, first: SearchResult, listener: Listener, p
 
 
 def _accumulators(graph: Graph, space: PlanSpace) -> list[str]:
-    """The summing candidates not fixed in ``space`` (a ``--keep-fp16`` node among them: it may still add in FP32)."""
-    return [n.id for n in graph.candidates if accumulates(n.op_type, n.domain) and n.id not in space.fixed]
+    """The summing candidates not fixed in ``space`` (a ``--keep-fp16`` node among them: it may still add in FP32),
+    in FP32 or in FP32 accumulation (a sum ``--headroom`` forces there stays so, not searched)."""
+    return [n.id for n in graph.candidates if accumulates(n.op_type, n.domain) and n.id not in space.fixed
+            and accumulating(n.id) not in space.fixed]
 
 
 def _certified(result: SearchResult, kept: frozenset, accumulators: frozenset, judge: View,

@@ -78,18 +78,21 @@ def run(graph, backend, judge: View, prof, listener, journaled: PriorJournal | N
     start = time.perf_counter()
     samples, tolerance, outputs = judge.samples, judge.tolerance, judge.outputs
     journal = _journal(judge, backend, listener, journaled)
-    oracle = replace(judge, oracle=Oracle(backend, samples, tolerance, outputs, journal=journal))
+    oracle = replace(judge, oracle=Oracle(backend, samples, tolerance, outputs, journal=journal),
+                     budget=judge.budget.uncounted() if judge.budget is not None else None)  # time, no count
     ids = list(judge.space.candidates)
     listener.stage(f"prior: measuring the output error each of {len(ids)} candidate(s) causes alone in FP16 "
                    "(emulate backend)")
-    measured = ranking.effects(backend, samples, tolerance, outputs, ids)
+    measured = ranking.effects(backend, samples, tolerance, outputs, ids,
+                               ranking.counter(listener.stage, len(ids), "prior: ranking"))
     order = ranking.search_order(prof.order, prof.suspects, measured)
     listener.stage(f"prior: searching on the emulate backend first ({prof.suspects} suspect(s) first)")
     # the search ends with every single removal of its set evaluated, as the expensive backend will check it
     result = search(ids, oracle, order=order, suspects=prof.suspects,
                     hooks=Hooks(reorder=lambda: ranking.by_effect(prof.order, measured),
                                 on_step=lambda step, progress: listener.step(
-                                    step, {**progress, "backend": LABEL, "replayed": oracle.replayed(step.plan)})))
+                                    step, {**progress, "backend": LABEL, "replayed": oracle.replayed(step.plan),
+                                           "budget": oracle.left()})))
     if result.status == "fp32_fails":
         listener.stage("prior: even all-FP32 misses the tolerance on the emulator; searching on the backend alone")
         return None

@@ -14,11 +14,28 @@ no engine build; the search itself only receives the resulting order.
 
 from __future__ import annotations
 
+import math
+import time
+from typing import Callable, Protocol
+
 from fp16bisect.tolerance import Tolerance, compare
 
+# The ranking says its progress a tenth of the candidates at a time, once it has run this long (a quick one says
+# nothing more than its start and its end).
+QUIET_SECONDS = 2.0
 
-def effects(backend, samples, tolerance: Tolerance, outputs: list[str], candidates: list[str]) -> dict[str, float]:
-    """Candidate -> worst excess over outputs and samples when it alone is in FP16 (``backend.run`` plans)."""
+
+class Watcher(Protocol):
+    """What follows the ranking beside the search (``strategy/rounding.py``): told what it measured, and in how
+    many seconds."""
+
+    def ranked(self, measured: dict[str, float], seconds: float) -> None: ...
+
+
+def effects(backend, samples, tolerance: Tolerance, outputs: list[str], candidates: list[str],
+            progress: Callable[[int], None] | None = None) -> dict[str, float]:
+    """Candidate -> worst excess over outputs and samples when it alone is in FP16 (``backend.run`` plans);
+    ``progress(done)`` after each candidate."""
     everything = frozenset(candidates)
     found = {}
     for node in candidates:
@@ -29,7 +46,23 @@ def effects(backend, samples, tolerance: Tolerance, outputs: list[str], candidat
                 m = compare(got[name], sample.reference[name], tolerance, name, i)
                 worst = max(worst, float("inf") if m.nonfinite else m.excess)
         found[node] = worst
+        if progress is not None:
+            progress(len(found))
     return found
+
+
+def counter(say: Callable[[str], None], total: int, what: str = "ranking"):
+    """``effects``' progress: a line per tenth of the ``total`` candidates measured, with the seconds so far and
+    those left at that pace, once the ranking has run ``QUIET_SECONDS``."""
+    start, chunk = time.perf_counter(), max(1, math.ceil(total / 10))
+
+    def progress(done: int) -> None:
+        spent = time.perf_counter() - start
+        if done % chunk == 0 and done < total and spent >= QUIET_SECONDS:
+            say(f"{what}: {done} of {total} candidate(s) measured ({spent:.0f} s; about "
+                f"{spent / done * (total - done):.0f} s left)")
+
+    return progress
 
 
 def by_effect(candidates, measured: dict[str, float]) -> list:
@@ -49,20 +82,29 @@ def prior_order(found: list, prof, measured: dict[str, float]) -> list:
     return list(found) + by_effect([c for c in prof.order if c not in set(found)], measured)
 
 
-def reorder_by_effect(graph, backend, oracle, prof, listener):
-    """On a backend that ``ranks_by_effect`` (the emulator): a function ranking every candidate by the output error each causes alone in FP16,
-    which the search calls only when no suspect prefix explains the failure (accumulated rounding). None on other
-    backends (there the prior brings the ranking)."""
+def reorder_by_effect(graph, backend, oracle, prof, listener, watcher: Watcher | None = None):
+    """On a backend that ``ranks_by_effect`` (the emulator): a function ranking every candidate by the output error
+    each causes alone in FP16, which the search calls only when no suspect prefix explains the failure (accumulated
+    rounding); its progress said as it goes, ``watcher`` told what it measured. None on other backends (there the
+    prior brings the ranking)."""
     from fp16bisect.backends.emulate import EmulateBackend
 
     if not backend.ranks_by_effect:
         return None
 
     def ranked() -> list:
+        runs = len(prof.order) * len(oracle.samples)
         listener.stage(f"no suspect prefix explains the failure: ranking the {len(prof.order)} candidate(s) by "
-                       "the output error each causes alone in FP16")
+                       f"the output error each causes alone in FP16 ({runs} run(s), not evaluations)")
+        start = time.perf_counter()
         # on an emulator of our own unless ``backend`` is one: these runs are not evaluations of the search
         runner = backend if isinstance(backend, EmulateBackend) else EmulateBackend(graph)
-        return by_effect(prof.order, effects(runner, oracle.samples, oracle.tolerance, oracle.outputs, prof.order))
+        measured = effects(runner, oracle.samples, oracle.tolerance, oracle.outputs, prof.order,
+                           counter(listener.stage, len(prof.order)))
+        seconds = time.perf_counter() - start
+        listener.stage(f"ranking: the {len(prof.order)} candidate(s) measured ({seconds:.1f} s)")
+        if watcher is not None:
+            watcher.ranked(measured, seconds)
+        return by_effect(prof.order, measured)
 
     return ranked

@@ -4,10 +4,10 @@ The model of an FP16 accumulator, one for every op: the terms of each output's s
 summed axis, in blocks of ``BLOCK`` = 16 (a tensor-core m16n8k16 step: 16 products summed into one accumulator);
 a block's sum is computed in FP32 and rounded to FP16; the block partials are then summed by a pairwise tree
 whose every level rounds to FP16 (neighbouring partials added and rounded, until one is left; an odd one out
-is carried to the next level). No Loop is needed: ``ceil(log2(K / 16))`` levels of Slice,
-Add and a Cast round trip, fixed when the emulation is built; a reduction, softmax or normalisation whose summed
-length is known only when the model runs (a dynamic width) pads in the graph and runs ``LEVELS`` levels, an odd
-length padded with a zero at each (the same tree).
+is carried to the next level). No Loop is needed: ``ceil(log2(K / 16))`` levels, fixed when the emulation is
+built; a sum whose length is known only when the model runs pads in the graph and runs ``LEVELS`` levels, an
+odd length padded with a zero at each (the same tree). ``sums.py`` builds the tree; a long GEMM's or
+convolution's partials are made a group at a time (``sums.grouped``: the same values, less memory).
 
 Why this model: blocked FP32 partials are what tensor-core GEMM kernels compute before they add into an FP16
 accumulator; a pairwise tree is the optimistic end of the orders an engine may use (a sequential running sum
@@ -18,81 +18,96 @@ the partials is an approximation of precision loss (the error grows as log K, a 
 
 Per op (the node's inputs are its FP16-rounded inputs, as in storage emulation; what is not a sum stays FP32):
 
-* MatMul, Gemm: the block partials by one MatMul of operands reshaped to ``[.., K/16, M, 16] @ [.., K/16, 16, N]``
-  (K padded with zeros to a multiple of 16), then the tree over the K/16 axis; Gemm's alpha, beta and C after.
-* Conv: the input channels in chunks of ``c`` (the largest divisor of the channels per group with ``c`` times the
-  kernel volume <= 16), each chunk's partial by one grouped convolution (weights rearranged in the graph), then the
-  tree over the chunks; the bias after. A convolution with <= 16 terms per output needs nothing.
+* MatMul, Gemm: the block partials of a group of blocks by one MatMul of operands sliced and reshaped to
+  ``[.., blocks, M, 16] @ [.., blocks, 16, N]`` (K padded with zeros to a multiple of 16), then the tree over the
+  blocks; Gemm's alpha, beta and C after. A K known only when the model runs: one group, the tree in the graph.
+* Conv, ConvTranspose: the input channels in chunks of ``c`` (the largest divisor of the channels per group
+  with ``c`` times the terms one channel gives an output <= 16: the kernel volume, for ConvTranspose the taps
+  that reach one output), a group of chunks' partials by one grouped convolution (weights rearranged in the
+  graph), then the tree over the chunks; the bias after. One with <= 16 terms per output needs nothing.
 * ReduceSum, ReduceMean, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp, GlobalAveragePool:
-  the terms (x, x*x, |x|, exp(x - max)) summed, then divided, rooted or logged as the op says.
+  the terms (x, x*x, |x|, exp(x - max)) summed, then divided, rooted or logged as the op says. AveragePool: a
+  window of <= 16 terms is one block (nothing changes).
 * Softmax, LogSoftmax: the normaliser sum(exp(x - max)).
 * LayerNormalization, InstanceNormalization, GroupNormalization: the mean's sum and the sum of squares
   (x - mean)^2 (LayerNormalization's other outputs, Mean and InvStdDev, stay as the node computes them).
 
-Not modelled (their FP16 state stays storage only, and a run says so once): ConvTranspose,
-Einsum, AveragePool, attention and the com.microsoft ops; and any modelled op whose
-rank is not known when the emulation is built, or (MatMul, Gemm, Conv) whose summed length or weight shape is not.
+The ranks come from shape inference or, where it does not know them (exports whose Reshapes take computed shapes,
+as Paddle's), from the run of the model the backend makes first (``seen.py``); any dim may be known only when the
+model runs. Not modelled (their FP16 state stays storage only, and a run says so once, with the reason):
+Einsum, AveragePool over more than 16 terms, attention and the com.microsoft ops, opsets below 11, a
+GroupNormalization whose channels, or a convolution whose weight shape, are known only when the model runs.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
-BLOCK = 16  # terms summed in FP32 before the FP16 accumulator (a tensor-core m16n8k16 step)
-LEVELS = 20  # tree levels for a summed length known only when the model runs: up to 16 * 2^20 terms
+from fp16bisect.backends.emulate.sums import BLOCK, Nodes, group_size
+
 REDUCTIONS = {"ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum",
               "ReduceLogSumExp", "GlobalAveragePool"}
 NORMALISATIONS = {"LayerNormalization", "InstanceNormalization", "GroupNormalization"}
-MODELLED = REDUCTIONS | NORMALISATIONS | {"MatMul", "Gemm", "Conv", "Softmax", "LogSoftmax"}
+MODELLED = REDUCTIONS | NORMALISATIONS | {"MatMul", "Gemm", "Conv", "ConvTranspose", "AveragePool", "Softmax",
+                                         "LogSoftmax"}
+NOT_MODELLED = "its FP16 accumulation is not modelled"
 
 
 class Unmodelled(Exception):
     """This node's FP16 accumulation is not modelled (the message says why)."""
 
 
-class FP16Sums:
+class FP16Sums(Nodes):
     """Builds, for one accumulating node, the nodes computing its first output with FP16 accumulation."""
 
-    def __init__(self, model: onnx.ModelProto, fresh, shapes: dict, opset: int, low: int):
+    def __init__(self, model: onnx.ModelProto, fresh, shapes: dict, opset: int, low: int,
+                 sizes: dict[str, int] | None = None):
         """``model``: the emulation being built (its initializers and the nodes so far give constant axes);
-        ``fresh(what)``: a model-unique name; ``low``: the low precision's ONNX type."""
-        self.model, self.fresh, self.shapes, self.opset, self.low = model, fresh, shapes, opset, low
-        self.nodes: list[onnx.NodeProto] = []
+        ``fresh(what)``: a model-unique name; ``shapes``: each tensor's shape, None for a dim known only when the
+        model runs; ``low``: the low precision's ONNX type; ``sizes``: element counts seen in a run (how many
+        partials a group makes, ``sums.group_size``)."""
+        super().__init__(model, fresh, opset, low)
+        self.shapes, self.sizes = shapes, sizes or {}
 
     # ------------------------------------------------------------------ what a node becomes
 
-    def build(self, proto: onnx.NodeProto, original_inputs, op_type: str, fp32_out: str) -> str | None:
-        """The output of ``self.nodes`` computing ``proto``'s first output with FP16 accumulation (reshaped like
-        ``fp32_out``, the node's own result); None when its sums have at most ``BLOCK`` terms (nothing changes).
-        Raises ``Unmodelled``."""
+    def build(self, proto: onnx.NodeProto, node) -> str | None:
+        """The output of ``self.nodes`` computing ``proto``'s first output with FP16 accumulation, in that
+        output's shape; None when its sums have at most ``BLOCK`` terms (nothing changes). ``node``: the graph's
+        node (its original inputs and outputs). Raises ``Unmodelled``."""
+        op_type = node.op_type
+        if node.domain not in ("", "ai.onnx") or op_type not in MODELLED:
+            raise Unmodelled(NOT_MODELLED)
         if self.opset < 11:
-            raise Unmodelled("opset below 11")
-        if op_type not in MODELLED:
-            raise Unmodelled("op not modelled")
+            raise Unmodelled(f"opset {self.opset} is below 11: upgrade the model's opset "
+                             "(onnx.version_converter) to model it")
         self.nodes = []
-        self.inputs = list(proto.input)
-        self.original = list(original_inputs)
+        self.inputs, self.original, self.output = list(proto.input), list(node.inputs), node.outputs[0]
         self.attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
         if op_type in REDUCTIONS:
-            out = self._reduction(op_type)
-        elif op_type in ("MatMul", "Gemm"):
-            out = self._gemm(op_type)
-        elif op_type == "Conv":
-            out = self._conv(proto)
-        elif op_type in ("Softmax", "LogSoftmax"):
-            out = self._softmax(op_type)
-        else:
-            out = self._normalised(op_type)
-        if out is None:
-            return None
-        return self._op("Reshape", [out, self._op("Shape", [fp32_out])])
+            return self._reduction(op_type)
+        if op_type in ("MatMul", "Gemm"):
+            return self._gemm(op_type)
+        if op_type in ("Conv", "ConvTranspose"):
+            return self._convolution(op_type == "ConvTranspose")
+        if op_type == "AveragePool":
+            if int(np.prod(self.attrs.get("kernel_shape", [1]))) <= BLOCK:
+                return None  # one block: its sum rounded once, as its output is
+            raise Unmodelled(f"{NOT_MODELLED} over a window of more than {BLOCK} terms")
+        if op_type in ("Softmax", "LogSoftmax"):
+            return self._softmax(op_type)
+        return self._normalised(op_type)
+
+    def _outputs(self) -> int | None:
+        """The node's output elements: by shape inference, else as a run saw them (None: not known)."""
+        return _length(self.shapes.get(self.output) or [None]) or self.sizes.get(self.output)
 
     def _shape(self, pos: int) -> tuple:
         shape = self.shapes.get(self.original[pos]) if pos < len(self.original) else None
         if shape is None:
-            raise Unmodelled("input shape unknown")
+            raise Unmodelled("its input's rank is unknown: it did not run on the first sample")
         return tuple(shape)
 
     def _reduction(self, op_type: str) -> str | None:  # noqa: C901, PLR0912  the reduce family's one lowering: its
@@ -107,10 +122,10 @@ class FP16Sums:
             if axes is None and len(self.inputs) > 1 and self.inputs[1]:
                 given = self._constant_value(self.inputs[1])
                 if given is None:
-                    raise Unmodelled("axes computed in the graph")
+                    raise Unmodelled("its axes are computed in the graph")
                 axes = [int(a) for a in np.asarray(given).ravel()]
             if not axes and self.attrs.get("noop_with_empty_axes", 0):
-                raise Unmodelled("no axes: nothing reduced")
+                return None  # no axes: nothing is summed
             axes = sorted({a % rank for a in (axes or range(rank))})
         count = _length([shape[a] for a in axes])
         if count is not None and count <= BLOCK:
@@ -118,26 +133,31 @@ class FP16Sums:
         kept = [a for a in range(rank) if a not in axes]
         x = self.inputs[0]
         if axes != list(range(rank - len(axes), rank)):
-            x = self._op("Transpose", [x], perm=kept + axes)
-        x = self._op("Reshape", [x, self._ints([0] * len(kept) + [-1])])
+            x = self.op("Transpose", [x], perm=kept + axes)
+        x = self.op("Reshape", [x, self.ints([0] * len(kept) + [-1])])
         top = None
         if op_type in ("ReduceSumSquare", "ReduceL2"):
-            x = self._op("Mul", [x, x])
+            x = self.op("Mul", [x, x])
         elif op_type == "ReduceL1":
-            x = self._op("Abs", [x])
+            x = self.op("Abs", [x])
         elif op_type == "ReduceLogSumExp":
-            top = self._reduce("ReduceMax", x, [-1])
-            x = self._op("Exp", [self._op("Sub", [x, top])])
+            top = self.reduce("ReduceMax", x, [-1])
+            x = self.op("Exp", [self.op("Sub", [x, top])])
         total = self.sum_last(x, len(kept) + 1, count)
         if op_type in ("ReduceMean", "GlobalAveragePool"):
-            total = self._op("Div", [total, self._count(x, count)])
+            total = self.op("Div", [total, self.count(x, count)])
         elif op_type == "ReduceL2":
-            total = self._op("Sqrt", [total])
+            total = self.op("Sqrt", [total])
         elif op_type in ("ReduceLogSum", "ReduceLogSumExp"):
-            total = self._op("Log", [total])
+            total = self.op("Log", [total])
             if top is not None:
-                total = self._op("Add", [total, top])
-        return total
+                total = self.op("Add", [total, top])
+        keep = op_type == "GlobalAveragePool" or self.attrs.get("keepdims", 1)
+        shape_of = self.op("Shape", [self.inputs[0]])
+        if keep:  # the input's shape with 1 at the reduced axes (index ``rank``: the 1 appended)
+            shape_of = self.op("Concat", [shape_of, self.ints([1])], axis=0)
+        picked = [rank if a in axes else a for a in range(rank)] if keep else kept
+        return self.op("Reshape", [total, self.op("Gather", [shape_of, self.ints(picked)], axis=0)])
 
     def _softmax(self, op_type: str) -> str:
         shape = self._shape(0)
@@ -146,21 +166,23 @@ class FP16Sums:
         x, perm = self.inputs[0], None
         if self.opset < 13:  # the input coerced to 2D at axis
             count = _length(shape[axis:])
-            x, rank = self._op("Flatten", [x], axis=axis), 2
+            x, rank = self.op("Flatten", [x], axis=axis), 2
         else:
             count = _length([shape[axis]])
             if axis != rank - 1:
                 perm = list(range(rank))
                 perm[axis], perm[-1] = perm[-1], perm[axis]
-                x = self._op("Transpose", [x], perm=perm)
-        shifted = self._op("Sub", [x, self._reduce("ReduceMax", x, [-1])])
-        e = self._op("Exp", [shifted])
+                x = self.op("Transpose", [x], perm=perm)
+        shifted = self.op("Sub", [x, self.reduce("ReduceMax", x, [-1])])
+        e = self.op("Exp", [shifted])
         total = self.sum_last(e, rank, count)
         if op_type == "Softmax":
-            y = self._op("Div", [e, total])
+            y = self.op("Div", [e, total])
         else:
-            y = self._op("Sub", [shifted, self._op("Log", [total])])
-        return y if perm is None else self._op("Transpose", [y], perm=perm)
+            y = self.op("Sub", [shifted, self.op("Log", [total])])
+        if self.opset < 13:
+            return self.op("Reshape", [y, self.op("Shape", [self.inputs[0]])])
+        return y if perm is None else self.op("Transpose", [y], perm=perm)
 
     def _normalised(self, op_type: str) -> str:
         """Layer, instance and group normalisation: the input flattened to ``[.., K]`` over what one mean and one
@@ -174,103 +196,158 @@ class FP16Sums:
             lead, count = [0, 0], _length(shape[2:])
         else:
             groups = int(self.attrs["num_groups"])
-            channels = _static([shape[1]])
+            channels = _length([shape[1]])
+            if channels is None:
+                raise Unmodelled("its channel count is known only when the model runs")
             lead, count = [0, groups], _length([channels // groups, *shape[2:]])
-        x = self._op("Reshape", [self.inputs[0], self._ints(lead + [-1])])
-        n = self._count(x, count)
-        mean = self._op("Div", [self.sum_last(x, len(lead) + 1, count), n])
-        centred = self._op("Sub", [x, mean])
-        variance = self._op("Div", [self.sum_last(self._op("Mul", [centred, centred]), len(lead) + 1, count), n])
-        std = self._op("Sqrt", [self._op("Add", [variance, self._float(self.attrs.get("epsilon", 1e-5))])])
-        y = self._op("Div", [centred, std])
+        x = self.op("Reshape", [self.inputs[0], self.ints(lead + [-1])])
+        n = self.count(x, count)
+        mean = self.op("Div", [self.sum_last(x, len(lead) + 1, count), n])
+        centred = self.op("Sub", [x, mean])
+        variance = self.op("Div", [self.sum_last(self.op("Mul", [centred, centred]), len(lead) + 1, count), n])
+        std = self.op("Sqrt", [self.op("Add", [variance, self.float(self.attrs.get("epsilon", 1e-5))])])
+        y = self.op("Div", [centred, std])
         if op_type == "LayerNormalization":
-            y = self._op("Reshape", [y, self._op("Shape", [self.inputs[0]])])
+            y = self.op("Reshape", [y, self.op("Shape", [self.inputs[0]])])
             scale, bias = self.inputs[1], self.inputs[2] if len(self.inputs) > 2 and self.inputs[2] else None
         else:
             if op_type == "GroupNormalization" and self.opset >= 21:  # scale and bias per channel
-                y = self._op("Reshape", [y, self._ints([0, channels, -1])])
-            scale, bias = (self._op("Reshape", [t, self._ints([-1, 1])]) for t in self.inputs[1:3])
-        y = self._op("Mul", [y, scale])
-        return y if bias is None else self._op("Add", [y, bias])
+                y = self.op("Reshape", [y, self.ints([0, channels, -1])])
+            scale, bias = (self.op("Reshape", [t, self.ints([-1, 1])]) for t in self.inputs[1:3])
+        y = self.op("Mul", [y, scale])
+        y = y if bias is None else self.op("Add", [y, bias])
+        return y if op_type == "LayerNormalization" else self.op("Reshape", [y, self.op("Shape", [self.inputs[0]])])
 
     def _gemm(self, op_type: str) -> str | None:
         a, b = self.inputs[0], self.inputs[1]
         sa, sb = self._shape(0), self._shape(1)
         if len(sa) < 2 or len(sb) < 2:
-            raise Unmodelled("a MatMul operand of rank 1")
+            raise Unmodelled("a MatMul operand of rank 1 is not modelled")
         if op_type == "Gemm":
             if self.attrs.get("transA", 0):
-                a, sa = self._op("Transpose", [a], perm=[1, 0]), sa[::-1]
+                a, sa = self.op("Transpose", [a], perm=[1, 0]), sa[::-1]
             if self.attrs.get("transB", 0):
-                b, sb = self._op("Transpose", [b], perm=[1, 0]), sb[::-1]
-        depth = _static([sa[-1]])
-        if depth <= BLOCK:
+                b, sb = self.op("Transpose", [b], perm=[1, 0]), sb[::-1]
+        depth = _length([sa[-1]]) or _length([sb[-2]])
+        if depth is not None and depth <= BLOCK:
             return None
-        blocks = -(-depth // BLOCK)
-        a = self._pad(a, len(sa), len(sa) - 1, blocks * BLOCK - depth)
-        b = self._pad(b, len(sb), len(sb) - 2, blocks * BLOCK - depth)
-        a = self._op("Reshape", [a, self._ints([0] * (len(sa) - 1) + [blocks, BLOCK])])  # [.., M, K/16, 16]
-        a = self._op("Transpose", [a], perm=list(range(len(sa) - 2)) + [len(sa) - 1, len(sa) - 2, len(sa)])
-        b = self._op("Reshape", [b, self._ints([0] * (len(sb) - 2) + [blocks, BLOCK, -1])])  # [.., K/16, 16, N]
-        partials = self._round(self._op("MatMul", [a, b]))  # [.., K/16, M, N]
-        y = self.tree(partials, -3, blocks)
+        y = self._products(a, b, len(sa), len(sb), depth)
         if op_type == "Gemm":
-            y = self._op("Mul", [y, self._float(self.attrs.get("alpha", 1.0))])
+            y = self.op("Mul", [y, self.float(self.attrs.get("alpha", 1.0))])
             if len(self.inputs) > 2 and self.inputs[2]:
-                c = self._op("Mul", [self.inputs[2], self._float(self.attrs.get("beta", 1.0))])
-                y = self._op("Add", [y, c])  # y is [1, M, N]: C broadcasts as to [M, N]
+                y = self.op("Add", [y, self.op("Mul", [self.inputs[2], self.float(self.attrs.get("beta", 1.0))])])
         return y
 
-    def _conv(self, proto: onnx.NodeProto) -> str | None:
+    def _products(self, a: str, b: str, ra: int, rb: int, depth: int | None) -> str:
+        """The tree of the block partials of ``a @ b`` (ranks ``ra``, ``rb``; ``depth`` terms, None: known only
+        when the model runs), ``[.., M, N]``."""
+        batch = max(ra, rb) - 2
+
+        def partials(pa: str, pb: str, count: int) -> str:  # [.., count, M, N], rounded (count -1: as many)
+            pa = self.op("Reshape", [pa, self.ints([0] * (ra - 1) + [count, BLOCK])])  # [.., M, count, 16]
+            pa = self.op("Transpose", [pa], perm=list(range(ra - 2)) + [ra - 1, ra - 2, ra])
+            blocked = [0] * (rb - 2) + [count, BLOCK]  # [.., count, 16, N]
+            shape = self.ints(blocked + [-1]) if count > 0 else \
+                self.op("Concat", [self.ints(blocked), self.dims(pb, rb - 1)], axis=0)
+            return self.round(self.op("MatMul", [pa, self.op("Reshape", [pb, shape])]))
+
+        if depth is None:  # one group, its length and the tree's levels in the graph
+            pa = self.op("Pad", [a, self.end_pad(a, ra, BLOCK)])
+            pb = self.op("Pad", [b, self.end_pad(b, rb, BLOCK, axis=rb - 2)])
+            blocked = self.op("Transpose", [partials(pa, pb, -1)], perm=[*range(batch), batch + 1, batch + 2, batch])
+            total = self.sum_last_unknown(blocked, batch + 3)  # [.., M, N, 1]
+            return self.op("Reshape", [total, self.dims(total, 0, -1)])
+        blocks = -(-depth // BLOCK)
+        size = group_size(blocks, self._outputs())
+        if size == 1:  # each block's partial a tensor of its own: one Split per operand, a MatMul per block
+            extra = blocks * BLOCK - depth
+            pieces = zip(self.split(self.pad_axis(a, ra, ra - 1, extra), ra - 1, blocks),
+                         self.split(self.pad_axis(b, rb, rb - 2, extra), rb - 2, blocks))
+            return self.pairwise([self.round(self.op("MatMul", [pa, pb])) for pa, pb in pieces])
+
+        def make(start: int, count: int) -> str:
+            low, high = start * BLOCK, min((start + count) * BLOCK, depth)
+            whole = (low, high) == (0, depth)
+            pa = a if whole else self.slice(a, ra - 1, low, high)
+            pb = b if whole else self.slice(b, rb - 2, low, high)
+            extra = count * BLOCK - (high - low)
+            return partials(self.pad_axis(pa, ra, ra - 1, extra), self.pad_axis(pb, rb, rb - 2, extra), count)
+
+        y = self.grouped(blocks, size, make, batch, batch + 3)  # [.., 1, M, N]
+        return self.op("Reshape", [y, self.op("Concat", [self.dims(y, 0, batch), self.dims(y, batch + 1)], axis=0)])
+
+    def _convolution(self, transposed: bool) -> str | None:
+        """Conv and ConvTranspose: the input channels in chunks, a group of chunks' partials by one convolution
+        of ``group`` x chunks groups, the tree over the chunks, then the bias."""
         w = self._shape(1)
-        if len(w) < 3 or not all(isinstance(d, int) for d in w):
-            raise Unmodelled("weight shape unknown")
-        cout, per_group, kernel = w[0], w[1], w[2:]
-        volume = int(np.prod(kernel))
-        if per_group * volume <= BLOCK:
+        if len(w) < 3 or _length(w) is None:
+            raise Unmodelled("its weight's shape is known only when the model runs")
+        group, kernel = int(self.attrs.get("group", 1)), list(w[2:])
+        per_group = w[0] // group if transposed else w[1]
+        cout_g = w[1] if transposed else w[0] // group
+        reach = _taps(kernel, self.attrs) if transposed else int(np.prod(kernel))  # terms one channel gives
+        if per_group * reach <= BLOCK:
             return None
-        chunk = max([c for c in range(1, per_group + 1) if per_group % c == 0 and c * volume <= BLOCK] or [1])
-        chunks, group = per_group // chunk, int(self.attrs.get("group", 1))
-        weights = self._op("Reshape", [self.inputs[1], self._ints([group, cout // group, chunks, chunk, *kernel])])
-        weights = self._op("Transpose", [weights], perm=[0, 2, 1, 3, *range(4, 4 + len(kernel))])
-        weights = self._op("Reshape", [weights, self._ints([group * chunks * (cout // group), chunk, *kernel])])
+        chunk = max([c for c in range(1, per_group + 1) if per_group % c == 0 and c * reach <= BLOCK] or [1])
+        chunks = per_group // chunk
         attrs = {k: v for k, v in self.attrs.items() if k != "group"}
-        partial = self._op("Conv", [self.inputs[0], weights], group=group * chunks, **attrs)
-        partial = self._round(self._op("Reshape", [partial, self._ints([0, group, chunks, cout // group, -1])]))
-        y = self.tree(partial, 2, chunks)  # [N, group, 1, cout/group, spatial]
+        x = self.inputs[0]
+        size = group_size(chunks, self._outputs())
+        if size == 1:
+            y = self._chunk_by_chunk(transposed, chunks, chunk, per_group, group, attrs)
+            if len(self.inputs) > 2 and self.inputs[2]:
+                y = self.op("Add", [y, self.op("Reshape", [self.inputs[2], self.ints([-1] + [1] * len(kernel))])])
+            return y
+        weights = self.op("Reshape", [self.inputs[1], self.ints(  # ConvTranspose: [group, chunks, chunk, cout_g, k]
+            [group, chunks, chunk, cout_g, *kernel] if transposed else [group, cout_g, chunks, chunk, *kernel])])
+
+        def make(start: int, count: int) -> str:
+            if count == chunks:
+                xs = x
+            elif group == 1:
+                xs = self.slice(x, 1, start * chunk, (start + count) * chunk)
+            else:
+                picked = [g * per_group + c for g in range(group) for c in range(start * chunk, (start + count) * chunk)]
+                xs = self.op("Gather", [x, self.ints(picked)], axis=1)
+            ws = weights if count == chunks else self.slice(weights, 1 if transposed else 2, start, start + count)
+            if not transposed:  # [group, count, cout_g, chunk, k]
+                ws = self.op("Transpose", [ws], perm=[0, 2, 1, 3, *range(4, 4 + len(kernel))])
+            ws = self.op("Reshape", [ws, self.ints([group * count * (chunk if transposed else cout_g),
+                                                    cout_g if transposed else chunk, *kernel])])
+            partial = self.round(self.op("ConvTranspose" if transposed else "Conv", [xs, ws], group=group * count,
+                                         **attrs))
+            shaped = self.op("Concat", [self.ints([0, group, count, cout_g]), self.dims(partial, 2)], axis=0)
+            return self.op("Reshape", [partial, shaped])  # [N, group, count, cout_g, spatial..]
+
+        y = self.grouped(chunks, size, make, 2, 4 + len(kernel))
+        y = self.op("Reshape", [y, self.op("Concat", [self.dims(y, 0, 1), self.ints([group * cout_g]),
+                                                      self.dims(y, 4)], axis=0)])
         if len(self.inputs) > 2 and self.inputs[2]:
-            bias = self._op("Reshape", [self.inputs[2], self._ints([1, group, 1, cout // group, 1])])
-            y = self._op("Add", [y, bias])
+            y = self.op("Add", [y, self.op("Reshape", [self.inputs[2], self.ints([-1] + [1] * len(kernel))])])
         return y
 
-    # ------------------------------------------------------------------ the accumulator
-
-    def sum_last(self, x: str, rank: int, count: int | None) -> str:
-        """The sum over the last axis (``count`` terms; None: known only when the model runs) of ``x`` (of
-        ``rank``), kept as an axis of 1: blocks of ``BLOCK`` in FP32, each rounded, then the rounding tree."""
-        if count is None:
-            return self._sum_last_unknown(x, rank)
-        blocks = -(-count // BLOCK)
-        x = self._pad(x, rank, rank - 1, blocks * BLOCK - count)
-        x = self._op("Reshape", [x, self._ints([0] * (rank - 1) + [blocks, BLOCK])])
-        partials = self._round(self._reduce("ReduceSum", x, [-1], keepdims=0))
-        return self.tree(partials, -1, blocks)
-
-    def tree(self, x: str, axis: int, length: int) -> str:
-        """Pairwise sums over ``axis`` (of ``length``), each rounded to the low precision, until one is left:
-        neighbours (0 + 1, 2 + 3, ...) at every level, so that each partial is the sum of a contiguous run of terms
-        (a run of terms of one sign overflows as in a running sum; pairing far terms would hide it)."""
-        while length > 1:
-            half = length // 2
-            pairs = self._slice(x, axis, 0, 2 * half, 2), self._slice(x, axis, 1, 2 * half, 2)  # neighbours
-            total = self._round(self._op("Add", list(pairs)))
-            if length % 2:
-                total = self._op("Concat", [total, self._slice(x, axis, 2 * half, length)], axis=axis)
-            x, length = total, half + length % 2
-        return x
+    def _chunk_by_chunk(self, transposed: bool, chunks: int, chunk: int, per_group: int, group: int,
+                        attrs: dict) -> str:
+        """The convolution's tree with each chunk's partial a tensor of its own (a large output): the input and the
+        weights cut into the chunks by one Split each (a Gather per chunk with groups), a convolution of ``group``
+        groups per chunk, already in the output's layout, the tree by Adds."""
+        x, w = self.inputs[0], self.inputs[1]
+        if group == 1:
+            xs = self.split(x, 1, chunks)
+            ws = self.split(w, 0 if transposed else 1, chunks)
+        else:
+            picked = [[g * per_group + c for g in range(group) for c in range(j * chunk, (j + 1) * chunk)]
+                      for j in range(chunks)]
+            xs = [self.op("Gather", [x, self.ints(p)], axis=1) for p in picked]
+            ws = [self.op("Gather", [w, self.ints(p)], axis=0) for p in picked] if transposed else \
+                self.split(w, 1, chunks)
+        op = "ConvTranspose" if transposed else "Conv"
+        return self.pairwise([self.round(self.op(op, [xj, wj], group=group, **attrs)) for xj, wj in zip(xs, ws)])
 
     def _constant_value(self, tensor: str) -> np.ndarray | None:
         """An initializer's or a Constant node's value (axes), None when computed."""
+        from onnx import numpy_helper
+
         for init in self.model.graph.initializer:
             if init.name == tensor:
                 return numpy_helper.to_array(init)
@@ -279,77 +356,17 @@ class FP16Sums:
                 return numpy_helper.to_array(node.attribute[0].t)
         return None
 
-    def _sum_last_unknown(self, x: str, rank: int) -> str:
-        """``sum_last`` for a length known only when the model runs: the blocks by a padding computed in the
-        graph, then ``LEVELS`` levels of the tree, each pairing neighbours after padding an odd length with a
-        zero (a level on one partial adds 0: the same value)."""
-        x = self._op("Pad", [x, self._end_pad(x, rank, BLOCK)])
-        x = self._op("Reshape", [x, self._ints([0] * (rank - 1) + [-1, BLOCK])])
-        x = self._round(self._reduce("ReduceSum", x, [-1], keepdims=0))
-        for _ in range(LEVELS):
-            x = self._op("Pad", [x, self._end_pad(x, rank, 2)])
-            x = self._op("Reshape", [x, self._ints([0] * (rank - 1) + [-1, 2])])
-            x = self._round(self._reduce("ReduceSum", x, [-1], keepdims=0))
-        return x
 
-    def _end_pad(self, x: str, rank: int, multiple: int) -> str:
-        """Pad's pads extending the last axis of ``x`` with zeros to a multiple of ``multiple``."""
-        length = self._op("Gather", [self._op("Shape", [x]), self._ints([-1])])
-        m = self._ints([multiple])
-        extra = self._op("Mod", [self._op("Sub", [m, self._op("Mod", [length, m])]), m])
-        return self._op("Concat", [self._ints([0] * (2 * rank - 1)), extra], axis=0)
-
-    def _count(self, x: str, count: int | None) -> str:
-        """The number of terms summed over the last axis of ``x``, as a float: ``count``, else its last dim."""
-        if count is not None:
-            return self._float(count)
-        length = self._op("Gather", [self._op("Shape", [x]), self._ints([-1])])
-        return self._op("Cast", [length], to=TensorProto.FLOAT)
-
-    # ------------------------------------------------------------------ nodes
-
-    def _op(self, op_type: str, inputs: list[str], **attrs) -> str:
-        out = self.fresh(op_type.lower())
-        self.nodes.append(helper.make_node(op_type, inputs, [out], name=self.fresh("acc16"), **attrs))
-        return out
-
-    def _round(self, x: str) -> str:
-        return self._op("Cast", [self._op("Cast", [x], to=self.low)], to=TensorProto.FLOAT)
-
-    def _constant(self, value: np.ndarray) -> str:
-        name = self.fresh("acc_const")
-        self.model.graph.initializer.append(numpy_helper.from_array(value, name))
-        return name
-
-    def _ints(self, values) -> str:
-        return self._constant(np.asarray(list(values), dtype=np.int64))
-
-    def _float(self, value) -> str:
-        return self._constant(np.asarray(value, dtype=np.float32))
-
-    def _slice(self, x: str, axis: int, start: int, end: int, step: int = 1) -> str:
-        return self._op("Slice", [x, self._ints([start]), self._ints([end]), self._ints([axis]), self._ints([step])])
-
-    def _pad(self, x: str, rank: int, axis: int, extra: int) -> str:
-        if not extra:
-            return x
-        pads = [0] * (2 * rank)
-        pads[rank + axis] = extra
-        return self._op("Pad", [x, self._ints(pads)])
-
-    def _reduce(self, op_type: str, x: str, axes: list[int], keepdims: int = 1) -> str:
-        if self.opset >= 18 or (op_type == "ReduceSum" and self.opset >= 13):
-            return self._op(op_type, [x, self._ints(axes)], keepdims=keepdims)
-        return self._op(op_type, [x], axes=axes, keepdims=keepdims)
+def _taps(kernel: list[int], attrs: dict) -> int:
+    """The most kernel taps of a ConvTranspose that reach one output element: ceil(k / stride) per axis (all k
+    with a dilation other than 1)."""
+    strides = attrs.get("strides") or [1] * len(kernel)
+    dilations = attrs.get("dilations") or [1] * len(kernel)
+    return int(np.prod([-(-k // s) if d == 1 else k for k, s, d in zip(kernel, strides, dilations)]))
 
 
 def _length(dims) -> int | None:
     """The product of ``dims``, None when one is known only when the model runs."""
-    return _static(dims) if all(isinstance(d, int) and d > 0 for d in dims) else None
-
-
-def _static(dims) -> int:
-    """The product of ``dims``, known when the emulation is built, else ``Unmodelled``."""
     if not all(isinstance(d, int) and d > 0 for d in dims):
-        raise Unmodelled("summed length unknown")
+        return None
     return int(np.prod(dims, dtype=np.int64))

@@ -9,6 +9,7 @@ import onnx
 from fp16bisect.backends.base import Backend
 from fp16bisect.backends.host import host
 from fp16bisect.backends.emulate.rewrite import MASK, Emulation
+from fp16bisect.backends.emulate.seen import needed, seen
 from fp16bisect.backends.emulate.selftest import self_test
 from fp16bisect.model.plan_states import states
 from fp16bisect.model.graph import Graph
@@ -44,6 +45,7 @@ class EmulateBackend(Backend):
 
     @property
     def emulation(self) -> Emulation:
+        """The emulation; made here (without a sample: ranks from shape inference alone) if no run made it."""
         if self._emulation is None:
             self._set_up()
         assert self._emulation is not None  # _set_up made it
@@ -55,14 +57,18 @@ class EmulateBackend(Backend):
             self._set_up()
         return self._session
 
-    def _set_up(self) -> None:
+    def _set_up(self, inputs: dict[str, np.ndarray] | None = None) -> None:
+        """The emulation and its session; under ``accumulate="fp16"``, with what a first FP32 run on ``inputs``
+        shows of the summing nodes' tensors where shape inference is silent (``seen.py``)."""
         say = self.progress or (lambda text: None)
+        seen_here = None
+        if self.accumulate == "fp16" and inputs is not None and needed(self.graph):
+            with timed(say, "running the model in FP32 once for the shapes its sums run on"):
+                seen_here = seen(self.graph, inputs)
         with timed(say, f"setting up the {self.graph.precision.label} emulation of {len(self.index)} candidate(s)"):
-            emulation = Emulation(self.graph, self._extra, accumulate=self.accumulate)
+            emulation = Emulation(self.graph, self._extra, accumulate=self.accumulate, seen=seen_here)
             if emulation.unmodelled and self.notify is not None:
-                self.notify(f"note: --accumulate fp16: {len(emulation.unmodelled)} accumulating node(s) keep FP32 "
-                            f"sums in the emulation (not modelled): {', '.join(emulation.unmodelled[:5])}"
-                            + (", ..." if len(emulation.unmodelled) > 5 else ""))
+                self.notify(unmodelled_note(emulation.unmodelled, self.graph.precision.label))
             emulation.model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in self._extra)
             # no constant folding: it would store a rounded copy of every weight beside the weight itself
             self._session = session(emulation.model, "the FP16 emulation of the model", fold_constants=False,
@@ -101,10 +107,24 @@ class EmulateBackend(Backend):
     deterministic = True  # one session, the same arithmetic every time: a repeat gives the same result
 
     def run(self, plan, inputs: dict[str, np.ndarray], repeat: int = 0) -> dict[str, np.ndarray]:
+        if self._emulation is None:
+            self._set_up(inputs)
         feed = dict(inputs)
         feed[MASK] = self.emulation.mask(self.mask(plan))
         values = run(self.session, self.output_names, feed, "the FP16 emulation of the model")
         return dict(zip(self.output_names, values))
+
+
+def unmodelled_note(unmodelled: list[tuple[str, str, str]], label: str = "FP16", shown: int = 5) -> str:
+    """The one line saying which summing nodes keep FP32 sums in the emulation, grouped by why, and what to do."""
+    reasons: dict[tuple[str, str], list[str]] = {}
+    for node, op_type, why in unmodelled:
+        reasons.setdefault((op_type, why), []).append(node)
+    said = "; ".join(f"{op_type}, {why}: {', '.join(nodes[:shown])}" + (", ..." if len(nodes) > shown else "")
+                     for (op_type, why), nodes in reasons.items())
+    return (f"note: --accumulate fp16: {len(unmodelled)} summing node(s) keep FP32 sums in the emulation, their "
+            f"{label} state storage only ({said}); 'fp16bisect scan' shows their accumulator headroom, and "
+            "'--keep-fp32 NAME' keeps one whose sum may pass the max in FP32")
 
 
 def environment_here() -> dict:

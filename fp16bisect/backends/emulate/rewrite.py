@@ -72,6 +72,7 @@ from fp16bisect.model.graph import DEFAULT_DOMAINS, PARAMETER_INPUTS, TRANSPAREN
 from fp16bisect.model.plan_states import accumulates
 from fp16bisect.model.subgraphs import subgraphs
 from fp16bisect.backends.emulate.accumulate import FP16Sums, Unmodelled
+from fp16bisect.backends.emulate.seen import Seen
 
 MASK = "fp16bisect_fp32_mask"
 _PREFIX = "fp16bisect/"
@@ -84,12 +85,15 @@ class Emulation:
     ``owners[s]`` (one or two candidate indices) is in FP32."""
 
     def __init__(  # noqa: C901, PLR0912, PLR0915  two steps in one body (below), to be split with emulate/'s rework
-            self, graph: Graph, extra_outputs=(), where_max: int = WHERE_MAX_ELEMENTS, accumulate: str = "fp32"):
+            self, graph: Graph, extra_outputs=(), where_max: int = WHERE_MAX_ELEMENTS, accumulate: str = "fp32",
+            seen: Seen | None = None):
+        """``seen``: the ranks and sizes of the summing nodes' tensors a run showed (``seen.py``), for
+        ``accumulate="fp16"``."""
         # the outputs that need a site, then each node rewritten: a method each, once backends/emulate/ (reworked at
         # the same time, issue 40) settles
         self.graph = graph
         self.accumulators: list[int] = []  # candidates summing in FP16 unless in FP32 (accumulation): mask n + j
-        self.unmodelled: list[str] = []  # accumulating candidates whose FP16 sums are not modelled (why)
+        self.unmodelled: list[tuple[str, str, str]] = []  # summing candidates not modelled: (id, op type, why)
         self.where_max = where_max
         self.owners: list[tuple[int, int]] = []
         self.forms = {"where": 0, "if": 0}
@@ -97,6 +101,8 @@ class Emulation:
         self.model = model
         g = model.graph
         self.types, self.shapes = types_and_shapes(graph)
+        self.seen = seen or Seen()
+        self.summed_shapes = {**{t: (None,) * r for t, r in self.seen.ranks.items()}, **self.shapes}
         self._names = 0
         self._rounded: dict[str, str] = {}  # tensor -> name of r(tensor) (shared by its Where sites)
         self._halves: dict[str, str] = {}  # weight -> its FP16 initializer (the writer's copy)
@@ -258,23 +264,30 @@ class Emulation:
 
     def _accumulating(self, proto: onnx.NodeProto, node, i: int) -> None:
         """Candidate ``i`` with its first output selected between its own result and its FP16-accumulated one
-        (``accumulate.py``), by its "adds in FP32" mask entry; as it is when its sums are short or not modelled."""
-        raw, fp32 = proto.output[0], self._name("acc32")
-        sums = FP16Sums(self.model, self._name, self.shapes, self.graph.opset, self.graph.precision.onnx_type)
+        (``accumulate.py``), by its "adds in FP32" mask entry; as it is when its sums are short or not modelled.
+        A node whose only output is that one is computed inside the If's FP32 branch, so that a plan runs either
+        it or its FP16 sums, never both."""
+        raw = proto.output[0]
+        sums = FP16Sums(self.model, self._name, self.summed_shapes, self.graph.opset,
+                        self.graph.precision.onnx_type, self.seen.sizes)
         try:
-            summed = sums.build(proto, node.inputs, node.op_type, fp32)
+            summed = sums.build(proto, node)
         except Unmodelled as why:
-            self.unmodelled.append(f"{node.id} ({node.op_type}: {why})")
+            self.unmodelled.append((node.id, node.op_type, str(why)))
             summed = None
         if summed is None:
             self._out.append(proto)
             return
-        proto.output[0] = fp32
-        self._out.append(proto)
         cond = self._cond((len(self.graph.candidates) + len(self.accumulators),) * 2)
         self.accumulators.append(i)
-        kept = self._name("kept")
-        as_is = helper.make_graph([helper.make_node("Identity", [fp32], [kept])], "fp32_sum", [], [_float_info(kept)])
+        kept = self._name("acc32")
+        proto.output[0] = kept
+        if sum(1 for t in proto.output if t) == 1:
+            as_is = helper.make_graph([proto], "fp32_sum", [], [_float_info(kept)])
+        else:  # its other outputs are read outside the If
+            self._out.append(proto)
+            own = self._name("kept")
+            as_is = helper.make_graph([helper.make_node("Identity", [kept], [own])], "fp32_sum", [], [_float_info(own)])
         in_fp16 = helper.make_graph(sums.nodes, "fp16_sum", [], [_float_info(summed)])
         self._out.append(helper.make_node("If", [cond], [raw], name=self._name("sum"), then_branch=as_is,
                                           else_branch=in_fp16))

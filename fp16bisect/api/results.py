@@ -122,10 +122,18 @@ class SearchResult:
 
     @property
     def minimum(self) -> dict | None:
-        """With ``minimum=``: the smallest set's search (``proven``, ``lower_bound``, ``evaluations``,
-        ``assumes_monotone``, ...: the override JSON's ``search.minimum``), else None."""
+        """With ``minimum=``: the smallest set's search (``proven``, ``lower_bound``, ``estimate``,
+        ``contradictions``, ``evaluations``, ...: the override JSON's ``search.minimum``), else None."""
         least = self.outcome.minimum
-        return least.to_json() if least is not None else None
+        return least.to_json() if least is not None and least.json_key == "minimum" else None
+
+    @property
+    def improvement(self) -> dict | None:
+        """Without ``minimum=``: the bounded step after the 1-minimal search that tries smaller sets (``ran``,
+        ``why``, ``one_minimal``, ``size``, ``evaluations``, ``budget``: the override JSON's
+        ``search.improvement``), else None."""
+        step = self.outcome.minimum
+        return step.to_json() if step is not None and step.json_key == "improvement" else None
 
     def to_dict(self, output: str | Path | None = None) -> dict:
         """The override JSON (schema ``fp16bisect.overrides/1``) as a dict: what ``write`` writes.

@@ -184,9 +184,10 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
             )
         print_accumulating(overrides.accumulating, console)
         _print_steering(outcome, console)
-    if outcome.minimum is not None:  # search --minimum
-        searched = states(result.fp32)[0] - {f.node for f in outcome.forced}
-        console.print(f"--minimum: {escape(outcome.minimum.line(searched))}", highlight=False, soft_wrap=True)
+    if outcome.minimum is not None and outcome.minimum.ran:
+        searched = states(result.fp32)[0] - {f.node for f in outcome.forced}  # --minimum, or the default step that ran
+        console.print(f"{outcome.minimum.label}: {escape(outcome.minimum.line(searched))}", highlight=False,
+                      soft_wrap=True)
     _print_coverage(overrides, console)
     failures = outcome.oracle.build_failures
     if failures:

@@ -99,7 +99,8 @@ def search_json(o) -> dict:
         # members kept because their removal could not be evaluated: why, from that evaluation
         "unverified": unverified(o),
         "unevaluable": len(oracle.build_failures),
-        **({"minimum": o.minimum.to_json()} if o.minimum is not None else {}),  # search --minimum
+        # search --minimum's record (search.minimum), or the default step's (search.improvement)
+        **({o.minimum.json_key: o.minimum.to_json()} if o.minimum is not None else {}),
         "verified": result.passed,
         **({"stopped": stopped_json(result.stopped)} if result.stopped is not None else {}),
         "contradictions": contradictions_json(result.contradictions),

@@ -15,7 +15,7 @@ from typing import Any
 
 from fp16bisect.strategy import prior as priors
 from fp16bisect.strategy import minimum as minima
-from fp16bisect.strategy import blocks, constraints, prior_choice, rounding
+from fp16bisect.strategy import blocks, constraints, improve, prior_choice, rounding
 from fp16bisect.run import two_states
 from fp16bisect.run.coverage import forcing, sample_order, with_forced
 from fp16bisect.run.invocation import Invocation
@@ -207,7 +207,7 @@ class Searched:
     prior: Prior | None
     noise: dict
     result: SearchResult
-    least: minima.Least | None
+    least: minima.Least | improve.Improvement | None
     blocks: Chosen | None
     run: Invocation
     said: dict | None
@@ -268,7 +268,11 @@ def _prior(graph, judge: View, prof, listener, options: SearchOptions) -> Prior 
         journaled = priors.PriorJournal(lambda header: journal_path(output, journal_key(header), prior=True),
                                         options.journal.restart, options.journal.retry_crashed)
     found = priors.run(graph, backend, judge, prof, listener, journaled)
-    if found is not None and journal is not None:
+    strategy = options.strategy
+    if found is not None and strategy.minimum is None and strategy.objective == "nodes":  # the default step there
+        found = replace(found, improvement=improve.on_prior(list(judge.space.candidates), found,
+                                                            frozenset(prof.order[:prof.suspects]), listener.stage))
+    if found is not None and journal is not None:  # with the step's set: a resumed search starts there too
         journal.record_prior(found.to_json())
     return found
 

@@ -46,18 +46,24 @@ class Prior:
     journal: str = ""
     replayed: bool = False  # read back from the expensive backend's journal: the emulator did not run
     alternatives: dict = field(default_factory=dict)  # when S failed on the judge: how the alternatives were made
+    # the default step's record on the emulator (strategy/improve.py) and its set, the judge's start set, as the
+    # journal keeps them for a resumed search (empty: not run, or not yet)
+    improvement: dict = field(default_factory=dict)
     oracle: View | None = field(default=None, repr=False, compare=False)  # the emulator's (None when replayed)
+    # each candidate's output error alone in FP16 on the emulator (None when replayed): strategy/improve.py's rule
+    measured: dict | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:
         return {"backend": "emulate", "status": self.status, "fp32": list(self.fp32), "order": list(self.order),
                 "evaluations": self.evaluations, "seconds": round(self.seconds, 3), "minimal": self.minimal,
-                "fp16": self.fp16, "journal": self.journal}
+                "fp16": self.fp16, "journal": self.journal,
+                **({"improvement": self.improvement} if self.improvement else {})}
 
     @classmethod
     def from_json(cls, data: dict) -> Prior:
         return cls(tuple(data["fp32"]), list(data["order"]), str(data["status"]), int(data["evaluations"]),
                    float(data["seconds"]), bool(data["minimal"]), dict(data.get("fp16") or {}),
-                   str(data.get("journal", "")), replayed=True)
+                   str(data.get("journal", "")), replayed=True, improvement=dict(data.get("improvement") or {}))
 
 
 @dataclass(frozen=True)
@@ -102,7 +108,7 @@ def run(graph, backend, judge: View, prof, listener, journaled: PriorJournal | N
     evaluations = len(oracle.history)  # distinct plans on the emulator
     prior = Prior(tuple(found), ranking.prior_order(found, prof, measured), result.status, evaluations, seconds,
                   result.minimal, fp16.to_json() if fp16 else {}, str(journal.path) if journal else "",
-                  oracle=oracle)
+                  oracle=oracle, measured=measured)
     listener.stage(f"prior: the emulator keeps {len(found)} node(s) in FP32 after {evaluations} "
                    f"evaluation(s) in {seconds:.1f} s")
     return prior

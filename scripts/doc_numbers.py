@@ -57,6 +57,9 @@ COUNT = re.compile(r"(?<![\w.+-])\d[\d,]*(?:\s+(?:of|to|and)\s+\d[\d,]*)?\s+(?:m
 NOT_A_COUNT = re.compile(r"(at most|at least|up to|default:?|budget|limit|within|under|over|than|every|per|each|"
                          r"[+x*/~]|k \+)\s*$", re.I)
 
+# A quoted word or message, maybe over lines of one paragraph
+QUOTED = re.compile(r"`(?:[^`\n]|\n(?!\s*\n))*`|\"(?:[^\"\n]|\n(?!\s*\n))*\"")
+
 
 def pages() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -101,16 +104,20 @@ class Source:
     def problem(self) -> str | None:
         """What is wrong with the source as written, or None."""
         words = self.words
+        now = self.commit is None  # what it names must exist in this checkout
         if words[:1] == ["python"] and len(words) > 1 and words[1].startswith("scripts/"):
-            if not (ROOT / words[1]).exists() and self.commit is None:
+            if now and not (ROOT / words[1]).exists():
                 return f"{words[1]} does not exist"
-        elif words[:1] == ["pytest"] and len(words) == 2 and "::" in words[1]:
-            path, name = words[1].split("::", 1)
-            if self.commit is None and not re.search(rf"^def {re.escape(name)}\(", (ROOT / path).read_text()
-                                                     if (ROOT / path).exists() else "", re.M):
-                return f"no test {name} in {path}"
-        else:
-            return "give 'python scripts/NAME.py ARGS' or 'pytest tests/FILE.py::TEST', maybe after 'at COMMIT:'"
+        elif words[:1] == ["pytest"] and len(words) > 1 and words[1].startswith("tests/"):
+            for test in words[1:]:
+                path, _, name = test.partition("::")
+                if now and not (ROOT / path).exists():
+                    return f"{path} does not exist"
+                if now and name and not re.search(rf"^def {re.escape(name)}\(", (ROOT / path).read_text(), re.M):
+                    return f"no test {name} in {path}"
+        elif words[:2] != ["wc", "-l"]:
+            return ("give 'python scripts/NAME.py ARGS', 'pytest tests/FILE.py[::TEST]' or 'wc -l FILES', maybe "
+                    "after 'at COMMIT:'")
         if self.check and (self.commit or words[0] != "python"):
             return "'check' runs a script of this checkout: not a test, not at an older commit"
         return None
@@ -174,14 +181,18 @@ class Page:
         return next((m for m in self.markers if m.line < line <= m.end), None)
 
     def counts(self) -> list[tuple[int, str]]:
-        """(line, text) of each sentence outside code and tables that counts evaluations or nodes."""
+        """(line, its counts) of each line of prose (not code, tables or headings) counting evaluations or nodes."""
+        shown = "\n".join("" if k in self.code or k in self.comments else text
+                          for k, text in enumerate(self.lines, 1))
+        # quoted words and messages are examples, not claims (a quote may run over lines: they stay)
+        shown = QUOTED.sub(lambda m: "\n" * m.group(0).count("\n"), shown)
         found = []
-        for k, text in enumerate(self.lines, 1):
-            if k in self.code or k in self.comments or text.lstrip().startswith(("|", "#")):
+        for k, prose in enumerate(shown.split("\n"), 1):
+            if prose.lstrip().startswith(("|", "#")):
                 continue
-            prose = re.sub(r"`[^`]*`|\"[^\"]*\"", "", text)  # quoted words and messages are examples, not claims
-            found += [(k, prose[max(0, m.start() - 30):m.end()].strip()) for m in COUNT.finditer(prose)
-                      if not NOT_A_COUNT.search(prose[:m.start()])]
+            counted = [m.group(0) for m in COUNT.finditer(prose) if not NOT_A_COUNT.search(prose[:m.start()])]
+            if counted:
+                found.append((k, "; ".join(counted)))
         return found
 
 
@@ -254,6 +265,18 @@ def differences(marker: Marker, page: Table, printed: Table | None) -> list[str]
     return found
 
 
+def unprinted(page: Page, marker: Marker) -> list[str]:
+    """The counts in the prose a checked marker covers that its source no longer prints anywhere (a number that
+    moved: "16 nodes in 36 evaluations" when it prints 72)."""
+    printed = {n.replace(",", "") for n in re.findall(r"\d[\d,]*", output(marker.source.command))}
+    found = []
+    for line, said in page.counts():
+        if marker.line < line <= marker.end:
+            found += [f"line {line}: {n} ({said}) is not in what {marker.source.command} prints"
+                      for n in re.findall(r"\d[\d,]*", said) if n.replace(",", "") not in printed]
+    return found
+
+
 def update(page: Page, pairs: list[tuple[Table, Table]]) -> None:
     """Write the printed tables in place of the page's (its separator row kept: alignment is the page's)."""
     lines = list(page.lines)
@@ -279,6 +302,9 @@ def main() -> int:
                 continue
             if not source.check:
                 continue
+            for problem in unprinted(page, marker):
+                print(f"{marker.where}: {problem}")
+                failed += 1
             for old, new in fresh(marker):
                 problems = differences(marker, old, new)
                 for problem in problems:

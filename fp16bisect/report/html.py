@@ -371,7 +371,7 @@ def kernel_plan_section(data: dict) -> str:
     plan = data.get("kernel_plan")
     if not plan:
         return ""
-    from fp16bisect.backends.tensorrt.kernel_plan import types
+    from fp16bisect.diagnose.kernel_plan import types
 
     out = ["<section>", "<h2>Engine kernel plan</h2>", f"<p>{esc(plan['summary'])}</p>",
            f'<table id="{KERNEL_PLAN}"><tr><th>node</th><th>op</th><th>state</th><th>kernel</th><th>type</th>'

@@ -208,7 +208,8 @@ def autocast_rule(graph, prof, samples, data_max: float = AUTOCAST_DATA_MAX, ini
     LayerNormalization node before classifying.
     """
     import numpy as np
-    from onnx import numpy_helper
+
+    from fp16bisect.model import weights
 
     absmax = {t: s.max_abs for t, s in prof.tensors.items() if not s.initializer}
     for sample in samples:
@@ -223,7 +224,7 @@ def autocast_rule(graph, prof, samples, data_max: float = AUTOCAST_DATA_MAX, ini
             continue
         for name in node.inputs:
             if name in inits:
-                value = numpy_helper.to_array(inits[name])
+                value = weights.array(inits[name])  # read where it is (the graph keeps weights in place)
                 if value.dtype == np.float32 and np.any(np.abs(value) > init_max):
                     kept.add(node.id)
         if node.op_type != "Constant" and any(absmax.get(t, 0.0) > data_max for t in (*node.inputs, *node.outputs)):
@@ -378,7 +379,7 @@ def trt_layer_nodes(graph) -> list[frozenset] | None:
     builder = trt.Builder(logger)
     network = builder.create_network(0)
     parser = trt.OnnxParser(network, logger)
-    if not parser.parse(graph.model.SerializeToString()):
+    if not parser.parse_from_file(str(graph.path)):  # the file: the graph's weights refer to it by absolute path
         return None
     found = []
     for i in range(network.num_layers):

@@ -30,7 +30,7 @@ def test_bench_expensive_gives_the_prior_its_evaluations_and_sets():
             if cells(r)[0] == "two_branches"}
     assert set(rows) == {"same (-)", "fewer (1 fused)", "more (3 forced FP16)"}
     for row in rows.values():  # evaluations with the prior / without / SegmentList; set sizes; verified
-        assert row[4:7] == ["7 / 13 / 18", "yes", "5 / 5 / 5"] and row[-1] == "yes/yes", row
+        assert row[4:7] == ["7 / 13 / 18", "yes", "5 / 5 / 5"] and row[8] == "yes/yes", row
 
 
 @pytest.mark.slow

@@ -142,6 +142,17 @@ def test_a_kernel_that_lists_the_op_or_lists_no_ops_makes_no_moot_claim():
         assert not plan.moot, (renamed, [p.moot for p in plan.placements])
 
 
+def test_a_kernel_whose_name_hides_the_op_in_a_composite_a_cut_or_an_unknown_word_makes_no_moot_claim():
+    """Seen on NudeNet's YOLOv8 (TensorRT-RTX 1.7): its SiLU's Mul was called moot in a kernel named CorrSilu (SiLU
+    is x * sigmoid(x): the kernel computes the Mul), and a Div in a kernel whose name Myelin cut short with Etc."""
+    for renamed in ("__myl_FcSiluCast_myl0_2", "__myl_FcAddReshReplEtc_myl0_2", "__myl_FcAddFooCast_myl0_2"):
+        _graph, answer, fp16 = engines([FP16[0].replace("__myl_FcAddCast_myl0_2", renamed)])
+        plan = compare(answer, fp16, {"scale_up": ("Mul", FP32), "scale_down": ("Div", FP32)})
+        assert not plan.moot, (renamed, [p.moot for p in plan.placements])
+    _graph, answer, fp16 = engines([FP16[0].replace("__myl_FcAddCast_myl0_2", "__myl_FcAddReshCast_myl0_2")])
+    assert {p.node for p in compare(answer, fp16, {"scale_up": ("Mul", FP32)}).moot} == {"scale_up"}  # moves only
+
+
 def test_a_node_no_all_fp16_kernel_names_is_moot_and_a_node_of_an_op_without_words_is_never_guessed():
     fp16_log = [FP16[0].replace("[ONNX Layer: scale_down][ONNX Layer: scale_up]", "")]
     _graph, answer, fp16 = engines(fp16_log)

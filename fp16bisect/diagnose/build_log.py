@@ -57,9 +57,11 @@ class Kernel:
     @property
     def ops(self) -> tuple[str, ...] | None:
         """The operations of a kernel Myelin generated, from its name (``__myl_MeanSubCastMul_myl0_7`` -> Mean,
-        Sub, Cast, Mul); None for other kernels (GEMM, convolution, fused attention), whose names say nothing."""
+        Sub, Cast, Mul); None for other kernels (GEMM, convolution, fused attention), whose names say nothing, and
+        for a name Myelin cut short (``...ReshReplEtc_myl0_126``: the operations after it are not told)."""
         found = _GENERATED.match(self.name)
-        return tuple(re.findall(r"[A-Z][a-z0-9]*", found.group(1))) if found else None
+        ops = tuple(re.findall(r"[A-Z][a-z0-9]*", found.group(1))) if found else ()
+        return ops if ops and ops[-1] != "Etc" else None
 
 
 @dataclass(frozen=True)

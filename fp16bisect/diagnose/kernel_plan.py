@@ -39,6 +39,13 @@ OP_WORDS = {
     "Conv": {"Corr", "Conv", "Fc"}, "ReduceMean": {"Mean"}, "ReduceSum": {"Sum"}, "GlobalAveragePool": {"Mean"},
     "Softmax": {"Exp"}, "BatchNormalization": {"Mul", "Add"},
 }
+# words of a generated kernel's name that stand for several operations: SiLU is x * sigmoid(x), GELU x * (1 +
+# erf(x / sqrt 2)) / 2 or its tanh form; a kernel named Silu computes a Mul
+COMPOSITE = {"Silu": {"Silu", "Sigm", "Mul"}, "Gelu": {"Gelu", "Erf", "Tanh", "Mul", "Add", "Div", "Pow"}}
+# words of data movement and conversion, which compute none of OP_WORDS' operations
+MOVES = {"Cast", "Resh", "Slic", "Conc", "Tran", "Iota", "Repl", "Gath", "Expa", "Copy", "Pad", "Shuf", "Flat"}
+# the words whose operations are known: a kernel named with any other word may compute anything, so no claim
+KNOWN = set().union(*OP_WORDS.values(), *COMPOSITE.values(), MOVES)
 LIMITS = ("the engines are built, not run: which arithmetic and accumulators the kernels use inside is chosen at "
           "JIT time on a GPU")
 RTX_ONLY = "TensorRT-RTX compiled these engines; TensorRT 10/11 on a GPU may fuse and remove otherwise"
@@ -341,7 +348,9 @@ def _not_computed(engine: Engine, mine: Iterable[int], op_type: str) -> str:
     kernels = engine.log.kernels
     for i in mine:
         ops = kernels[i].ops
-        if ops is None or words & set(ops):
+        if ops is None or not KNOWN.issuperset(ops):  # not told, or a word whose operations are not known
+            return ""
+        if words & set().union(*(COMPOSITE.get(op, {op}) for op in ops)):
             return ""
     names = ", ".join(kernels[i].name for i in mine)
     return (f"the all-FP16 engine's {names} names it but computes no {'/'.join(sorted(words))}: the compiler "

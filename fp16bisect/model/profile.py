@@ -42,7 +42,7 @@ from fp16bisect.model import weights
 from fp16bisect.model.accumulators import Accumulator, Probes, add_probes
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.plan_states import accumulates
-from fp16bisect.model.instrument import add_rows, split_units, tensor_sizes, with_statistics
+from fp16bisect.model.instrument import add_rows, share_constants, split_units, tensor_sizes, with_statistics
 from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.relative_rounding import rank_relative
 from fp16bisect.model.runtime import nothing_to_fold, run, session
@@ -105,6 +105,8 @@ def profile(graph: Graph, samples, chunk: int = 256, accumulators: bool = True) 
         per = _PerSample(computed, len(samples), low)
         built = with_statistics(graph, computed, sizes)
         probes = add_probes(built[0], graph, graph.opset) if built is not None and with_accumulators else Probes([])
+        if built is not None:
+            share_constants(built[0])
         sess, why = (None, "") if built is None else _session(built[0], "the model with statistics nodes", fold,
                                                               arena=not graph.large_activations)
         whole, why = (None, why) if sess is None or built is None else _in_run(sess, built, samples, stats, per,
@@ -179,10 +181,9 @@ def _in_run(sess, built: tuple[onnx.ModelProto, list], samples, stats: dict[str,
             sample.reference = model_outputs
         tensors = []
         for members, outs in units:
-            got = [values.pop(o) for o in outs]
-            for t, row_stats in zip(members, split_units(*got)):
+            for t, row_stats in split_units(members, [values.pop(o) for o in outs]):
                 fresh = per.fresh(t)
-                if add_rows(fresh, *row_stats):
+                if add_rows(fresh, row_stats):
                     per.add(stats, fresh, index)
                 else:
                     tensors.append(t)

@@ -12,9 +12,14 @@ models (PP-OCRv4 det and rec from a PyPI wheel, and a transformer export).
 
 Each measurement runs in a fresh Python process (so peak memory is that process's alone, read with
 ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` at its end); CPU seconds are the process's user + system time over
-the measured part (``getrusage``, every thread of ONNX Runtime's pool counted, its spinning included), wall
-seconds beside them; each cell is the median over ``--repeats`` processes, the modes' processes alternated so that
-all see the same load on a shared machine (CPU time and peak RSS move far less with the load than wall time).
+the measured part (``getrusage``, every thread of ONNX Runtime's pool counted), wall seconds beside them. Every
+ONNX Runtime session of every mode (the plain run's, the profile's, the emulation's) is made with its thread
+pools' spinning off (``session.intra_op.allow_spinning`` and ``session.inter_op.allow_spinning`` "0"): a thread
+waiting for work sleeps instead of spinning, so the CPU time counts work, the same way for the plain run and the
+profile (with spinning on, a profile of thousands of small nodes burnt CPU waiting, and the ratio said more about
+the load than about the work). Each cell is the median over ``--repeats`` processes (default 5), the modes'
+processes alternated so that all see the same load on a shared machine (CPU time and peak RSS move far less with
+the load than wall time; they still move: report the load average printed with the table).
 "plain" loads the model, makes one ONNX Runtime session (the options every fp16bisect session uses) and runs it
 once; "profile" loads the model and runs ``fp16bisect.model.profile.profile`` on one sample, session creation
 included. The emulation table: ``EmulateBackend`` with ``accumulate`` fp32 (storage) or fp16, its first run of the

@@ -59,3 +59,14 @@ class BuildFailed(CouldNotEvaluate):
     """The plan's model or engine could not be built (written, parsed, compiled)."""
 
     kind: ReasonKind = "build"
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C ended a search that still answered: the smallest set seen to pass, written to its output (exit 130 on
+    the command line, as any interrupt). ``result``: what the search returned (``api.results.SearchResult``)."""
+
+    exit_code = 130
+
+    def __init__(self, result):
+        super().__init__("interrupted: the smallest set seen to pass was written")
+        self.result = result

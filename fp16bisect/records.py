@@ -289,6 +289,24 @@ def real(low: float | None = None, *, above: bool = False, optional: bool = Fals
     return check
 
 
+UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}  # what a duration's text may end with (none: seconds)
+
+
+def duration(value: Any, name: str) -> float | None:
+    """Seconds above 0: a number, its text, or text with a unit (``90s``, ``15m``, ``2h``); or None."""
+    if value is None:
+        return None
+    text = value.strip().lower() if isinstance(value, str) else ""
+    unit = next((u for u in sorted(UNITS, key=len, reverse=True) if text.endswith(u)), "")
+    try:
+        seconds = real(0, above=True)(text[: len(text) - len(unit)] if unit else value, name)
+    except UsageError:
+        raise UsageError(f"{name} {shown(value)}: give seconds above 0, or a duration with a unit: 90s, 15m, "
+                         "2h") from None
+    assert seconds is not None
+    return seconds * UNITS.get(unit, 1.0)
+
+
 def shown(value: Any) -> str:
     """A number given as text (a flag's, a manifest's) as it was typed; anything else (and text that is not one
     plain word) as its repr."""

@@ -367,7 +367,7 @@ def trt_layer_nodes(graph) -> list[frozenset] | None:
         import tensorrt_rtx as trt
     except ImportError:
         return None
-    from fp16bisect.backends.tensorrt.pin import metadata_node
+    from fp16bisect.backends.tensorrt.pin import metadata_nodes
 
     by_name: dict[str, set] = {}
     for node in graph.candidates:
@@ -382,7 +382,7 @@ def trt_layer_nodes(graph) -> list[frozenset] | None:
         return None
     found = []
     for i in range(network.num_layers):
-        name = metadata_node(network.get_layer(i).metadata)
+        name = next(iter(metadata_nodes(network.get_layer(i).metadata)), None)
         found.append(frozenset(by_name.get(name, ())) if name else frozenset())
     return found
 

@@ -5,7 +5,7 @@ By default a FakeBackend is the emulator on its graph (a graph-less one returns 
 name (``backends.declared``: Backend's defaults for a name of its own) unless ``capabilities`` says otherwise. Each setting changes one thing, as a real
 runtime would: ``fails`` (builds that fail, with their message), ``fused``/``forced`` (a runtime that rounds fewer
 or more tensors than the plan says), ``flaky`` (a plan whose rebuilds come out all-FP16), ``stop_at`` (Ctrl-C, or
-another exception, on the n-th run). The settings and the record live on the Fake, so that the backends the
+another exception, on the n-th run, or on each of a set of runs). The settings and the record live on the Fake, so that the backends the
 pipeline makes for one search after another share them (``fake_backend`` in conftest.py installs one).
 """
 
@@ -29,8 +29,9 @@ class Fake:
     fused: frozenset = frozenset()  # candidates the runtime never rounds (a fused kernel keeps them)
     forced: frozenset = frozenset()  # candidates it always rounds (no FP32 kernel: a pin has no effect)
     flaky: frozenset | None = None  # a plan whose builds after the first come out all-FP16
-    stop_at: int | None = None  # raise ``stop`` instead of the run numbered so (from 1, over every backend)
+    stop_at: int | set | None = None  # raise ``stop`` instead of the run numbered so (from 1, over every backend)
     stop: type = KeyboardInterrupt
+    tried: int = 0  # runs asked for, the one ``stop`` replaced included
     outputs: Callable[[frozenset], dict] | None = None  # no graph: a plan's outputs
     verdict: Callable[[frozenset], bool] | None = None  # no graph: judges whole plans (``run_plan``)
     runs: list | Counter = field(default_factory=list)  # a list of the plans run, or a Counter of (plan, repeat)
@@ -40,9 +41,9 @@ class Fake:
         return FakeJudge(self, graph) if self.verdict is not None else FakeBackend(self, graph)
 
     def record(self, plan: frozenset, repeat: int) -> None:
-        done = sum(self.runs.values()) if isinstance(self.runs, Counter) else len(self.runs)
-        if self.stop_at is not None and done + 1 == self.stop_at:
-            raise self.stop()
+        self.tried += 1
+        if self.tried in ({self.stop_at} if isinstance(self.stop_at, int) else self.stop_at or ()):
+            raise self.stop()  # Ctrl-C once (or at each run of a set): the runs after it go on
         if isinstance(self.runs, Counter):
             self.runs[(plan, repeat)] += 1
         else:

@@ -1,42 +1,37 @@
-"""A test double of TensorRT 10.x beneath Polygraphy, and of Polygraphy's ``TrtRunner``: what cannot run here.
+"""A test double of what cannot run here: TensorRT 10.x's weak typing, and deserialising and running an engine.
 
-TensorRT-RTX parses and builds here for real, through the same adapter (tests/test_tensorrt_rtx.py); what cannot
-run is real TensorRT 10.x (it does not install here) with its weak typing, and deserialising or running any engine
-(no GPU). So:
+TensorRT-RTX parses and builds here for real, through the same adapter (every strongly typed build in the tests is
+one of its builds); what cannot run is real TensorRT 10.x (it does not install here) with its weak typing, and
+deserialising or running any engine (no GPU). So:
 
-* ``make()`` is the ``tensorrt`` module of TensorRT 10.x as Polygraphy's loaders call it: ``NetworkFromOnnxBytes``
-  and ``NetworkFromOnnxPath`` (``Builder``, ``init_libnvinfer_plugins``, ``OnnxParser``, the network and its layers),
-  ``CreateConfig`` and ``Profile`` (``IBuilderConfig``: flags, the optimization profile, the timing cache),
-  ``EngineBytesFromNetwork`` (``build_serialized_network``, ``IHostMemory``), ``EngineFromBytes`` (``Runtime``),
-  ``SetLayerPrecisions`` (``ILayer.precision``); and as fp16bisect's own code calls it (``pin.py``'s output types,
-  ``inspection.py``'s engine inspector, the profiler). It exposes exactly ``api.NAMES`` and ``ALSO`` (tests check).
-  Install it with ``install(fake, monkeypatch)``: ``import tensorrt`` gives it, and Polygraphy's loaders use it.
+* ``make()`` is the ``tensorrt`` module of TensorRT 10.x as Polygraphy's loaders call it for a weakly typed build:
+  ``NetworkFromOnnxBytes`` and ``NetworkFromOnnxPath`` (``Builder``, ``init_libnvinfer_plugins``, ``OnnxParser``,
+  the network and its layers), ``CreateConfig`` (``IBuilderConfig``: flags, the timing cache, what Polygraphy prints
+  of a config), ``EngineBytesFromNetwork`` (``build_serialized_network``, ``IHostMemory``), ``EngineFromBytes``
+  (``Runtime``), ``SetLayerPrecisions`` (``ILayer.precision``); and as fp16bisect's own code calls it (``pin.py``'s
+  output types, ``inspection.py``'s engine inspector, the profiler). Every name it exposes is checked against
+  TensorRT-RTX's, but those only 10.x has (tests/test_tensorrt.py). Install it with ``install(fake, monkeypatch)``:
+  ``import tensorrt`` gives it, and Polygraphy's loaders use it.
 * ``runner(trt, outputs)`` is a class standing in for ``polygraphy.backend.trt.TrtRunner``: it activates by calling
   its engine loader (Polygraphy's ``EngineFromBytes``), ``infer`` returns ``outputs(engine, feed)`` and reports
   each engine layer's time to a profiler set on its ``context``, as TensorRT does after a run.
+* ``make_cuda()`` is cuda-python's runtime module as ``device.py`` asks it (a GPU, its driver and runtime).
 
-Its ``OnnxParser`` really reads the ONNX model and imports it the way
-onnx-tensorrt does, in small: one layer per node (a Gemm is a matrix multiply
-plus an elementwise layer, a Sum of n inputs is n-1 elementwise layers, a
-Softmax is a softmax plus a helper shuffle writing the node's output), named
-``getNodeName`` style (``node_of_<first output>`` for unnamed nodes, clashes
-get ``_<counter>``), with metadata ``[ONNX Layer: <name>]``; initializers and
-Constant nodes become CONSTANT layers and, where an elementwise or matrix
-layer reads them, a broadcast SHUFFLE, both with empty metadata.
+Its ``OnnxParser`` reads an ONNX model (FP32, as weak typing builds it) and imports it the way onnx-tensorrt does,
+in small: one layer per node (a Gemm is a matrix multiply plus an elementwise layer, a Sum of n inputs is n-1
+elementwise layers, a Softmax is a softmax plus a helper shuffle writing the node's output), named ``getNodeName``
+style (``node_of_<first output>`` for unnamed nodes, clashes get ``_<counter>``), with metadata ``[ONNX Layer:
+<name>]``; initializers and Constant nodes become CONSTANT layers and, where an elementwise or matrix layer reads
+them, a broadcast SHUFFLE, both with empty metadata.
 
-``build_serialized_network`` returns JSON describing what would be built (the
-FP16 flag, whether the network is strongly typed, every layer's precision and
-output types) and the engine's layers as TensorRT's engine inspector reports
-them (``EngineInspector.get_engine_information(LayerInformationFormat.JSON)``
-with ``ProfilingVerbosity.DETAILED``, the format documented at
-``api.LAYER_INFORMATION``), so tests can assert what was pinned and what ran.
-A weakly typed layer runs in its precision (pinned: FP32, else FP16 with the
-FP16 flag) and its float inputs are reformatted to it. ``trt._myelin`` (lists
-of ONNX node names) imitates NVIDIA/TensorRT#3889: a weakly typed build fuses
-each such group into one Myelin layer, which runs in FP16 unless every layer of
-the group is pinned (pins ignored); its metadata joins the nodes'
-``[ONNX Layer: ...]`` with ``\x1f`` as TensorRT-RTX prints it. Test hooks are
-private (``_``-prefixed) module attributes.
+``build_serialized_network`` returns JSON describing what would be built (the precision flags, every layer's
+precision and output types) and the engine's layers as TensorRT's engine inspector reports them
+(``EngineInspector.get_engine_information(LayerInformationFormat.JSON)`` with ``ProfilingVerbosity.DETAILED``), so
+tests can assert what was pinned and what ran. A layer runs in its precision (pinned: FP32, else FP16 with the FP16
+flag) and its float inputs are reformatted to it. ``trt._myelin`` (lists of ONNX node names) imitates
+NVIDIA/TensorRT#3889: a build fuses each such group into one Myelin layer, which runs in FP16 unless every layer of
+the group is pinned (pins ignored); its metadata joins the nodes' ``[ONNX Layer: ...]`` with ``\x1f`` as
+TensorRT-RTX prints it. Test hooks are private (``_``-prefixed) module attributes.
 """
 
 from __future__ import annotations
@@ -52,7 +47,7 @@ from onnx import TensorProto
 TRANSPARENT_OPS = {
     "Reshape": "SHUFFLE", "Transpose": "SHUFFLE", "Flatten": "SHUFFLE", "Squeeze": "SQUEEZE",
     "Unsqueeze": "UNSQUEEZE", "Concat": "CONCATENATION", "Slice": "SLICE", "Gather": "GATHER",
-    "Identity": "IDENTITY", "Cast": "CAST",
+    "Identity": "IDENTITY",
 }
 COMPUTE_OPS = {
     "MatMul": "MATRIX_MULTIPLY", "Conv": "CONVOLUTION", "BatchNormalization": "SCALE", "Relu": "ACTIVATION",
@@ -61,27 +56,16 @@ COMPUTE_OPS = {
     "ReduceSum": "REDUCE", "GlobalAveragePool": "REDUCE", "MaxPool": "POOLING", "AveragePool": "POOLING",
 }
 BROADCASTING = {"Add", "Sub", "Mul", "Div", "Pow", "MatMul", "Max", "Min", "Gemm", "Sum"}
-ONNX_TO_DT = {TensorProto.FLOAT: "FLOAT", TensorProto.FLOAT16: "HALF", TensorProto.BFLOAT16: "BF16",
-              TensorProto.INT32: "INT32",
-              TensorProto.INT64: "INT64", TensorProto.BOOL: "BOOL"}
-NUMPY = {"FLOAT": "float32", "HALF": "float16", "BF16": "bfloat16", "INT32": "int32", "INT64": "int64", "BOOL": "bool"}
-# The names the fake has beyond fp16bisect's own (api.NAMES): those Polygraphy's loaders call, the layer types and
-# data types its parser gives layers and tensors.
-ALSO = frozenset("""
-    Builder Builder.create_network Builder.create_builder_config Builder.build_serialized_network
-    Builder.create_optimization_profile init_libnvinfer_plugins NetworkDefinitionCreationFlag.EXPLICIT_BATCH
-    ILogger ILogger.log ILogger.Severity Logger OnnxParser OnnxParser.parse OnnxParser.parse_from_file
-    OnnxParser.num_errors OnnxParser.get_error ParserError ITensor.is_shape_tensor ILayer.precision
-    IOptimizationProfile IOptimizationProfile.set_shape IBuilderConfig.add_optimization_profile
-    IBuilderConfig.create_timing_cache IBuilderConfig.set_timing_cache IBuilderConfig.get_timing_cache
-    IBuilderConfig.builder_optimization_level IBuilderConfig.get_flag IBuilderConfig.DLA_core
-    IBuilderConfig.default_device_type IBuilderConfig.num_optimization_profiles DeviceType DeviceType.GPU
-    DeviceType.DLA BuilderFlag.TF32 ITimingCache ITimingCache.serialize ITimingCache.combine IHostMemory Runtime
-    Runtime.deserialize_cuda_engine DataType.BF16 DataType.INT32 DataType.INT64 DataType.BOOL
-    LayerType.ELEMENTWISE LayerType.MATRIX_MULTIPLY LayerType.ACTIVATION LayerType.UNARY LayerType.REDUCE
-    LayerType.SOFTMAX LayerType.CONVOLUTION LayerType.SCALE LayerType.POOLING LayerType.CAST
-    """.split()) | {f"{kind}.{level}" for kind in ("ILogger.Severity", "Logger")
-                   for level in ("INTERNAL_ERROR", "ERROR", "WARNING", "INFO", "VERBOSE")}
+ONNX_TO_DT = {TensorProto.FLOAT: "FLOAT", TensorProto.INT32: "INT32", TensorProto.INT64: "INT64",
+              TensorProto.BOOL: "BOOL"}
+NUMPY = {"FLOAT": "float32", "HALF": "float16", "INT32": "int32", "INT64": "int64", "BOOL": "bool"}
+# TensorRT names that only 10.x has (weak typing; Polygraphy's explicit-batch flag for TensorRT before 10), with the
+# pages that document them: every other name the fake exposes or fp16bisect uses is checked against TensorRT-RTX
+_PAGES = "https://docs.nvidia.com/deeplearning/tensorrt/10.16.0/_static/python-api/infer"
+ONLY_10 = {"ILayer.precision": f"{_PAGES}/Graph/LayerBase.html", "ILayer.set_output_type": f"{_PAGES}/Graph/LayerBase.html",
+           **{f"BuilderFlag.{flag}": f"{_PAGES}/Core/BuilderConfig.html" for flag in
+              ("FP16", "BF16", "OBEY_PRECISION_CONSTRAINTS")},
+           "NetworkDefinitionCreationFlag.EXPLICIT_BATCH": f"{_PAGES}/Core/Builder.html"}
 
 
 def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_flag: bool = True) -> types.ModuleType:
@@ -92,7 +76,7 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
     trt.__version__ = version
     trt._builds = []  # every build: the JSON dict it produced
     trt._fail_build = None  # a message: the next build logs it as an error and returns None
-    trt._myelin = []  # groups of ONNX node names a weakly typed build fuses into one layer (see above)
+    trt._myelin = []  # groups of ONNX node names a build fuses into one layer (see above)
     trt._inspected = 0  # engines whose layer information was read
     # an engine layer's milliseconds as the profiler reports them: by default 0.1 ms per layer with an FP16 tensor,
     # 0.3 ms per other layer (FP32 slower); tests replace it
@@ -105,10 +89,9 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
         INT32 = 3
         BOOL = 4
         INT64 = 8
-        BF16 = 7
 
-    LayerType = enum.Enum("LayerType", sorted({n.split(".", 1)[1] for n in {*_names(), *ALSO}
-                                               if n.startswith("LayerType.")}))
+    LayerType = enum.Enum("LayerType", sorted({*TRANSPARENT_OPS.values(), *COMPUTE_OPS.values(), "CONSTANT",
+                                               "ELEMENTWISE", "SOFTMAX"}))
     BuilderFlag = enum.IntEnum("BuilderFlag", ["FP16", "OBEY_PRECISION_CONSTRAINTS", "TF32",
                                                *(["BF16"] if bf16_flag else [])])
     NetworkDefinitionCreationFlag = enum.IntEnum(
@@ -120,7 +103,7 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
     class LayerInformationFormat(enum.Enum):  # ONELINE exists too, unused
         JSON = 1
 
-    class DeviceType(enum.Enum):
+    class DeviceType(enum.Enum):  # what Polygraphy prints of a config reads these
         GPU = 0
         DLA = 1
 
@@ -148,7 +131,6 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
         name = ""
         dtype = None
         shape = ()
-        is_shape_tensor = False
 
         def __init__(self, name, dtype, shape=()):
             self.name = name
@@ -159,6 +141,7 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
         name = ""
         metadata = ""
         type = None
+        precision = DataType.FLOAT  # TensorRT's default; set (SetLayerPrecisions): the layer's own, a pin
 
         def __init__(self, name, type, metadata, inputs, outputs):
             self.name = name
@@ -166,9 +149,7 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
             self.metadata = metadata
             self._inputs = list(inputs)
             self._outputs = list(outputs)
-            self._precision = None
             self._output_types = {}
-            self._strong = False
 
         @property
         def num_inputs(self):
@@ -184,22 +165,14 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
         def get_output(self, index):
             return self._outputs[index] if 0 <= index < len(self._outputs) else None
 
-        @property
-        def precision(self):
-            return self._precision if self._precision is not None else DataType.FLOAT
-
-        @precision.setter
-        def precision(self, dtype):
-            if self._strong:
-                raise RuntimeError("setPrecision is not allowed on a strongly typed network")
-            self._precision = dtype
-
         def set_output_type(self, index, dtype):
-            if self._strong:
-                raise RuntimeError("setOutputType is not allowed on a strongly typed network")
             if self._outputs[index].dtype not in (DataType.FLOAT, DataType.HALF):
                 raise ValueError(f"set_output_type on non-float output {index} of {self.name}")
             self._output_types[index] = dtype
+
+    def _pinned(layer):
+        """The precision set on a layer, None when unset (it runs in the precision the flags allow)."""
+        return vars(layer).get("precision")
 
     class INetworkDefinition:
         def __init__(self, flags):
@@ -232,50 +205,18 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
         def get_flag(self, flag):
             return bool(self._flags & (1 << int(flag)))
 
-        @property
-        def _strong(self):
-            return strongly_typed_flag and self.get_flag(NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    class OnnxParser:  # parse errors are TensorRT-RTX's to show (tests/test_tensorrt.py)
+        num_errors = 0
 
-    class ParserError:
-        def __init__(self, text):
-            self._text = text
-
-        def __str__(self):
-            return self._text
-
-    class OnnxParser:
         def __init__(self, network, logger):
             self._network = network
-            self._logger = logger
-            self._errors = []
-
-        @property
-        def num_errors(self):
-            return len(self._errors)
-
-        def get_error(self, index):
-            return self._errors[index]
-
-        def parse_from_file(self, path):
-            try:
-                return self.parse(onnx.load(path).SerializeToString())
-            except (OSError, ValueError) as exc:
-                self._errors.append(ParserError(f"(parseFromFile): INVALID_VALUE: {exc}"))
-                return False
 
         def parse(self, model):
-            try:
-                proto = onnx.load_model_from_string(bytes(model))
-            except Exception as exc:
-                self._errors.append(ParserError(f"(deserializeOnnxModel): MODEL_DESERIALIZE_FAILED: {exc}"))
-                return False
-            try:
-                _import(proto, self._network)
-            except ValueError as exc:
-                self._errors.append(ParserError(str(exc)))
-                self._logger.log(ILogger.Severity.ERROR, f"ModelImporter.cpp: {exc}")
-                return False
+            _import(onnx.load_model_from_string(bytes(model)), self._network)
             return True
+
+        def parse_from_file(self, path):  # the backend's models: their weights in files of their own
+            return self.parse(onnx.load(path).SerializeToString())
 
     def _import(model, network):
         inferred = onnx.shape_inference.infer_shapes(model)
@@ -307,11 +248,8 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
         network._inputs = list(tensors.values())
         weights = {t.name for t in g.initializer} | {n.output[0] for n in g.node if n.op_type == "Constant"}
 
-        strong = network._strong
-
         def add(base, kind, metadata, inputs, outputs):
             layer = ILayer(unique(base), getattr(LayerType, kind), metadata, inputs, outputs)
-            layer._strong = strong
             network._layers.append(layer)
             return layer
 
@@ -331,9 +269,6 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
         for node in g.node:
             if node.op_type == "Constant":
                 continue
-            if node.domain not in ("", "ai.onnx"):
-                raise ValueError(f"In node with name: {node.name} and operator: {node.op_type}: INVALID_NODE: "
-                                 "Plugin not found")
             base = node.name if node.name else f"node_of_{node.output[0]}"
             meta = f"[ONNX Layer: {base}]"
             ins = [read(t, node.op_type in BROADCASTING) for t in node.input if t]
@@ -382,19 +317,11 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
         profiling_verbosity = None  # ProfilingVerbosity.LAYER_NAMES_ONLY in TensorRT
         DLA_core = -1
         default_device_type = DeviceType.GPU
+        num_optimization_profiles = 0
 
         def __init__(self):
             self._flags = set()
             self._cache = None
-            self._profiles = []
-
-        @property
-        def num_optimization_profiles(self):
-            return len(self._profiles)
-
-        def add_optimization_profile(self, profile):
-            self._profiles.append(profile)
-            return len(self._profiles) - 1
 
         def set_flag(self, flag):
             self._flags.add(flag)
@@ -414,19 +341,9 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
         def get_timing_cache(self):
             return self._cache
 
-    class IOptimizationProfile:
-        def __init__(self):
-            self._shapes = {}
-
-        def set_shape(self, input, min, opt, max):
-            self._shapes[input] = (tuple(min), tuple(opt), tuple(max))
-
     class Builder:
         def __init__(self, logger):
             self._logger = logger
-
-        def create_optimization_profile(self):
-            return IOptimizationProfile()
 
         def create_network(self, flags=0):
             return INetworkDefinition(flags)
@@ -441,31 +358,15 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
                 return None
             if config._cache is not None:  # every build adds one entry to the timing cache
                 config._cache._data += b"+"
-            layers = {}
-            for layer in network._layers:
-                layers[layer.name] = {
-                    "metadata": layer.metadata,
-                    "precision": None if layer._precision is None else layer._precision.name,
-                    "output_types": {str(i): t.name for i, t in sorted(layer._output_types.items())},
-                }
-            if network._strong and BuilderFlag.FP16 in config._flags:
-                self._logger.log(Logger.ERROR, "Error Code 3: API Usage Error (BuilderFlag::kFP16 is "
-                                 "not allowed with a strongly typed network)")
-                return None
-            dynamic = [t.name for t in network._inputs if any(d < 0 for d in t.shape)]
-            shapes = {k: v for p in config._profiles for k, v in p._shapes.items()}
-            if any(name not in shapes for name in dynamic):
-                self._logger.log(Logger.ERROR, "Error Code 4: API Usage Error (Network has dynamic or "
-                                 "shape inputs, but no optimization profile has been defined.)")
-                return None
+            layers = {layer.name: {"metadata": layer.metadata, "precision": getattr(_pinned(layer), "name", None),
+                                   "output_types": {str(i): t.name for i, t in sorted(layer._output_types.items())}}
+                      for layer in network._layers}
             built = {
-                "profile": {k: [list(s) for s in v] for k, v in shapes.items()},
                 "fp16": BuilderFlag.FP16 in config._flags,
                 "bf16": bf16_flag and BuilderFlag.BF16 in config._flags,
                 "obey": BuilderFlag.OBEY_PRECISION_CONSTRAINTS in config._flags,
                 "tf32": BuilderFlag.TF32 in config._flags,
                 "opt_level": config.builder_optimization_level,
-                "strongly_typed": network._strong,
                 "profiling_verbosity": getattr(config.profiling_verbosity, "name", None),
                 "layers": layers,
                 "engine": _engine_layers(network, BuilderFlag.FP16 in config._flags),
@@ -477,47 +378,36 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
 
     def _engine_layers(network, fp16):
         """What the engine runs, as the inspector reports it with ProfilingVerbosity.DETAILED."""
-        strong = network._strong
         floats = (DataType.FLOAT, DataType.HALF)
 
         def runs_in(layer):
-            if layer._precision is not None:
-                return layer._precision
-            return DataType.HALF if fp16 else DataType.FLOAT
+            return _pinned(layer) or (DataType.HALF if fp16 else DataType.FLOAT)
 
         def tensor(t, dtype, myelin=False):
             text = {DataType.FLOAT: "Float", DataType.HALF: "Half"}.get(dtype) if myelin else None
             text = text or {DataType.FLOAT: "Row major linear FP32", DataType.HALF: "Row major linear FP16 format",
                             DataType.INT32: "Row major linear Int32", DataType.INT64: "Row major linear Int64",
-                            DataType.BOOL: "Row major linear Bool", DataType.BF16: "Row major linear BF16 format"}[dtype]
+                            DataType.BOOL: "Row major linear Bool"}[dtype]
             return {"Name": t.name, "Location": "Device", "Dimensions": list(t.shape), "Format/Datatype": text}
-
-        def types(layer):
-            if strong:
-                return [t.dtype for t in layer._inputs], [t.dtype for t in layer._outputs]
-            kind = runs_in(layer)
-            ins = [kind if t.dtype in floats else t.dtype for t in layer._inputs]
-            outs = [layer._output_types.get(i, kind) if t.dtype in floats else t.dtype
-                    for i, t in enumerate(layer._outputs)]
-            return ins, outs
 
         def node(layer):
             return layer.metadata[len("[ONNX Layer: "):-1] if layer.metadata else None
 
         computed = [layer for layer in network._layers if layer.type != LayerType.CONSTANT]
-        fused = {}  # layer name -> group index (weak typing only: strongly typed builds honour the types)
-        for g, group in enumerate([] if strong else trt._myelin):
-            members = [layer for layer in computed if node(layer) in set(group)]
-            for layer in members:
+        fused = {}  # layer name -> group index
+        for g, group in enumerate(trt._myelin):
+            for layer in [layer for layer in computed if node(layer) in set(group)]:
                 fused[layer.name] = g
         records, done = [], set()
         for layer in computed:
             g = fused.get(layer.name)
             if g is None:
-                ins, outs = types(layer)
+                kind = runs_in(layer)
+                outs = [layer._output_types.get(i, kind) if t.dtype in floats else t.dtype
+                        for i, t in enumerate(layer._outputs)]
                 records.append({
                     "Name": layer.name, "LayerType": layer.type.name.title(),
-                    "Inputs": [tensor(t, d) for t, d in zip(layer._inputs, ins)],
+                    "Inputs": [tensor(t, kind if t.dtype in floats else t.dtype) for t in layer._inputs],
                     "Outputs": [tensor(t, d) for t, d in zip(layer._outputs, outs)],
                     "TacticValue": "0x0000000000000000", "StreamId": 0, "Metadata": layer.metadata,
                 })
@@ -529,7 +419,7 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
             made = {t.name for m in members for t in m._outputs}
             used_outside = {t.name for m in computed if fused.get(m.name) != g for t in m._inputs}
             used_outside |= {t.name for t in network._outputs}
-            kind = DataType.FLOAT if all(m._precision == DataType.FLOAT for m in members) else DataType.HALF
+            kind = DataType.FLOAT if all(_pinned(m) == DataType.FLOAT for m in members) else DataType.HALF
             inputs = list({t.name: t for m in members for t in m._inputs if t.name not in made}.values())
             outputs = [t for m in members for t in m._outputs if t.name in used_outside]
             records.append({
@@ -640,12 +530,6 @@ def tensor_kind_of(tensor: dict) -> str:
     from fp16bisect.backends.tensorrt.inspection import tensor_kind
 
     return tensor_kind(tensor.get("Datatype") or tensor.get("Format/Datatype") or "")
-
-
-def _names():
-    from fp16bisect.backends.tensorrt.api import NAMES
-
-    return NAMES
 
 
 def make_cuda(gpu: str = "NVIDIA L4", capability: tuple = (8, 9), driver: int = 12040, runtime: int = 12040,

@@ -38,32 +38,23 @@ def setup_fails(_shared, _device):
 
 
 def setup_fake_tensorrt(job, device):
-    """A worker of the tensorrt backend without TensorRT or a GPU: the test double of the ``tensorrt`` module
-    (tests/fake_tensorrt.py) builds, and an engine 'runs' by emulating exactly the nodes its layers ran in FP32
-    (read back from the built engine), as in test_tensorrt.py's ``engines_run_as_built``."""
-    import json
-
+    """A worker of the tensorrt backend without TensorRT or a GPU: the test double of TensorRT 10.x
+    (tests/fake_tensorrt.py) builds weakly typed, and an engine 'runs' by emulating exactly the nodes its layers ran in
+    FP32 (read back from the built engine), as in test_tensorrt.py's ``engines_run_as_built``."""
     import fake_tensorrt
-    from fp16bisect.artifacts.exports import trtexec_layer_name
     from fp16bisect.backends.emulate import EmulateBackend
     from fp16bisect.backends.tensorrt import backend as backend_module
-    from fp16bisect.backends.tensorrt import inspection as trt_inspection
-    from fp16bisect.backends.tensorrt import load as trt_load
+    from fp16bisect.backends.tensorrt import device as trt_device
     from fp16bisect.parallel.executor import setup_backend
+    from test_tensorrt import ran_in_fp32
 
     fake_tensorrt.install(fake_tensorrt.make())
-    trt_load.gpu_available = lambda: True
+    trt_device.gpu_count = lambda: 1
     emulators = {}
 
-    def execute(self, key, engine, inputs):  # as test_tensorrt.py's ran_in_fp32
-        layers = trt_inspection.engine_layers({"Layers": json.loads(engine)["engine"]})
-        plan = set()
-        for n in self.graph.candidates:
-            mine = [layer for layer in layers if trtexec_layer_name(n) in layer.nodes]
-            kinds = [kind for layer in mine for _name, kind in layer.tensors if kind in ("float32", "float16")]
-            if kinds and all(kind == "float32" for kind in kinds):
-                plan.add(n.id)
-        return emulators.setdefault(id(self.graph), EmulateBackend(self.graph)).run(frozenset(plan), inputs)
+    def execute(self, key, engine, inputs):
+        return emulators.setdefault(id(self.graph), EmulateBackend(self.graph)).run(ran_in_fp32(self.graph, engine),
+                                                                                    inputs)
 
     backend_module.TensorRTBackend._execute = execute
     return setup_backend(job, device)

@@ -232,7 +232,7 @@ def test_model_with_nothing_to_round_needs_no_overrides(tmp_path, capsys):
 def test_tensorrt_backend_without_tensorrt_or_without_a_gpu_exits_2_with_the_fix(tmp_path, capsys, monkeypatch):
     import importlib.util
 
-    import fp16bisect.backends.tensorrt.load as trt_load
+    import fp16bisect.backends.tensorrt.device as trt_device
 
     have_rtx = importlib.util.find_spec("tensorrt_rtx") is not None
     argv = ["search", LN, "--inputs", LN_IN, "--backend", "tensorrt", "-o", tmp_path / "o.json"]
@@ -243,7 +243,7 @@ def test_tensorrt_backend_without_tensorrt_or_without_a_gpu_exits_2_with_the_fix
     if not have_rtx:
         pytest.skip("TensorRT-RTX is a test extra: pip install '.[test]'")
     monkeypatch.delitem(sys.modules, "tensorrt_rtx")  # a real TensorRT flavour, on a machine without a GPU
-    monkeypatch.setattr(trt_load, "gpu_available", lambda: False)
+    monkeypatch.setattr(trt_device, "gpu_count", lambda: 0)
     code, _, err = run(capsys, *argv)
     assert code == 2 and "CUDA sees no GPU" in one_line_error(err) and "--backend emulate" in err
     assert not (tmp_path / "o.json").exists()

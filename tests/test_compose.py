@@ -73,9 +73,10 @@ def test_group_by_with_the_cost_objective_keeps_the_cheap_block(tmp_path, capsys
     assert names(data) == ["/light/Q1", "/light/Q2"]
     assert data["blocks"] == [{"name": "/light/", "nodes": 2, "fp32_nodes": ["/light/Q1", "/light/Q2"]}]
     minimum = data["search"]["minimum"]
-    assert minimum["objective"] == "cost" and minimum["proven"] is True
+    # as without blocks (tests/test_minimum.py): a cheaper set may have more members, so the cost is not proven
+    assert minimum["objective"] == "cost" and minimum["proven"] is False and minimum["estimate_met"] is True
     assert minimum["fewest_nodes"] == 1 and minimum["fewest_nodes_proven"] is True
-    assert "the cheapest" in out and "the fewest nodes that pass, 1 (proven)" in out
+    assert "no cheaper set found" in out and "the fewest nodes that pass, 1 (proven)" in out
 
 
 def storage_and_sum_in_blocks() -> tuple[onnx.ModelProto, dict]:

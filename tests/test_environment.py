@@ -14,7 +14,7 @@ import pytest
 from conftest import LN, LN_IN, SAMPLES, one_line_error, run
 
 import fake_tensorrt
-from test_tensorrt import engines_run_as_built, trt  # noqa: F401  (fixtures: the TensorRT double, engines 'run')
+from test_tensorrt import engines_run_as_built, gpu, rtx  # noqa: F401  (fixtures: TensorRT-RTX, engines 'run')
 
 from fp16bisect.artifacts.overrides import read
 from fp16bisect.backends import fingerprint
@@ -71,8 +71,8 @@ def test_a_file_without_environment_still_validates(searched, tmp_path):
     assert read(edited(tmp_path, searched, "old.json")).environment is None
 
 
-def test_the_tensorrt_double_records_gpu_tensorrt_and_cuda(trt, engines_run_as_built, tmp_path, monkeypatch,  # noqa: F811
-                                                         capsys):
+def test_the_tensorrt_backend_records_gpu_tensorrt_and_cuda(rtx, engines_run_as_built, tmp_path, monkeypatch,  # noqa: F811
+                                                           capsys):
     fake_tensorrt.install_cuda(monkeypatch, fake_tensorrt.make_cuda("NVIDIA L4", (8, 9), driver=12040,
                                                                     runtime=12020))
     out = tmp_path / "o.json"
@@ -81,7 +81,7 @@ def test_the_tensorrt_double_records_gpu_tensorrt_and_cuda(trt, engines_run_as_b
     env = read(str(out)).environment
     assert {k: env[k] for k in ("backend", "tensorrt_flavour", "tensorrt", "gpu", "compute_capability",
                                 "cuda_driver", "cuda_runtime")} == {
-        "backend": "tensorrt", "tensorrt_flavour": "tensorrt", "tensorrt": trt.__version__, "gpu": "NVIDIA L4",
+        "backend": "tensorrt", "tensorrt_flavour": "tensorrt_rtx", "tensorrt": rtx.__version__, "gpu": "NVIDIA L4",
         "compute_capability": "8.9", "cuda_driver": "12.4", "cuda_runtime": "12.2"}
     assert "onnxruntime" not in env and env["python"] and env["cpu"]
 
@@ -93,7 +93,7 @@ def test_the_tensorrt_double_records_gpu_tensorrt_and_cuda(trt, engines_run_as_b
     code, stdout, err = run(capsys, *check)
     assert code == 0, err
     assert "GPU: NVIDIA L4 (8.9) -> NVIDIA A100-SXM4-80GB (8.0)" in stdout
-    assert f"TensorRT 10.3.0 -> {trt.__version__}" in stdout and "CUDA driver" not in stdout
+    assert f"TensorRT 10.3.0 -> {rtx.__version__}" in stdout and "CUDA driver" not in stdout
     code, stdout, _ = run(capsys, *check, "--strict-environment")
     assert code == 1
     assert stdout.strip().splitlines()[-1].startswith("FAIL with 2 override node(s) in FP32: every sample meets the "

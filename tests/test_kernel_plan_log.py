@@ -1,4 +1,4 @@
-"""The kernel plan from captured build-log text, no TensorRT needed (``backends/tensorrt/build_log.py`` and
+"""The kernel plan from captured build-log text, no TensorRT needed (``diagnose/build_log.py`` and
 ``kernel_plan.py``): the layer list read kernel by kernel, warnings with the names TensorRT lists after them, and
 the comparison of two engines: moot pins, where a node's output lives, splits.
 
@@ -13,8 +13,8 @@ import pytest
 from conftest import F, make_model
 
 from fp16bisect.artifacts.mixed import convert
-from fp16bisect.backends.tensorrt.build_log import NoLayerList, messages, parse
-from fp16bisect.backends.tensorrt.kernel_plan import ACCUMULATION, FP32, Engine, Wiring, compare
+from fp16bisect.diagnose.build_log import NoLayerList, messages, parse
+from fp16bisect.diagnose.kernel_plan import ACCUMULATION, FP32, Engine, Wiring, compare
 from fp16bisect.model.graph import Graph
 
 PINS = ["scale_up", "scale_down"]

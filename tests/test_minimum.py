@@ -64,6 +64,7 @@ def test_the_default_search_keeps_the_longer_path_and_minimum_finds_the_one_node
     assert nodes(data) == ["P"] and data["search"]["minimal"] is True
     minimum = data["search"]["minimum"]
     assert minimum["proven"] is True and minimum["assumes_monotone"] is False and minimum["lower_bound"] == 1
+    assert minimum["smaller_failed"] == 0 and minimum["estimate"] == 1  # the all-FP16 plan failed: the proof
     assert minimum["one_minimal"] == 2 and minimum["evaluations"] == 1 and minimum["backend"] == "emulate"
     assert [p["fp32"] for p in minimum["passing"]] == [["P"], ["Q1", "Q2"]]
     # the search's 4, the loop's {P}; the certification's questions were all known already
@@ -80,8 +81,9 @@ def test_a_budget_too_small_for_the_proof_keeps_a_smaller_set_only_as_found_and_
     data = json.loads(out_path.read_text())
     minimum = data["search"]["minimum"]
     assert nodes(data) == ["Q1", "Q2"] and minimum["proven"] is False and minimum["evaluations"] == 0
-    assert minimum["lower_bound"] == 1 and minimum["budget"] == 0
-    assert "2 node(s); the minimum is at least 1 (the budget ran out)" in out
+    assert minimum["lower_bound"] == 1 and minimum["estimate"] == 1 and minimum["budget"] == 0
+    assert ("2 node(s): no smaller set found; a bound of 1 holds only if keeping more nodes in FP32 never hurts, "
+            "an assumption no verdict here contradicts, not a proof; the budget of 0 evaluation(s) ran out") in out
 
 
 def test_the_python_api_takes_minimum_and_returns_its_record():
@@ -110,7 +112,7 @@ def test_on_an_expensive_judge_the_loop_runs_on_the_emulator_and_the_judge_certi
     assert data["search"]["minimum"]["backend"] == "emulate (prior)" and data["search"]["minimum"]["proven"]
     assert engine.runs == [frozenset(), frozenset({"P"})]  # all-FP16 (also P's removal), then P: k + 1 here
     assert data["prior"]["fp32"] == ["Q1", "Q2"]  # the emulator's own 1-minimal answer, as recorded
-    assert "on the emulator, whose bound this is; certified on the engine backend" in out
+    assert "on the emulator, whose verdicts these are; certified on the engine backend" in out
 
 
 def test_when_the_judge_rejects_the_emulators_minimum_it_continues_and_says_so(fake_backend, files, tmp_path,
@@ -177,10 +179,12 @@ def test_the_cost_objective_keeps_the_two_cheap_nodes_where_the_fewest_is_one_ex
     data = json.loads(cheapest.read_text())
     assert problems(data) == ""
     minimum = data["search"]["minimum"]
-    assert nodes(data) == ["Q1", "Q2"] and minimum["objective"] == "cost" and minimum["proven"] is True
+    assert nodes(data) == ["Q1", "Q2"] and minimum["objective"] == "cost" and minimum["estimate_met"] is True
+    assert minimum["proven"] is False  # a cheaper set may have more members: not every one was evaluated
     assert minimum["fewest_nodes"] == 1 and minimum["fewest_nodes_proven"] is True
     assert minimum["cost_us"] < minimum["fewest_nodes_cost_us"] / 5  # a reduction against a 1024x1024 MatMul
-    assert "2 node(s) costing" in out and "the cheapest" in out and "the fewest nodes that pass, 1 (proven)" in out
+    assert "2 node(s) costing" in out and "no cheaper set found" in out
+    assert "the fewest nodes that pass, 1 (proven)" in out
     assert run(capsys, *command, "--objective", "time", "-q")[0] == 2
 
 
@@ -240,11 +244,14 @@ def test_a_certification_that_drops_a_member_voids_the_loops_proof_and_gives_the
     from fp16bisect.algorithm.hitting import MinimumResult
     from fp16bisect.strategy.minimum import Least
 
-    found = MinimumResult(frozenset("abc"), True, True, 3, 10, False, [frozenset("abc"), frozenset("abcd")])
-    least = Least(frozenset("abc"), found, "emulate", "emulate", 4, 30)
+    # the loop ran on the emulator prior, whose verdicts proved {a, b, c} the minimum there
+    found = MinimumResult(frozenset("abc"), True, 3, 3, 10, 0, [frozenset("abc"), frozenset("abcd")],
+                          smaller_failed=2, estimate_met=True)
+    least = Least(frozenset("abc"), found, "emulate (prior)", "engine", 4, 30)
     assert least.certified("abc") is least and least.certified("cab") is least
-    said = least.certified("ab")  # the judge found "a, b" passing without c: three was no minimum
+    said = least.certified("ab")  # the judge found "a, b" passing without c: three was no minimum there
     assert said.fp32 == frozenset("ab") and said.found.fp32 == frozenset("ab")
     assert not said.found.proven and said.found.contradicted and said.found.lower_bound == 2
     assert said.to_json()["passing"][0] == {"size": 2, "fp32": ["a", "b"]}
-    assert said.line(frozenset("ab")).startswith("2 node(s); the minimum is at least 2 (verdicts contradicted")
+    assert said.line(frozenset("ab")).startswith("2 node(s): no smaller set found; at least 2 (every set of 1 or "
+                                                 "fewer nodes was evaluated and failed)")

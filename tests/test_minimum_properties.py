@@ -1,7 +1,9 @@
 """Property tests of the implicit hitting-set loop behind ``search --minimum`` (fp16bisect.algorithm.hitting).
 
 Monotone predicates are built from a family of minimal passing sets (a plan passes when it holds one of them:
-upward closed), so the true minimum is known by brute force; non-monotone ones are random verdicts.
+upward closed), so the true minimum is known by brute force; non-monotone ones are random verdicts. Whatever the
+predicate, ``proven`` means every smaller set was evaluated and failed (``test_minimum_claims.py``): the loop
+never assumes monotone verdicts to claim.
 """
 
 from __future__ import annotations
@@ -58,10 +60,11 @@ def test_monotone_predicates_get_their_true_minimum_proven_with_every_evaluation
     assert result.evaluations == len(verdict.calls) == len(set(verdict.calls))
     assert result.fp32 is not None and len(result.fp32) == min(map(len, family))
     assert verdict.verdict(result.fp32)
-    assert result.proven and not result.contradicted and result.lower_bound == len(result.fp32)
-    if not result.assumes_monotone:  # proven without the assumption: every smaller set was evaluated and failed
-        asked = set(verdict.calls)
-        assert all(s in asked for s in every_set(n) if len(s) < len(result.fp32))
+    assert result.estimate == len(result.fp32) and result.estimate_met and not result.contradicted
+    # an ample budget buys the proof: every smaller set evaluated (it failed)
+    assert result.proven and result.lower_bound == len(result.fp32) == result.smaller_failed + 1
+    asked = set(verdict.calls)
+    assert all(s in asked for s in every_set(n) if len(s) < len(result.fp32))
 
 
 @settings(max_examples=100, deadline=None)
@@ -77,7 +80,10 @@ def test_weights_with_shared_pairs_get_the_lightest_passing_set_by_their_true_we
     result = minimum(verdict, Minimum(list(range(n)), solver, budget=10_000, weights=weights, order=order))
     true = min(weight(s, weights) for s in every_set(n) if verdict.verdict(s))
     assert result.fp32 is not None and weight(result.fp32, weights) == pytest.approx(true)
-    assert result.proven and result.lower_bound == pytest.approx(true)
+    assert result.estimate == pytest.approx(true) and result.estimate_met and result.lower_bound <= true + 1e-9
+    asked = set(verdict.calls)
+    if result.proven:  # only when every lighter set was evaluated (never by enumeration with shared weights)
+        assert all(s in asked for s in every_set(n) if weight(s, weights) < true - 1e-9)
 
 
 @settings(max_examples=100, deadline=None)
@@ -91,6 +97,7 @@ def test_seeded_with_the_1_minimal_search_the_loop_costs_less_and_still_finds_th
     result = minimum(verdict, Minimum(list(range(n)), exact_hitting_set, budget=10_000, known=known, order=order))
     assert len(result.fp32) == min(map(len, family)) <= len(first.fp32)
     assert result.proven and result.evaluations == len(verdict.calls) - before
+    assert result.evaluations - result.explored <= 10_000  # the loop's share, then enumeration bought the proof
     assert not set(verdict.calls[before:]) & set(known)  # a known plan is never evaluated again
 
 
@@ -104,8 +111,9 @@ def test_a_budget_is_never_exceeded_and_an_unfinished_loop_reports_a_bound_not_a
     result = minimum(verdict, Minimum(list(range(n)), exact_hitting_set, budget=budget, known=known, order=order))
     true = min(map(len, family))
     assert result.evaluations == len(verdict.calls) <= budget
-    assert result.lower_bound <= true <= len(result.fp32)
-    assert result.proven == (len(result.fp32) == true and result.lower_bound == true)
+    assert result.lower_bound <= true <= len(result.fp32) and result.estimate <= true
+    seen = {frozenset(range(n)): True, **{p: verdict.verdict(p) for p in verdict.calls}}
+    assert result.proven == all(seen.get(s) is False for s in every_set(n) if len(s) < len(result.fp32))
 
 
 @settings(max_examples=200, deadline=None)
@@ -118,13 +126,10 @@ def test_non_monotone_predicates_never_get_a_false_proof_without_the_assumption(
     result = minimum(verdict, Minimum(list(range(n)), exact_hitting_set, budget=10_000))
     true = lightest_passing(n, table.__getitem__)
     assert table[result.fp32]
-    if result.proven and not result.assumes_monotone:
-        assert len(result.fp32) == true
-    if result.contradicted:
-        assert not result.proven or not result.assumes_monotone
+    assert result.proven and len(result.fp32) == true  # an ample budget enumerates every smaller set
     seen = set(verdict.calls)
-    contradiction = any(table[a] and not table[b] and a < b for a in seen for b in seen)
-    assert result.contradicted == contradiction
+    contradiction = sum(1 for a in seen for b in seen if table[a] and not table[b] and a < b)
+    assert result.contradictions == contradiction
 
 
 def test_a_contradiction_in_the_seeds_turns_the_proof_into_a_bound():
@@ -140,14 +145,15 @@ def test_a_contradiction_in_the_seeds_turns_the_proof_into_a_bound():
     # and {0} is proven without the monotonicity assumption: the one lighter set was evaluated and failed
     again = minimum(lambda p: table.get(p, len(p) >= 2 and p != frozenset({0, 1})),
                     Minimum([0, 1, 2, 3, 4], exact_hitting_set, budget=0, known={**table, frozenset(): False}))
-    assert again.lower_bound == 1 and again.proven and not again.assumes_monotone
+    assert again.lower_bound == 1 and again.proven and again.smaller_failed == 0
 
 
 def test_a_lighter_set_passing_below_a_false_bound_is_found_before_the_loop_closes():
     # non-monotone: a plan passes when it holds {0, 1}, except {0, 1, 3, 4}, which fails. The seeds' failing plans
     # give three disjoint conflicts {0, 3}, {1, 4}, {2, 5}: the bound is 3 and {0, 1, 2} weighs 3, so the loop
     # would close there; first it tries one node lighter, and {0, 1} passes: the bound was false (it rested on
-    # {0, 1, 3, 4} failing), the loop goes on without that conflict and closes on {0, 1}, proving nothing
+    # {0, 1, 3, 4} failing), the loop goes on without that conflict and closes on {0, 1}; the budget left then
+    # evaluates every 1-node set (they fail): {0, 1} is proven by those verdicts, not by the false bound
     def verdict(plan):
         calls.append(plan)
         return {0, 1} <= plan and plan != frozenset({0, 1, 3, 4})
@@ -157,8 +163,8 @@ def test_a_lighter_set_passing_below_a_false_bound_is_found_before_the_loop_clos
     known = {frozenset(): False, frozenset({0, 1, 2}): True, **{everything - c: False for c in ({0, 3}, {1, 4}, {2, 5})}}
     result = minimum(verdict, Minimum(sorted(everything), exact_hitting_set, budget=50, known=known,
                                       order=[2, 0, 1, 3, 4, 5]))
-    assert result.fp32 == frozenset({0, 1}) and result.contradicted and not result.proven
-    assert result.lower_bound == 2 and frozenset({0, 1}) in calls
+    assert result.fp32 == frozenset({0, 1}) and result.contradicted and result.proven
+    assert result.lower_bound == 2 and result.smaller_failed == 1 and frozenset({0, 1}) in calls
     assert len(calls) == len(set(calls)) == result.evaluations
 
 
@@ -182,8 +188,8 @@ def test_weights_give_the_cheapest_passing_set_and_scipy_agrees_with_the_pure_so
     milp = minimum(verdict, Minimum(solve=hitting_set, **given_))
     cheapest = lightest_passing(n, verdict, weights)
     for result in (pure, milp):
-        assert abs(sum(weights[c] for c in result.fp32) - cheapest) < 1e-9 and result.proven
-        assert abs(result.lower_bound - cheapest) < 1e-9
+        assert abs(sum(weights[c] for c in result.fp32) - cheapest) < 1e-9
+        assert abs(result.estimate - cheapest) < 1e-9 and result.lower_bound <= cheapest + 1e-9
 
 
 def test_an_all_fp32_plan_that_fails_gives_no_set():

@@ -127,8 +127,8 @@ def test_each_worker_sees_only_its_device():
 
 
 def test_tensorrt_workers_one_per_device_find_the_serial_set_with_the_test_double(known, tmp_path):
-    """No GPU and no TensorRT here: tests/fake_tensorrt.py builds in each worker, engines 'run' as emulations
-    of what was pinned. Two workers, devices 0 and 1, each with its own timing cache."""
+    """No GPU and no TensorRT 10.x here: tests/fake_tensorrt.py builds weakly typed in each worker, engines 'run' as
+    emulations of what was pinned. Two workers, devices 0 and 1, each with its own timing cache."""
     from fp16bisect.model.graph import Graph
     from fp16bisect.model.samples import add_fp32_references, load_samples
     from fp16bisect.evaluation.oracle import Oracle
@@ -141,7 +141,7 @@ def test_tensorrt_workers_one_per_device_find_the_serial_set_with_the_test_doubl
     samples = load_samples(graph, [str(SAMPLES / "transformer_block.npz")])
     add_fp32_references(graph, samples)
     cache = tmp_path / "t.cache"
-    job = Job("tensorrt", path.read_bytes(), str(path), graph.sha256, Options.of(timing_cache=str(cache)), samples,
+    job = Job("tensorrt", path.read_bytes(), str(path), graph.sha256, Options.of(timing_cache=str(cache), typing="weak"), samples,
               Tolerance(), ["y"])
     pool = LocalPool(evaluate_task, setup_fake_tensorrt, job, devices=["0", "1"], visible_devices=True)
     oracle = Oracle(None, samples, Tolerance(), ["y"], executor=PlanExecutor(pool, "two fake GPUs"))

@@ -341,8 +341,11 @@ def test_an_interrupted_engine_search_resumes_without_running_the_prior_again(en
     assert run(capsys, *LN, "-o", out, "-q")[0] == 130
     assert journal_of(out, prior=True).exists()
     lines = journal_of(out).read_text().splitlines()
-    # the first evaluation started and done; the second started, then abandoned (Ctrl-C: no crash)
-    assert [next(iter(json.loads(line))) for line in lines[1:]] == ["prior", "started", "plan", "started", "abandoned"]
+    # the first evaluation started and done; the second started, then abandoned (Ctrl-C: no crash); then, nothing
+    # having passed on the engine, the all-FP32 plan evaluated for the answer Ctrl-C writes
+    assert [next(iter(json.loads(line))) for line in lines[1:]] == ["prior", "started", "plan", "started", "abandoned",
+                                                                     "started", "plan"]
+    assert read(out)["search"]["stopped"]["by"] == "interrupt" and len(read(out)["fp32_nodes"]) == 41
 
     def no_prior(*args, **kwargs):
         raise AssertionError("the prior ran again")

@@ -47,9 +47,10 @@ def test_ctrl_c_then_rerun_continues_without_repeating_an_evaluation(counting, t
     out = tmp_path / "o.json"
     counting.stop_at = 6
     code, _, err = run(capsys, *TWO, "-o", out, "-q")
-    assert code == 130 and "rerun the same command to continue" in err and not out.exists()
+    assert code == 130 and "rerun the same command to continue" in err
+    assert searched(out)[1]["stopped"]["by"] == "interrupt"  # the smallest set seen to pass, written
     journal = journal_of(out)
-    assert len(finished(journal)) == 5  # five finished evaluations
+    assert len(finished(journal)) == 5  # five finished evaluations (one of them passed: nothing more ran)
     assert list(lines_of(journal)[-1]) == ["abandoned"]  # the sixth, unwound from: not a crash
     counting.stop_at = None
     code, _, err = run(capsys, *TWO, "-o", out)
@@ -77,10 +78,12 @@ def test_an_interrupted_search_keeps_its_journal_and_the_finished_resume_removes
     out = tmp_path / "o.json"
     counting.stop_at = 4
     code, _, err = run(capsys, *PLAIN, "-o", out, "-q")
-    assert code == 130 and journal_of(out).name in err and len(finished(journal_of(out))) == 3
+    # three finished, none passing: the all-FP32 plan evaluated after Ctrl-C is the answer written
+    assert code == 130 and journal_of(out).name in err and len(finished(journal_of(out))) == 4
+    assert searched(out)[1]["stopped"]["by"] == "interrupt" and len(searched(out)[0]) == 13
     counting.stop_at = None
     code, _, err = run(capsys, *PLAIN, "-o", out)
-    assert code == 0 and "resuming: 3 evaluation(s) replayed" in err
+    assert code == 0 and "resuming: 4 evaluation(s) replayed" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o.json"]
 
 
@@ -224,11 +227,16 @@ def test_a_final_set_that_fails_when_built_again_is_reported_not_minimal(fake_ba
 
 
 def test_output_files_are_whole_or_absent(counting, tmp_path, capsys):
-    """Atomic writes: an interrupted search leaves no JSON, a finished one a complete JSON, no temp files."""
+    """Atomic writes: a search interrupted again while it made its answer (Ctrl-C twice) leaves no JSON, an
+    interrupted one or a finished one a complete JSON, no temp files."""
     out = tmp_path / "o.json"
-    counting.stop_at = 3
+    counting.stop_at = {3, 4}  # nothing has passed: the all-FP32 plan, evaluated for the answer, is interrupted too
     assert run(capsys, *TWO, "-o", out, "-q")[0] == 130
     assert sorted(p.name for p in tmp_path.iterdir()) == [journal_of(out).name]
+    counting.stop_at = counting.tried + 1  # once: the all-FP32 plan is the answer written
+    assert run(capsys, *TWO, "-o", out, "-q")[0] == 130
+    assert json.loads(out.read_text())["search"]["stopped"]["by"] == "interrupt"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
     counting.stop_at = None
     assert run(capsys, *TWO, "-o", out, "-q")[0] == 0
     json.loads(out.read_text())
@@ -278,7 +286,9 @@ def test_an_evaluation_unwound_from_is_no_crash_the_resume_runs_it(counting, tmp
     counting.stop_at, counting.stop = 4, stop
     assert run(capsys, *TWO, "-o", out, "-q")[0] != 0
     journal = journal_of(out)
-    *_, started, abandoned = lines_of(journal)
+    lines = lines_of(journal)
+    at = next(i for i, line in enumerate(lines) if "abandoned" in line)  # after it, Ctrl-C's answer (all-FP32)
+    started, abandoned = lines[at - 1], lines[at]
     assert list(started) == ["started"] and abandoned == {"abandoned": started["started"]}
     counting.stop_at = None
     assert run(capsys, *TWO, "-o", out, "-q")[0] == 0

@@ -1,10 +1,12 @@
-"""The TensorRT support (fp16bisect.backends.tensorrt: load, pin, engine, inspection) and backend.
+"""The TensorRT support (fp16bisect.backends.tensorrt: load, device, pin, engine, inspection) and backend.
 
 Engines are parsed and built through Polygraphy's loaders (``NetworkFromOnnxBytes``/``NetworkFromOnnxPath``,
-``CreateConfig``, ``EngineBytesFromNetwork``), deserialised by ``EngineFromBytes`` and run by ``TrtRunner``. No GPU
-and no real TensorRT 10 here: beneath those loaders ``fake_tensorrt.make()`` stands in for TensorRT 10.x (its API
-names checked below; it imports ONNX models the way onnx-tensorrt does), and ``fake_tensorrt.runner`` for
-``TrtRunner``; where TensorRT-RTX is installed (a test extra), the same loaders parse and build with it for real.
+``CreateConfig``/``CreateConfigRTX``, ``EngineBytesFromNetwork``), deserialised by ``EngineFromBytes`` and run by
+``TrtRunner``. Every strongly typed build here is TensorRT-RTX's, for real (a test extra): parsed and built, never
+run (no GPU; an engine 'runs' as the emulation of its plan, whose types TensorRT-RTX honours:
+tests/test_tensorrt_rtx.py). What cannot run here stands on the test double ``fake_tensorrt``: TensorRT 10.x's weak
+typing beneath the same loaders (``make()``; every name it exposes checked against TensorRT-RTX's below), the engine
+inspector's JSON, and ``TrtRunner`` (``runner``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import subprocess
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,11 +27,11 @@ from conftest import ROOT, SAMPLES
 import fake_tensorrt
 from fp16bisect.model.samples import sample_shapes
 from fp16bisect.model.weights import inline
+from fp16bisect.backends.tensorrt import device as trt_device
 from fp16bisect.backends.tensorrt import inspection as trt_inspection
 from fp16bisect.backends.tensorrt import load as trt_load
 from fp16bisect.backends.tensorrt import pin as trt_pin
 from fp16bisect.backends.tensorrt import engine as E
-from fp16bisect.backends.tensorrt import api as trt_api
 from fp16bisect.errors import UsageError
 from fp16bisect.model.graph import Graph
 
@@ -37,7 +40,7 @@ TRANSFORMER = SAMPLES / "transformer_block.onnx"
 
 @pytest.fixture
 def trt(monkeypatch):
-    """TensorRT 10.x, the test double, beneath Polygraphy's loaders."""
+    """TensorRT 10.x's weak typing, the test double, beneath Polygraphy's loaders."""
     return fake_tensorrt.install(fake_tensorrt.make(), monkeypatch)
 
 
@@ -47,6 +50,28 @@ def rtx(monkeypatch):
     module = pytest.importorskip("tensorrt_rtx", reason="TensorRT-RTX is a test extra: pip install '.[test]'")
     monkeypatch.setitem(sys.modules, "tensorrt", None)  # load() takes tensorrt_rtx
     return module
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """cuda-python, the double: an NVIDIA L4 (compute capability 8.9) that TensorRT-RTX builds for."""
+    fake_tensorrt.install_cuda(monkeypatch, fake_tensorrt.make_cuda("NVIDIA L4", (8, 9)))
+
+
+@pytest.fixture
+def configs(monkeypatch):
+    """The keyword arguments of each configuration the adapter asks of Polygraphy (CreateConfig, CreateConfigRTX)."""
+    import polygraphy.backend.tensorrt_rtx as rtx_loaders
+    import polygraphy.backend.trt as loaders
+
+    asked: list[dict] = []
+    for module, name in ((loaders, "CreateConfig"), (rtx_loaders, "CreateConfigRTX")):
+        monkeypatch.setattr(module, name, lambda real=getattr(module, name), **kw: asked.append(kw) or real(**kw))
+    return asked
+
+
+class Planned(bytes):
+    """A strongly typed engine and the plan whose mixed-precision file it was built from (``plan``)."""
 
 
 def network(path):
@@ -60,19 +85,22 @@ def by_name(net):
 
 def is_pinned(trt, layer) -> bool:
     floats = [i for i in range(layer.num_outputs) if layer.get_output(i).dtype in (trt.DataType.FLOAT, trt.DataType.HALF)]
-    return layer._precision == trt.float32 and all(layer._output_types.get(i) == trt.float32 for i in floats)
+    return vars(layer).get("precision") == trt.float32 and all(layer._output_types.get(i) == trt.float32 for i in floats)
 
 
 def pinned_names(trt, net) -> set:
     return {layer.name for layer in trt_pin.layers(net) if is_pinned(trt, layer)}
 
 
-def ran_in_fp32(graph: Graph, info: dict) -> frozenset:
-    """The candidates the fake engine ran in FP32: every engine layer naming the node reads and writes FP32
-    only (what the engine did, whatever was asked)."""
+def ran_in_fp32(graph: Graph, engine: bytes) -> frozenset:
+    """The candidates an engine ran in FP32: a strongly typed engine, its plan (TensorRT honours the file's types);
+    the fake's weakly typed one, every candidate whose engine layers all read and write FP32 only (what the engine
+    did, whatever was asked)."""
     from fp16bisect.artifacts.exports import trtexec_layer_name
 
-    layers = trt_inspection.engine_layers({"Layers": info["engine"]})
+    if isinstance(engine, Planned):
+        return engine.plan
+    layers = trt_inspection.engine_layers({"Layers": json.loads(engine)["engine"]})
     found = set()
     for n in graph.candidates:
         mine = [layer for layer in layers if trtexec_layer_name(n) in layer.nodes]
@@ -82,7 +110,7 @@ def ran_in_fp32(graph: Graph, info: dict) -> frozenset:
     return frozenset(found)
 
 
-# --------------------------------------------------------------------------- the API list
+# --------------------------------------------------------------------------- the API names
 
 
 def _resolve(module, dotted: str):
@@ -99,19 +127,30 @@ def _public(cls) -> set:
     return {n for n in names if not n.startswith("_")}
 
 
-def test_the_fake_exposes_exactly_the_listed_names():
-    """Ours (api.NAMES) and those Polygraphy's loaders call on TensorRT (fake_tensorrt.ALSO), nothing else."""
+def _missing_in(module, names) -> list:
+    """The dotted names ``module`` lacks (a chain's prefixes are checked with it)."""
+    missing = []
+    for dotted in sorted(names):
+        try:
+            _resolve(module, dotted)
+        except AttributeError:
+            missing.append(dotted)
+    return missing
+
+
+def test_the_fake_exposes_only_names_tensorrt_rtx_has_but_those_only_10x_has(rtx):
+    """The double invents no TensorRT API: each name it exposes is TensorRT-RTX's, or one of the few that only 10.x
+    has (weak typing), each with the page that documents it."""
     fake = fake_tensorrt.make()
-    expected = set(trt_api.NAMES) | fake_tensorrt.ALSO
-    for dotted in expected:
-        _resolve(fake, dotted)  # raises AttributeError when the fake lacks a listed name
     exposed = {n for n in vars(fake) if not n.startswith("_")} | {"__version__"}
     for top in list(exposed):
         value = getattr(fake, top)
         exposed |= {f"{top}.{m}" for m in _public(value)}
         for member in _public(value):
             exposed |= {f"{top}.{member}.{m}" for m in _public(getattr(value, member))}
-    assert exposed == expected, (sorted(exposed - expected), sorted(expected - exposed))
+    assert _missing_in(rtx, exposed) == sorted(fake_tensorrt.ONLY_10)
+    assert not _missing_in(fake, fake_tensorrt.ONLY_10)
+    assert all(url.startswith("https://docs.nvidia.com/") for url in fake_tensorrt.ONLY_10.values())
 
 
 def _trt_attribute_chains(path: Path) -> set:
@@ -134,14 +173,11 @@ def _trt_attribute_chains(path: Path) -> set:
     return chains
 
 
-def test_the_code_uses_only_listed_tensorrt_names():
+def test_the_code_uses_only_names_tensorrt_rtx_has_but_those_only_10x_has(rtx):
     used = set()
     for path in sorted((ROOT / "fp16bisect" / "backends" / "tensorrt").glob("*.py")):
         used |= _trt_attribute_chains(path)
-    # a chain's prefixes are used too (trt.LayerType.SHUFFLE uses trt.LayerType)
-    unlisted = sorted(c for c in used if c not in trt_api.NAMES)
-    assert used and not unlisted, unlisted
-    assert all(url.startswith("https://") for url in [*trt_api.NAMES.values(), *trt_api.OTHER.values()])
+    assert used and set(_missing_in(rtx, used)) <= set(fake_tensorrt.ONLY_10), _missing_in(rtx, used)
 
 
 def test_importing_the_module_does_not_import_tensorrt():
@@ -163,6 +199,19 @@ def test_load_without_tensorrt_says_how_to_install(monkeypatch):
         "TensorRT is not installed: pip install 'fp16bisect[tensorrt]' on a machine with an NVIDIA GPU, "
         "or use --backend emulate"
     )
+
+
+def test_load_without_polygraphy_says_how_to_install_it(trt, monkeypatch):
+    """Every engine is built and run through Polygraphy: without it, TensorRT alone is no use (apply_overrides,
+    verify_pins and the kernel plan load TensorRT this way too)."""
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, real=importlib.util.find_spec:
+                        None if name == "polygraphy" else real(name, *a))
+    with pytest.raises(UsageError) as err:
+        trt_pin.apply_overrides(None, ["ln1_var"])
+    assert str(err.value) == ("Polygraphy is not installed, and fp16bisect builds and runs TensorRT engines through "
+                              "it: pip install 'fp16bisect[tensorrt]'")
 
 
 @pytest.mark.parametrize("first", ["", "import polygraphy.json, polygraphy.backend.trt; "])
@@ -224,20 +273,19 @@ def fake_cuda(monkeypatch, answer, old_layout=False):
 ])
 def test_gpu_count_is_what_cuda_answers_and_never_raises(monkeypatch, answer, old_layout, count):
     fake_cuda(monkeypatch, answer, old_layout)
-    assert trt_load.gpu_count() == count
-    assert trt_load.gpu_available() is (count > 0)
+    assert trt_device.gpu_count() == count
 
 
 def test_without_cuda_python_there_is_no_gpu(monkeypatch):
     monkeypatch.setitem(sys.modules, "cuda", None)  # cuda-python not installed: both imports fail
-    assert trt_load.gpu_count() == 0 and trt_load.gpu_available() is False
+    assert trt_device.gpu_count() == 0
 
 
 def test_metadata_names():
-    assert trt_pin.metadata_node("[ONNX Layer: ln1_var]") == "ln1_var"
-    assert trt_pin.metadata_node("[ONNX Layer: inner | Local Function: MyFn]") == "inner"
-    assert trt_pin.metadata_node("[ONNX Layer: node_of_y]") == "node_of_y"
-    assert trt_pin.metadata_node("") is None
+    assert trt_pin.metadata_nodes("[ONNX Layer: ln1_var]") == ("ln1_var",)
+    assert trt_pin.metadata_nodes("[ONNX Layer: inner | Local Function: MyFn]") == ("inner",)
+    assert trt_pin.metadata_nodes("[ONNX Layer: node_of_y]") == ("node_of_y",)
+    assert trt_pin.metadata_nodes("") == ()
 
 
 # --------------------------------------------------------------------------- apply_overrides / pin
@@ -420,24 +468,45 @@ def test_build_pins_sets_flags_and_returns_the_timing_cache(trt, capsys):
     built = E.build(trt_load.load(), TRANSFORMER.read_bytes(), settings, fp32=[trt_pin.NodeRef.of("ln1_var")],
                     timing_cache=b"cache")
     info = json.loads(built.engine)
-    assert info["fp16"] and info["obey"] and info["opt_level"] == 1 and not info["strongly_typed"]
+    assert info["fp16"] and info["obey"] and info["opt_level"] == 1
     assert info["tf32"] and info["profiling_verbosity"] == "DETAILED"  # TensorRT's default TF32, kept
     assert [n for n, layer in info["layers"].items() if layer["precision"] == "FLOAT"] == ["ln1_var"]
     assert info["layers"]["ln1_var"]["output_types"] == {"0": "FLOAT"}
     assert built.timing_cache == b"cache+"
-    strong = json.loads(E.build(trt_load.load(), TRANSFORMER, E.Settings()).engine)  # a file: parse_from_file
-    assert strong["strongly_typed"] and not strong["fp16"] and not strong["obey"]
     assert capsys.readouterr() == ("", "")  # Polygraphy's own lines are kept, not printed
 
 
-def test_parse_and_build_failures_carry_tensorrt_messages(trt):
-    loaded = trt_load.load()
+@pytest.mark.filterwarnings("ignore:Context managers for TensorRT types are deprecated")  # TensorRT-RTX's, not 10.x's
+def test_a_strongly_typed_build_on_tensorrt_10_asks_for_a_strongly_typed_network_and_no_precision_flags(
+        rtx, configs, monkeypatch, capsys):
+    """TensorRT 10.x's default route: the network created with NetworkDefinitionCreationFlag.STRONGLY_TYPED (parsed
+    from the file when given a path), the config without FP16 or obeyed precisions, with the timing cache. What the
+    adapter asks of Polygraphy for TensorRT 10.x is here built by TensorRT-RTX's real builder."""
+    import polygraphy.backend.trt as loaders
+
+    asked = []
+    monkeypatch.setattr(loaders, "NetworkFromOnnxPath", lambda path, real=loaders.NetworkFromOnnxPath, **kw:
+                        asked.append((path, kw)) or real(path, **kw))
+    as_10 = replace(trt_load.load(), flavour="tensorrt", version="10.16.1.11", weakly_typed=True)
+    built = E.build(as_10, TRANSFORMER, E.Settings(opt_level=0))
+    assert asked == [(str(TRANSFORMER), {"strongly_typed": True})] and len(built.engine) > 100_000
+    assert (configs[0]["fp16"], configs[0]["bf16"], configs[0]["precision_constraints"]) == (False, False, None)
+    assert configs[0]["tf32"] and configs[0]["builder_optimization_level"] == 0 and configs[0]["load_timing_cache"]
+    assert E.build(trt_load.load(), TRANSFORMER, E.Settings(opt_level=0)).timing_cache is None  # RTX: no cache
+    assert "load_timing_cache" not in configs[1] and "fp16" not in configs[1]  # CreateConfigRTX
+    assert capsys.readouterr() == ("", "")
+
+
+def test_a_parse_failure_carries_tensorrt_rtx_s_message(rtx):
     with pytest.raises(E.ParseError, match="MODEL_DESERIALIZE_FAILED") as err:
-        E.build(loaded, b"not a model", E.Settings())
+        E.build(trt_load.load(), b"not a model", E.Settings())
     assert "Could not parse ONNX correctly" not in str(err.value)  # Polygraphy's closing line, when TensorRT said more
+
+
+def test_a_build_failure_carries_tensorrt_s_message(trt):
     trt._fail_build = "Error Code 4: Internal Error (no implementation for ln1_var in FP32)"
     with pytest.raises(E.BuildError) as err:
-        E.build(loaded, TRANSFORMER.read_bytes(), E.Settings())
+        E.build(trt_load.load(), TRANSFORMER.read_bytes(), E.Settings(strongly_typed=False))
     assert str(err.value) == ("TensorRT could not build the engine: Error Code 4: Internal Error (no implementation "
                               "for ln1_var in FP32)")
 
@@ -451,12 +520,10 @@ def test_an_engine_runs_through_polygraphys_runner(trt, monkeypatch):
     seen = []
     monkeypatch.setattr(polygraphy.backend.trt, "TrtRunner", fake_tensorrt.runner(
         trt, lambda engine, feed: seen.append(feed) or {"y": buffer}))
-    built = E.build(trt_load.load(), TRANSFORMER.read_bytes(), E.Settings())
+    built = E.build(trt_load.load(), TRANSFORMER.read_bytes(), E.Settings(strongly_typed=False))
     with E.Engine(trt_load.load(), built.engine) as engine:
         outputs = engine.infer({"x": np.ones((1, 16, 64), np.float64)})
         assert seen[0]["x"].dtype == np.float32 and outputs["y"] is not buffer
-        with pytest.raises(UsageError, match="no value for engine input.s. x: pass every model input"):
-            engine.infer({})
         trt._layer_ms = lambda layer: 0.5 if layer["Name"] == "ln1_var" else 0.25
         times = engine.layer_times({"x": np.ones((1, 16, 64), np.float32)}, runs=3)
     assert times["ln1_var"] == pytest.approx(0.5) and times["ln1_square"] == pytest.approx(0.25)
@@ -466,17 +533,30 @@ def test_an_engine_runs_through_polygraphys_runner(trt, monkeypatch):
 # --------------------------------------------------------------------------- the backend
 
 
+def planned(build):
+    """The backend's ``_build``, each strongly typed engine tagged with its plan (``Planned``)."""
+
+    def tagged(self, plan):
+        engine = build(self, plan)
+        if self.typing == "weak":
+            return engine
+        engine = Planned(engine)
+        engine.plan = frozenset(plan)
+        return engine
+
+    return tagged
+
+
 @pytest.fixture
-def backend_factory(monkeypatch, tmp_path):
+def backend_factory(monkeypatch, tmp_path, gpu):
     from fp16bisect.backends.tensorrt import backend as backend_module
 
-    monkeypatch.setattr(trt_load, "gpu_available", lambda: True)
+    monkeypatch.setattr(backend_module.TensorRTBackend, "_build", planned(backend_module.TensorRTBackend._build))
     runs = []
 
     def execute(self, key, engine, inputs):
-        """No GPU: 'run' the engine description; the output says how many candidate nodes ran in FP32."""
-        info = json.loads(engine)
-        pinned = len(ran_in_fp32(self.graph, info))
+        """No GPU: 'run' the engine; the output says how many candidate nodes ran in FP32."""
+        pinned = len(ran_in_fp32(self.graph, engine))
         runs.append((key, float(inputs["x"].ravel()[0])))
         return {"y": np.full((1, 16, 64), pinned + float(inputs["x"].ravel()[0]), dtype=np.float32)}
 
@@ -490,38 +570,41 @@ def backend_factory(monkeypatch, tmp_path):
     return make
 
 
-def test_backend_memoises_engines_and_results_by_plan(trt, backend_factory, tmp_path):
-    backend, runs = backend_factory(opt_level=2)
-    assert backend.name == "tensorrt" and backend.versions()["tensorrt"] == trt.__version__
-    x1 = {"x": np.zeros((1, 16, 64), dtype=np.float32)}
-    x2 = {"x": np.ones((1, 16, 64), dtype=np.float32)}
+def test_backend_builds_each_plans_mixed_precision_file_on_tensorrt_rtx_once(rtx, backend_factory, configs,
+                                                                            monkeypatch, tmp_path, capsys):
+    """Real TensorRT-RTX builds each plan's file once, whatever the samples, for the GPU CUDA reports (a double of
+    cuda-python says an L4, compute capability 8.9) at the optimisation level asked; running needs a GPU."""
+    import fp16bisect.artifacts.mixed as mixed
+
+    written = []
+    monkeypatch.setattr(mixed, "mixed_model", lambda graph, fp32, real=mixed.mixed_model: written.append(fp32) or
+                        real(graph, fp32))
+    backend, runs = backend_factory(opt_level=0)
+    assert backend.name == "tensorrt" and backend.versions()["tensorrt_rtx"] == rtx.__version__
     plan = frozenset({"ln1_square", "ln1_var"})
-    out = backend.run(plan, x1)
-    assert out["y"].ravel()[0] == 2.0
-    assert backend.run(set(plan), x1) is out  # same plan, same inputs: memoised result
-    backend.run(plan, x2)  # same plan, other sample: runs, no new build
-    assert backend.builds == 1 and len(trt._builds) == 1 and len(runs) == 2
-    backend.run(frozenset(), x1)
-    assert backend.builds == 2
-    first = trt._builds[0]  # TensorRT 10.x, default: the plan's mixed-precision model, strongly typed
-    assert first["strongly_typed"] and not first["fp16"] and not first["obey"] and first["opt_level"] == 2
-    assert not any(layer["precision"] for layer in first["layers"].values())
-    assert "fp16bisect/cast_fp32/ln1_centered" in first["layers"]  # the mixed model's casts
-    assert ran_in_fp32(backend.graph, first) == plan
-    assert ran_in_fp32(backend.graph, trt._builds[1]) == frozenset()
-    assert trt._inspected == 0  # strongly typed engines need no inspection
-    assert (tmp_path / "timing.cache").read_bytes() == b"++"  # saved after every build
+    assert backend.run(plan, {"x": np.zeros((1, 16, 64), dtype=np.float32)})["y"].ravel()[0] == 2.0
+    backend.run(set(plan), {"x": np.ones((1, 16, 64), dtype=np.float32)})  # same plan, other sample: no new build
+    assert backend.builds == 1 and len(runs) == 2 and len(backend.engines[(plan, 0)]) > 100_000
+    backend.run(frozenset(), {"x": np.zeros((1, 16, 64), dtype=np.float32)})
+    assert backend.builds == 2 and written == [["ln1_square", "ln1_var"], []]
+    assert [(c["builder_optimization_level"], c["compute_capabilities"]) for c in configs] == [(0, [(8, 9)])] * 2
+    assert not (tmp_path / "timing.cache").exists()  # TensorRT-RTX has no timing cache
+    with pytest.raises(UsageError, match="plan names node.s. that are not candidates"):
+        backend.run(frozenset({"no_such_node"}), {"x": np.zeros((1, 16, 64), dtype=np.float32)})
+    assert capsys.readouterr() == ("", "")
 
 
-def test_weak_typing_pins_layer_precisions_and_inspects_every_engine(trt, backend_factory):
-    backend, _runs = backend_factory(typing="weak")
+def test_weak_typing_pins_layer_precisions_and_inspects_every_engine(trt, backend_factory, tmp_path):
+    backend, _runs = backend_factory(typing="weak", opt_level=2)
     plan = frozenset({"ln1_square", "ln1_var"})
     assert backend.run(plan, {"x": np.zeros((1, 16, 64), dtype=np.float32)})["y"].ravel()[0] == 2.0
     built = trt._builds[-1]
-    assert built["fp16"] and built["obey"] and not built["strongly_typed"] and built["profiling_verbosity"] == "DETAILED"
+    assert built["fp16"] and built["obey"] and built["profiling_verbosity"] == "DETAILED" and built["opt_level"] == 2
     assert {n for n, layer in built["layers"].items() if layer["precision"] == "FLOAT"} == plan
     assert "fp16bisect/cast_fp32/ln1_centered" not in built["layers"]  # the original model
     assert trt._inspected == 1
+    backend.run(frozenset(), {"x": np.zeros((1, 16, 64), dtype=np.float32)})
+    assert (tmp_path / "timing.cache").read_bytes() == b"++"  # saved after every build
 
 
 def test_a_fused_pinned_layer_makes_the_plan_unreliable_and_is_warned_once(trt, backend_factory):
@@ -550,21 +633,18 @@ def test_a_fused_pinned_layer_makes_the_plan_unreliable_and_is_warned_once(trt, 
     # the whole fused group pinned: the engine runs it in FP32, the plan is evidence
     whole = frozenset({"ln1_square", "ln1_var", "ln1_add_eps"})
     assert backend.run(whole, x)["y"].ravel()[0] == 3.0
-    # strongly typed builds (the default) keep their types: no fusion can drop them
-    backend, _runs = backend_factory()
-    assert backend.run(frozenset({"ln1_square", "ln1_var"}), x)["y"].ravel()[0] == 2.0
 
 
 def test_backend_reuses_a_saved_timing_cache(trt, backend_factory, tmp_path):
     (tmp_path / "timing.cache").write_bytes(b"old")
-    backend, _runs = backend_factory()
+    backend, _runs = backend_factory(typing="weak")
     backend.run(frozenset(), {"x": np.zeros((1, 16, 64), dtype=np.float32)})
     assert (tmp_path / "timing.cache").read_bytes() == b"old+"
 
 
 def test_a_timing_cache_tensorrt_refuses_is_replaced_by_the_next_build(trt, backend_factory, tmp_path):
     (tmp_path / "timing.cache").write_bytes(b"other GPU's")
-    backend, _runs = backend_factory()
+    backend, _runs = backend_factory(typing="weak")
     x = {"x": np.zeros((1, 16, 64), dtype=np.float32)}
     backend.run(frozenset(), x)  # built without a cache: nothing to save
     assert (tmp_path / "timing.cache").read_bytes() == b"other GPU's"
@@ -572,8 +652,8 @@ def test_a_timing_cache_tensorrt_refuses_is_replaced_by_the_next_build(trt, back
     assert (tmp_path / "timing.cache").read_bytes() == b"+"
 
 
-def test_backend_keeps_a_bounded_number_of_engines(trt, backend_factory):
-    backend, _runs = backend_factory()
+def test_backend_keeps_a_bounded_number_of_engines(rtx, backend_factory):
+    backend, _runs = backend_factory(opt_level=0)
     backend.max_engines = 2
     x = {"x": np.zeros((1, 16, 64), dtype=np.float32)}
     for plan in (["ln1_var"], ["ln2_var"], ["ln1_square"]):
@@ -601,7 +681,7 @@ def test_backend_pins_every_layer_of_unnamed_and_duplicate_named_nodes(trt, back
 def test_backend_build_failure_names_the_plan_and_carries_the_message(trt, backend_factory):
     from fp16bisect.backends.tensorrt.backend import BuildFailed
 
-    backend, _runs = backend_factory()
+    backend, _runs = backend_factory(typing="weak")
     trt._fail_build = "Error Code 10: Could not find any implementation for node ln1_var"
     with pytest.raises(BuildFailed) as err:
         backend.run(frozenset({"ln1_var"}), {"x": np.zeros((1, 16, 64), dtype=np.float32)})
@@ -610,27 +690,28 @@ def test_backend_build_failure_names_the_plan_and_carries_the_message(trt, backe
     assert "ln1_var" in err.value.message
 
 
-def test_noise_builds_the_all_fp16_plan_twice(trt, backend_factory):
-    backend, _runs = backend_factory()
+def test_noise_builds_the_all_fp16_plan_twice(rtx, backend_factory):
+    backend, _runs = backend_factory(opt_level=0)
     x = {"x": np.zeros((1, 16, 64), dtype=np.float32)}
     backend.run(frozenset(), x)
     values = iter([np.float32(1.0), np.float32(1.25)])
     backend._execute = lambda key, engine, inputs: {"y": np.full(3, next(values))}
     first, second = backend.noise(x)
     assert first["y"][0] == 1.0 and second["y"][0] == 1.25
-    assert len(trt._builds) == 3  # two fresh builds despite the memo
+    assert backend.builds == 3  # two fresh builds despite the memo
 
 
-def test_dynamic_inputs_get_one_profile_from_the_samples_shapes(trt, backend_factory, tmp_path):
+def test_dynamic_inputs_get_one_profile_from_the_samples_shapes(rtx, backend_factory, configs, tmp_path):
     model = onnx.load(TRANSFORMER)
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "seq"
     dynamic = tmp_path / "dynamic.onnx"
     onnx.save(model, dynamic)
     shapes = sample_shapes([{"x": np.zeros((1, 8, 64))}, {"x": np.zeros((1, 16, 64))}])
     assert shapes == {"x": ((1, 8, 64), (1, 8, 64), (1, 16, 64))}
-    backend, _runs = backend_factory(dynamic, input_shapes=shapes)
-    backend.run(frozenset(), {"x": np.zeros((1, 8, 64), dtype=np.float32)})
-    assert trt._builds[-1]["profile"] == {"x": [[1, 8, 64], [1, 8, 64], [1, 16, 64]]}
+    backend, _runs = backend_factory(dynamic, input_shapes=shapes, opt_level=0)
+    backend.run(frozenset(), {"x": np.zeros((1, 8, 64), dtype=np.float32)})  # TensorRT-RTX builds it
+    [profile] = configs[-1]["profiles"]
+    assert {name: tuple(map(tuple, shapes)) for name, shapes in profile.items()} == shapes
     from fp16bisect.errors import BuildFailed
 
     backend, _runs = backend_factory(dynamic)  # no shapes: a failed build that says why
@@ -638,31 +719,10 @@ def test_dynamic_inputs_get_one_profile_from_the_samples_shapes(trt, backend_fac
         backend.run(frozenset({"ln1_var"}), {"x": np.zeros((1, 8, 64), dtype=np.float32)})
 
 
-def test_backend_on_tensorrt_rtx_builds_each_plans_mixed_precision_model_through_polygraphy(rtx, monkeypatch,
-                                                                                           tmp_path, capsys):
-    """Real TensorRT-RTX builds each plan's file, for the GPU CUDA reports (here a double of cuda-python says an
-    L4, compute capability 8.9); running the engine needs a GPU."""
-    import fp16bisect.artifacts.mixed as mixed
-    from fp16bisect.backends.tensorrt.backend import TensorRTBackend
-
-    fake_tensorrt.install_cuda(monkeypatch, fake_tensorrt.make_cuda("NVIDIA L4", (8, 9)))
-    written = []
-    monkeypatch.setattr(mixed, "mixed_model", lambda graph, fp32, real=mixed.mixed_model: written.append(fp32) or
-                        real(graph, fp32))
-    backend = TensorRTBackend(Graph.load(TRANSFORMER), timing_cache=tmp_path / "timing.cache", opt_level=0)
-    assert backend.versions()["tensorrt_rtx"] == rtx.__version__ and backend.settings.compute_capability == (8, 9)
-    engine = backend._engine(frozenset({"ln1_var", "ln1_square"}), "key")
-    assert written == [["ln1_square", "ln1_var"]] and len(engine) > 100_000 and backend.builds == 1
-    assert not (tmp_path / "timing.cache").exists()  # TensorRT-RTX has no timing cache
-    with pytest.raises(UsageError, match="plan names node.s. that are not candidates"):
-        backend._build(frozenset({"no_such_node"}))
-    assert capsys.readouterr() == ("", "")
-
-
 def test_backend_without_a_gpu_is_a_usage_error(trt, monkeypatch, tmp_path):
     from fp16bisect.backends.tensorrt.backend import TensorRTBackend
 
-    monkeypatch.setattr(trt_load, "gpu_available", lambda: False)
+    fake_tensorrt.install_cuda(monkeypatch, fake_tensorrt.make_cuda(devices=0))
     with pytest.raises(UsageError, match="no GPU.*--backend emulate"):
         TensorRTBackend(Graph.load(TRANSFORMER), timing_cache=tmp_path / "c")
 
@@ -684,7 +744,9 @@ def test_real_tensorrt_rtx_builds_a_mixed_model_and_refuses_layer_precisions(rtx
         built = E.build(loaded, inline(mixed_model(graph, ["ln1_square"])).SerializeToString(), E.Settings(opt_level=0))
     assert len(built.engine) > 0 and built.timing_cache is None
     _b, net, _p = E.parse(loaded, TRANSFORMER.read_bytes())
-    assert set(trt_pin.node_layers(net)) == {n.name for n in graph.nodes if n.op_type != "Constant"}
+    refs = [trt_pin.NodeRef.of(n.name, n.outputs) for n in graph.nodes]
+    found, missing = trt_pin.resolve(net, refs)
+    assert set(found) == set(refs) and not missing  # every node's layers, found through their metadata
     with pytest.raises(UsageError, match="strongly typed.*fp16bisect apply"):
         trt_pin.apply_overrides(net, ["ln1_var"])
     with pytest.raises(UsageError, match="strongly typed.*fp16bisect apply"):
@@ -709,31 +771,36 @@ def test_real_tensorrt_rtx_cannot_load_an_engine_without_a_gpu_and_says_why(rtx)
 
 
 @pytest.fixture
-def engines_run_as_built(monkeypatch):
-    """No GPU: an engine 'runs' by emulating exactly the nodes its layers ran in FP32 (read back from the
-    built engine's layer information), so the search sees what the engine did, not what was asked."""
+def engines_run_as_built(monkeypatch, gpu):
+    """No GPU: an engine 'runs' by emulating exactly the nodes it ran in FP32 (``ran_in_fp32``: a strongly typed
+    engine's plan; a weakly typed one's, read back from its layer information), so the search sees what the engine
+    did, not what was asked. ``builds``: how many engines were built."""
     from fp16bisect.backends.tensorrt import backend as backend_module
     from fp16bisect.backends.emulate import EmulateBackend
 
-    monkeypatch.setattr(trt_load, "gpu_available", lambda: True)
     emulators = {}
-    noisy = {"on": False, "count": 0}
+    noisy = {"on": False, "count": 0, "builds": 0}
+    build = planned(backend_module.TensorRTBackend._build)
+
+    def counted(self, plan):
+        noisy["builds"] += 1
+        return build(self, plan)
 
     def execute(self, key, engine, inputs):
-        plan = ran_in_fp32(self.graph, json.loads(engine))
         emulator = emulators.setdefault(id(self.graph), EmulateBackend(self.graph))
-        out = emulator.run(plan, inputs)
-        if noisy["on"] and key.startswith("noise"):
+        out = emulator.run(ran_in_fp32(self.graph, engine), inputs)
+        if noisy["on"] and str(key).startswith("noise"):
             noisy["count"] += 1
             out = {k: v + noisy["count"] for k, v in out.items()}  # the second build computes differently
         return out
 
+    monkeypatch.setattr(backend_module.TensorRTBackend, "_build", counted)
     monkeypatch.setattr(backend_module.TensorRTBackend, "_execute", execute)
     return noisy
 
 
-def test_search_on_the_tensorrt_backend_pins_through_metadata_and_finds_the_culprits(
-        trt, engines_run_as_built, tmp_path, capsys):
+def test_search_on_the_tensorrt_backend_builds_each_plans_file_and_finds_the_culprits(
+        rtx, engines_run_as_built, configs, tmp_path, capsys):
     from fp16bisect.cli.main import main
 
     out = tmp_path / "o.json"
@@ -744,15 +811,15 @@ def test_search_on_the_tensorrt_backend_pins_through_metadata_and_finds_the_culp
     assert sorted(n["name"] for n in data["fp32_nodes"]) == ["ln1_square", "ln1_var"]
     assert data["backend"]["name"] == "tensorrt" and data["backend"]["build_noise"] == {"y": 0.0}
     assert data["search"]["minimal"] and data["search"]["verified"]
-    assert (tmp_path / "o.timing.cache").read_bytes().startswith(b"+")  # one cache, saved beside -o
-    # TensorRT 10.x by default: every plan's mixed-precision model, strongly typed
+    # every plan's mixed-precision model, strongly typed, at the optimisation level asked
     assert data["backend"]["typing"] == "strong" and data["search"]["ignored_pins"] == []
-    assert all(build["opt_level"] == 1 and build["strongly_typed"] and not build["fp16"] for build in trt._builds)
+    assert len(configs) == engines_run_as_built["builds"] > 0
+    assert all(c["builder_optimization_level"] == 1 for c in configs)
     assert list(data["exports"])[0] == "strongly_typed"  # the route TensorRT must honour, first
 
 
 def test_with_a_prior_the_noise_is_measured_on_its_set_and_its_first_engine_is_kept(
-        trt, engines_run_as_built, tmp_path, capsys):
+        rtx, engines_run_as_built, tmp_path, capsys):
     """The emulator's set S is the first plan the search builds after all-FP16: building it twice for the noise
     keeps the first engine as S's own. An agreeing prior then costs k + 2 evaluations (all-FP16 on the judge,
     S, its k removals) and, since builds vary, one fresh build of the answer (the recheck): k + 4 builds."""
@@ -769,18 +836,18 @@ def test_with_a_prior_the_noise_is_measured_on_its_set_and_its_first_engine_is_k
     assert [s["phase"] for s in data["search"]["trace"]] == ["precondition", "start", "minimality", "minimality",
                                                              "recheck"]
     assert "building the engine of the prior's set (2 node(s) in FP32) twice" in err
-    assert len(trt._builds) == 6  # S twice (the first is its evaluation), all-FP16, S's 2 removals, S afresh
+    assert engines_run_as_built["builds"] == 6  # S twice (the first is its evaluation), all-FP16, S's 2 removals, S afresh
     assert data["backend"]["build_noise"] == {"y": 0.0}
 
 
-def test_noise_of_a_plan_keeps_its_first_engine_for_the_evaluation(trt, backend_factory):
-    backend, _runs = backend_factory()
+def test_noise_of_a_plan_keeps_its_first_engine_for_the_evaluation(rtx, backend_factory):
+    backend, _runs = backend_factory(opt_level=0)
     x = {"x": np.zeros((1, 16, 64), dtype=np.float32)}
     plan = frozenset({"ln1_square", "ln1_var"})
     backend.noise(x, plan=plan)
-    assert len(trt._builds) == 2
+    assert backend.builds == 2
     backend.run(plan, x)
-    assert len(trt._builds) == 2  # the evaluation reused the noise's first engine
+    assert backend.builds == 2  # the evaluation reused the noise's first engine
 
 
 def test_weak_typing_search_uses_layer_precisions(trt, engines_run_as_built, tmp_path, capsys):
@@ -793,7 +860,8 @@ def test_weak_typing_search_uses_layer_precisions(trt, engines_run_as_built, tmp
     data = json.loads(out.read_text())
     assert sorted(n["name"] for n in data["fp32_nodes"]) == ["ln1_square", "ln1_var"]
     assert data["backend"]["typing"] == "weak" and data["search"]["ignored_pins"] == []
-    assert all(build["fp16"] and build["obey"] and not build["strongly_typed"] for build in trt._builds)
+    assert all(build["fp16"] and build["obey"] for build in trt._builds)
+    assert (tmp_path / "o.timing.cache").read_bytes().startswith(b"+")  # one cache, saved beside -o
     pinned = [b for b in trt._builds if any(layer["precision"] for layer in b["layers"].values())]
     assert trt._inspected == len(pinned) > 0  # every engine with pins is inspected (the all-FP16 ones need not)
 
@@ -854,23 +922,48 @@ def test_typing_weak_is_refused_where_there_is_no_weak_typing(rtx, engines_run_a
     assert "--typing weak needs TensorRT 10.x" in capsys.readouterr().err
 
 
+@pytest.fixture
+def refused(monkeypatch):
+    """Builds TensorRT refuses: each message put in the list makes the next build through Polygraphy's
+    ``EngineBytesFromNetwork`` log it as TensorRT's error and fail as Polygraphy does (no engine)."""
+    import polygraphy.backend.trt as loaders
+    from polygraphy.backend.trt import util
+    from polygraphy.logger import G_LOGGER
+
+    messages: list[str] = []
+
+    def build(network, config=None, save_timing_cache=None, real=loaders.EngineBytesFromNetwork):
+        if not messages:
+            return real(network, config=config, save_timing_cache=save_timing_cache)
+
+        def fail():
+            util.TRT_LOGGER.log(util.trt.Logger.ERROR, messages.pop(0))
+            G_LOGGER.critical("Invalid Engine. Please ensure the engine was built correctly")
+
+        return fail
+
+    monkeypatch.setattr(loaders, "EngineBytesFromNetwork", build)
+    return messages
+
+
 def test_tensorrt_10_before_10_7_says_why_a_strongly_typed_batchnorm_model_may_not_build(
-        monkeypatch, backend_factory):
+        rtx, monkeypatch, backend_factory, refused):
+    """TensorRT 10.3's strongly typed route (built by TensorRT-RTX), its BatchNormalization refused."""
     from fp16bisect.errors import BuildFailed
 
-    early = fake_tensorrt.install(fake_tensorrt.make(version="10.3.0.26"), monkeypatch)
-    backend, _runs = backend_factory(SAMPLES / "cnn_batchnorm.onnx")
-    early._fail_build = "Error Code 4: ... (node_of_bn1_out: mixed precision BatchNormalization)"
+    monkeypatch.setattr(trt_load, "load", lambda real=trt_load.load: replace(
+        real(), flavour="tensorrt", version="10.3.0.26", weakly_typed=True))
+    backend, _runs = backend_factory(SAMPLES / "cnn_batchnorm.onnx", opt_level=0)
+    refused.append("Error Code 4: ... (node_of_bn1_out: mixed precision BatchNormalization)")
     with pytest.raises(BuildFailed, match="BatchNormalization in strongly typed mode from 10.7 on: upgrade "
                                           "TensorRT, or pass --typing weak"):
         backend.run(frozenset(), {"image": np.zeros((1, 3, 8, 8), dtype=np.float32)})
-    backend, _runs = backend_factory(SAMPLES / "cnn_batchnorm.onnx")  # no such hint where it cannot apply
-    early._fail_build = "Error Code 2: out of memory"
+    refused.append("Error Code 2: out of memory")
     with pytest.raises(BuildFailed) as err:
         backend.run(frozenset(), {"image": np.zeros((1, 3, 8, 8), dtype=np.float32)}, repeat=1)
     assert "10.7" in str(err.value)  # the model has a BatchNormalization: the hint stays, the cause may be it
     backend, _runs = backend_factory()  # transformer_block: no BatchNormalization, no hint
-    early._fail_build = "Error Code 2: out of memory"
+    refused.append("Error Code 2: out of memory")
     with pytest.raises(BuildFailed) as err:
         backend.run(frozenset(), {"x": np.zeros((1, 16, 64), dtype=np.float32)})
     assert str(err.value).endswith("Error Code 2: out of memory")
@@ -897,10 +990,10 @@ def test_a_tensorrt_without_strong_typing_falls_back_to_weak_typing_with_a_warni
     data = json.loads(out.read_text())
     assert data["backend"]["typing"] == "weak"
     assert sorted(n["name"] for n in data["fp32_nodes"]) == ["ln1_square", "ln1_var"]
-    assert all(build["fp16"] and not build["strongly_typed"] for build in old._builds)
+    assert old._builds and all(build["fp16"] for build in old._builds)
 
 
-def test_a_tolerance_below_build_to_build_noise_is_refused_unless_told(trt, engines_run_as_built, tmp_path, capsys):
+def test_a_tolerance_below_build_to_build_noise_is_refused_unless_told(rtx, engines_run_as_built, tmp_path, capsys):
     from fp16bisect.cli.main import main
 
     engines_run_as_built["on"] = True
@@ -915,14 +1008,16 @@ def test_a_tolerance_below_build_to_build_noise_is_refused_unless_told(trt, engi
     assert main([*argv, "--noise-ok", "--restart"]) == 0
 
 
-def test_a_model_over_the_protobuf_limit_is_parsed_from_a_file(trt, engines_run_as_built, tmp_path, monkeypatch):
+def test_a_model_over_the_protobuf_limit_is_parsed_from_a_file(rtx, engines_run_as_built, tmp_path, monkeypatch):
+    import polygraphy.backend.trt as loaders
+
     import fp16bisect.model.weights as weights
     from fp16bisect.cli.main import main
 
     monkeypatch.setattr(weights, "PROTOBUF_LIMIT", 50_000)  # transformer_block takes the over-2-GB path
     parsed = []
-    original = trt.OnnxParser.parse_from_file
-    monkeypatch.setattr(trt.OnnxParser, "parse_from_file", lambda self, path: parsed.append(path) or original(self, path))
+    monkeypatch.setattr(loaders, "NetworkFromOnnxPath", lambda path, real=loaders.NetworkFromOnnxPath, **kw:
+                        parsed.append(path) or real(path, **kw))
     out = tmp_path / "o.json"
     assert main(["search", str(TRANSFORMER), "--inputs", str(SAMPLES / "transformer_block.npz"),
                  "--backend", "tensorrt", "-o", str(out), "-q"]) == 0
@@ -978,22 +1073,25 @@ def bf16_backend(monkeypatch, tmp_path, **kwargs):
     from fp16bisect.backends.tensorrt import backend as backend_module
     from fp16bisect.model.precision import BF16
 
-    monkeypatch.setattr(trt_load, "gpu_available", lambda: True)
+    fake_tensorrt.install_cuda(monkeypatch, fake_tensorrt.make_cuda())
+    monkeypatch.setattr(backend_module.TensorRTBackend, "_build", planned(backend_module.TensorRTBackend._build))
     monkeypatch.setattr(backend_module.TensorRTBackend, "_execute", lambda self, key, engine, inputs: {
-        "y": np.full((1, 16, 64), len(ran_in_fp32(self.graph, json.loads(engine))), dtype=np.float32)})
+        "y": np.full((1, 16, 64), len(ran_in_fp32(self.graph, engine)), dtype=np.float32)})
     graph = Graph.load(TRANSFORMER, precision=BF16)
     return backend_module.TensorRTBackend(graph, timing_cache=tmp_path / "timing.cache", **kwargs)
 
 
-def test_a_bf16_plan_builds_its_bfloat16_file_strongly_typed(trt, monkeypatch, tmp_path):
-    fake = trt
-    backend = bf16_backend(monkeypatch, tmp_path)
+def test_a_bf16_plan_builds_its_bfloat16_file_strongly_typed(rtx, monkeypatch, tmp_path):
+    import fp16bisect.artifacts.mixed as mixed
+
+    written = []
+    monkeypatch.setattr(mixed, "mixed_model", lambda graph, fp32, real=mixed.mixed_model: written.append(
+        real(graph, fp32)) or written[-1])
+    backend = bf16_backend(monkeypatch, tmp_path, opt_level=0)
     plan = frozenset({"ln1_square", "ln1_var"})
-    backend.run(plan, {"x": np.zeros((1, 16, 64), dtype=np.float32)})
-    built = fake._builds[-1]
-    assert built["strongly_typed"] and not built["fp16"] and not built.get("bf16")
-    assert ran_in_fp32(backend.graph, built) == plan
-    assert "fp16bisect/cast_fp32/ln1_centered" in built["layers"]  # the mixed model's casts, to bfloat16 and back
+    assert backend.run(plan, {"x": np.zeros((1, 16, 64), dtype=np.float32)})["y"].ravel()[0] == 2.0
+    casts = {a.i for n in written[0].graph.node if n.op_type == "Cast" for a in n.attribute if a.name == "to"}
+    assert casts == {onnx.TensorProto.FLOAT, onnx.TensorProto.BFLOAT16}  # to FP32 around the pins, bfloat16 back
 
 
 def test_weak_typing_bf16_sets_builderflag_bf16_and_pins_fp32_layers(trt, monkeypatch, tmp_path):
@@ -1001,13 +1099,12 @@ def test_weak_typing_bf16_sets_builderflag_bf16_and_pins_fp32_layers(trt, monkey
     plan = frozenset({"ln1_square", "ln1_var"})
     backend.run(plan, {"x": np.zeros((1, 16, 64), dtype=np.float32)})
     built = trt._builds[-1]
-    assert built["bf16"] and not built["fp16"] and built["obey"] and not built["strongly_typed"]
+    assert built["bf16"] and not built["fp16"] and built["obey"]
     assert {n for n, layer in built["layers"].items() if layer["precision"] == "FLOAT"} == plan
 
 
 def test_weak_typing_bf16_without_the_flag_is_a_usage_error(monkeypatch, tmp_path):
     fake_tensorrt.install(fake_tensorrt.make(bf16_flag=False), monkeypatch)
-    backend = bf16_backend(monkeypatch, tmp_path, typing="weak")
     with pytest.raises(UsageError, match="has no BuilderFlag.BF16, so it cannot build BF16 weakly typed: drop "
                                          "--typing weak"):
-        backend._build(frozenset())
+        bf16_backend(monkeypatch, tmp_path, typing="weak")

@@ -137,7 +137,7 @@ LAYERNORM_VARIANCE = {"transformer_block": ["ln1_square", "ln1_var"], "two_branc
                       "fp16_safe": ["layernorm"]}  # a LayerNorm's x^2 and mean(x^2) (fp16_safe: the op itself)
 
 
-def logged(model, shapes=None) -> E.BuildLog:
+def logged(model, shapes=None) -> E.Built:
     """``engine.build_logged`` on ``model`` written to a file; ``shapes``: input -> its one shape."""
     with tempfile.TemporaryDirectory() as work:
         path = Path(work) / "model.onnx"

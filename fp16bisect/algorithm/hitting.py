@@ -1,4 +1,4 @@
-"""The smallest (or cheapest) passing set, by implicit hitting set; a proof of it, or a lower bound.
+"""The smallest (or cheapest) passing set: implicit hitting sets, then a search beyond them; what is proven of it.
 
 Pure Python, like ``search.py``: candidate ids, a predicate ``passes(plan) -> True | False | None`` on plans (the
 frozenset of ids kept in FP32) and a hitting-set solver given as a function, so it is property-tested on synthetic
@@ -9,25 +9,34 @@ The loop (Reiter's diagnoses with QuickXplain conflicts; the smallest-MUS method
 1. Every failing plan F gives a **conflict**: some candidate outside F must stay in FP32 (under monotone verdicts,
    no subset of F passes). The failing plans already known (the 1-minimal search's) seed them for free. A failing
    plan holding a passing one contradicts monotone verdicts: its conflict is left out (it rests on that verdict).
-2. The lightest set H hitting every conflict (``solve``) is a **lower bound**: under monotone verdicts no passing
-   set weighs less. Among equally light sets the solver is steered to the most suspicious nodes (``_steered``),
-   the likeliest to pass. If the lightest passing set known weighs no more, the loop would close: first it tries
-   each set one node lighter (``_below``, the evaluations the judge's certification makes anyway); one passing
-   means the bound was false, and the loop goes on below it.
-3. H is evaluated. It passes: it is the minimum. It fails: it is **grown** while it fails (QuickXplain over the
+2. The lightest set H hitting every conflict (``solve``) is an **estimate** of the minimum: under monotone verdicts
+   no passing set weighs less. Among equally light sets the solver is steered to the most suspicious nodes
+   (``_steered``), the likeliest to pass. If the lightest passing set known weighs no more, the loop would close:
+   first it tries each set one node lighter (``_below``); one passing means the estimate was false, and the loop
+   goes on below it.
+3. H is evaluated. It passes: the loop closes on it. It fails: it is **grown** while it fails (QuickXplain over the
    candidates outside it, those the fewest conflicts hold first, so the new conflict is one the current hitting
-   sets miss and raises the bound), inferring verdicts that monotonicity implies from the known ones; every failing
-   plan met on the way is a conflict too. Back to 2.
+   sets miss and raises the estimate), inferring verdicts that monotonicity implies from the known ones (only to
+   choose what to ask); every failing plan met on the way is a conflict too. Back to 2.
+
+Keeping more nodes in FP32 can hurt (FP16 rounding errors cancel), so the loop's estimate holds only if verdicts
+are monotone, which rounding-limited models contradict as a rule. Counting nodes, the search also goes beyond the
+hitting-set model (``explore.py``: the passing sets' most needed members with the most harmful other candidates)
+and evaluates every set of the next sizes when the budget affords all of them (``claims.enumerate_small``, the only
+proof that no smaller set passes). Where the caller's evidence says errors cancel (``explore_first``),
+``EXPLORE_SHARE`` of the budget goes beyond the model first, then the loop, then the rest beyond it again; else the
+loop goes first and the rest goes beyond it unless the loop met its estimate with no verdict contradicting
+monotonicity (then only the proof is bought, when affordable).
 
 A budget caps the evaluations; plans already known are free. A plan that could not be evaluated (None) is never
 evidence: while growing, it counts as not failing (the conflict stays sound); a hitting set that cannot be evaluated
-is still cut (so the loop moves on), and then nothing is claimed proven.
+is still cut (so the loop moves on).
 
-``proven`` (what the answer may say):
-- true, with ``assumes_monotone`` false, when every lighter set was evaluated and failed (small models);
-- else true with ``assumes_monotone`` when the loop closed and no evaluated plan contradicted monotonicity (a
-  superset of a passing plan failing): the proof assumes monotone verdicts, and the answer says so;
-- else false: ``lower_bound`` is a bound only (the budget ran out, or the oracle is not monotone here).
+What the result claims (``claims.py``), from evaluated verdicts alone:
+- ``proven``: every lighter set was evaluated and failed;
+- ``lower_bound``: every set of fewer members than it was evaluated and failed (proven, never above ``fp32``);
+- ``estimate``: the loop's bound, which holds only if more FP32 never hurts; ``contradictions`` counts the pairs of
+  evaluated plans that say it does (a passing plan inside a failing one).
 """
 
 from __future__ import annotations
@@ -37,12 +46,17 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Callable, Hashable, Iterable, Mapping, Sequence
 
+from fp16bisect.algorithm import claims
+from fp16bisect.algorithm.explore import Excess, Explore, explore
+
 __all__ = ["Minimum", "MinimumResult", "Weights", "exact_hitting_set", "minimum", "weight"]
 
 Solver = Callable[[list, Mapping], "frozenset | None"]  # (conflicts, weights) -> the lightest hitting set, or None
 
-# Sets enumerated at most to prove, without the monotonicity assumption, that no lighter set passes.
-EXHAUSTIVE_LIMIT = 4096
+# Counting nodes, where errors cancel: the share of the budget the search beyond the hitting-set model gets before
+# the loop runs (there the loop's monotone model misleads it: on Silero VAD its conflicts ruled out the smaller sets
+# that exploring first found); the loop then gives its estimate with the rest, and what it leaves goes beyond again.
+EXPLORE_SHARE = 0.75
 SHARED_EXHAUSTIVE = 14  # nodes up to which the pure-Python solver weighs shared weights exactly (2^14 sets)
 
 
@@ -72,7 +86,10 @@ def weight(plan: Iterable, weights: Mapping) -> float:
 class Minimum:
     """What the loop is given beside the predicate. ``order``: the candidates, most suspicious first (growing a
     failing plan adds the least suspicious first). ``weights``: per candidate (default 1: the node count).
-    ``known``: plans already evaluated and their verdicts (the seeds). ``budget``: new evaluations at most."""
+    ``known``: plans already evaluated and their verdicts (the seeds). ``budget``: new evaluations at most.
+    ``excess``: how far an evaluated plan is from passing, when the judge says (``explore.py``). ``explore_first``:
+    the evidence says FP16 errors cancel here (``strategy/improve.py``'s rule): the search beyond the hitting-set
+    model goes first."""
 
     candidates: Sequence[Hashable]
     solve: Solver
@@ -80,37 +97,67 @@ class Minimum:
     weights: Mapping = field(default_factory=dict)
     known: Mapping = field(default_factory=dict)
     order: Sequence[Hashable] | None = None
+    excess: Excess | None = None
+    explore_first: bool = False
 
 
 @dataclass
 class MinimumResult:
     fp32: frozenset | None  # the lightest passing set found (None: none known, and none found)
-    proven: bool  # fp32 is the minimum (see ``assumes_monotone``)
-    assumes_monotone: bool  # the proof assumes monotone verdicts (false: every lighter set evaluated and failed)
-    lower_bound: float  # no lighter set passes under monotone verdicts (the last hitting set's weight)
-    evaluations: int  # new plans evaluated by the loop
-    contradicted: bool  # some evaluated plan failed while a subset of it passed
+    proven: bool  # fp32 is the minimum: every lighter set was evaluated and failed
+    lower_bound: float  # proven: every set of fewer members (lighter than this) was evaluated and failed
+    estimate: float  # the hitting-set bound: no lighter set passes *if* more FP32 never hurts (never above fp32)
+    evaluations: int  # new plans evaluated
+    contradictions: int  # pairs of evaluated plans in which a passing plan is inside a failing one
     passing: list = field(default_factory=list)  # every passing plan known, lightest first
     conflicts: int = 0  # subset-minimal conflicts at the end
+    smaller_failed: int = -1  # every set of at most this many members was evaluated and failed (-1: not all-FP16)
+    estimate_met: bool = False  # the loop closed: fp32 weighs its estimate (what the estimate says of it)
+    explored: int = 0  # of ``evaluations``, those beyond the hitting-set model (neighbourhoods, every small set)
+
+    @property
+    def contradicted(self) -> bool:
+        return self.contradictions > 0
 
 
 def minimum(passes: Callable[[frozenset], bool | None], given: Minimum) -> MinimumResult:
-    """The loop of the module docstring."""
+    """The loop of the module docstring, then (counting nodes) the search beyond it with what is left."""
     ids = list(dict.fromkeys(given.candidates))
-    order = list(given.order) if given.order is not None else ids
+    order = [c for c in dict.fromkeys(given.order if given.order is not None else ids) if c in set(ids)]
+    order += [c for c in ids if c not in set(order)]
     weights = Weights({c: float(given.weights.get(c, 1)) for c in ids}, getattr(given.weights, "shared", None))
     state = _State(passes, dict(given.known), int(given.budget), frozenset(ids))
+    counting = _counts_nodes(weights)
+    if counting and given.explore_first:  # sets the hitting-set model rules out, with most of the budget
+        _beyond(state, order, given.excess, state.asked + int(EXPLORE_SHARE * (state.budget - state.asked)))
+    before = state.asked
+    highest, closed = _loop(state, given.solve, weights, order)
+    looped = state.asked - before
+    if counting and (given.explore_first or not closed or claims.contradictions(state.results)):
+        _beyond(state, order, given.excess, state.budget)
+    elif counting:  # the loop met its estimate and no verdict says more FP32 hurt: only the proof, when affordable
+        claims.enumerate_small(state.ask, state.results, order, len(state.best({}) or ()), state.budget - state.asked)
+    return _result(state, weights, highest, closed, state.asked - looped)
+
+
+def _counts_nodes(weights: Weights) -> bool:
+    return len(set(weights.values())) <= 1 and not weights.shared
+
+
+def _loop(state: _State, solve: Solver, weights: Weights, order: list) -> tuple[float, bool]:
+    """Steps 1 to 3: the highest hitting-set bound met, and whether the loop closed on a passing set (not when the
+    budget ran out first)."""
     steer = _steered(weights, order)
     bound, highest, closed, unsure, checked = 0.0, 0.0, False, False, set()
-    try:
-        while True:
-            hit = given.solve(state.conflicts(), steer)
-            if hit is None:  # no set hits every conflict: all-FP32 fails (or verdicts contradict each other)
-                break
-            if not state.cut:  # a bound cut by a plan that could not be evaluated is no bound
-                bound = _weight(hit, weights)
-                highest = max(highest, bound)
-            best, asked = state.best(weights), state.asked
+    while True:
+        hit = solve(state.conflicts(), steer)
+        if hit is None:  # no set hits every conflict: all-FP32 fails (or verdicts contradict each other)
+            break
+        if not state.cut:  # a bound cut by a plan that could not be evaluated is no bound
+            bound = _weight(hit, weights)
+            highest = max(highest, bound)
+        best, asked = state.best(weights), state.asked
+        try:
             if best is None or _weight(best, weights) > bound + 1e-9:
                 verdict = state.ask(hit)
                 if verdict is None:
@@ -123,16 +170,26 @@ def minimum(passes: Callable[[frozenset], bool | None], given: Minimum) -> Minim
                         break
                     continue
                 best = state.best(weights)
-            # the lightest passing set known weighs no more than the bound: closed (if the budget runs out in
-            # _below, still closed: the judge's certification makes the remaining tries)
-            closed = True
+            closed = True  # the lightest passing set known weighs no more than the bound
             if best is None or best in checked or not _below(state, best, order):
                 break
-            closed = False
-            checked.add(best)  # a lighter set passed: the bound rested on verdicts it contradicts; go on without them
-    except _OutOfBudget:
-        pass
-    return _result(state, weights, highest, closed and not unsure)
+        except _OutOfBudget:  # closed stays as it was: in _below, the bound was met
+            break
+        closed = False
+        checked.add(best)  # a lighter set passed: the bound rested on verdicts it contradicts; go on without them
+    return highest, closed and not unsure
+
+
+def _beyond(state: _State, order: list, excess: Excess | None, until: int) -> None:
+    """Up to ``until`` evaluations in all: sets the hitting-set model rules out (``explore``), then every set of the
+    next sizes while what is left affords all of a size (``claims.enumerate_small``); a passing set found there is
+    explored from in its turn."""
+    while (best := state.best({})) is not None and state.asked < until:
+        found = explore(state.ask, best, Explore(order, until - state.asked, order=order, known=state.results,
+                                                 excess=excess))
+        smaller, _ = claims.enumerate_small(state.ask, state.results, order, len(found.fp32), until - state.asked)
+        if smaller is None:
+            return
 
 
 class _State:
@@ -246,36 +303,18 @@ def _quickxplain(holds, background: frozenset, changed: bool, cands: list) -> li
     return found_first + found_second
 
 
-def _result(state: _State, weights: dict, bound: float, closed: bool) -> MinimumResult:
+def _result(state: _State, weights: Weights, bound: float, closed: bool, explored: int) -> MinimumResult:
     best = state.best(weights)
-    contradicted = _contradicted(state.results)
+    results, ids = state.results, sorted(state.everything, key=repr)
     passing = sorted(state.passing(), key=lambda p: (_weight(p, weights), len(p), sorted(map(repr, p))))
-    exhaustive = best is not None and _lighter_all_fail(state, best, weights)
-    proven = exhaustive or (closed and best is not None and not contradicted)
-    if best is not None and (proven or bound > _weight(best, weights)):  # never a bound above a passing set
-        bound = _weight(best, weights)
-    return MinimumResult(best, proven, proven and not exhaustive, bound, state.asked, contradicted, passing,
-                         len(state.conflicts()))
-
-
-def _contradicted(results: dict) -> bool:
-    passing = [p for p, v in results.items() if v]
-    return any(v is False and any(p < plan for p in passing) for plan, v in results.items())
-
-
-def _lighter_all_fail(state: _State, best: frozenset, weights: dict) -> bool:
-    """Every set lighter than ``best`` was evaluated and failed (bounded: at most ``EXHAUSTIVE_LIMIT`` sets)."""
-    if getattr(weights, "shared", None):  # a lighter set may have more members: not enumerated
-        return False
-    limit = _weight(best, weights) - 1e-9
-    ids = sorted(state.everything, key=lambda c: (weights[c], repr(c)))
-    size = 0
-    while size < len(ids) and sum(weights[c] for c in ids[: size + 1]) < limit:
-        size += 1  # the most members a lighter set can have
-    if sum(math.comb(len(ids), k) for k in range(size + 1)) > EXHAUSTIVE_LIMIT:
-        return False
-    return all(state.results.get(frozenset(s)) is False for k in range(size + 1) for s in combinations(ids, k)
-               if _weight(s, weights) < limit)
+    proven = best is not None and claims.lighter_all_failed(results, ids, best, weights, _weight)
+    lower = claims.proven_bound(results, ids, weights)
+    if best is not None:  # neither bound above a passing set
+        lower = _weight(best, weights) if proven else min(lower, _weight(best, weights))
+        bound = min(bound, _weight(best, weights))
+    return MinimumResult(best, proven, lower, bound, state.asked, claims.contradictions(results), passing,
+                         len(state.conflicts()), claims.smaller_failed(results, ids),
+                         closed and best is not None and bound >= _weight(best, weights) - 1e-9, explored)
 
 
 _weight = weight

@@ -10,9 +10,9 @@ from typing import Literal, Sequence
 
 # Where the search is. The search's own: precondition, suspects, grow, reorder, reduce, verify, minimality; from a
 # start set: start, alternative, extend; at the end: recheck (the final set afresh), fallback; search --minimum's
-# hitting-set loop: minimum.
+# search: minimum; the default step after the 1-minimal search (strategy/improve.py): improve.
 Phase = Literal["precondition", "suspects", "grow", "reorder", "reduce", "verify", "minimality", "start",
-                "alternative", "extend", "recheck", "fallback", "minimum"]
+                "alternative", "extend", "recheck", "fallback", "minimum", "improve"]
 
 
 def group_testing_bound(n: int, k: int) -> float:

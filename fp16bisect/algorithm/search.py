@@ -47,14 +47,16 @@ The algorithm itself asks one question at a time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable, Literal, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Hashable, Iterable, Literal, Sequence
 
 from fp16bisect.algorithm import lookahead
+from fp16bisect.algorithm.budget import Stop
 from fp16bisect.algorithm.memo import Memo, SearchError, Step
 from fp16bisect.algorithm.progress import group_testing_bound, quickxplain_bound
 
-__all__ = ["Hooks", "SearchError", "SearchResult", "Step", "group_testing_bound", "quickxplain_bound", "search"]
+__all__ = ["Hooks", "SearchError", "SearchResult", "Step", "ended", "group_testing_bound", "quickxplain_bound",
+           "search"]
 
 # What a search ends with: a set found, nothing needed (all-FP16 passes), or no set at all (all-FP32 fails).
 Status = Literal["found", "fp16_passes", "fp32_fails"]
@@ -79,6 +81,7 @@ class SearchResult:
     dropped: tuple = ()  # with a start set: its members not in the answer, in order
     unverified: tuple = ()  # members kept because their removal could not be evaluated (then not minimal)
     unevaluable: int = 0  # plans that could not be evaluated
+    stopped: Stop | None = None  # a budget or an interrupt ended the search before its end (``ended``)
 
     def __str__(self) -> str:
         if self.status == "fp32_fails":
@@ -86,6 +89,8 @@ class SearchResult:
         if self.status == "fp16_passes":
             return f"all-FP16 plan passes: nothing to keep in FP32 ({self.evaluations} evaluations)"
         kind = "1-minimal" if self.minimal else "NOT minimal"
+        if self.stopped is not None:
+            kind = self.stopped.label
         if self.unverified:
             kind += f", {len(self.unverified)} kept unverified"
         return f"{len(self.fp32)} node(s) in FP32, {kind}, {self.evaluations} evaluations"
@@ -357,3 +362,39 @@ def _smallest_passing(ask, why: str) -> _Answer:
                       for small, big in contradictions[:3])
     return _Answer("found", min(passing, key=len), why_not_minimal=f"not minimal: {why}" +
                    (f" ({names})" if names else ""))
+
+
+def ended(trace: Sequence[Step], stop: Stop, order: Sequence[Hashable] = (),
+          size: Callable[[frozenset], Any] = len) -> SearchResult | None:
+    """What a search that ``stop`` ended early (a budget, an interrupt) answers from the evaluations it made (``trace``,
+    in order; a plan evaluated again appears again): the smallest plan seen to pass (by ``size``) and never seen to
+    fail (the first evaluated of the smallest), its members in ``order`` (the others after them). It claims nothing the trace
+    does not show: 1-minimal only when each single removal of it was evaluated and failed, never more. None when
+    no plan passed (the caller then evaluates the all-FP32 plan, beyond the budget, and asks again). The empty plan
+    passing is the whole answer (nothing needs FP32), whatever stopped the search."""
+    verdicts: dict = {}  # plan -> False if it ever failed, None if it could not be evaluated, else True
+    passed_once: dict = {}
+    for step in trace:
+        old = verdicts.get(step.plan, True)
+        verdicts[step.plan] = False if False in (old, step.passed) else None if None in (old, step.passed) else True
+        if step.passed:
+            passed_once[step.plan] = True
+    passing = [plan for plan, verdict in verdicts.items() if verdict]
+    if not passing:
+        return None
+    best = min(passing, key=size)
+    minimal = all(verdicts.get(best - {member}) is False for member in best)
+    failing = [plan for plan, verdict in verdicts.items() if verdict is False]
+    contradictions = [(small, big) for small in passed_once for big in failing if small <= big]
+    rank = {c: i for i, c in enumerate(order)}
+    fp32 = tuple(sorted(best, key=lambda c: (c not in rank, rank.get(c, 0), str(c))))
+    removals = sum(verdicts.get(best - {member}) is not None for member in best)
+    stop = replace(stop, minimal=minimal)
+    said = "empty set" if not best else (
+        f"{stop.label} ({stop.said}): the smallest of {len(passing)} set(s) seen to pass; {removals} of its "
+        f"{len(best)} single removal(s) evaluated" + (", each failed" if minimal else ""))
+    return SearchResult(
+        status="found" if best else "fp16_passes", fp32=fp32, passed=True, minimal=minimal, minimality=said,
+        evaluations=len(verdicts), rounds=max((step.round for step in trace), default=0), trace=list(trace),
+        contradictions=contradictions, unevaluable=sum(v is None for v in verdicts.values()),
+        stopped=stop if best else None)

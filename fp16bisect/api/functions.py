@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Union
 from fp16bisect import records
 from fp16bisect.api import inputs
 from fp16bisect.api.results import ApplyResult, CheckResult, Node, ScanNode, ScanResult, ScanRow, SearchResult
-from fp16bisect.errors import UsageError
+from fp16bisect.algorithm.budget import INTERRUPT
+from fp16bisect.errors import Interrupted, UsageError
 from fp16bisect.model import weights
 from fp16bisect.model.plan_states import is_mark
 from fp16bisect.model.precision import precision_of
@@ -65,7 +66,8 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
         space: The plan space (``Space``): the low precision (the shorthand: ``space="bf16"``), ``accumulate``,
             ``headroom``, ``keep_fp32``/``keep_fp16`` patterns, ``group_by``.
         strategy: How the search chooses (``Strategy``): the emulator ``prior``, ``minimum`` (then the smallest
-            passing set; ``"auto"`` or a number of evaluations) and its ``objective``.
+            passing set; ``"auto"`` or a number of evaluations) and its ``objective``; a budget (``max_evaluations``,
+            ``time_limit``) that ends it with the smallest set seen to pass (``SearchResult.stopped``).
         parallel: Plans evaluated at once (``Parallel``; the shorthand: ``parallel=4`` jobs), the GPUs (``devices``),
             Ray (``ray``: an address, ``""`` a local instance); ``accept`` must then be picklable.
         journal: With ``output``: resuming a journaled search (``Journaling``: ``restart``, ``retry_crashed``,
@@ -80,6 +82,7 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
     Raises:
         UsageError: Bad input (a missing file, a sample that does not fit the model, a bad option value).
         ToleranceUnreachable: Even the all-FP32 plan misses the tolerance.
+        Interrupted: Ctrl-C (a ``KeyboardInterrupt``), the smallest set seen to pass written: ``result`` holds it.
 
     Examples:
         >>> import fp16bisect
@@ -90,10 +93,22 @@ def search(model: Model, samples: Samples, *, reference: Samples | None = None, 
     """
     options = SearchOptions.given(tolerance, judge, space, strategy, parallel, journal, output)
     with _own_work_directories():
-        result = run_search(model, samples, options, reference=reference, progress=progress)
-        for sample in result.outcome.oracle.samples:  # the result outlives the work directory: its samples too
-            sample.keep()
+        return _outliving(lambda: run_search(model, samples, options, reference=reference, progress=progress))
+
+
+def _outliving(searched: Callable[[], SearchResult]) -> SearchResult:
+    """``searched()``'s result (or the one an ``Interrupted`` holds), its samples kept: it outlives the work
+    directory the search ran in."""
+    result: SearchResult | None = None
+    try:
+        result = searched()
         return result
+    except Interrupted as stop:
+        result = stop.result
+        raise
+    finally:
+        for sample in result.outcome.oracle.samples if result is not None else ():
+            sample.keep()
 
 
 def run_search(model: Model, samples: Samples, options: SearchOptions, *, reference: Samples | None = None,
@@ -101,7 +116,9 @@ def run_search(model: Model, samples: Samples, options: SearchOptions, *, refere
     """``search`` with its options typed (``SearchOptions``), as the command line builds them.
 
     With ``options.output``, the override JSON is written there once the search ends (then its journals are
-    removed, unless ``options.keep_journal``).
+    removed, unless ``options.keep_journal`` or a budget ended it early: the same call resumes from them). Ctrl-C
+    ends the search with the smallest set seen to pass, written, then raises ``Interrupted`` (a
+    ``KeyboardInterrupt``) holding the result.
     """
     from fp16bisect.artifacts.files import check_writable, write_json
     from fp16bisect.run import pipeline
@@ -118,7 +135,11 @@ def run_search(model: Model, samples: Samples, options: SearchOptions, *, refere
     if options.output:
         write_json(options.output, outcome.overrides.to_json())
         remove_journals(outcome)
-    return _search_result(outcome)
+    result = _search_result(outcome)
+    stop = outcome.result.stopped
+    if stop is not None and stop.cause == INTERRUPT:  # Ctrl-C stays an interrupt, with the answer written
+        raise Interrupted(result)
+    return result
 
 
 def _references(reference, entries: list) -> list | None:
@@ -136,7 +157,8 @@ def _search_result(outcome) -> SearchResult:
         minimal=result.minimal, evaluations=result.evaluations, passed=outcome.final.passed, status=result.status,
         backend=outcome.backend, tolerance=outcome.tolerance, with_overrides=outcome.final.worst(),
         all_fp16=fp16.worst() if fp16 is not None else {}, seconds=outcome.seconds, output=outcome.output,
-        outcome=outcome, overrides=outcome.overrides)
+        stopped=result.stopped.label if result.stopped is not None else None, outcome=outcome,
+        overrides=outcome.overrides)
 
 
 def check(model: Model, samples: Samples, overrides=None, *, reference: Samples | None = None,

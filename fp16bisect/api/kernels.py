@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Mapping, Union
 
 from fp16bisect.api import inputs
 from fp16bisect.api.functions import Model, Progress
-from fp16bisect.backends.tensorrt.kernel_plan import KernelPlan
+from fp16bisect.diagnose.kernel_plan import KernelPlan
 from fp16bisect.errors import UsageError
 from fp16bisect.model import shapes, weights
 
@@ -63,7 +63,7 @@ def kernel_plan(model: Model, overrides, *, fp16_io: bool = False, force: bool =
         [('ln1_square', 'internal'), ('ln1_var', 'internal')]
     """
     from fp16bisect.artifacts.overrides import file_precision, read
-    from fp16bisect.backends.tensorrt.kernels import kernel_plan_of, tensorrt
+    from fp16bisect.diagnose.kernels import kernel_plan_of, tensorrt
     from fp16bisect.model.graph import Graph
     from fp16bisect.model.precision import precision_of
 

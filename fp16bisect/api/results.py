@@ -76,6 +76,9 @@ class SearchResult:
         output: Where the override JSON was written (``output=`` of ``search``), or None.
         fp32_accumulate_nodes: The nodes kept in FP32 accumulation (stored in FP16, adding in FP32: the file's
             ``fp32_accumulate_nodes``), graph order; empty unless the search used that state.
+        stopped: What ended the search before its end (``max_evaluations=``, ``time_limit=``, or Ctrl-C: the
+            label, e.g. ``"passing, not minimal: budget reached"``; the file's ``search.stopped``), else None.
+            ``fp32_nodes`` is then the smallest set seen to pass; rerun with the same ``output`` to go on.
 
     Examples:
         >>> import fp16bisect
@@ -100,12 +103,14 @@ class SearchResult:
     seconds: float
     output: str | None = None
     fp32_accumulate_nodes: list[Node] = field(default_factory=list)
+    stopped: str | None = None
     outcome: Outcome = field(kw_only=True, repr=False, compare=False)  # the pipeline's (console, report)
     overrides: Overrides = field(kw_only=True, repr=False, compare=False)  # the override file, typed
 
     def __repr__(self) -> str:
         """One line: ``SearchResult(2 FP32 nodes: a, b; minimal; 4 evaluations on emulate; passed)``."""
-        found = "all-FP16 passes" if self.status == "fp16_passes" else "minimal" if self.minimal else "NOT minimal"
+        found = "all-FP16 passes" if self.status == "fp16_passes" else self.stopped if self.stopped else \
+            "minimal" if self.minimal else "NOT minimal"
         return (f"SearchResult({_nodes(self.fp32_nodes)}{_accumulating(self.fp32_accumulate_nodes)}; {found}; "
                 f"{self.evaluations} evaluation"
                 f"{'' if self.evaluations == 1 else 's'} on {self.backend}; {'passed' if self.passed else 'FAILED'})")
@@ -117,10 +122,18 @@ class SearchResult:
 
     @property
     def minimum(self) -> dict | None:
-        """With ``minimum=``: the smallest set's search (``proven``, ``lower_bound``, ``evaluations``,
-        ``assumes_monotone``, ...: the override JSON's ``search.minimum``), else None."""
+        """With ``minimum=``: the smallest set's search (``proven``, ``lower_bound``, ``estimate``,
+        ``contradictions``, ``evaluations``, ...: the override JSON's ``search.minimum``), else None."""
         least = self.outcome.minimum
-        return least.to_json() if least is not None else None
+        return least.to_json() if least is not None and least.json_key == "minimum" else None
+
+    @property
+    def improvement(self) -> dict | None:
+        """Without ``minimum=``: the bounded step after the 1-minimal search that tries smaller sets (``ran``,
+        ``why``, ``one_minimal``, ``size``, ``evaluations``, ``budget``: the override JSON's
+        ``search.improvement``), else None."""
+        step = self.outcome.minimum
+        return step.to_json() if step is not None and step.json_key == "improvement" else None
 
     def to_dict(self, output: str | Path | None = None) -> dict:
         """The override JSON (schema ``fp16bisect.overrides/1``) as a dict: what ``write`` writes.

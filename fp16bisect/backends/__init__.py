@@ -60,15 +60,14 @@ def check_options(name: str, options: Options, said: Spelling = FLAGS) -> None:
 
 
 def tensorrt_usable() -> bool:
-    """TensorRT (or TensorRT-RTX) imports, Polygraphy imports, and CUDA sees a GPU."""
-    from fp16bisect.backends.tensorrt import load as trt_load
+    """TensorRT (or TensorRT-RTX) imports, Polygraphy is there, and CUDA sees a GPU."""
+    from fp16bisect.backends.tensorrt import device, load
 
     try:
-        trt_load.load()
-        import polygraphy.cuda  # noqa: F401
-    except (UsageError, ImportError):
+        load.load()
+    except UsageError:
         return False
-    return trt_load.gpu_available()
+    return device.gpu_count() > 0
 
 
 def declared(name: str) -> type[Backend]:

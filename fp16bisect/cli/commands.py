@@ -1,7 +1,8 @@
 """The subcommands: each turns its parsed arguments into typed options, calls the package, prints and writes.
 
-Each returns its exit code: 0 done, 1 a check failed, 3 the tolerance is unreachable even in FP32, 130
-interrupted; bad input raises ``UsageError`` (2), which ``main`` turns into one line.
+Each returns its exit code: 0 done, 1 a check failed, 3 the tolerance is unreachable even in FP32, 5 a search's
+budget ended it (the smallest set seen to pass written), 130 interrupted; bad input raises ``UsageError`` (2),
+which ``main`` turns into one line.
 """
 
 from __future__ import annotations
@@ -9,11 +10,14 @@ from __future__ import annotations
 import sys
 
 from fp16bisect.cli.args import Fields, OutputArgs, model_then_overrides, option_groups, parsed, tolerance_group
-from fp16bisect.errors import CheckFailed, ToleranceUnreachable, UsageError
+from fp16bisect.errors import CheckFailed, Interrupted, ToleranceUnreachable, UsageError
 from fp16bisect.records import APPLY, CHECK, COMPARE, MIGRATE, SCAN, SEARCH, spelled_as_flags
 from fp16bisect.run.options import CheckOptions, SearchOptions, Space
 
 DONE, CHECK_FAILED, UNREACHABLE, INTERRUPTED = 0, CheckFailed.exit_code, ToleranceUnreachable.exit_code, 130
+# --max-evaluations or --time-limit ended the search: its answer passes and is written, but the search did not finish
+# (not 0, which says the search is done; not 1, which says a check failed); rerunning it continues from the journal
+BUDGET_REACHED = 5
 
 
 def cmd_search(args) -> int:
@@ -33,6 +37,8 @@ def cmd_search(args) -> int:
     except CommandAborted as exc:
         raise CommandAborted(f"{exc}; finished evaluations are kept in {latest_journal(args.output)}: fix "
                              "the command and rerun the same fp16bisect command to continue") from None
+    except Interrupted as stop:  # Ctrl-C, the smallest set seen to pass written
+        result = stop.result
     except KeyboardInterrupt:
         listener.close()
         print(f"fp16bisect: interrupted; finished evaluations are kept in {latest_journal(args.output)}: "
@@ -46,7 +52,21 @@ def cmd_search(args) -> int:
         print_next(steps)
     if args.report:
         _report(result, args.report, listener, next_steps=steps)
-    return DONE
+    return _ended(result.outcome.result.stopped, args.output)
+
+
+def _ended(stop, output: str) -> int:
+    """A search's exit code; when a budget or Ctrl-C ended it early, first a line saying what was written and how
+    to go on."""
+    if stop is None:
+        return DONE
+    from fp16bisect.algorithm.budget import INTERRUPT
+    from fp16bisect.run.paths import latest_journal
+
+    print(f"fp16bisect: {stop.label} ({stop.said}): the smallest set seen to pass is written to {output}; the "
+          f"journal keeps every evaluation ({latest_journal(output)}): rerun the same command to continue (with "
+          "a larger budget, or none)", file=sys.stderr)
+    return INTERRUPTED if stop.cause == INTERRUPT else BUDGET_REACHED
 
 
 def _report(result, path: str, listener, **more) -> None:

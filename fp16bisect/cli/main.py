@@ -1,7 +1,8 @@
 """Command line entry point: the parser built from the argument groups, dispatch, and exit codes.
 
 Exit codes: 0 done; 1 a check failed; 2 bad input or usage; 3 tolerance unreachable even in FP32; 4 an
-internal error (one line, the traceback in a file it names); 130 interrupted.
+internal error (one line, the traceback in a file it names); 5 a search's budget ended it (the smallest set seen to
+pass written: rerun to continue); 130 interrupted (a search then writes the smallest set seen to pass too).
 """
 
 from __future__ import annotations

@@ -179,6 +179,7 @@ class Oracle:
         self.runs = 0  # evaluations run by this invocation (not replayed)
         self.stop_early = stop_early  # a failing plan stops at its first failing sample (module docstring)
         self.failing: list[int] = []  # samples that failed a plan, the most recent first
+        self.phases: dict[frozenset, str] = {}  # plan -> the phase of the search that asked it first (``View.asked``)
         for entry in journal.entries if journal else ():
             evaluation = Evaluation.from_json(entry)
             if entry.get("recheck"):

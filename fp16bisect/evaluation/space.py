@@ -9,13 +9,16 @@ changes a space or the oracle.
 A ``View`` is an oracle over one space, its samples in one order: each plan it is asked gets the space's fixed
 members, and it says plans without them (``chosen``, ``known``, ``replayed``). The views of one oracle share its memo,
 journal and history, so a plan is evaluated once whichever view asks, and the journal records whole plans, fixed
-members included (as journals always have).
+members included (as journals always have). A view's ``budget`` (``--max-evaluations``, ``--time-limit``), shared by
+the views made from it, is asked before each evaluation the view is about to run (a plan the oracle knows, or a
+journal replayed, costs nothing) and raises before one it cannot afford; a report or a check that asks the oracle
+itself spends none.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Protocol, Sequence
 
 from fp16bisect.evaluation.oracle import Evaluation, Oracle
 from fp16bisect.model.profile import Profile
@@ -66,15 +69,27 @@ class PlanSpace:
         return prof if len(risks) == len(prof.risks) else replace(prof, risks=risks)
 
 
+class Affords(Protocol):
+    """A budget (``algorithm.budget.Budget``): how many of the evaluations about to run it allows (it raises when it
+    allows none), what it leaves, and its clock alone (for evaluations it does not count: the prior's)."""
+
+    def take(self, wanted: int = 1) -> int: ...
+
+    def left(self) -> str: ...
+
+    def uncounted(self) -> Affords: ...
+
+
 @dataclass(frozen=True)
 class View:
     """``oracle`` over ``space``, the samples tried in the ``stress`` order (most stressing first; empty: as given),
-    after those that failed a plan. Called, asked for evaluations and for what it knows, as an oracle is, with
-    plans without the fixed members."""
+    after those that failed a plan, each evaluation it runs first afforded by ``budget`` (None: no limit). Called,
+    asked for evaluations and for what it knows, as an oracle is, with plans without the fixed members."""
 
     oracle: Oracle
     space: PlanSpace = PlanSpace()
     stress: tuple = ()
+    budget: Affords | None = None
 
     def over(self, space: PlanSpace) -> View:
         """The same oracle, samples in the same order, over another space."""
@@ -85,13 +100,35 @@ class View:
         return self.evaluate(plan).verdict
 
     def evaluate(self, plan, recheck: int = 0) -> Evaluation:
-        return self.oracle.evaluate(self.space.plan(plan), recheck, stress=self.stress)
+        whole = self.space.plan(plan)
+        if (whole, recheck) not in self.oracle.rechecks if recheck else whole not in self.oracle.memo:
+            self._afford(1)
+        return self.oracle.evaluate(whole, recheck, stress=self.stress)
 
     def evaluate_many(self, plans) -> list[Evaluation]:
-        return self.oracle.evaluate_many([self.space.plan(p) for p in plans], stress=self.stress)
+        wholes = [self.space.plan(p) for p in plans]
+        todo = list(dict.fromkeys(p for p in wholes if p not in self.oracle.memo))
+        afforded = self._afford(len(todo)) if todo else 0
+        if afforded < len(todo):  # the budget's last evaluations run together, then it stops the search
+            self.oracle.evaluate_many(todo[:afforded], stress=self.stress)
+            self._afford(1)
+        return self.oracle.evaluate_many(wholes, stress=self.stress)
+
+    def _afford(self, wanted: int) -> int:
+        """How many of ``wanted`` evaluations about to run the budget allows (it raises when none)."""
+        return wanted if self.budget is None else self.budget.take(wanted)
 
     def test_many(self, plans) -> list[bool | None]:
         return [e.verdict for e in self.evaluate_many(plans)]
+
+    def asked(self, plan, phase: str) -> None:
+        """Notes the phase of the search that asked ``plan`` (without the fixed members), the first time it is asked:
+        the trace of a search that a budget or Ctrl-C ends (``run/stopping.py``)."""
+        self.oracle.phases.setdefault(self.space.plan(plan), phase)
+
+    def left(self) -> str:
+        """What the budget leaves, for a progress line ('' without a budget)."""
+        return self.budget.left() if self.budget is not None else ""
 
     def known(self, plan) -> Evaluation | None:
         """The evaluation of ``plan`` (without the fixed members), if there is one."""

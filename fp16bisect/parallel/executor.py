@@ -187,7 +187,7 @@ def make_executor(parallel: Parallel, backend: Backend, graph, samples, toleranc
         return PlanExecutor(tasks, f"Ray, {tasks.width} task(s) at once")
     devices = list(parallel.devices)
     if gpu and not devices:
-        from fp16bisect.backends.tensorrt.load import gpu_count
+        from fp16bisect.backends.tensorrt.device import gpu_count
 
         devices = [str(i) for i in range(gpu_count())][: parallel.jobs]  # --jobs N: the first N GPUs
     if gpu:  # one worker per device

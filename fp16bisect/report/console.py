@@ -96,7 +96,8 @@ def step_line(step: Step, progress: dict) -> str:
         f"[{step.phase}; {progress['searching']} candidate(s) in play, {progress['found']} found, "
         f"roughly {progress['estimate_left']} more evaluation(s)"
         + (f" after a ranking of {progress['ranking_runs']} run(s)" if progress.get("ranking_runs") else "")
-        + (f" (estimate; at most {progress['bound_left']})]" if "bound_left" in progress else " (estimate)]")
+        + (f" (estimate; at most {progress['bound_left']})" if "bound_left" in progress else " (estimate)")
+        + (f"; budget left: {progress['budget']}]" if progress.get("budget") else "]")
     )
 
 
@@ -167,9 +168,13 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
     else:
         forced = f" beyond the {len(outcome.forced)} node(s) --headroom forces" if outcome.forced else ""  # kept by rule
         minimal = f"1-minimal{forced}" if result.minimal else "[red]NOT minimal[/red]"
+        how = f"{minimal}; {result.minimality}"
+        if result.stopped is not None:  # the minimality starts with its label
+            label = result.stopped.label
+            how = f"[yellow]{escape(label)}[/yellow]{escape(result.minimality.removeprefix(label))}"
         console.print(
-            f"{len(overrides.pinned)} of {len(outcome.graph.candidates)} candidate node(s) kept in FP32 ({minimal}; "
-            f"{result.minimality}):", soft_wrap=True)
+            f"{len(overrides.pinned)} of {len(outcome.graph.candidates)} candidate node(s) kept in FP32 ({how}):",
+            soft_wrap=True)
         for pinned in overrides.pinned:
             console.print(
                 f"  {escape(pinned.node.name)}  [dim]{escape(pinned.node.op_type)}; FP32 run: "
@@ -179,9 +184,10 @@ def print_summary(outcome: Outcome, output_path: str | None, console: Console | 
             )
         print_accumulating(overrides.accumulating, console)
         _print_steering(outcome, console)
-    if outcome.minimum is not None:  # search --minimum
-        searched = states(result.fp32)[0] - {f.node for f in outcome.forced}
-        console.print(f"--minimum: {escape(outcome.minimum.line(searched))}", highlight=False, soft_wrap=True)
+    if outcome.minimum is not None and outcome.minimum.ran:
+        searched = states(result.fp32)[0] - {f.node for f in outcome.forced}  # --minimum, or the default step that ran
+        console.print(f"{outcome.minimum.label}: {escape(outcome.minimum.line(searched))}", highlight=False,
+                      soft_wrap=True)
     _print_coverage(overrides, console)
     failures = outcome.oracle.build_failures
     if failures:

@@ -294,8 +294,7 @@ def _minimum_section(data: dict) -> str:
     minimum = data.get("minimum")
     if not minimum:
         return ""
-    proven = ("proven" + (", assuming monotone verdicts" if minimum.get("assumes_monotone") else "")
-              if minimum.get("proven") else f"not proven: the minimum is at least {minimum.get('lower_bound')}")
+    proven = _minimum_claim(minimum)
     costs = minimum.get("objective") == "cost"
     out = ["<section>", "<h2>Passing sets found (--minimum)</h2>",
            f"<p>{esc(str(minimum.get('size')))} node(s) kept, {esc(proven)}; the 1-minimal search kept "
@@ -308,6 +307,24 @@ def _minimum_section(data: dict) -> str:
         out.append(f"<tr><td>{esc(str(found.get('size')))}</td>{cost}<td>{names}</td></tr>")
     out += ["</table>", "</section>"]
     return "\n".join(out)
+
+
+def _minimum_claim(minimum: dict) -> str:
+    """What ``search.minimum`` claims, in the console's words (a file written before issue 41 may hold a proof that
+    assumed monotone verdicts: said as such)."""
+    if minimum.get("proven"):
+        return "proven, assuming monotone verdicts (an older file)" if minimum.get("assumes_monotone") else (
+            "proven: every smaller set was evaluated and failed")
+    if "estimate" not in minimum:  # an older file: its lower_bound assumed monotone verdicts
+        return f"not proven: an estimate of {minimum.get('lower_bound')} that assumes monotone verdicts"
+    said = "not proven: no smaller set found"
+    if minimum.get("smaller_failed"):
+        said += (f"; at least {minimum.get('lower_bound')} (every set of {minimum.get('smaller_failed')} or fewer "
+                 "nodes was evaluated and failed)")
+    count = minimum.get("contradictions") or 0
+    return said + (f"; a bound of {minimum.get('estimate')} holds only if keeping more nodes in FP32 never hurts, "
+                   + (f"which this model's verdicts contradict {count} time(s)" if count
+                      else "an assumption no verdict here contradicts, not a proof"))
 
 
 def _next_section(data: dict) -> str:
@@ -354,7 +371,7 @@ def kernel_plan_section(data: dict) -> str:
     plan = data.get("kernel_plan")
     if not plan:
         return ""
-    from fp16bisect.backends.tensorrt.kernel_plan import types
+    from fp16bisect.diagnose.kernel_plan import types
 
     out = ["<section>", "<h2>Engine kernel plan</h2>", f"<p>{esc(plan['summary'])}</p>",
            f'<table id="{KERNEL_PLAN}"><tr><th>node</th><th>op</th><th>state</th><th>kernel</th><th>type</th>'

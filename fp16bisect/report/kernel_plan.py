@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from fp16bisect.backends.tensorrt.kernel_plan import types
+from fp16bisect.diagnose.kernel_plan import types
 from fp16bisect.report import html
 from fp16bisect.report.console import _console
 

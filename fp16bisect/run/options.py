@@ -24,6 +24,7 @@ from fp16bisect.model.precision import Precision, precision_of
 from fp16bisect.artifacts.overrides import Recorded
 from fp16bisect.parallel import Parallel
 from fp16bisect.records import APPLY, CHECK, COMPARE, SCAN, SEARCH, option
+from fp16bisect.run.flat_keys import keys_of, split
 from fp16bisect.run.paths import plans_dir, timing_cache_path
 from fp16bisect.strategy import blocks, constraints
 from fp16bisect.strategy import minimum as minima
@@ -178,7 +179,8 @@ class Space(records.Record):
 class Strategy(records.Record):
     """How the search chooses what to evaluate: the emulator's search first (``prior``: auto, emulate, none), then
     the smallest passing set (``minimum``: None, ``"auto"`` or a number of evaluations) by ``objective`` (nodes,
-    or estimated cost)."""
+    or estimated cost); and when it stops early: after ``max_evaluations`` evaluations on the judge or
+    ``time_limit`` seconds, with the smallest passing set it has (``run/stopping.py``)."""
 
     prior: str = option("auto", records.choice(*PRIORS), "an emulator search first (auto: on others)",
                         commands=(SEARCH,), metavar="auto|emulate|none")
@@ -187,6 +189,11 @@ class Strategy(records.Record):
                                      commands=(SEARCH,))
     objective: str = option("nodes", records.choice(*minima.OBJECTIVES), "--minimum's measure (cost: FP32 time)",
                             metavar="nodes|cost", commands=(SEARCH,))
+    max_evaluations: int | None = option(None, records.whole(1, optional=True, what="a number of evaluations"),
+                                         "stop after N evaluations with the smallest passing set", metavar="N",
+                                         commands=(SEARCH,))
+    time_limit: float | None = option(None, records.duration, "stop after SECONDS (or 15m, 2h), as "
+                                      "--max-evaluations", metavar="SECONDS", commands=(SEARCH,))
 
 
 @dataclass(frozen=True)
@@ -408,34 +415,3 @@ def _path(value: Any, name: str) -> str | None:
     if isinstance(value, os.PathLike):
         return str(os.fspath(value))
     raise UsageError(f"{name}={value!r}: give a path (a string or a pathlib.Path), or None")
-
-
-def keys_of(parts: dict[str, type[records.Record]], command: str | None = None) -> dict[str, str]:
-    """The flat keys of the tolerance's values and of the records ``parts`` (those ``command`` takes; None:
-    all), each -> the part that holds it."""
-    found = {k: "tolerance" for k in TOLERANCE_KEYS}
-    for name, record in parts.items():
-        found.update({f.name: name for f in fields(record) if command is None or command in records.commands_of(f)})
-    return found
-
-
-TOLERANCE_KEYS = tuple(f.name for f in fields(GivenTolerance) if f.name != "per_output")  # accept: the API's alone
-
-
-def split(flat: dict, parts: dict[str, type[records.Record]], own: tuple[str, ...], *, search: bool) -> dict:
-    """Flat keys routed to the records that own them: the tolerance's, each record's fields, and ``own`` (the
-    composite's own fields); an unknown key is a ``UsageError`` listing the known ones."""
-    where = keys_of(parts)
-    unknown = sorted(records.shown(k) for k in set(flat) - set(where) - set(own))
-    if unknown:
-        raise UsageError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted({*where, *own}))}")
-    made: dict[str, Any] = {name: {} for name in ("tolerance", *parts)}
-    for key, value in flat.items():
-        if key in where:
-            made[where[key]][key] = value
-    for name, record in parts.items():
-        made[name] = record(**made[name])
-    made.update({k: flat[k] for k in own if k in flat})
-    given = GivenTolerance(**made["tolerance"])
-    made["tolerance"] = given.over(Tolerance()) if search else given
-    return made

@@ -13,6 +13,7 @@ from fp16bisect.evaluation.space import View
 from fp16bisect.run.invocation import Invocation
 from fp16bisect.run.override_json import overrides_json
 from fp16bisect.strategy.prior import LABEL, Prior
+from fp16bisect.strategy.improve import Improvement
 from fp16bisect.strategy.minimum import Least
 from fp16bisect.strategy.blocks import Chosen
 from fp16bisect.strategy.constraints import Constraints
@@ -35,10 +36,13 @@ class Listener:
 
 def stepper(judge: View, listener: Listener, after: int = 0) -> Callable[[Step, dict], None]:
     """What a search over ``judge`` calls after each evaluation: the listener's progress line, numbered ``after``
-    evaluations on (a later stage of one search), saying whether the journal replayed it."""
+    evaluations on (a later stage of one search), saying whether the journal replayed it and what the budget leaves;
+    the phase that asked each plan is noted on the judge (the trace of a search a budget ends)."""
     def step(step: Step, progress: dict) -> None:
+        judge.asked(step.plan, step.phase)
         listener.step(replace(step, index=after + step.index) if after else step,
-                      {**progress, "backend": judge.backend.name, "replayed": judge.replayed(step.plan)})
+                      {**progress, "backend": judge.backend.name, "replayed": judge.replayed(step.plan),
+                       "budget": judge.left()})
 
     return step
 
@@ -61,7 +65,9 @@ class Outcome:
     headroom: float | None = None  # the --headroom factor (None: not given)
     evaluation_word: str = "built"  # what evaluating a plan is called on its backend (Backend.evaluation_word)
     accumulate: str = "fp32"  # what the judge assumed FP16 nodes add in (SearchOptions.accumulate): JSON "accumulate"
-    minimum: Least | None = None  # search --minimum: the smallest passing set's search (JSON search.minimum)
+    # search --minimum: the smallest passing set's search (JSON search.minimum); else the default step after the
+    # 1-minimal search (strategy/improve.py, JSON search.improvement)
+    minimum: Least | Improvement | None = None
     constraints: Constraints = field(default_factory=Constraints)  # --keep-fp32/--keep-fp16 (JSON "constraints")
     blocks: Chosen | None = None  # --group-by: the blocks the first search kept in FP32 (JSON "blocks")
     run: Invocation | None = None  # the search as asked: its model, samples and records (JSON search.command)

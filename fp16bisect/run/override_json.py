@@ -6,6 +6,7 @@ too); this module turns the search, the oracle and the prior into the plain sect
 from __future__ import annotations
 
 from fp16bisect import __version__
+from fp16bisect.algorithm.budget import Stop
 from fp16bisect.algorithm.search import SearchResult
 from fp16bisect.artifacts.override_json import graph_sections, overrides_file
 from fp16bisect.artifacts.overrides import Overrides
@@ -73,6 +74,13 @@ def unverified(o) -> list[dict]:
             for member, reason in o.unverified()]
 
 
+def stopped_json(stop: Stop) -> dict:
+    """Why the search ended before its end, the label its answer carries, and the budget it was given."""
+    limits = {"max_evaluations": stop.evaluations, "time_limit": stop.seconds}
+    return {"by": stop.cause, "label": stop.label, "reason": stop.said,
+            **{key: value for key, value in limits.items() if value is not None}}
+
+
 def search_json(o) -> dict:
     """The ``search`` section: what the search did and found, its evaluations, and what went wrong."""
     result, oracle = o.result, o.oracle
@@ -91,8 +99,10 @@ def search_json(o) -> dict:
         # members kept because their removal could not be evaluated: why, from that evaluation
         "unverified": unverified(o),
         "unevaluable": len(oracle.build_failures),
-        **({"minimum": o.minimum.to_json()} if o.minimum is not None else {}),  # search --minimum
+        # search --minimum's record (search.minimum), or the default step's (search.improvement)
+        **({o.minimum.json_key: o.minimum.to_json()} if o.minimum is not None else {}),
         "verified": result.passed,
+        **({"stopped": stopped_json(result.stopped)} if result.stopped is not None else {}),
         "contradictions": contradictions_json(result.contradictions),
         "seconds": round(o.seconds, 3),
         **capped("trace", [{"fp32": len(s.plan), "passed": s.passed, "phase": s.phase, "round": s.round}

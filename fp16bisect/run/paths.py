@@ -37,10 +37,11 @@ def latest_journal(output: str) -> str:
 
 def remove_journals(outcome) -> list[str]:
     """A finished search's journals (its own and its prior's), removed once its override JSON is written, unless
-    the search keeps them (``SearchOptions.keep_journal``: the journal's ``keep``); the paths removed. An
-    interrupted or failed search never gets here: its journal stays for the rerun that resumes it."""
+    the search keeps them (``SearchOptions.keep_journal``: the journal's ``keep``); the paths removed. A search a
+    budget or Ctrl-C ended early keeps them, and a failed search never gets here: its journal stays for the rerun
+    that resumes it."""
     journal = outcome.oracle.journal
-    if journal is None or journal.keep:
+    if journal is None or journal.keep or outcome.result.stopped is not None:  # stopped early: it resumes
         return []
     prior = outcome.prior.journal if outcome.prior is not None else ""
     removed = []

@@ -8,19 +8,20 @@ from the ``Outcome``), the prior from ``prior.py``.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from fp16bisect.strategy import prior as priors
 from fp16bisect.strategy import minimum as minima
-from fp16bisect.strategy import blocks, constraints, prior_choice, rounding
+from fp16bisect.strategy import blocks, constraints, improve, prior_choice, rounding
 from fp16bisect.run import two_states
 from fp16bisect.run.coverage import forcing, sample_order, with_forced
 from fp16bisect.run.invocation import Invocation
 from fp16bisect.run.paths import journal_path
 from fp16bisect.run.searches import fp32_set, unreachable
+from fp16bisect.run.stopping import STOPS, budget_of, stopped
 from fp16bisect.backends import Options, PlanJudge, make_backend
 from fp16bisect.strategy.build_noise import build_noise
 from fp16bisect.errors import ToleranceUnreachable, UsageError
@@ -34,7 +35,9 @@ from fp16bisect.evaluation.oracle import EXIT_CODE, OUTPUTS, Oracle
 from fp16bisect.parallel import one_line_at_a_time
 from fp16bisect.run.options import SearchOptions
 from fp16bisect.run.outcome import Listener, Outcome
+from fp16bisect.strategy.blocks import Chosen
 from fp16bisect.strategy.prior import Prior
+from fp16bisect.algorithm.search import SearchResult
 from fp16bisect.tolerance import Tolerance
 
 __all__ = ["Listener", "Outcome", "prepare", "search_model", "unreachable"]
@@ -168,6 +171,7 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
     options = options or SearchOptions()
     listener = listener or Listener()
     start = time.perf_counter()
+    budget = budget_of(options.strategy)  # its time runs from here
     graph, chosen, oracle = prepare(model, inputs, references, options, listener, defer_references=True)
     with chosen, oracle:  # the backend's resources and the oracle's workers live until the search ends
         prof = _profiled(graph, oracle, listener)
@@ -179,37 +183,64 @@ def search_model(model: str, inputs: list[str], references: list[str] | None = N
         space = constraints.steered(space, steer, listener.stage)
         if options.space.grouping is not None:
             space = blocks.grouped(graph, space, options.space.grouping, listener.stage)
-        judge, order = View(oracle, space, stress), space.ranked(prof)
-        found = None
-        if prior_choice.wanted(options.strategy.prior, chosen) and not space.blocks:
+        judge, order = View(oracle, space, stress, budget), space.ranked(prof)
+        try:
+            done = _searched(graph, judge, order, prof, options, listener,
+                             Invocation.of(model, inputs, references, options))
+        except ToleranceUnreachable as e:
+            raise constraints.unreachable(steer, e) from None
+        result = with_forced(constraints.constrained(done.result, steer), forced, space.fixed)
+        info = _backend_info(chosen, oracle, done.noise)
+        return Outcome(graph, options.tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start,
+                       prior=done.prior, output=options.output, backend_info=info, forced=forced,
+                       environment=chosen.environment(), evaluation_word=chosen.evaluation_word,
+                       headroom=options.headroom, accumulate=options.accumulate, minimum=done.least,
+                       constraints=steer, blocks=done.blocks, run=done.run, diagnosis=done.said,
+                       shapes=shapes.coverage(graph, oracle.samples, options.backend_options.input_shapes))
+
+
+@dataclass(frozen=True)
+class Searched:
+    """What the searches of one plan space found: the prior (None: none), the build noise, the answer, ``--minimum``'s
+    search, the blocks the block search kept, the search as asked (``run``) and what its diagnosis said."""
+
+    prior: Prior | None
+    noise: dict
+    result: SearchResult
+    least: minima.Least | improve.Improvement | None
+    blocks: Chosen | None
+    run: Invocation
+    said: dict | None
+
+
+def _searched(graph, judge: View, order: Profile, prof: Profile, options: SearchOptions, listener,
+              run: Invocation) -> Searched:
+    """The prior (when the judge takes one), the build noise, and the FP32 set's search over ``judge`` (``order``: the
+    FP32 profile over its candidates; ``--accumulate fp16``: then the accumulators), with ``--minimum``'s set and the
+    blocks kept, followed by the rounding diagnosis; a budget or Ctrl-C ends it with the smallest set seen to pass
+    (``stopping.py``)."""
+    chosen, found, noise, diagnosis = judge.backend, None, {}, None
+    try:
+        if prior_choice.wanted(options.strategy.prior, chosen) and not judge.space.blocks:
             found = _prior(graph, judge, order, listener, options)
         # with a prior, the noise is measured on its set, the first plan the search evaluates (its build is kept)
-        noise = build_noise(chosen, oracle.samples, options.tolerance, options.judge.noise_ok, listener, oracle.journal,
+        noise = build_noise(chosen, judge.samples, options.tolerance, options.judge.noise_ok, listener, judge.journal,
                             plan=frozenset(found.fp32) if found is not None else frozenset())
-        wanted = _wanted(graph, prof, options, chosen, oracle.samples, listener)
-        run = Invocation.of(model, inputs, references, options)
+        wanted = _wanted(graph, prof, options, chosen, judge.samples, listener)
         # said when all-FP16 fails by rounding, following the FP32 set's search over its view of the judge
         diagnosing = partial(rounding.Diagnosis, graph, order, run=run, listener=listener,
                              accumulate=options.accumulate, prior=found, ranks=chosen.ranks_by_effect and found is None)
-        try:
-            if options.accumulate == "fp16":  # the FP32 set with the accumulators' marks fixed, then the marks
-                stage = judge.over(two_states.stored(graph, space, listener.stage))
-                diagnosis = diagnosing(stage)
-                first, least, picked = fp32_set(graph, stage, listener, order, found, wanted, diagnosis)
-                result = two_states.summed(graph, judge, first, listener, order)
-            else:
-                diagnosis = diagnosing(judge)
-                result, least, picked = fp32_set(graph, judge, listener, order, found, wanted, diagnosis)
-        except ToleranceUnreachable as e:
-            raise constraints.unreachable(steer, e) from None
-        result = with_forced(constraints.constrained(result, steer), forced, space.fixed)
-        info = _backend_info(chosen, oracle, noise)
-        return Outcome(graph, options.tolerance, chosen.name, result, oracle, prof, time.perf_counter() - start,
-                       prior=found, output=options.output, backend_info=info, forced=forced,
-                       environment=chosen.environment(), evaluation_word=chosen.evaluation_word,
-                       headroom=options.headroom, accumulate=options.accumulate, minimum=least,
-                       constraints=steer, blocks=picked, run=run, diagnosis=diagnosis.to_json(),
-                       shapes=shapes.coverage(graph, oracle.samples, options.backend_options.input_shapes))
+        if options.accumulate == "fp16":  # the FP32 set with the accumulators' marks fixed, then the marks
+            stage = judge.over(two_states.stored(graph, judge.space, listener.stage))
+            diagnosis = diagnosing(stage)
+            first, least, picked = fp32_set(graph, stage, listener, order, found, wanted, diagnosis)
+            result = two_states.summed(graph, judge, first, listener, order)
+        else:
+            diagnosis = diagnosing(judge)
+            result, least, picked = fp32_set(graph, judge, listener, order, found, wanted, diagnosis)
+    except STOPS as stop:
+        result, least, picked = stopped(judge, stop, order.order, listener.stage), None, None
+    return Searched(found, noise, result, least, picked, run, diagnosis.to_json() if diagnosis is not None else None)
 
 
 def _profiled(graph, oracle, listener) -> Profile:
@@ -237,7 +268,11 @@ def _prior(graph, judge: View, prof, listener, options: SearchOptions) -> Prior 
         journaled = priors.PriorJournal(lambda header: journal_path(output, journal_key(header), prior=True),
                                         options.journal.restart, options.journal.retry_crashed)
     found = priors.run(graph, backend, judge, prof, listener, journaled)
-    if found is not None and journal is not None:
+    strategy = options.strategy
+    if found is not None and strategy.minimum is None and strategy.objective == "nodes":  # the default step there
+        found = replace(found, improvement=improve.on_prior(list(judge.space.candidates), found,
+                                                            frozenset(prof.order[:prof.suspects]), listener.stage))
+    if found is not None and journal is not None:  # with the step's set: a resumed search starts there too
         journal.record_prior(found.to_json())
     return found
 

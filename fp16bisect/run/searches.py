@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from fp16bisect.algorithm.progress import Phase
 from fp16bisect.algorithm.search import Hooks, SearchResult, Step, search
 from fp16bisect.errors import ToleranceUnreachable, UsageError
 from fp16bisect.evaluation.space import View
 from fp16bisect.run.outcome import stepper
-from fp16bisect.strategy import blocks, hitting_solver, ranking, rounding
+from fp16bisect.strategy import blocks, hitting_solver, improve, ranking, rounding
 from fp16bisect.strategy import minimum as minima
 from fp16bisect.strategy.agreement import agreement
 from fp16bisect.strategy.alternatives import Alternatives
@@ -22,7 +23,8 @@ from fp16bisect.strategy.prior import LABEL, Prior
 
 
 def fp32_set(graph, judge: View, listener, prof, prior: Prior | None, minimum: minima.Wanted | None,
-             diagnosis: rounding.Diagnosis | None = None) -> tuple[SearchResult, minima.Least | None, Chosen | None]:
+             diagnosis: rounding.Diagnosis | None = None
+             ) -> tuple[SearchResult, minima.Least | improve.Improvement | None, Chosen | None]:
     """The search's result over ``judge.space`` (``prof``: its FP32 profile, ranked over its candidates), the
     smallest set's search with ``minimum``, and the blocks the block search kept (with blocks); an all-FP32 plan
     that fails or cannot be evaluated is an error said here. ``diagnosis`` follows the search's steps and its
@@ -30,19 +32,21 @@ def fp32_set(graph, judge: View, listener, prof, prior: Prior | None, minimum: m
     ids = list(judge.space.candidates)
     if minimum is not None:  # said before the search, not after it
         hitting_solver.require_solver(len(ids))
-    least, picked = None, None
-    if prior is not None:
-        start = prior.fp32
-        if minimum is not None:
-            least = _least_on_prior(ids, prior, minimum, judge.backend.name, listener)
-            start = tuple(least.fp32) if least is not None else start
-        result = _from_prior(graph, judge, listener, prior, start, diagnosis)
+    least: minima.Least | improve.Improvement | None = None
+    picked, suspects = None, frozenset(prof.order[:prof.suspects])
+    reorder = ranking.reorder_by_effect(graph, judge.backend, judge, prof, listener, diagnosis)
+    if prior is not None:  # --minimum's search, else the default step, on the emulator: the judge certifies its set
+        least = _least_on_prior(ids, prior, minimum, improve.Evidence(prior.order, suspects, prior.measured),
+                                judge.backend.name, listener)
+        result = _from_prior(graph, judge, listener, prior, tuple(least.fp32) if least else prior.fp32, diagnosis)
     elif judge.space.blocks:
-        result, picked = _grouped(graph, judge, listener, prof, diagnosis)
+        result, picked = _grouped(judge, listener, prof, reorder, diagnosis)
     else:
-        result = _flat(graph, judge, listener, prof, diagnosis)
-    if minimum is not None and prior is None and result.status == "found":
-        result, least = _least(ids, judge, prof.order, result, minimum, listener)
+        result = _flat(judge, listener, prof, reorder, diagnosis)
+    if prior is None and result.status == "found":  # --minimum's search, else the default step (improve.py)
+        evidence = improve.Evidence(reorder.order if reorder is not None and reorder.order else prof.order, suspects,
+                                    reorder.measured if reorder is not None else None)
+        result, least = _least(ids, judge, prof.order, result, minimum, evidence, listener)
     said = {frozenset(): "the all-FP16 plan", **({frozenset(prior.fp32): "the emulator's set"} if prior else {})}
     for plan, what in said.items():
         evaluation = judge.known(plan)
@@ -51,7 +55,7 @@ def fp32_set(graph, judge: View, listener, prof, prior: Prior | None, minimum: m
                            f"({evaluation.reason.kind}: {evaluation.error.splitlines()[0]}); the search went on "
                            "around it, not counting it")
     if result.status == "fp32_fails":
-        _refuse_fp32_fails(ids, judge)
+        refuse_fp32_fails(ids, judge)
     return result, least, picked
 
 
@@ -83,31 +87,35 @@ def _from_prior(graph, judge: View, listener, prior: Prior, start, diagnosis=Non
     return result
 
 
-def _flat(graph, judge: View, listener, prof, diagnosis=None) -> SearchResult:
-    """The search from the FP32 profile's suspects, ranking by measured effect when none explains a failure."""
+def _flat(judge: View, listener, prof, reorder, diagnosis=None) -> SearchResult:
+    """The search from the FP32 profile's suspects, ranking by measured effect (``reorder``) when none explains a
+    failure."""
     listener.stage(f"searching on the {judge.backend.name} backend ({prof.suspects} suspect(s) first)")
     return search(list(judge.space.candidates), judge, order=prof.order, suspects=prof.suspects,
-                  hooks=Hooks(reorder=ranking.reorder_by_effect(graph, judge.backend, judge, prof, listener, diagnosis),
-                              recheck=_recheck(judge), on_step=_watched(judge, listener, diagnosis)),
+                  hooks=Hooks(reorder=reorder, recheck=_recheck(judge), on_step=_watched(judge, listener, diagnosis)),
                   test_many=_many(judge), width=judge.width)
 
 
-def _grouped(graph, judge: View, listener, prof, diagnosis=None) -> tuple[SearchResult, Chosen | None]:
+def _grouped(judge: View, listener, prof, reorder, diagnosis=None) -> tuple[SearchResult, Chosen | None]:
     """``--group-by``: the blocks to keep in FP32, then the nodes inside them (``strategy/blocks.py``)."""
     return blocks.search_blocks(judge, prof.order, prof.suspects, _watched(judge, listener, diagnosis),
-                                reorder=ranking.reorder_by_effect(graph, judge.backend, judge, prof, listener,
-                                                                  diagnosis))
+                                reorder=reorder)
 
 
-def _least_on_prior(ids, prior: Prior, minimum: minima.Wanted, judge: str, listener) -> minima.Least | None:
-    """``--minimum`` on an expensive judge: the loop on the emulator's oracle, its set the start set to certify."""
-    if prior.oracle is None:
-        listener.stage("--minimum: the emulator's evaluations were read back, not kept (resuming): the judge "
-                       "certifies the emulator's 1-minimal set; rerun with --restart to search the minimum")
+def _least_on_prior(ids, prior: Prior, minimum: minima.Wanted | None, evidence: improve.Evidence, judge: str,
+                    listener) -> minima.Least | improve.Improvement | None:
+    """On an expensive judge: ``--minimum``'s search on the emulator's oracle, its set the start set the judge
+    certifies (else the default step's, which ran with the prior: ``pipeline._prior``)."""
+    if minimum is None:
+        return improve.Improvement.from_json(prior.improvement, judge) if prior.improvement else None
+    if prior.oracle is None or prior.status != "found":
+        if prior.oracle is None:
+            listener.stage("--minimum: the emulator's evaluations were read back, not kept (resuming): the judge "
+                           "certifies the emulator's 1-minimal set; rerun with --restart to search the minimum")
         return None
     listener.stage(f"--minimum: searching the {_what(minimum)} passing set on the emulator (up to "
                    f"{minima.budget(minimum.setting, prior.evaluations)} evaluation(s))")
-    return minima.least(ids, prior.oracle, prior.order, prior.fp32, minimum, on=(LABEL, judge),
+    return minima.least(ids, prior.oracle, prior.fp32, minimum, evidence, on=(LABEL, judge),
                         evaluations=prior.evaluations, say=listener.stage)
 
 
@@ -115,14 +123,22 @@ def _what(minimum: minima.Wanted) -> str:
     return "cheapest (estimated cost)" if minimum.costs else "smallest"
 
 
-def _least(ids, judge: View, order, first: SearchResult, minimum: minima.Wanted, listener):
-    """``--minimum`` on the judge itself: the loop on its oracle, seeded with the search's evaluations; a smaller set
-    is certified (``_certify``: each single removal evaluated). The result counts every evaluation."""
+def _least(ids, judge: View, order, first: SearchResult, minimum: minima.Wanted | None, evidence: improve.Evidence,
+           listener) -> tuple[SearchResult, minima.Least | improve.Improvement | None]:
+    """``--minimum`` on the judge itself: its search on the judge's oracle, seeded with the search's evaluations
+    (else the default step, ``improve.py``); a smaller set is certified (``_certify``: each single removal
+    evaluated). The result counts every evaluation."""
     before, name = len(judge.history), judge.backend.name
-    listener.stage(f"--minimum: searching the {_what(minimum)} passing set (up to "
-                   f"{minima.budget(minimum.setting, first.evaluations)} evaluation(s))")
-    least = minima.least(ids, judge, order, first.fp32, minimum, on=(name, name), evaluations=first.evaluations,
-                         say=listener.stage)
+    phase: Phase = "minimum" if minimum is not None else "improve"
+    least: minima.Least | improve.Improvement | None
+    if minimum is None:
+        least = improve.step(ids, judge, first.fp32, evidence, evaluations=first.evaluations, on=(name, name),
+                             say=listener.stage)
+    else:
+        listener.stage(f"--minimum: searching the {_what(minimum)} passing set (up to "
+                       f"{minima.budget(minimum.setting, first.evaluations)} evaluation(s))")
+        least = minima.least(ids, judge, first.fp32, minimum, evidence, on=(name, name),
+                             evaluations=first.evaluations, say=listener.stage)
     result, phases, looped = first, {}, len(judge.history) - before
     if least is not None and least.fp32 != frozenset(first.fp32):
         again = _certify(ids, judge, order, least.fp32, listener)
@@ -130,7 +146,7 @@ def _least(ids, judge: View, order, first: SearchResult, minimum: minima.Wanted,
         phases = {s.plan: s.phase for s in again.trace}
         result = replace(again, contradictions=first.contradictions + again.contradictions, agreed=None, added=(),
                          dropped=())
-    steps = [Step(len(first.trace) + i, judge.space.chosen(e.plan), e.verdict, "minimum" if i <= looped else
+    steps = [Step(len(first.trace) + i, judge.space.chosen(e.plan), e.verdict, phase if i <= looped else
                   phases.get(judge.space.chosen(e.plan), "minimality"), first.rounds + i)
              for i, e in enumerate(judge.history[before:], 1)]  # the loop's and the certification's, in order
     return replace(result, trace=first.trace + steps, evaluations=first.evaluations + len(steps),
@@ -149,7 +165,7 @@ def _certify(ids, judge: View, order, start, listener) -> SearchResult:
                   test_many=_many(judge), width=judge.width)
 
 
-def _refuse_fp32_fails(ids, judge: View) -> None:
+def refuse_fp32_fails(ids, judge: View) -> None:
     """The all-FP32 plan (of the searched ``ids``) failed: bad input (it could not be evaluated), or a tolerance
     even FP32 misses."""
     everything = judge.known(frozenset(ids))

@@ -21,6 +21,7 @@ from fp16bisect.algorithm.hitting import Minimum, MinimumResult, Weights, minimu
 from fp16bisect.errors import UsageError
 from fp16bisect.model.cost import measured, node_costs, shared_casts
 from fp16bisect.strategy.hitting_solver import hitting_set
+from fp16bisect.strategy.improve import Evidence, Seen
 
 __all__ = ["AUTO", "Least", "budget", "checked", "least", "wanted"]
 
@@ -111,10 +112,17 @@ class Least:
     def on_prior(self) -> bool:
         return self.on != self.judge
 
+    json_key = "minimum"  # the override JSON's search.minimum (the default step's record is search.improvement)
+    label = "--minimum"  # the console line's
+    ran = True  # as the default step's record says whether it evaluated anything: the console's line, always
+
     def to_json(self) -> dict:
         found = self.found
-        return {"proven": found.proven, "lower_bound": _number(found.lower_bound), "evaluations": found.evaluations,
-                "assumes_monotone": found.assumes_monotone, "contradicted": found.contradicted,
+        return {"proven": found.proven, "lower_bound": _number(found.lower_bound),
+                "smaller_failed": max(0, found.smaller_failed), "estimate": _number(found.estimate),
+                "estimate_met": found.estimate_met, "contradictions": found.contradictions,
+                "evaluations": found.evaluations, "explored": found.explored,
+                "assumes_monotone": False, "contradicted": found.contradicted,
                 "budget": self.budget, "backend": self.on, "one_minimal": self.one_minimal,
                 "size": len(self.fp32), "objective": "cost" if self.costs else "nodes",
                 **({"cost_us": _rounded(_cost(self.fp32, self.costs)),
@@ -132,16 +140,18 @@ class Least:
 
     def certified(self, final: Collection) -> "Least":
         """After the judge certified ``fp32`` (each single removal evaluated): when it dropped members (verdicts
-        are not monotone there), its set is the answer, and a proof or bound of the heavier set is void."""
+        are not monotone there), its set is the answer, and a proof or estimate of the heavier set is void."""
         final = frozenset(final)
         if final == self.fp32 or _cost(final, self.costs) >= _cost(self.fp32, self.costs) - 1e-9:
             return self
         found, cost = self.found, _cost(final, self.costs)
-        refuted = found.contradicted or found.proven or cost < found.lower_bound - 1e-9
+        refuted = found.proven or found.estimate_met or cost < found.estimate - 1e-9
         passing = sorted({*found.passing, final}, key=lambda p: (_cost(p, self.costs), len(p), sorted(map(str, p))))
-        return replace(self, fp32=final, found=replace(found, fp32=final, proven=False, assumes_monotone=False,
-                                                       contradicted=refuted, passing=passing,
-                                                       lower_bound=min(found.lower_bound, cost)))
+        return replace(self, fp32=final, found=replace(
+            found, fp32=final, proven=False, estimate_met=False, passing=passing,
+            contradictions=found.contradictions + (1 if refuted else 0),
+            smaller_failed=min(found.smaller_failed, len(final) - 1),
+            lower_bound=min(found.lower_bound, cost), estimate=min(found.estimate, cost)))
 
     def fewest(self) -> frozenset:
         """The passing set with the fewest nodes seen (the cheapest among those)."""
@@ -154,29 +164,39 @@ class Least:
                 f"{_cost(fewest, self.costs):.3g} us")
 
     def line(self, final: Collection) -> str:
-        """What the console says: "3 nodes: the minimum (no 2-node set passes)", or a bound."""
+        """What the console says: "3 node(s): the minimum (every set of 2 or fewer nodes was evaluated and failed)",
+        or what was found and the estimate, with the assumption it rests on named."""
         found, k = self.found, len(self.fp32)
-        bound = _number(found.lower_bound)
         if self.costs:
             return self._cost_line(final)
-        if found.proven and not found.assumes_monotone:
-            said = f"{k} node(s): the minimum (no {k - 1}-node set passes: every one was evaluated and failed)"
-            if k == 1:
-                said = "1 node: the minimum (the all-FP16 plan fails)"
-        elif found.proven:
-            said = (f"{k} node(s): the minimum (no {k - 1}-node set passes, assuming more FP32 never hurts; "
-                    "no evaluation contradicted that)")
+        if found.proven:
+            said = (f"{k} node(s): the minimum (every set of {k - 1} or fewer nodes was evaluated and failed)" if k > 1
+                    else "1 node: the minimum (the all-FP16 plan fails)" if k == 1 else "0 nodes: the minimum")
         else:
-            why = ("verdicts contradicted monotonicity, so the bound assumes what they refute" if found.contradicted
-                   else "the budget ran out")
-            said = f"{k} node(s); the minimum is at least {bound} ({why})"
+            said = f"{k} node(s): no smaller set found" + self._unproven(f"at least {_number(found.lower_bound)}",
+                                                                           str(_number(found.estimate)))
         said += f"; the 1-minimal search kept {self.one_minimal}; {found.evaluations} more evaluation(s)"
         return said + self._where(final)
+
+    def _unproven(self, at_least: str, estimate: str) -> str:
+        """What stands beside a set not proven the minimum: what the verdicts prove (``at_least``), the estimate and
+        the assumption it rests on, how often the verdicts contradict that assumption, and whether the budget ran
+        out."""
+        found = self.found
+        said = ""
+        if found.smaller_failed >= 1:
+            said += f"; {at_least} (every set of {found.smaller_failed} or fewer nodes was evaluated and failed)"
+        said += (f"; a bound of {estimate} holds only if keeping more nodes in FP32 never hurts, "
+                 + (f"which this model's verdicts contradict {found.contradictions} time(s)" if found.contradictions
+                    else "an assumption no verdict here contradicts, not a proof"))
+        if found.evaluations >= self.budget:
+            said += f"; the budget of {self.budget} evaluation(s) ran out"
+        return said
 
     def _where(self, final: Collection) -> str:
         if not self.on_prior:
             return ""
-        said = f" on the emulator, whose bound this is; certified on the {self.judge} backend"
+        said = f" on the emulator, whose verdicts these are; certified on the {self.judge} backend"
         return said + (f", which kept {len(final)} node(s) instead" if frozenset(final) != self.fp32 else "")
 
     def _cost_line(self, final: Collection) -> str:
@@ -185,29 +205,29 @@ class Least:
         how = f"{len(self.measured)} node(s) timed, the rest estimated" if self.measured else "estimated"
         said = f"{len(self.fp32)} node(s) costing {cost:.3g} us ({how}, objective cost)"
         if found.proven:
-            said += ": the cheapest" + (", assuming more FP32 never hurts" if found.assumes_monotone else "")
+            said += ": the cheapest (every cheaper set was evaluated and failed)"
         else:
-            said += f"; the cheapest costs at least {found.lower_bound:.3g} us"
+            said += ": no cheaper set found" + self._unproven(f"the cheapest costs at least {found.lower_bound:.3g} us",
+                                                              f"{found.estimate:.3g} us")
         said += (f"; the 1-minimal search's {self.one_minimal} node(s) cost {self.one_minimal_cost or 0:.3g} us; "
                  f"{self._fewest_said()}; {found.evaluations} more evaluation(s)")
         return said + self._where(final)
 
 
-def least(ids: Sequence, oracle, order: Sequence, one_minimal: Sequence, wanted: Wanted, *,
-          on: tuple[str, str], evaluations: int, say: Callable[[str], None] = print) -> Least | None:
+def least(ids: Sequence, oracle, one_minimal: Sequence, wanted: Wanted, evidence: Evidence, *, on: tuple[str, str],
+          evaluations: int, say: Callable[[str], None] = print) -> Least | None:
     """The loop on ``oracle`` (a plan -> True | False | None callable with a ``memo`` of what it evaluated),
-    seeded with that memo; ``on``: (the backend it evaluates on, the judge's); ``evaluations``: the 1-minimal
-    search's there (for ``AUTO``'s budget); ``say``: a line per evaluation. None when the 1-minimal answer is
-    empty (nothing to minimise)."""
+    seeded with that memo; ``evidence``: the candidates' order, and what says whether FP16 errors cancel here
+    (``improve.py``'s rule: then the search beyond the hitting-set model goes first); ``on``: (the backend it
+    evaluates on, the judge's);
+    ``evaluations``: the 1-minimal search's there (for ``AUTO``'s budget); ``say``: a line per evaluation. None
+    when the 1-minimal answer is empty (nothing to minimise)."""
     if not one_minimal:
         return None
-    allowed, forced = set(ids), frozenset(getattr(oracle, "forced", ()))  # the memo's plans hold the forced nodes
     spend, costs = budget(wanted.setting, evaluations), wanted.costs
+    seen = Seen(ids, oracle)
+    cancel, _ = seen.spread(one_minimal, evidence)
     asked = [0]
-
-    def known() -> dict:
-        return {plan - forced: e.verdict for plan, e in oracle.memo.items()
-                if forced <= plan and plan - forced <= allowed}
 
     def passes(plan: frozenset) -> bool | None:
         verdict = oracle(plan)
@@ -216,11 +236,13 @@ def least(ids: Sequence, oracle, order: Sequence, one_minimal: Sequence, wanted:
             + {True: "pass", False: "FAIL", None: "could not evaluate"}[verdict])
         return verdict
 
-    ordered = [c for c in order if c in allowed]
+    given = Minimum(list(ids), hitting_set, spend, known=seen.verdicts, excess=seen.excess, explore_first=cancel,
+                    order=[c for c in evidence.order if c in set(ids)])
     fewest = None
     if costs:  # the node-minimal set first (its cost is reported beside the cheapest), then the cheapest, seeded
-        fewest = minimum(passes, Minimum(list(ids), hitting_set, spend, known=known(), order=ordered))
-    found = minimum(passes, Minimum(list(ids), hitting_set, spend, known=known(), weights=costs, order=ordered))
+        fewest = minimum(passes, given)
+        given = replace(given, known=Seen(ids, oracle).verdicts, weights=costs)
+    found = minimum(passes, given)
     if fewest is not None:
         found.evaluations += fewest.evaluations
     best = found.fp32 if found.fp32 is not None else frozenset(one_minimal)

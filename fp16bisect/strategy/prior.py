@@ -46,18 +46,24 @@ class Prior:
     journal: str = ""
     replayed: bool = False  # read back from the expensive backend's journal: the emulator did not run
     alternatives: dict = field(default_factory=dict)  # when S failed on the judge: how the alternatives were made
+    # the default step's record on the emulator (strategy/improve.py) and its set, the judge's start set, as the
+    # journal keeps them for a resumed search (empty: not run, or not yet)
+    improvement: dict = field(default_factory=dict)
     oracle: View | None = field(default=None, repr=False, compare=False)  # the emulator's (None when replayed)
+    # each candidate's output error alone in FP16 on the emulator (None when replayed): strategy/improve.py's rule
+    measured: dict | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:
         return {"backend": "emulate", "status": self.status, "fp32": list(self.fp32), "order": list(self.order),
                 "evaluations": self.evaluations, "seconds": round(self.seconds, 3), "minimal": self.minimal,
-                "fp16": self.fp16, "journal": self.journal}
+                "fp16": self.fp16, "journal": self.journal,
+                **({"improvement": self.improvement} if self.improvement else {})}
 
     @classmethod
     def from_json(cls, data: dict) -> Prior:
         return cls(tuple(data["fp32"]), list(data["order"]), str(data["status"]), int(data["evaluations"]),
                    float(data["seconds"]), bool(data["minimal"]), dict(data.get("fp16") or {}),
-                   str(data.get("journal", "")), replayed=True)
+                   str(data.get("journal", "")), replayed=True, improvement=dict(data.get("improvement") or {}))
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,8 @@ def run(graph, backend, judge: View, prof, listener, journaled: PriorJournal | N
     start = time.perf_counter()
     samples, tolerance, outputs = judge.samples, judge.tolerance, judge.outputs
     journal = _journal(judge, backend, listener, journaled)
-    oracle = replace(judge, oracle=Oracle(backend, samples, tolerance, outputs, journal=journal))
+    oracle = replace(judge, oracle=Oracle(backend, samples, tolerance, outputs, journal=journal),
+                     budget=judge.budget.uncounted() if judge.budget is not None else None)  # time, no count
     ids = list(judge.space.candidates)
     listener.stage(f"prior: measuring the output error each of {len(ids)} candidate(s) causes alone in FP16 "
                    "(emulate backend)")
@@ -90,7 +97,8 @@ def run(graph, backend, judge: View, prof, listener, journaled: PriorJournal | N
     result = search(ids, oracle, order=order, suspects=prof.suspects,
                     hooks=Hooks(reorder=lambda: ranking.by_effect(prof.order, measured),
                                 on_step=lambda step, progress: listener.step(
-                                    step, {**progress, "backend": LABEL, "replayed": oracle.replayed(step.plan)})))
+                                    step, {**progress, "backend": LABEL, "replayed": oracle.replayed(step.plan),
+                                           "budget": oracle.left()})))
     if result.status == "fp32_fails":
         listener.stage("prior: even all-FP32 misses the tolerance on the emulator; searching on the backend alone")
         return None
@@ -100,7 +108,7 @@ def run(graph, backend, judge: View, prof, listener, journaled: PriorJournal | N
     evaluations = len(oracle.history)  # distinct plans on the emulator
     prior = Prior(tuple(found), ranking.prior_order(found, prof, measured), result.status, evaluations, seconds,
                   result.minimal, fp16.to_json() if fp16 else {}, str(journal.path) if journal else "",
-                  oracle=oracle)
+                  oracle=oracle, measured=measured)
     listener.stage(f"prior: the emulator keeps {len(found)} node(s) in FP32 after {evaluations} "
                    f"evaluation(s) in {seconds:.1f} s")
     return prior

@@ -82,29 +82,42 @@ def prior_order(found: list, prof, measured: dict[str, float]) -> list:
     return list(found) + by_effect([c for c in prof.order if c not in set(found)], measured)
 
 
-def reorder_by_effect(graph, backend, oracle, prof, listener, watcher: Watcher | None = None):
-    """On a backend that ``ranks_by_effect`` (the emulator): a function ranking every candidate by the output error
-    each causes alone in FP16, which the search calls only when no suspect prefix explains the failure (accumulated
-    rounding); its progress said as it goes, ``watcher`` told what it measured. None on other backends (there the
-    prior brings the ranking)."""
-    from fp16bisect.backends.emulate import EmulateBackend
+class EffectRanking:
+    """The ranking the search calls when no suspect prefix explains the failure: every candidate by the output
+    error it causes alone in FP16 (one emulator run each), its progress said as it goes and ``watcher`` told what it
+    measured; what it measured stays for what comes after the search (``measured``: candidate -> excess;
+    ``order``: the ranking; both None until it ran)."""
 
-    if not backend.ranks_by_effect:
-        return None
+    def __init__(self, graph, backend, oracle, prof, listener, watcher: Watcher | None = None):
+        self.graph, self.backend, self.oracle, self.prof, self.listener = graph, backend, oracle, prof, listener
+        self.watcher = watcher
+        self.measured: dict[str, float] | None = None
+        self.order: list | None = None
 
-    def ranked() -> list:
+    def __call__(self) -> list:
+        from fp16bisect.backends.emulate import EmulateBackend
+
+        prof, oracle, say = self.prof, self.oracle, self.listener.stage
         runs = len(prof.order) * len(oracle.samples)
-        listener.stage(f"no suspect prefix explains the failure: ranking the {len(prof.order)} candidate(s) by "
-                       f"the output error each causes alone in FP16 ({runs} run(s), not evaluations)")
+        say(f"no suspect prefix explains the failure: ranking the {len(prof.order)} candidate(s) by the output error "
+            f"each causes alone in FP16 ({runs} run(s), not evaluations)")
         start = time.perf_counter()
         # on an emulator of our own unless ``backend`` is one: these runs are not evaluations of the search
-        runner = backend if isinstance(backend, EmulateBackend) else EmulateBackend(graph)
-        measured = effects(runner, oracle.samples, oracle.tolerance, oracle.outputs, prof.order,
-                           counter(listener.stage, len(prof.order)))
+        runner = self.backend if isinstance(self.backend, EmulateBackend) else EmulateBackend(self.graph)
+        self.measured = effects(runner, oracle.samples, oracle.tolerance, oracle.outputs, prof.order,
+                                counter(say, len(prof.order)))
         seconds = time.perf_counter() - start
-        listener.stage(f"ranking: the {len(prof.order)} candidate(s) measured ({seconds:.1f} s)")
-        if watcher is not None:
-            watcher.ranked(measured, seconds)
-        return by_effect(prof.order, measured)
+        say(f"ranking: the {len(prof.order)} candidate(s) measured ({seconds:.1f} s)")
+        if self.watcher is not None:
+            self.watcher.ranked(self.measured, seconds)
+        self.order = by_effect(prof.order, self.measured)
+        return self.order
 
-    return ranked
+
+def reorder_by_effect(graph, backend, oracle, prof, listener, watcher: Watcher | None = None) -> EffectRanking | None:
+    """On a backend that ``ranks_by_effect`` (the emulator): the ranking of every candidate by the output error each
+    causes alone in FP16, which the search calls only when no suspect prefix explains the failure (accumulated
+    rounding). None on other backends (there the prior brings the ranking)."""
+    if not backend.ranks_by_effect:
+        return None
+    return EffectRanking(graph, backend, oracle, prof, listener, watcher)

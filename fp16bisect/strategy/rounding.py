@@ -204,7 +204,8 @@ class Diagnosis:
                       "the model, each about as long as one evaluation), then an estimate of the answer; the search "
                       "goes on")
         elif self.prior is not None:
-            k = len(self.prior.fp32)
+            # the judge starts from the emulator's set, or the smaller one its step found (strategy/improve.py)
+            k = len((self.prior.improvement or {}).get("fp32") or self.prior.fp32)
             self._said["estimate"] = {"fp32_nodes": k, "evaluations": k + 2, "from": "the emulator's prior"}
             self._say(f"estimate: about {k} node(s) in FP32, the emulator's set, and {k + 2} evaluation(s) if this "
                       "judge agrees with it; the search goes on")

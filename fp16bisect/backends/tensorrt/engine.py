@@ -11,7 +11,6 @@ Polygraphy.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
 import tempfile
@@ -22,9 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fp16bisect.errors import UsageError
 from fp16bisect.backends.tensorrt.load import TensorRT, load
-from fp16bisect.backends.tensorrt.pin import STRONGLY_TYPED, NodeRef, pin_layers, resolve
+from fp16bisect.backends.tensorrt.pin import NodeRef, pin
 
 PROFILED_RUNS = 10  # runs whose layer times are averaged (``Engine.layer_times``), after one warm-up run
 
@@ -33,7 +31,6 @@ class TensorRTError(Exception):
     """TensorRT refused: the message carries TensorRT's own words."""
 
     def __init__(self, what: str, messages: Sequence[str]):
-        self.what = what
         self.messages = list(dict.fromkeys(messages))  # the parser's errors are also logged
         detail = " | ".join(m.strip().replace("\n", " ") for m in self.messages) or "no message from TensorRT"
         super().__init__(f"{what}: {detail}")
@@ -51,27 +48,12 @@ class RunError(TensorRTError):
     pass
 
 
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.NOTSET)
-        self.records: list[tuple[int, str]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append((record.levelno, record.getMessage()))
-
-    def errors(self) -> list[str]:
-        """The errors, without Polygraphy's closing "critical" line when TensorRT said more."""
-        found = [(level, text) for level, text in self.records if level >= logging.ERROR]
-        return [text for level, text in found if level < logging.CRITICAL] or [text for _level, text in found]
-
-
 @contextlib.contextmanager
-def polygraphy(failure: type[TensorRTError] | None, what: str = "", verbose: bool = False):
-    """Polygraphy's logger, with the TensorRT messages it forwards, into ``_Lines`` for the block: nothing printed;
-    a ``PolygraphyException`` raised in it becomes ``failure(what, TensorRT's errors)`` (is dropped: None).
-    ``verbose``: every message, TensorRT's verbose ones included, each opening with its severity as Polygraphy prints
-    it (else errors only, bare); each block hears every warning (Polygraphy says a repeated one once per
-    process)."""
+def polygraphy(failure: type[TensorRTError], what: str, verbose: bool = False):
+    """Polygraphy's messages in the block, TensorRT's that it forwards among them, kept in a list of (severity,
+    text) and never printed (its ``G_LOGGER.log`` is ours for the block); a ``PolygraphyException`` raised in it
+    becomes ``failure(what, the errors)``, without Polygraphy's closing "critical" line when TensorRT said more. ``verbose``: every message, TensorRT's verbose ones included (else errors only); each block
+    hears every warning (Polygraphy says a repeated one once per process)."""
     from polygraphy.exception import PolygraphyException
     from polygraphy.logger import G_LOGGER
 
@@ -79,52 +61,51 @@ def polygraphy(failure: type[TensorRTError] | None, what: str = "", verbose: boo
 
     if util.TRT_LOGGER is None:  # Polygraphy makes one on first use (and again when pointed at another TensorRT)
         util.TRT_LOGGER = _forwarding(util.trt)
-    python_logger, lines = logging.getLogger("Polygraphy"), _Lines()
-    saved = (G_LOGGER.module_severity, G_LOGGER.use_python_logging_system, G_LOGGER.letter, G_LOGGER.colors,
-             G_LOGGER.once_logged, python_logger.propagate, python_logger.level)
-    G_LOGGER.module_severity = G_LOGGER.EXTRA_VERBOSE if verbose else G_LOGGER.ERROR
-    G_LOGGER.use_python_logging_system, G_LOGGER.letter, G_LOGGER.colors, G_LOGGER.once_logged = True, verbose, False, set()
-    python_logger.addHandler(lines)
-    python_logger.propagate = False
-    python_logger.setLevel(1)
-    util.TRT_LOGGER.keep = G_LOGGER.module_severity.get()
+    lowest = G_LOGGER.EXTRA_VERBOSE if verbose else G_LOGGER.ERROR
+    lines: list[tuple[int, str]] = []
+
+    def log(message, severity, *_args, **_kwargs) -> None:
+        if severity >= lowest:
+            lines.append((severity, str(message() if callable(message) else message)))
+
+    G_LOGGER.log, util.TRT_LOGGER.lowest = log, lowest
     try:
-        with warnings.catch_warnings():  # CreateConfig sets a timing cache, a deprecated no-op on TensorRT-RTX
+        # CreateConfig sets a timing cache, a deprecated no-op on TensorRT-RTX
+        with warnings.catch_warnings():
             warnings.filterwarnings("ignore", ".*Timing cache operations are no-ops", DeprecationWarning)
             yield lines
     except PolygraphyException:
-        if failure is not None:
-            raise failure(what, lines.errors()) from None
+        errors = [(level, text) for level, text in lines if level >= G_LOGGER.ERROR]
+        raise failure(what, [text for level, text in errors if level < G_LOGGER.CRITICAL]
+                      or [text for _level, text in errors]) from None
     finally:
-        util.TRT_LOGGER.keep = None
-        python_logger.removeHandler(lines)
-        (G_LOGGER.module_severity, G_LOGGER.use_python_logging_system, G_LOGGER.letter, G_LOGGER.colors, once,
-         python_logger.propagate, level) = saved
-        python_logger.setLevel(level)
-        G_LOGGER.once_logged = once | G_LOGGER.once_logged
+        del G_LOGGER.log  # Polygraphy's own again
+        util.TRT_LOGGER.lowest = None
 
 
 def _forwarding(trt):
     """Polygraphy's TensorRT logger (``polygraphy/backend/trt/util.py``: each message to its logger, warnings once),
-    with a first test that drops, inside ``polygraphy()``, a message below the severity kept: a build logs thousands,
-    and Polygraphy's costs a dict and five lookups each (an eighth of a small model's build)."""
+    without the dict it builds and the five lookups it makes for each message, and, inside ``polygraphy()``, a
+    message below the severity kept dropped at once: a build logs thousands, and those cost an eighth of a small
+    model's build."""
     from polygraphy.logger import G_LOGGER, LogMode
 
     levels = {trt.Logger.INTERNAL_ERROR: G_LOGGER.ERROR, trt.Logger.ERROR: G_LOGGER.ERROR,
               trt.Logger.WARNING: G_LOGGER.WARNING, trt.Logger.INFO: G_LOGGER.VERBOSE,
               trt.Logger.VERBOSE: G_LOGGER.EXTRA_VERBOSE}
+    modes = {level: LogMode.ONCE if level == G_LOGGER.WARNING else LogMode.EACH for level in levels.values()}
 
     class Forwarding(trt.ILogger):
-        keep: int | None = None  # inside polygraphy(): the lowest severity kept
+        lowest: int | None = None  # inside polygraphy(): the lowest severity kept
 
         def __init__(self) -> None:
             trt.ILogger.__init__(self)
 
         def log(self, severity, msg) -> None:
             level = levels.get(severity, G_LOGGER.SUPER_VERBOSE)
-            if self.keep is None or level >= self.keep:
+            if self.lowest is None or level >= self.lowest:
                 try:
-                    G_LOGGER.log(msg, level, mode=LogMode.ONCE if level == G_LOGGER.WARNING else LogMode.EACH)
+                    G_LOGGER.log(msg, level, mode=modes.get(level, LogMode.EACH))
                 except KeyboardInterrupt:  # TensorRT calls log() from C++, which cannot take an exception
                     os.kill(os.getpid(), signal.SIGTERM)
 
@@ -162,9 +143,14 @@ class Settings:
 
 @dataclass(frozen=True)
 class Built:
-    engine: bytes
-    timing_cache: bytes | None  # serialized after the build; None when not used (TensorRT-RTX)
+    """A build and what came of it."""
+
+    engine: bytes  # the serialized engine
+    timing_cache: bytes | None = None  # serialized after the build; None when not used (TensorRT-RTX) or refused
     missing: tuple[str, ...] = ()  # nodes to pin that have no layer (weak typing)
+    # verbose: every message logged while building, in order, as Polygraphy's logger prints it: opening with its
+    # severity ([E], [W], [I]; [V] for TensorRT's INFO, [X] for its VERBOSE), a message's further lines indented
+    lines: tuple[str, ...] = ()
 
 
 def parse(tensorrt: TensorRT, source: bytes | Path, *, strongly_typed: bool = False):
@@ -183,107 +169,71 @@ def parse(tensorrt: TensorRT, source: bytes | Path, *, strongly_typed: bool = Fa
     return builder, network, parser
 
 
-def _profiles(network, shapes: Mapping[str, tuple]) -> list:
-    """The optimization profile of the dynamic inputs, from the samples' shapes (none when no input is dynamic); a
+def _config(tensorrt: TensorRT, network, settings: Settings, cache=None, weak: bool = False):
+    """Polygraphy's config loader: strongly typed (types from the file) or weakly typed with the low precision and
+    obeyed pins; TF32 as TensorRT's default; ``ProfilingVerbosity.DETAILED`` (Polygraphy's default: engine layers
+    name their ONNX nodes); ``cache``: an open file holding the timing cache (TensorRT 10.x; TensorRT-RTX has none).
+    The optimization profile spans the samples' shapes of the dynamic inputs (none when no input is dynamic); a
     dynamic input without them is an error (Polygraphy would build it for a made-up shape)."""
-    from polygraphy.backend.trt import Profile
+    from polygraphy.backend.trt import CreateConfig, Profile
 
     dynamic = [t.name for t in (network.get_input(i) for i in range(network.num_inputs)) if any(d < 0 for d in t.shape)]
-    unknown = [name for name in dynamic if name not in shapes]
+    unknown = [name for name in dynamic if name not in settings.shapes]
     if unknown:
         raise BuildError("the model has dynamic input dimensions", [
             f"no sample shape for input(s) {', '.join(unknown)}: pass samples for every input"])
     profile = Profile()
     for name in dynamic:
-        profile.add(name, *shapes[name])
-    return [profile] if dynamic else []
-
-
-def _config(tensorrt: TensorRT, network, settings: Settings, cache, weak: bool):
-    """Polygraphy's config loader: strongly typed (types from the file) or weakly typed with the low precision and
-    obeyed pins; DETAILED profiling verbosity (engine layers name their ONNX nodes); TF32 as TensorRT's default;
-    ``cache``: an open file holding the timing cache (TensorRT 10.x; TensorRT-RTX has none)."""
-    from polygraphy.backend.trt import CreateConfig
-
-    trt = tensorrt.module
-    detailed = trt.ProfilingVerbosity.DETAILED
+        profile.add(name, *settings.shapes[name])
+    profiles = [profile] if dynamic else []
     if tensorrt.rtx:
         from polygraphy.backend.tensorrt_rtx import CreateConfigRTX
 
         wanted = [settings.compute_capability] if settings.compute_capability else None
-        return CreateConfigRTX(compute_capabilities=wanted, profiles=_profiles(network, settings.shapes),
-                               builder_optimization_level=settings.opt_level, profiling_verbosity=detailed)
+        return CreateConfigRTX(compute_capabilities=wanted, profiles=profiles,
+                               builder_optimization_level=settings.opt_level)
     return CreateConfig(tf32=True, fp16=weak and settings.low == "FP16", bf16=weak and settings.low == "BF16",
-                        precision_constraints="obey" if weak else None, profiles=_profiles(network, settings.shapes),
-                        load_timing_cache=cache, builder_optimization_level=settings.opt_level,
-                        profiling_verbosity=detailed)
+                        precision_constraints="obey" if weak else None, profiles=profiles, load_timing_cache=cache,
+                        builder_optimization_level=settings.opt_level)
 
 
 def build(tensorrt: TensorRT, source: bytes | Path, settings: Settings, *, fp32: Iterable[NodeRef] = (),
-          timing_cache: bytes | None = None) -> Built:
+          timing_cache: bytes | None = None, verbose: bool = False) -> Built:
     """Build an engine. ``fp32``: nodes to pin (weakly typed TensorRT 10.x only). ``timing_cache``: the bytes of the
-    shared cache (None for a new one); the result carries the updated cache to save (none on TensorRT-RTX)."""
-    trt = tensorrt.module
-    strong = not tensorrt.weakly_typed or settings.strongly_typed
-    builder, network, parser = parse(tensorrt, source, strongly_typed=strong)
-    fp32, lost = list(fp32), []
-    if not strong:
-        if not hasattr(trt.BuilderFlag, settings.low):
-            raise UsageError(f"{tensorrt} has no BuilderFlag.{settings.low}, so it cannot build {settings.low} weakly "
-                             "typed: drop --typing weak (strongly typed builds take the types from the file)")
-        found, lost = resolve(network, fp32)
-        pin_layers(network, found, trt)
-    elif fp32:
-        why = f"{tensorrt} is strongly typed" if not tensorrt.weakly_typed else \
-            "the network was created with NetworkDefinitionCreationFlag.STRONGLY_TYPED"
-        raise UsageError(STRONGLY_TYPED.format(why=why))
-    missing = tuple(r.label for r in lost)
-    if tensorrt.rtx:  # no timing cache: its calls are deprecated no-ops there
-        return Built(_engine((builder, network, parser), _config(tensorrt, network, settings, None, False)), None,
-                     missing)
-    with tempfile.TemporaryFile() as cache, tempfile.TemporaryFile() as saved:  # Polygraphy takes the cache as files
-        cache.write(timing_cache or b"")
-        config = _config(tensorrt, network, settings, cache, weak=not strong)
-        engine = _engine((builder, network, parser), config, saved)
-        saved.seek(0)
-        return Built(engine, saved.read() or None, missing)
-
-
-def _engine(parsed: tuple, config, saved=None) -> bytes:
-    """Polygraphy's ``EngineBytesFromNetwork``: the serialized engine; the timing cache saved into ``saved``."""
+    shared cache (None for a new one); the result carries the updated cache to save (none on TensorRT-RTX).
+    ``verbose``: with every message logged while building."""
     from polygraphy.backend.trt import EngineBytesFromNetwork
+    from polygraphy.logger import G_LOGGER
 
-    with polygraphy(BuildError, "TensorRT could not build the engine"):
-        engine = bytes(EngineBytesFromNetwork(parsed, config=config, save_timing_cache=saved)())
-    return engine
-
-
-@dataclass(frozen=True)
-class BuildLog:
-    """A build and what TensorRT said while it built."""
-
-    engine: bytes | None  # the serialized engine; None when the build failed
-    # every message logged while building, in order, as Polygraphy's logger prints it: opening with its severity
-    # ([E], [W], [I]; [V] for TensorRT's INFO, [X] for its VERBOSE), a message's further lines indented
-    lines: tuple[str, ...]
+    strong = not tensorrt.weakly_typed or settings.strongly_typed
+    parsed = parse(tensorrt, source, strongly_typed=strong)
+    fp32 = list(fp32)
+    missing = tuple(r.label for r in pin(parsed[1], fp32)[1]) if fp32 else ()
+    with contextlib.ExitStack() as files:
+        cache = saved = None
+        if not tensorrt.rtx:  # TensorRT-RTX has no timing cache (its calls are deprecated no-ops there)
+            cache, saved = (files.enter_context(tempfile.TemporaryFile()) for _ in range(2))  # Polygraphy takes files
+            cache.write(timing_cache or b"")
+        config = _config(tensorrt, parsed[1], settings, cache, weak=not strong)
+        with polygraphy(BuildError, "TensorRT could not build the engine", verbose) as lines:
+            engine = bytes(EngineBytesFromNetwork(parsed, config=config, save_timing_cache=saved)())
+        logged = tuple(f"{G_LOGGER.SEVERITY_LETTER_MAPPING[level]} " + text.replace("\n", "\n    ")
+                       for level, text in lines) if verbose else ()
+        if saved is None:
+            return Built(engine, None, missing, logged)
+        saved.seek(0)
+        return Built(engine, saved.read() or None, missing, logged)
 
 
 def build_logged(path: str | Path, *, shapes: Mapping[str, tuple] | None = None,
-                 compute_capability: tuple[int, int] | None = None) -> BuildLog:
-    """Build the ONNX file at ``path`` strongly typed, with ``ProfilingVerbosity.DETAILED`` and every message kept:
-    at the end of a build TensorRT prints the engine's layers (``Layers:``, one line per kernel with its tensors'
-    types), the one view of a TensorRT-RTX engine on a machine without a GPU. ``shapes``: input -> (min, opt, max),
-    for dynamic inputs. A model TensorRT cannot parse is a ``ParseError``."""
-    from polygraphy.backend.trt import EngineBytesFromNetwork
-
-    tensorrt = load()
-    builder, network, parser = parse(tensorrt, Path(path), strongly_typed=True)
-    config = _config(tensorrt, network, Settings(shapes=dict(shapes or {}), compute_capability=compute_capability),
-                     None, weak=False)
-    engine: bytes | None = None
-    with polygraphy(None, verbose=True) as lines:
-        engine = bytes(EngineBytesFromNetwork((builder, network, parser), config=config)())
-    return BuildLog(engine, tuple(text for _level, text in lines.records))
+                 compute_capability: tuple[int, int] | None = None) -> Built:
+    """Build the ONNX file at ``path`` strongly typed, with ``ProfilingVerbosity.DETAILED`` and every message kept
+    (``lines``): at the end of a build TensorRT prints the engine's layers (``Layers:``, one line per kernel with its
+    tensors' types), the one view of a TensorRT-RTX engine on a machine without a GPU (the kernel plan's build).
+    ``shapes``: input -> (min, opt, max), for dynamic inputs. A model TensorRT cannot parse is a ``ParseError``, one
+    it cannot build a ``BuildError``."""
+    settings = Settings(shapes=dict(shapes or {}), compute_capability=compute_capability)
+    return build(load(), Path(path), settings, verbose=True)
 
 
 # --------------------------------------------------------------------------- running
@@ -313,10 +263,9 @@ class Engine:
             self.runner.deactivate()
 
     def infer(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The outputs of one run; ``inputs`` (every model input, as the samples give them: checked when read) in the
+        engine's types."""
         expected = self.runner.get_input_metadata(use_numpy_dtypes=False)
-        missing = [n for n in expected if n not in inputs]
-        if missing:
-            raise UsageError(f"no value for engine input(s) {', '.join(missing)}: pass every model input")
         feed = {n: np.ascontiguousarray(inputs[n], dtype=expected[n].dtype.numpy()) for n in expected}
         with polygraphy(RunError, "TensorRT could not run the engine"):
             outputs = self.runner.infer(feed)

@@ -17,12 +17,10 @@ from typing import Iterable, Mapping, Sequence
 
 from fp16bisect.errors import UsageError
 from fp16bisect.backends.tensorrt.load import load
-from fp16bisect.backends.tensorrt.pin import LOCAL_FUNCTION, NodeRef, refs_from
+from fp16bisect.backends.tensorrt.pin import NodeRef, metadata_nodes, refs_from
 
 IGNORED = "TensorRT ignored the FP32 pin on {node} (fused into {layer})"
 IGNORED_ADVICE = "use the default strongly typed build"
-_METADATA_SEPARATOR = "\x1f"  # between the "[ONNX Layer: ...]" entries of a fused layer (seen on TensorRT-RTX 1.7)
-_METADATA_ENTRY = re.compile(r"\[ONNX Layer: (.*?)\](?=\[ONNX Layer: |\x1f|$)", re.S)
 
 
 @dataclass(frozen=True)
@@ -49,17 +47,6 @@ def tensor_kind(text: str) -> str:
     if "FP16" in upper or re.search(r"\bHALF\b", upper):
         return "float16"
     return str(text)
-
-
-def metadata_nodes(metadata: str) -> tuple:
-    """The ONNX node names in an engine layer's metadata (fused layers list several)."""
-    names = []
-    for part in str(metadata or "").split(_METADATA_SEPARATOR):
-        for found in _METADATA_ENTRY.findall(part.strip()):
-            if LOCAL_FUNCTION in found:
-                found = found.rsplit(LOCAL_FUNCTION, 1)[0]
-            names.append(found)
-    return tuple(dict.fromkeys(names))
 
 
 def engine_layers(information) -> list[EngineLayer]:

@@ -1,14 +1,14 @@
-"""Import TensorRT or TensorRT-RTX, point Polygraphy at it, and find GPUs.
+"""Import TensorRT or TensorRT-RTX and point Polygraphy at it.
 
 ``load()`` imports ``tensorrt``, else ``tensorrt_rtx``, says whether it is weakly typed (TensorRT 10.x:
-``BuilderFlag.FP16`` exists) and sets ``POLYGRAPHY_USE_TENSORRT_RTX`` to match: the one place fp16bisect sets it. Importing this module imports neither
-TensorRT nor Polygraphy.
+``BuilderFlag.FP16`` exists) and sets ``POLYGRAPHY_USE_TENSORRT_RTX`` to match: the one place fp16bisect sets it.
+Importing this module imports neither TensorRT nor Polygraphy.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import re
 import sys
 from dataclasses import dataclass
 from types import ModuleType
@@ -38,17 +38,13 @@ class TensorRT:
         return f"{self.flavour} {self.version} ({kind})"
 
     @property
-    def version_tuple(self) -> tuple:
-        return tuple(int(p) for p in re.findall(r"\d+", self.version)[:3])
-
-    @property
     def rtx(self) -> bool:
         return self.flavour == "tensorrt_rtx"
 
 
 def load() -> TensorRT:
     """Import TensorRT (``tensorrt`` or ``tensorrt_rtx``) and point Polygraphy at it; a UsageError with the fix
-    when neither imports."""
+    when neither imports, or Polygraphy (which builds and runs every engine) is missing."""
     broken = []
     for flavour in ("tensorrt", "tensorrt_rtx"):
         try:
@@ -60,6 +56,9 @@ def load() -> TensorRT:
         except (ImportError, OSError) as exc:  # e.g. libnvinfer.so not found
             broken.append(f"import {flavour}: {exc}")
             continue
+        if importlib.util.find_spec("polygraphy") is None:
+            raise UsageError("Polygraphy is not installed, and fp16bisect builds and runs TensorRT engines through "
+                             "it: pip install 'fp16bisect[tensorrt]'")
         point_polygraphy_at(flavour == "tensorrt_rtx")
         return TensorRT(
             module=trt,
@@ -101,14 +100,3 @@ def rebind_polygraphy(rtx: bool, assign=setattr) -> None:
     if util is not None:
         assign(util, "TRT_LOGGER", None)
 
-
-def gpu_available() -> bool:
-    """Whether CUDA sees a GPU (cuda-python ``cudaGetDeviceCount``); never raises."""
-    return gpu_count() > 0
-
-
-def gpu_count() -> int:
-    """GPUs CUDA sees (cuda-python ``cudaGetDeviceCount``; 0 when it cannot tell); never raises."""
-    from fp16bisect.backends.tensorrt.device import gpu_count as count
-
-    return count()

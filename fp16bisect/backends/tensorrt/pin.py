@@ -7,10 +7,16 @@ network I/O types). Layers are matched to ONNX nodes through ``layer.metadata``,
 to ``[ONNX Layer: <node name>]`` (`` | Local Function: <f>`` after it inside a local function; onnx-tensorrt
 ``processMetadata``), an unnamed node's name being ``node_of_<first output>`` (``getNodeName``); never through
 layer names, which the parser renames on clashes. Importing this module does not import TensorRT.
+
+Weak typing exists only in TensorRT 10.x, so these names are the ones no installed TensorRT checks here (the tests
+check every other name fp16bisect uses against TensorRT-RTX): ``ILayer.precision``, ``ILayer.set_output_type``
+(https://docs.nvidia.com/deeplearning/tensorrt/api/python_api/infer/Graph/LayerBase.html) and ``BuilderFlag.FP16``,
+``BF16``, ``OBEY_PRECISION_CONSTRAINTS`` (.../infer/Core/BuilderConfig.html).
 """
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,31 +29,21 @@ STRONGLY_TYPED = (
     "cannot set layer precisions: {why}, where precision comes from the ONNX graph; write a "
     "mixed-precision model with 'fp16bisect apply MODEL.onnx OVERRIDES.json -o MIXED.onnx' and build that instead"
 )
-_META_PREFIX = "[ONNX Layer: "
-LOCAL_FUNCTION = " | Local Function: "
+# "[ONNX Layer: <node>]" once per node; an engine layer fusing several joins them, with "\x1f" on TensorRT-RTX 1.7
+_METADATA = re.compile(r"\[ONNX Layer: (.*?)(?: \| Local Function: [^\]]*)?\](?=\[ONNX Layer: |\x1f|$)", re.S)
 # data movement and constants: pinned when they sit between pinned layers, so none rounds an FP32 tensor
 TRANSPARENT = ("CONSTANT", "SHUFFLE", "IDENTITY", "SLICE", "CONCATENATION", "GATHER", "SQUEEZE", "UNSQUEEZE")
 
 
-def metadata_node(metadata: str) -> str | None:
-    """The ONNX node name in a layer's metadata, or None for a helper layer."""
-    if not metadata.startswith(_META_PREFIX) or not metadata.endswith("]"):
-        return None
-    return metadata[len(_META_PREFIX):-1].rsplit(LOCAL_FUNCTION, 1)[0]
+def metadata_nodes(metadata: str) -> tuple:
+    """The ONNX node names in a layer's metadata (an engine layer fusing several nodes names each; a helper layer
+    none)."""
+    entries = "\x1f".join(part.strip() for part in str(metadata or "").split("\x1f"))
+    return tuple(dict.fromkeys(_METADATA.findall(entries)))
 
 
 def layers(network) -> list:
     return [network.get_layer(i) for i in range(network.num_layers)]
-
-
-def node_layers(network) -> dict[str, list]:
-    """ONNX node name (as TensorRT's parser names it) -> its layers, in network order, through metadata."""
-    found: dict[str, list] = {}
-    for layer in layers(network):
-        name = metadata_node(layer.metadata)
-        if name is not None:
-            found.setdefault(name, []).append(layer)
-    return found
 
 
 def _outputs(layer) -> list:
@@ -56,25 +52,6 @@ def _outputs(layer) -> list:
 
 def _inputs(layer) -> list:
     return [t for t in (layer.get_input(i) for i in range(layer.num_inputs)) if t is not None]
-
-
-def _writing(group: list, wanted: set) -> list:
-    """Of the layers sharing one metadata name (several ONNX nodes of one name), the connected pieces that write
-    one of ``wanted`` tensors; all of them when none does."""
-    produced = {t.name: i for i, layer in enumerate(group) for t in _outputs(layer)}
-    piece = list(range(len(group)))
-
-    def root(i: int) -> int:
-        while piece[i] != i:
-            piece[i] = piece[piece[i]]
-            i = piece[i]
-        return i
-
-    for i, layer in enumerate(group):
-        for j in (produced[t.name] for t in _inputs(layer) if t.name in produced):
-            piece[root(i)] = root(j)
-    mine = {root(i) for i, layer in enumerate(group) if any(t.name in wanted for t in _outputs(layer))}
-    return [layer for i, layer in enumerate(group) if root(i) in mine] or group
 
 
 @dataclass(frozen=True)
@@ -98,9 +75,25 @@ class NodeRef:
         return cls(name, tuple(dict.fromkeys(names)), outputs)
 
 
+def _computing(group: list, wanted: set) -> list:
+    """Of the layers sharing one metadata name (several ONNX nodes of one name), those computing one of ``wanted``
+    tensors: their writers and the layers of the group feeding those; all of them when none writes one."""
+    writer = {t.name: layer for layer in group for t in _outputs(layer)}
+    todo, mine = [writer[t] for t in wanted if t in writer], set()
+    while todo:
+        layer = todo.pop()
+        if layer.name not in mine:
+            mine.add(layer.name)
+            todo += [writer[t.name] for t in _inputs(layer) if t.name in writer]
+    return [layer for layer in group if layer.name in mine] or group
+
+
 def resolve(network, refs: Iterable[NodeRef]):
     """(ref -> its layers, refs with no layer). Metadata only, never layer names."""
-    by_name = node_layers(network)
+    by_name: dict[str, list] = {}
+    for layer in layers(network):
+        for name in metadata_nodes(layer.metadata)[:1]:
+            by_name.setdefault(name, []).append(layer)
     writer = {t.name: name for name, group in by_name.items() for layer in group for t in _outputs(layer)}
     found: dict[NodeRef, list] = {}
     missing: list[NodeRef] = []
@@ -113,7 +106,7 @@ def resolve(network, refs: Iterable[NodeRef]):
             continue
         wanted = set(ref.outputs)
         chosen = next((g for g in groups if any(t.name in wanted for layer in g for t in _outputs(layer))), groups[0])
-        found[ref] = _writing(chosen, wanted) if wanted else chosen
+        found[ref] = _computing(chosen, wanted)
     return found, missing
 
 
@@ -129,11 +122,7 @@ class PinnedLayer:
 
 
 def _floats(trt, tensors) -> list:
-    return [t for t in tensors if _is_float(trt, t)]
-
-
-def _is_float(trt, tensor) -> bool:
-    return tensor.dtype in (trt.DataType.FLOAT, trt.DataType.HALF)
+    return [t for t in tensors if t.dtype in (trt.DataType.FLOAT, trt.DataType.HALF)]
 
 
 def transparent_closure(network, pinned: set, trt) -> list:
@@ -176,34 +165,40 @@ def transparent_closure(network, pinned: set, trt) -> list:
     return [layer for layer in all_layers if layer.name in reached]
 
 
-def pin_layers(network, found: Mapping[NodeRef, list], trt) -> list[PinnedLayer]:
-    """Pin every layer of each node found, and the transparent layers between them, to FP32: precision through
-    Polygraphy's ``SetLayerPrecisions``, float output types here."""
+def weakly_typed(network):
+    """TensorRT's module, where ``network`` takes layer precisions; else a UsageError saying to build the mixed file
+    (a strongly typed TensorRT, or a network created strongly typed)."""
+    trt = load().module
+    if not hasattr(trt.BuilderFlag, "FP16"):
+        flavour = f"{getattr(trt, '__name__', 'tensorrt')} {getattr(trt, '__version__', '')}".strip()
+        raise UsageError(STRONGLY_TYPED.format(why=f"{flavour} is strongly typed"))
+    strong = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)  # TensorRT 9.0+
+    if strong is not None and network.get_flag(strong):
+        raise UsageError(STRONGLY_TYPED.format(why="the network was created with "
+                                                   "NetworkDefinitionCreationFlag.STRONGLY_TYPED"))
+    return trt
+
+
+def pin(network, refs: Iterable[NodeRef]) -> tuple[list[PinnedLayer], list[NodeRef]]:
+    """(the layers pinned, the refs with no layer): every layer of each node found, and the transparent layers
+    between them, kept in FP32 (precision through Polygraphy's ``SetLayerPrecisions``, float output types here)."""
     from polygraphy.backend.trt import SetLayerPrecisions
 
+    trt = weakly_typed(network)
+    found, missing = resolve(network, refs)
     first: dict[str, PinnedLayer] = {}
     for ref, group in found.items():
         for layer in group:
             first.setdefault(layer.name, PinnedLayer(layer.name, ref.label))
     between = transparent_closure(network, set(first), trt)
-    pinned = [*first.values(), *(PinnedLayer(layer.name, metadata_node(layer.metadata) or "", transparent=True)
-                                 for layer in between)]
+    pinned = [*first.values(), *(PinnedLayer(layer.name, next(iter(metadata_nodes(layer.metadata)), ""),
+                                             transparent=True) for layer in between)]
     SetLayerPrecisions((None, network), {p.layer: trt.float32 for p in pinned})()
     for layer in [layer for group in found.values() for layer in group] + between:
         for i, tensor in enumerate(_outputs(layer)):
-            if _is_float(trt, tensor):  # never int or bool outputs
+            if _floats(trt, [tensor]):  # never int or bool outputs
                 layer.set_output_type(i, trt.float32)
-    return pinned
-
-
-def _require_weak_typing(network, trt) -> None:
-    if not hasattr(trt.BuilderFlag, "FP16"):
-        flavour = f"{getattr(trt, '__name__', 'tensorrt')} {getattr(trt, '__version__', '')}".strip()
-        raise UsageError(STRONGLY_TYPED.format(why=f"{flavour} is strongly typed"))
-    if network.get_flag(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED):
-        raise UsageError(
-            STRONGLY_TYPED.format(why="the network was created with NetworkDefinitionCreationFlag.STRONGLY_TYPED")
-        )
+    return pinned, missing
 
 
 class MissingNodesWarning(UserWarning):
@@ -250,20 +245,19 @@ def apply_overrides(network, overrides, config=None, *, strict: bool = False) ->
     the engine) on it. Names with no layer are warned about (``MissingNodesWarning``) and listed in ``.missing``;
     ``strict=True`` raises instead.
     """
-    trt = load().module
-    _require_weak_typing(network, trt)
-    found, missing = resolve(network, refs_from(overrides))
-    missing_names = [r.label for r in missing]
-    if missing_names:
+    trt = weakly_typed(network)
+    refs = refs_from(overrides)
+    missing = [r.label for r in resolve(network, refs)[1]]
+    if missing:
         message = (
-            f"{len(missing_names)} override node(s) have no layer in this TensorRT network: "
-            f"{', '.join(missing_names)} (no layer has metadata '[ONNX Layer: <name>]'; check the override file "
-            "was made for this model; a node TensorRT folds into a constant has no layer)"
+            f"{len(missing)} override node(s) have no layer in this TensorRT network: {', '.join(missing)} (no "
+            "layer has metadata '[ONNX Layer: <name>]'; check the override file was made for this model; a node "
+            "TensorRT folds into a constant has no layer)"
         )
         if strict:
             raise UsageError(message)
         warnings.warn(message, MissingNodesWarning, stacklevel=2)
-    applied = Applied(pin_layers(network, found, trt), missing_names)
+    applied = Applied(pin(network, refs)[0], missing)
     if config is not None:
         config.set_flag(trt.BuilderFlag.FP16)
         config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)

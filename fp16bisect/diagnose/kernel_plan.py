@@ -22,7 +22,7 @@ import onnx
 
 from fp16bisect.artifacts.accumulation import CAST_PREFIX
 from fp16bisect.artifacts.exports import trtexec_layer_name
-from fp16bisect.backends.tensorrt.build_log import BuildLog, LoggedWarning
+from fp16bisect.diagnose.build_log import BuildLog, LoggedWarning
 from fp16bisect.model.graph import TRANSPARENT_OPS, Graph, Node
 
 FP32, ACCUMULATION = "fp32", "fp32-accumulation"  # the two states a node of the answer is in

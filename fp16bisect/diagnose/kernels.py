@@ -1,10 +1,9 @@
 """The kernel plan of an answer: its mixed-precision file and the all-FP16 file built with TensorRT, compared.
 
-``build_logged`` is the one place that builds for the kernel plan: a file in, every message TensorRT logged out
-(``build_log.py`` reads them). ``kernel_plan_of`` writes both files of a plan (``artifacts/mixed.py``, what
-``apply`` writes), builds each and compares their kernels (``kernel_plan.py``). TensorRT-RTX builds on a machine
-without a GPU; it cannot run the engines, and nothing here runs one. Every ``trt.<name>`` used here is listed in
-``fp16bisect/backends/tensorrt/api.py``. Importing this module does not import TensorRT.
+``kernel_plan_of`` writes both files of a plan (``artifacts/mixed.py``, what ``apply`` writes), builds each with
+the tensorrt backend's ``build_logged`` (a file in, every message TensorRT logged out), reads the kernels from each
+log (``build_log.py``) and compares them (``kernel_plan.py``). TensorRT-RTX builds on a machine without a GPU; it
+cannot run the engines, and nothing here runs one. Importing this module does not import TensorRT.
 """
 
 from __future__ import annotations
@@ -19,10 +18,9 @@ from pathlib import Path
 
 from fp16bisect.artifacts.apply import save
 from fp16bisect.artifacts.mixed import Mixed, convert
-from fp16bisect.backends.tensorrt.build_log import NoLayerList, parse
-from fp16bisect.backends.tensorrt.engine import BuildError, TensorRTError
-from fp16bisect.backends.tensorrt.engine import build_logged as engine_build_logged
-from fp16bisect.backends.tensorrt.kernel_plan import ACCUMULATION, FP32, LIMITS, RTX_ONLY, Engine, KernelPlan, \
+from fp16bisect.backends.tensorrt.engine import BuildError, TensorRTError, build_logged
+from fp16bisect.diagnose.build_log import NoLayerList, parse
+from fp16bisect.diagnose.kernel_plan import ACCUMULATION, FP32, LIMITS, RTX_ONLY, Engine, KernelPlan, \
     Wiring, compare
 from fp16bisect.backends.tensorrt.load import TensorRT, load
 from fp16bisect.errors import UsageError
@@ -32,7 +30,6 @@ NEEDS_TENSORRT = ("the kernel plan builds engines with TensorRT, which is not in
                   "'fp16bisect[tensorrt]' on a machine with an NVIDIA GPU, or pip install tensorrt-rtx-cu13 for "
                   "TensorRT-RTX, which builds (not runs) engines on a CPU")
 Stage = Callable[[str], ContextManager]  # a stage that takes time: a Listener's timed
-SEVERITY = {"INTERNAL_ERROR": "[E]", "ERROR": "[E]", "WARNING": "[W]", "INFO": "[V]", "VERBOSE": "[X]"}
 
 
 def tensorrt() -> TensorRT:
@@ -40,15 +37,6 @@ def tensorrt() -> TensorRT:
     if not any(importlib.util.find_spec(name) for name in ("tensorrt", "tensorrt_rtx")):
         raise UsageError(NEEDS_TENSORRT)
     return load()
-
-
-def build_logged(path: str | Path, *, precision: str = "fp16", shapes: Mapping[str, tuple] | None = None,
-                 tensorrt: TensorRT | None = None) -> list[str]:
-    """Every message the build of ``path`` logged (``engine.build_logged``), each opening with its severity."""
-    log = engine_build_logged(path, shapes=shapes)
-    if log.engine is None:
-        raise BuildError("TensorRT could not build the engine", [line[4:] for line in log.lines if line.startswith("[E]")])
-    return list(log.lines)
 
 
 def kernel_plan_of(graph: Graph, plan: frozenset[str], *, fp16_io: bool = False,
@@ -77,7 +65,7 @@ def _engine(graph: Graph, mixed: Mixed, path: Path, what: str, loaded: TensorRT,
     save(mixed.model, path, external=graph.external_data)
     with timed(f"building {what} with {loaded}"):
         try:
-            log = build_logged(path, precision=graph.precision.name, shapes=shapes, tensorrt=loaded)
+            log = build_logged(path, shapes=shapes).lines
         except BuildError as exc:
             if any("no sample shape for input" in m for m in exc.messages):
                 raise UsageError("the model has dynamic input dimensions and no shapes to build for: pass "

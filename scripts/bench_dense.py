@@ -44,6 +44,7 @@ import tempfile
 import time
 from itertools import combinations
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -88,10 +89,12 @@ def loose(found, judge) -> int:
     return sum(1 for m in found if judge(found - {m}))
 
 
-def smaller_row(label: str, path: Path, inputs: Path, graph: Graph, samples, tol: Tolerance, factor: float,
-                work: Path, exhaustive: int) -> dict:
-    """Issue 41 at one tolerance: the default search (the 1-minimal search, then the bounded step), SegmentList,
-    ``--minimum`` at its default budget, and the exhaustive check of every smaller set on a memo of its own."""
+def smaller_row(label: str, model: SetUp, factor: float, work: Path, exhaustive: int) -> dict:
+    """Issue 41 at one tolerance (``factor`` times the all-FP16 error): the default search (the 1-minimal search,
+    then the bounded step), SegmentList, ``--minimum`` at its default budget, and the exhaustive check of every
+    smaller set on a memo of its own."""
+    path, graph, samples, inputs, _ = model
+    tol = Tolerance(atol=model.err * factor, rtol=0.0)
     begin = time.perf_counter()
     outcome = search_model(str(path), [str(inputs)], options=SearchOptions(
         tol, "emulate", journal=Journaling(restart=True), output=str(work / f"{path.stem}.smaller.json")))
@@ -140,9 +143,19 @@ def claimed(claim: dict) -> str:
     return said + (f"; >= {claim['lower_bound']} proven" if claim["smaller_failed"] else "")
 
 
-def setup(which, make, work: Path):
-    """The model's path, graph, its one generated sample (with its FP32 reference, saved as an .npz for the CLI
-    path) and the all-FP16 max abs error there."""
+class SetUp(NamedTuple):
+    """A model as the benchmark runs it: its file, graph, one generated sample (with its FP32 reference), that
+    sample saved as an .npz for the CLI path, and the all-FP16 max abs error there."""
+
+    path: Path
+    graph: Graph
+    samples: list[Sample]
+    inputs: Path
+    err: float
+
+
+def setup(which, make, work: Path) -> SetUp:
+    """The model (``SetUp``) from its wheel and its sample generator ``make``, the .npz written under ``work``."""
     import real_models as rm
 
     path = rm.real_model(which)
@@ -153,7 +166,7 @@ def setup(which, make, work: Path):
     err = max(float(np.max(np.abs(got[o] - samples[0].reference[o]))) for o in graph.float_output_names())
     inputs = work / f"{path.stem}.npz"
     np.savez(inputs, **samples[0].inputs)
-    return path, graph, samples, inputs, err
+    return SetUp(path, graph, samples, inputs, err)
 
 
 def bench(label: str, which, make, work: Path) -> list[dict]:
@@ -232,10 +245,9 @@ def main() -> None:
             if wanted and label.split(" (")[0] not in wanted and label not in wanted:
                 continue
             if smaller:  # issue 41's table alone
-                path, graph, samples, inputs, err = setup(which, make, Path(work))
+                model = setup(which, make, Path(work))
                 for f in smaller:
-                    found.append(smaller_row(label, path, inputs, graph, samples, Tolerance(atol=err * f, rtol=0.0),
-                                             f, Path(work), args.exhaustive))
+                    found.append(smaller_row(label, model, f, Path(work), args.exhaustive))
                     print(json.dumps(found[-1], default=str), file=sys.stderr, flush=True)
                 continue
             rows += bench(label, which, make, Path(work))

@@ -54,9 +54,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7, help="runs per median")
     parser.add_argument("--no-search", action="store_true", help="skip the full search")
     args = parser.parse_args()
-    samples_module = _samples_module()
     culprits = None
     if args.model is None:
+        samples_module = _samples_module()
         args.model = ROOT / "build" / "large" / f"{samples_module.LARGE['name']}.onnx"
         culprits = set(samples_module.large_culprits())
         if not args.model.exists():
@@ -65,10 +65,7 @@ def main() -> None:
 
     import numpy as np
 
-    from fp16bisect.backends.emulate import EmulateBackend
-    from fp16bisect.backends.emulate.rewrite import Emulation
     from fp16bisect.model.graph import Graph
-    from fp16bisect.model.runtime import session
 
     rows: list[tuple[str, str]] = []
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
@@ -80,12 +77,29 @@ def main() -> None:
     rows.append(("load and analyse (Graph.load)", f"{time.perf_counter() - start:.2f} s"))
     with np.load(npz) as data:
         inputs = {k: data[k] for k in data.files}
+    backend = emulation_rows(graph, inputs, args.repeats, rows)
+    if not args.no_search:
+        search_rows(graph, backend, npz, culprits, rows)
+
+    print("| measure | value |\n|---|---|")
+    for key, value in rows:
+        print(f"| {key} | {value} |")
+
+
+def emulation_rows(graph, inputs: dict, repeats: int, rows: list[tuple[str, str]]):
+    """The plain FP32 session and the emulation's: their set-up, memory and a run's median time; the emulate
+    backend, for the search."""
+    import numpy as np
+
+    from fp16bisect.backends.emulate import EmulateBackend
+    from fp16bisect.backends.emulate.rewrite import Emulation
+    from fp16bisect.model.runtime import session
 
     start = time.perf_counter()
     plain = session(graph.runnable_copy(), "the model")
     rows.append(("plain FP32 session set-up", f"{time.perf_counter() - start:.2f} s"))
     names = [o.name for o in graph.outputs]
-    fp32 = median_seconds(lambda: plain.run(names, inputs), args.repeats)
+    fp32 = median_seconds(lambda: plain.run(names, inputs), repeats)
 
     tracemalloc.start()
     start = time.perf_counter()
@@ -107,41 +121,41 @@ def main() -> None:
     everything = frozenset(backend.index)
     rng = np.random.default_rng(5)
     half = frozenset(i for i in everything if rng.random() < 0.5)
-    emulated = median_seconds(lambda: backend.run(frozenset(), inputs), args.repeats)
-    emulated_half = median_seconds(lambda: backend.run(half, inputs), args.repeats)
+    emulated = median_seconds(lambda: backend.run(frozenset(), inputs), repeats)
+    emulated_half = median_seconds(lambda: backend.run(half, inputs), repeats)
     rows.append(("one plain FP32 run (median)", f"{fp32 * 1000:.1f} ms"))
     rows.append(("one emulated evaluation, all FP16 (median)", f"{emulated * 1000:.1f} ms"))
     rows.append(("one emulated evaluation, random half in FP32 (median)", f"{emulated_half * 1000:.1f} ms"))
     ratio = max(emulated, emulated_half) / fp32
     rows.append(("emulated / plain FP32 (target <= 5x)", f"{ratio:.1f}x ({'met' if ratio <= 5 else 'MISSED'})"))
+    return backend
 
-    if not args.no_search:
-        from fp16bisect.evaluation.oracle import Oracle
-        from fp16bisect.model.profile import profile
-        from fp16bisect.model.samples import add_fp32_references, load_samples
-        from fp16bisect.algorithm.search import search
-        from fp16bisect.tolerance import Tolerance
 
-        start = time.perf_counter()
-        samples = load_samples(graph, [str(npz)])
-        add_fp32_references(graph, samples)
-        oracle = Oracle(backend, samples, Tolerance(), graph.float_output_names())
-        prof = profile(graph, samples)
-        prepared = time.perf_counter() - start
-        start = time.perf_counter()
-        result = search([n.id for n in graph.candidates], oracle, order=prof.order, suspects=prof.suspects)
-        seconds = time.perf_counter() - start
-        found = set(result.fp32)
-        same = "n/a" if culprits is None else ("yes" if found == culprits else f"NO: found {sorted(found)}, planted {sorted(culprits)}")
-        rows.append(("full search (default tolerance)",
-                     f"{result.evaluations} evaluations in {seconds:.1f} s (+ {prepared:.1f} s references and "
-                     f"FP32 profile); {len(found)} node(s) kept in FP32, {result.minimality}"))
-        rows.append(("found set == planted", same))
-        rows.append(("peak RSS at the end", f"{peak_rss_mb():.0f} MB"))
+def search_rows(graph, backend, npz: Path, culprits: set | None, rows: list[tuple[str, str]]) -> None:
+    """A full search at the default tolerance on the emulate backend: its evaluations, time, the set against the
+    planted culprits (when the model is the --large one), and the peak RSS at the end."""
+    from fp16bisect.algorithm.search import search
+    from fp16bisect.evaluation.oracle import Oracle
+    from fp16bisect.model.profile import profile
+    from fp16bisect.model.samples import add_fp32_references, load_samples
+    from fp16bisect.tolerance import Tolerance
 
-    print("| measure | value |\n|---|---|")
-    for key, value in rows:
-        print(f"| {key} | {value} |")
+    start = time.perf_counter()
+    samples = load_samples(graph, [str(npz)])
+    add_fp32_references(graph, samples)
+    oracle = Oracle(backend, samples, Tolerance(), graph.float_output_names())
+    prof = profile(graph, samples)
+    prepared = time.perf_counter() - start
+    start = time.perf_counter()
+    result = search([n.id for n in graph.candidates], oracle, order=prof.order, suspects=prof.suspects)
+    seconds = time.perf_counter() - start
+    found = set(result.fp32)
+    same = "n/a" if culprits is None else ("yes" if found == culprits else f"NO: found {sorted(found)}, planted {sorted(culprits)}")
+    rows.append(("full search (default tolerance)",
+                 f"{result.evaluations} evaluations in {seconds:.1f} s (+ {prepared:.1f} s references and "
+                 f"FP32 profile); {len(found)} node(s) kept in FP32, {result.minimality}"))
+    rows.append(("found set == planted", same))
+    rows.append(("peak RSS at the end", f"{peak_rss_mb():.0f} MB"))
 
 
 if __name__ == "__main__":

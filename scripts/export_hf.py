@@ -221,6 +221,42 @@ def mask_constants(model) -> list[str]:
     return lines
 
 
+def _downstream_of_mask(graph) -> tuple[set[str], list]:
+    """The tensors computed from attention_mask, up to the Adds feeding a Softmax (the attention Adds: the second
+    value)."""
+    softmax_in = {n.input[0] for n in graph.node if n.op_type == "Softmax"}
+    down = {"attention_mask"}
+    targets = []
+    for node in graph.node:  # topological order; stop at the attention Adds
+        if any(i in down for i in node.input):
+            if node.op_type == "Add" and node.output[0] in softmax_in:
+                targets.append(node)
+            else:
+                down.update(node.output)
+    return down, targets
+
+
+def _node_line(node, consts: dict, producer: dict, down: set[str]) -> str:
+    """``Op(args)  [name]``: a constant input by its value, the mask by name, an input computed from the mask by its
+    producer's op type, any other input as ``~Op``; a ConstantOfShape's value and a Cast's type after it."""
+    args = []
+    for i in node.input:
+        if i in consts:
+            args.append(_fmt_value(consts[i]))
+        elif i == "attention_mask":
+            args.append("attention_mask")
+        else:
+            p = producer.get(i)
+            # "~Op": an input not computed from attention_mask
+            args.append(p.op_type if i in down else f"~{p.op_type}" if p is not None else i)
+    extra = ""
+    if node.op_type == "ConstantOfShape":
+        extra = " value=" + ",".join(_fmt_value(numpy_helper.to_array(a.t)) for a in node.attribute)
+    if node.op_type == "Cast":
+        extra = " to=" + ",".join(helper.tensor_dtype_to_np_dtype(a.i).name for a in node.attribute)
+    return f"{node.op_type}({', '.join(args)}){extra}  [{node.name}]"
+
+
 def mask_subgraph(model) -> list[str]:
     """Nodes downstream of attention_mask and upstream of the Adds feeding a Softmax.
 
@@ -231,15 +267,7 @@ def mask_subgraph(model) -> list[str]:
     graph = model.graph
     consts = _constants(graph)
     producer = {o: n for n in graph.node for o in n.output}
-    softmax_in = {n.input[0] for n in graph.node if n.op_type == "Softmax"}
-    down = {"attention_mask"}
-    targets = []
-    for node in graph.node:  # topological order; stop at the attention Adds
-        if any(i in down for i in node.input):
-            if node.op_type == "Add" and node.output[0] in softmax_in:
-                targets.append(node)
-            else:
-                down.update(node.output)
+    down, targets = _downstream_of_mask(graph)
     up: set[int] = set()
     stack = [i for t in targets for i in t.input]
     while stack:
@@ -249,26 +277,7 @@ def mask_subgraph(model) -> list[str]:
             continue
         up.add(id(node))
         stack.extend(node.input)
-    lines = []
-    for node in graph.node:
-        if id(node) not in up:
-            continue
-        args = []
-        for i in node.input:
-            if i in consts:
-                args.append(_fmt_value(consts[i]))
-            elif i == "attention_mask":
-                args.append("attention_mask")
-            else:
-                p = producer.get(i)
-                # "~Op": an input not computed from attention_mask
-                args.append(p.op_type if i in down else f"~{p.op_type}" if p is not None else i)
-        extra = ""
-        if node.op_type == "ConstantOfShape":
-            extra = " value=" + ",".join(_fmt_value(numpy_helper.to_array(a.t)) for a in node.attribute)
-        if node.op_type == "Cast":
-            extra = " to=" + ",".join(helper.tensor_dtype_to_np_dtype(a.i).name for a in node.attribute)
-        lines.append(f"{node.op_type}({', '.join(args)}){extra}  [{node.name}]")
+    lines = [_node_line(node, consts, producer, down) for node in graph.node if id(node) in up]
     if targets:
         lines.append(f"-> read by {len(targets)} attention Add(s), e.g. {targets[0].name}")
     else:

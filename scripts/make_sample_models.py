@@ -538,27 +538,31 @@ def _write_renamed(src: Path, dst: Path, name: str) -> None:
     shutil.copy(src / f"{name}.npz", dst / f"{name}.npz")
 
 
+def _set_up_or_renamed(out: Path, name: str, problems: list[str]):
+    """``_setup`` of the model; where ONNX Runtime refuses a graph with two nodes of the same name (TensorRT does
+    not), that is a problem reported and the design is checked on a copy whose duplicate nodes are named after
+    their first output (the node ids stay the same)."""
+    from fp16bisect.errors import UsageError
+
+    try:
+        return _setup(out, name)
+    except UsageError as exc:
+        if "same node name" not in str(exc):
+            raise
+        problems.append(f"fp16bisect cannot run the file as is ({exc}); the rest was checked on a renamed copy")
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix="fp16bisect-samples-"))
+    _write_renamed(out, tmp, name)
+    return _setup(tmp, name)
+
+
 def check_model(out: Path, name: str) -> tuple[bool, str]:
     from fp16bisect.model.profile import profile
     from fp16bisect.algorithm.search import search
 
-    from fp16bisect.errors import UsageError
-
-    problems = []
-    try:
-        graph, samples, oracle = _setup(out, name)
-    except UsageError as exc:
-        if "same node name" not in str(exc):
-            raise
-        # ONNX Runtime refuses a graph with two nodes of the same name (TensorRT
-        # does not). Report it, then check the design on a copy whose duplicate
-        # nodes are named after their first output: the node ids stay the same.
-        problems.append(f"fp16bisect cannot run the file as is ({exc}); the rest was checked on a renamed copy")
-        import tempfile
-
-        tmp = Path(tempfile.mkdtemp(prefix="fp16bisect-samples-"))
-        _write_renamed(out, tmp, name)
-        graph, samples, oracle = _setup(tmp, name)
+    problems: list[str] = []
+    graph, samples, oracle = _set_up_or_renamed(out, name, problems)
     ids = [n.id for n in graph.candidates]
     known = KNOWN[name]
     if len(ids) < 8:

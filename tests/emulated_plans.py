@@ -15,7 +15,7 @@ from fp16bisect.model.runtime import session
 from fp16bisect.model.subgraphs import subgraphs
 
 
-def plan_model(graph: Graph, plan) -> onnx.ModelProto:
+def plan_model(graph: Graph, plan) -> onnx.ModelProto:  # noqa: C901  the tests' independent construction, in one piece
     """One plan baked into the graph (no mask input): the fresh-session-per-plan way.
 
     Kept as the baseline the benchmark compares the one-session design with,

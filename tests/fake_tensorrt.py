@@ -68,7 +68,8 @@ ONLY_10 = {"ILayer.precision": f"{_PAGES}/Graph/LayerBase.html", "ILayer.set_out
            "NetworkDefinitionCreationFlag.EXPLICIT_BATCH": f"{_PAGES}/Core/Builder.html"}
 
 
-def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_flag: bool = True) -> types.ModuleType:
+def make(  # noqa: C901, PLR0915  a whole fake module: its classes close over it and the flags, and count into it
+        version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_flag: bool = True) -> types.ModuleType:
     """TensorRT ``version`` (10.x, weakly typed). ``strongly_typed_flag=False``: a TensorRT before 9.0 (no
     NetworkDefinitionCreationFlag.STRONGLY_TYPED); ``bf16_flag=False``: one without ``BuilderFlag.BF16`` (weakly
     typed BF16 builds impossible)."""
@@ -218,7 +219,7 @@ def make(version: str = "10.16.1.11", strongly_typed_flag: bool = True, bf16_fla
         def parse_from_file(self, path):  # the backend's models: their weights in files of their own
             return self.parse(onnx.load(path).SerializeToString())
 
-    def _import(model, network):
+    def _import(model, network):  # noqa: C901, PLR0915  the fake ONNX parser: the layers of each node, in one pass
         inferred = onnx.shape_inference.infer_shapes(model)
         g = inferred.graph
         types_ = {v.name: v.type.tensor_type.elem_type for v in [*g.input, *g.output, *g.value_info]}

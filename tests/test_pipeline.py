@@ -89,7 +89,7 @@ def test_an_all_fp32_plan_that_fails_to_build_is_a_clear_error(known, fake_backe
 def test_the_override_file_keeps_contradictions_and_failures_short(known, monkeypatch, fake_backend, tmp_path):
     """Contradictions become a count and the first few as node-id differences (not two full plans); lists of
     failed plans keep their first entries and their total; a large plan is a count. The journal keeps all."""
-    import fp16bisect.run.override_json as override_json
+    import fp16bisect.run.outcome as override_json
 
     big = frozenset(f"n{i}" for i in range(300))
     found = [(big - {f"n{i}", f"n{i + 1}"}, big) for i in range(25)] + [(big, big)]

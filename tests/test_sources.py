@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 import pytest
 from conftest import SAMPLES
-from test_tensorrt import engines_run_as_built, trt  # noqa: F401 - fixtures: the TensorRT test double
+from test_tensorrt import configs, engines_run_as_built, gpu, rtx  # noqa: F401 - fixtures: TensorRT-RTX and a GPU
 
 from fp16bisect.cli.main import main
 from fp16bisect.model.graph import Graph
@@ -336,20 +336,24 @@ def test_shape_flags_are_validated(dynamic, tmp_path, capsys, flags, said):
     assert not (tmp_path / "o.json").exists()
 
 
-@pytest.mark.usefixtures("trt", "engines_run_as_built")
-def test_the_tensorrt_profile_is_the_deployment_one(dynamic, tmp_path, capsys):
-    fake = sys.modules["tensorrt"]  # the test double (test_tensorrt's fixture)
+@pytest.mark.usefixtures("rtx", "engines_run_as_built")
+def test_the_tensorrt_profile_is_the_deployment_one(dynamic, tmp_path, capsys, request):
+    asked = request.getfixturevalue("configs")  # each configuration asked of Polygraphy (test_tensorrt's fixture)
+
+    def profiles() -> list[dict]:  # each build's one optimization profile, as asked of Polygraphy
+        return [{name: [list(s) for s in shapes] for name, shapes in c["profiles"][0].items()} for c in asked]
+
     out = tmp_path / "o.json"
     code = main(["search", str(dynamic), "--inputs", str(tmp_path / "seq"), "--backend", "tensorrt", "-o", str(out),
                  "-q", "--min-shapes", "x:1x4x64", "--opt-shapes", "x:1x16x64", "--max-shapes", "x:1x64x64"])
     assert code == 0, capsys.readouterr().err
-    assert fake._builds and all(b["profile"] == {"x": [[1, 4, 64], [1, 16, 64], [1, 64, 64]]} for b in fake._builds)
+    assert asked and all(p == {"x": [[1, 4, 64], [1, 16, 64], [1, 64, 64]]} for p in profiles())
     assert culprits(json.loads(out.read_text())) == RMS_CULPRITS
-    fake._builds.clear()
+    asked.clear()
     code = main(["search", str(dynamic), "--inputs", str(tmp_path / "seq"), "--backend", "tensorrt", "-o",
                  str(tmp_path / "span.json"), "-q"])  # without the flags: the samples' span
     assert code == 0
-    assert all(b["profile"] == {"x": [[1, 8, 64], [1, 8, 64], [1, 16, 64]]} for b in fake._builds)
+    assert asked and all(p == {"x": [[1, 8, 64], [1, 8, 64], [1, 16, 64]]} for p in profiles())
 
 
 def test_every_command_takes_a_directory_of_samples(tmp_path, capsys):

@@ -20,15 +20,19 @@ from __future__ import annotations
 
 import math
 from itertools import combinations
-from typing import Callable, Hashable, Iterator, Mapping, Sequence
+from typing import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 
 __all__ = ["contradictions", "enumerate_small", "lighter_all_failed", "proven_bound", "smaller_failed"]
+
+Verdicts = Mapping[frozenset, "bool | None"]  # plan -> True | False | None (None: could not evaluate)
+# per candidate, its weight; a hitting.Weights also carries ``shared`` (what pairs of members share)
+WeightsOf = Mapping[Hashable, float]
 
 # Sets enumerated at most to prove, without the monotonicity assumption, that no lighter set passes (weights).
 EXHAUSTIVE_LIMIT = 4096
 
 
-def smaller_failed(results: Mapping, candidates: Sequence[Hashable]) -> int:
+def smaller_failed(results: Verdicts, candidates: Sequence[Hashable]) -> int:
     """The largest j such that every set of at most j of ``candidates`` was evaluated and failed; -1 when not even
     the empty set (all-FP16) was. ``results``: plan -> True | False | None (None: could not evaluate, no proof)."""
     everything = frozenset(candidates)
@@ -42,7 +46,7 @@ def smaller_failed(results: Mapping, candidates: Sequence[Hashable]) -> int:
     return j
 
 
-def contradictions(results: Mapping) -> int:
+def contradictions(results: Verdicts) -> int:
     """Pairs of evaluated plans in which a passing plan is a proper subset of a failing one: each says that keeping
     more nodes in FP32 turned a passing plan failing."""
     passing = [p for p, v in results.items() if v]
@@ -50,8 +54,8 @@ def contradictions(results: Mapping) -> int:
     return sum(1 for q in failing for p in passing if len(p) < len(q) and p < q)
 
 
-def lighter_all_failed(results: Mapping, candidates: Sequence[Hashable], best: frozenset, weights: Mapping,
-                       weigh: Callable) -> bool:
+def lighter_all_failed(results: Verdicts, candidates: Sequence[Hashable], best: frozenset, weights: WeightsOf,
+                       weigh: Callable[[Iterable[Hashable], WeightsOf], float]) -> bool:
     """Every set lighter than ``best`` was evaluated and failed. By node count, from ``smaller_failed``; by weight
     (``weigh(plan, weights)``), enumerated up to ``EXHAUSTIVE_LIMIT`` sets (shared weights: never, since a lighter
     set may have more members than any bound here enumerates)."""
@@ -71,7 +75,7 @@ def lighter_all_failed(results: Mapping, candidates: Sequence[Hashable], best: f
                if weigh(s, weights) < limit)
 
 
-def proven_bound(results: Mapping, candidates: Sequence[Hashable], weights: Mapping) -> float:
+def proven_bound(results: Verdicts, candidates: Sequence[Hashable], weights: WeightsOf) -> float:
     """What the verdicts alone prove the lightest passing set weighs at least: every set of at most j members
     failed, so it has j + 1 or more, and weighs at least the j + 1 lightest weights (0 with shared weights, which a
     set of more members may undercut)."""
@@ -87,7 +91,7 @@ def sets_of(size: int, order: Sequence[Hashable]) -> Iterator[frozenset]:
     return (frozenset(s) for s in combinations(order, size))
 
 
-def enumerate_small(ask: Callable[[frozenset], bool | None], results: Mapping, order: Sequence[Hashable],
+def enumerate_small(ask: Callable[[frozenset], bool | None], results: Verdicts, order: Sequence[Hashable],
                     below: int, budget: int) -> tuple[frozenset | None, int]:
     """Evaluates every set of the sizes above ``smaller_failed`` and below ``below``, a size at a time, while the
     ``budget`` (new evaluations) affords all of that size's sets not yet known; stops at the first that passes

@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterator, Mapping, Sequence
+from typing import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 
 __all__ = ["Excess", "Explore", "Explored", "explore"]
 
 Excess = Callable[[frozenset], "float | None"]
+Verdicts = Mapping[frozenset, "bool | None"]  # plan -> True | False | None (None: could not evaluate)
 
 
 class _OutOfBudget(Exception):
@@ -51,7 +52,7 @@ class Explore:
     candidates: Sequence[Hashable]
     budget: int
     order: Sequence[Hashable] | None = None
-    known: Mapping = field(default_factory=dict)
+    known: Verdicts = field(default_factory=dict)
     excess: Excess | None = None
 
 
@@ -60,7 +61,7 @@ class Explored:
     fp32: frozenset  # the smallest passing set known at the end (the start when nothing smaller passed)
     start: frozenset
     evaluations: int  # new plans evaluated
-    results: dict = field(default_factory=dict)  # every verdict known at the end (the given ones too)
+    results: dict[frozenset, bool | None] = field(default_factory=dict)  # every verdict known at the end (the given ones too)
     found_at: int = 0  # the evaluation (1, 2, ...) that first saw ``fp32`` pass (0: it was known before)
 
     @property
@@ -68,7 +69,7 @@ class Explored:
         return len(self.start) - len(self.fp32)
 
 
-def explore(test: Callable[[frozenset], bool | None], start, given: Explore) -> Explored:
+def explore(test: Callable[[frozenset], bool | None], start: Iterable[Hashable], given: Explore) -> Explored:
     """The rounds of the module docstring, from ``start`` (a set seen to pass) or a smaller passing known one."""
     ids = list(dict.fromkeys(given.candidates))
     chosen = set(ids)
@@ -89,9 +90,10 @@ def explore(test: Callable[[frozenset], bool | None], start, given: Explore) -> 
 
 
 class _State:
-    def __init__(self, test, results: dict, budget: int, excess: Excess | None):
+    def __init__(self, test: Callable[[frozenset], bool | None], results: dict[frozenset, bool | None], budget: int,
+                 excess: Excess | None) -> None:
         self.test, self.results, self.budget, self.asked, self.excess = test, results, budget, 0, excess
-        self.passed_at: dict = {}  # plan -> the evaluation that saw it pass
+        self.passed_at: dict[frozenset, int] = {}  # plan -> the evaluation that saw it pass
 
     def __call__(self, plan: frozenset) -> bool | None:
         if plan not in self.results:
@@ -104,7 +106,7 @@ class _State:
                 self.passed_at[plan] = self.asked
         return self.results[plan]
 
-    def need(self, plan: frozenset, member) -> float | None:
+    def need(self, plan: frozenset, member: Hashable) -> float | None:
         """How much ``plan`` needs ``member``: how far its removal is from passing, when that was evaluated."""
         without = plan - {member}
         if self.excess is None or self.results.get(without) is not False:
@@ -112,7 +114,7 @@ class _State:
         return self.excess(without)
 
 
-def _round(state: _State, best: frozenset, order: list, rank: dict) -> frozenset | None:
+def _round(state: _State, best: frozenset, order: list[Hashable], rank: dict[Hashable, int]) -> frozenset | None:
     """The first set one node smaller than ``best`` that passes, reduced; None when none does."""
     line = _line(state, best, order, rank)
     for picked in _best_first(len(line), len(best) - 1):
@@ -122,10 +124,10 @@ def _round(state: _State, best: frozenset, order: list, rank: dict) -> frozenset
     return None
 
 
-def _line(state: _State, best: frozenset, order: list, rank: dict) -> list:
+def _line(state: _State, best: frozenset, order: list[Hashable], rank: dict[Hashable, int]) -> list[Hashable]:
     """The order, ``best``'s members in their places but sorted by need (the most needed first; by how far each
     removal fails when known, else by suspicion)."""
-    def need(m):
+    def need(m: Hashable) -> tuple[bool, float, int]:
         value = state.need(best, m)
         return (value is None, -(value or 0.0), rank[m])
 
@@ -133,7 +135,7 @@ def _line(state: _State, best: frozenset, order: list, rank: dict) -> list:
     return [next(needed) if c in best else c for c in order]
 
 
-def _best_first(n: int, size: int) -> Iterator[tuple]:
+def _best_first(n: int, size: int) -> Iterator[tuple[int, ...]]:
     """Every ``size`` of ``range(n)`` as an increasing tuple, by the sum of its members (the smallest first)."""
     if size < 0 or size > n:
         return
@@ -150,10 +152,10 @@ def _best_first(n: int, size: int) -> Iterator[tuple]:
                     heapq.heappush(heap, (total + 1, later))
 
 
-def _reduce(state: _State, plan: frozenset, before: frozenset, rank: dict) -> frozenset:
+def _reduce(state: _State, plan: frozenset, before: frozenset, rank: dict[Hashable, int]) -> frozenset:
     """Single removals of a passing ``plan`` until each fails, the least needed first (members of ``before`` by
     their need there, the others, new, last, the least suspicious first)."""
-    def need(m):
+    def need(m: Hashable) -> tuple[bool, float, int]:
         value = state.need(before, m) if m in before else None
         return (value is None, value or 0.0, -rank[m])
 

@@ -195,7 +195,8 @@ def _beyond(state: _State, order: list, excess: Excess | None, until: int) -> No
 class _State:
     """The verdicts known and asked, the budget left."""
 
-    def __init__(self, passes, known: dict, budget: int, everything: frozenset):
+    def __init__(self, passes: Callable[[frozenset], bool | None], known: dict, budget: int,
+                 everything: frozenset) -> None:
         self.passes = passes
         self.results: dict[frozenset, bool | None] = {frozenset(p): v for p, v in known.items()}
         self.budget = budget
@@ -290,7 +291,7 @@ def _grow(state: _State, failing: frozenset, outside: list) -> None:
         fails(kept_out, infer=False)  # the conflict found, evaluated (QuickXplain infers its last answer)
 
 
-def _quickxplain(holds, background: frozenset, changed: bool, cands: list) -> list:
+def _quickxplain(holds: Callable[[frozenset], bool], background: frozenset, changed: bool, cands: list) -> list:
     """Smallest D of ``cands`` with ``holds(background | D)`` (true for all of ``cands``), preferring the earlier."""
     if changed and holds(background):
         return []

@@ -20,8 +20,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from typing import Callable, Hashable, Iterable, TypeVar
 
+from fp16bisect.algorithm.memo import Memo
 from fp16bisect.algorithm.progress import Phase
+
+T = TypeVar("T")
 
 FAIL_ODDS = 2 / 3  # the probability a speculated question is taken to fail, when the search expects nothing
 EXPECTED = 0.8  # the probability of the answer the search expects
@@ -29,10 +33,9 @@ AT_LEAST = 0.25  # plans asked with a lower probability are not speculated
 
 
 class Unknown(Exception):
-    """A replay reached a question whose answer is not known (``plan`` None: a computation on
-    hypothetical verdicts, which is not made)."""
+    """A replay reached a question whose answer is not known."""
 
-    def __init__(self, plan, phase: Phase | None = None, expect: bool | None = None):
+    def __init__(self, plan: frozenset, phase: Phase, expect: bool | None = None) -> None:
         super().__init__(plan)
         self.plan, self.phase, self.expect = plan, phase, expect
 
@@ -42,15 +45,20 @@ class Unknown(Exception):
         return fail, 1 - fail
 
 
+class Uncomputed(Exception):
+    """A replay on hypothetical verdicts reached a computation (``Ask.once``), which is made on real verdicts only."""
+
+
 class Ask:
     """What the search asks through: ``ask(plan, phase)`` -> True, False or None (could not evaluate)."""
 
-    def __init__(self, memo, hypothesis: dict | None = None, replay: bool = False):
+    def __init__(self, memo: Memo, hypothesis: dict[frozenset, bool | None] | None = None,
+                 replay: bool = False) -> None:
         self.memo = memo
         self.hypothesis = hypothesis  # speculation: verdicts assumed (None: real verdicts only)
         self.replay = replay or hypothesis is not None  # unknown plans raise instead of being evaluated
 
-    def __call__(self, plan, phase: Phase, expect: bool | None = None) -> bool | None:
+    def __call__(self, plan: Iterable[Hashable], phase: Phase, expect: bool | None = None) -> bool | None:
         plan = frozenset(plan)
         if plan in self.memo.results:
             return self.memo.results[plan]
@@ -65,43 +73,41 @@ class Ask:
         known = {**self.memo.results, **(self.hypothesis or {})}
         return [plan for plan, passed in known.items() if passed]
 
-    def once(self, key, compute):
+    def once(self, key: Hashable, compute: Callable[[], T]) -> T:
         """``compute()``, made once per search (key: what it depends on), on real verdicts only."""
         done = self.memo.computed
         if key not in done:
             if self.hypothesis is not None:
-                raise Unknown(None)
+                raise Uncomputed(key)
             done[key] = compute()
         return done[key]
 
-    def note(self, **where) -> None:
+    def note(self, **where: object) -> None:
         """Where the search is, for progress (ignored while speculating)."""
         if self.hypothesis is None:
             for name, value in where.items():
                 setattr(self.memo.progress, name, value)
 
 
-def run(algorithm, memo):
+def run(algorithm: Callable[[Ask], T], memo: Memo) -> T:
     """``algorithm(ask)``'s return value, its questions evaluated ``memo.width`` at a time."""
     if memo.width == 1:
         return algorithm(Ask(memo))
     while True:
         try:
             return algorithm(Ask(memo, replay=True))
-        except Unknown as first:
-            if first.plan is None:  # not reached: real verdicts compute, never raise
-                raise
+        except Unknown as first:  # (real verdicts compute: no Uncomputed here)
             memo.many(speculate(algorithm, memo, first))
 
 
-def speculate(algorithm, memo, first: Unknown) -> dict:
+def speculate(algorithm: Callable[[Ask], object], memo: Memo, first: Unknown) -> dict[frozenset, Phase]:
     """The next plan and the plans the search would ask after it, most probable first, up to ``memo.width``
     (plan -> the phase that asks it)."""
     asked = {first.plan: first.phase}
     tie = itertools.count()
     heap: list = []
 
-    def branch(probability: float, hypothesis: dict, question: Unknown) -> None:
+    def branch(probability: float, hypothesis: dict[frozenset, bool | None], question: Unknown) -> None:
         for passed, share in zip((False, True), question.odds()):
             heapq.heappush(heap, (-probability * share, next(tie), {**hypothesis, question.plan: passed}))
 
@@ -113,9 +119,9 @@ def speculate(algorithm, memo, first: Unknown) -> dict:
         try:
             algorithm(Ask(memo, hypothesis))
             continue  # the search ends under these verdicts
+        except Uncomputed:
+            continue
         except Unknown as then:
-            if then.plan is None:
-                continue
             asked.setdefault(then.plan, then.phase)
             branch(-odds, hypothesis, then)
     return asked

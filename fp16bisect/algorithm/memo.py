@@ -10,7 +10,7 @@ fails while a subset of it passed), and reports each step with an estimate of wh
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Hashable, Iterable
+from typing import Callable, Hashable, Iterable
 
 from fp16bisect.algorithm.progress import Phase, Progress
 
@@ -30,14 +30,16 @@ class Step:
     round: int = 0  # evaluations of one round ran together (``test_many``); a round waits for the one before
 
 
-def verdict(value) -> bool | None:
+def verdict(value: object) -> bool | None:
     return None if value is None else bool(value)
 
 
 class Memo:
     """Evaluates each distinct plan once and records the trace."""
 
-    def __init__(self, test, on_step=None, test_many=None, width: int = 1):
+    def __init__(self, test: Callable[[frozenset], bool | None],
+                 on_step: Callable[[Step, dict], None] | None = None,
+                 test_many: Callable[[list], Iterable[bool | None]] | None = None, width: int = 1) -> None:
         self._test = test
         self._test_many = test_many
         self.width = max(1, int(width)) if test_many is not None else 1  # plans that may be evaluated at once
@@ -56,14 +58,14 @@ class Memo:
             self.many({plan: phase})
         return self.results[plan]
 
-    def many(self, plans: dict) -> None:
+    def many(self, plans: dict[frozenset, Phase]) -> None:
         """Evaluates the plans not yet known (plan -> the phase that asks it), ``width`` at a time (one round
         each) with ``test_many``."""
         todo = [p for p in plans if p not in self.results]
         for i in range(0, len(todo), self.width):
             chunk = todo[i : i + self.width]
             self.rounds += 1
-            if len(chunk) == 1 and self._test_many is None:
+            if self._test_many is None:  # then width is 1: one plan a round
                 verdicts = [self._test(chunk[0])]
             else:
                 verdicts = list(self._test_many(chunk))
@@ -72,7 +74,7 @@ class Memo:
             for plan, passed in zip(chunk, verdicts):
                 self._record(plan, verdict(passed), plans[plan])
 
-    def again(self, plan: frozenset, recheck) -> bool | None:
+    def again(self, plan: frozenset, recheck: Callable[[frozenset], bool | None]) -> bool | None:
         """A fresh evaluation of a plan already judged; a different verdict is a contradiction."""
         passed = verdict(recheck(plan))
         self.rounds += 1

@@ -61,6 +61,9 @@ __all__ = ["Hooks", "SearchError", "SearchResult", "Step", "ended", "group_testi
 # What a search ends with: a set found, nothing needed (all-FP16 passes), or no set at all (all-FP32 fails).
 Status = Literal["found", "fp16_passes", "fp32_fails"]
 
+# What a caller offers when the start set fails: given the plans that failed, sets to try instead.
+Alternatives = Callable[[tuple], Iterable[Iterable[Hashable]]]
+
 # Sweeps of the final reduction that may drop members before the search stops claiming 1-minimality.
 CERTIFY_ROUNDS = 4
 
@@ -104,7 +107,7 @@ class Hooks:
     reorder: Callable[[], Sequence[Hashable]] | None = None
     # ``start`` fails: called with the plans that failed (``start`` first), and again with more while it offers
     # new sets to try
-    alternatives: Callable[[tuple], Iterable[Iterable[Hashable]]] | None = None
+    alternatives: Alternatives | None = None
     # a judge whose verdicts vary (engine builds): the final set evaluated once more, afresh; if it fails, the
     # search says so and falls back to the smallest plan that passed
     recheck: Callable[[frozenset], bool | None] | None = None
@@ -167,7 +170,7 @@ def search(
             answer = _smallest_passing(lookahead.Ask(memo), "the set found " + (
                 "could not be evaluated again" if again is None else "failed when evaluated again"))
 
-    def in_order(plan) -> tuple:
+    def in_order(plan: Iterable[Hashable]) -> tuple:
         return tuple(sorted(plan, key=rank.__getitem__))
 
     found = answer.fp32
@@ -199,7 +202,8 @@ def _permutation(ids: list, order: Iterable, what: str) -> list:
     return order
 
 
-def _answer(ask, order: list, suspects: int, start, reorder, alternatives, rank: dict) -> _Answer:
+def _answer(ask: lookahead.Ask, order: list, suspects: int, start: frozenset | None,
+            reorder: Callable[[], list] | None, alternatives: Alternatives | None, rank: dict) -> _Answer:
     """Steps 1 to 4 of the module docstring."""
     if ask(frozenset(), "precondition", expect=False):
         return _Answer("fp16_passes")
@@ -220,7 +224,8 @@ def _answer(ask, order: list, suspects: int, start, reorder, alternatives, rank:
     return _reduce(ask, found, rank, distrusted)
 
 
-def _grow_and_explain(ask, order: list, suspects: int, reorder) -> frozenset | None:
+def _grow_and_explain(ask: lookahead.Ask, order: list, suspects: int,
+                      reorder: Callable[[], list] | None) -> frozenset | None:
     """Steps 2 and 3: a passing prefix by doubling, reduced by QuickXplain."""
     size, fails = 1, 0
     while size < 2 * suspects:
@@ -243,7 +248,7 @@ def _grow_and_explain(ask, order: list, suspects: int, reorder) -> frozenset | N
         fails, size = size, size * 2
 
 
-def _extend(ask, start: frozenset, rest: list) -> frozenset | None:
+def _extend(ask: lookahead.Ask, start: frozenset, rest: list) -> frozenset | None:
     """From a failing start set: the rest of the order added on top of it in doubling prefixes (the last
     is all-FP32), then QuickXplain over the prefix that passes."""
     size, fails = 1, 0
@@ -258,13 +263,13 @@ def _extend(ask, start: frozenset, rest: list) -> frozenset | None:
     return None
 
 
-def _explain(ask, base: frozenset, pool: list, fails: int) -> frozenset:
+def _explain(ask: lookahead.Ask, base: frozenset, pool: list, fails: int) -> frozenset:
     """base | a subset of ``pool`` with which it passes (base | pool passes; base | pool[:fails] fails)."""
     ask.note(phase="reduce", searching=len(pool), decided=0, found=0, members=base)
     return base | frozenset(_quickxplain(ask, base, False, pool, fails))
 
 
-def _quickxplain(ask, background: frozenset, changed: bool, cands: list, split: int = 0) -> list:
+def _quickxplain(ask: lookahead.Ask, background: frozenset, changed: bool, cands: list, split: int = 0) -> list:
     """Smallest subset D of ``cands`` such that background | D passes (background | cands passes),
     preferring the earlier ``cands`` (Junker 2004, QUICKXPLAIN). ``split``: where to divide ``cands`` (default:
     in halves); the caller's known failing prefix, so that the first question is already answered."""
@@ -282,13 +287,13 @@ def _quickxplain(ask, background: frozenset, changed: bool, cands: list, split: 
     return found_first + found_second
 
 
-def _settled(ask, decided: int, found: int, member=None) -> None:
+def _settled(ask: lookahead.Ask, decided: int, found: int, member: Hashable | None = None) -> None:
     progress = ask.memo.progress
     members = progress.members | {member} if found else progress.members
     ask.note(decided=progress.decided + decided, found=progress.found + found, members=members)
 
 
-def _first_passing(ask, start: frozenset, alternatives, rank: dict) -> frozenset | None:
+def _first_passing(ask: lookahead.Ask, start: frozenset, alternatives: Alternatives, rank: dict) -> frozenset | None:
     """An alternative that passes, or None. ``alternatives(failed)`` is asked with the plans that failed so
     far (``start`` first) and again, with more, each time all it offered failed, until it offers nothing
     new. A plan that fails holds a cause (a pin with no effect on the judge, say), so the members common to
@@ -317,7 +322,7 @@ def _first_passing(ask, start: frozenset, alternatives, rank: dict) -> frozenset
                 suspects = (suspects & plan) or suspects  # none in common: more than one cause
 
 
-def _reduce(ask, current: frozenset, rank: dict, distrusted: frozenset) -> _Answer:
+def _reduce(ask: lookahead.Ask, current: frozenset, rank: dict, distrusted: frozenset) -> _Answer:
     """Step 4: from a passing set to one whose every single removal was evaluated on it and failed."""
     checked: dict = {}  # member -> the set its removal was evaluated on
     ask.note(phase="minimality", searching=0)
@@ -343,7 +348,7 @@ def _reduce(ask, current: frozenset, rank: dict, distrusted: frozenset) -> _Answ
 SHOWN = 6  # members of a set a message names before it gives the count
 
 
-def _smallest_passing(ask, why: str) -> _Answer:
+def _smallest_passing(ask: lookahead.Ask, why: str) -> _Answer:
     """The smallest plan seen to pass (and not seen to fail since); never claimed minimal."""
     passing = ask.passing()
     if not passing:  # the only passing plan failed when evaluated again: all-FP32 is the last resort
@@ -353,7 +358,7 @@ def _smallest_passing(ask, why: str) -> _Answer:
         passing = [everything]
     contradictions = ask.memo.contradictions
 
-    def shown(plan, most: int = SHOWN) -> str:  # a set too long to read is given by its size and first members
+    def shown(plan: frozenset, most: int = SHOWN) -> str:  # a set too long to read: its size and first members
         names = sorted(map(str, plan))
         return "{" + ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most else "") + "}"
 

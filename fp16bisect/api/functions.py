@@ -10,12 +10,14 @@ what the command line has.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Union
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from fp16bisect import records
 from fp16bisect.api import inputs
+from fp16bisect.api.inputs import Model, OverridesGiven, Progress, Samples
 from fp16bisect.api.results import ApplyResult, CheckResult, Node, ScanNode, ScanResult, ScanRow, SearchResult
 from fp16bisect.algorithm.budget import INTERRUPT
 from fp16bisect.errors import Interrupted, UsageError
@@ -27,23 +29,20 @@ from fp16bisect.records import APPLY
 from fp16bisect.run.invocation import Invocation
 from fp16bisect.run.options import (CheckOptions, Given, Journaling, Judge, SearchOptions, Space, Strategy,
                                     ToleranceGiven)
-from fp16bisect.run.outcome import Listener
+from fp16bisect.run.outcome import Outcome
 from fp16bisect.tolerance import GivenTolerance
 
 if TYPE_CHECKING:
-    import onnx  # only when a ModelProto is given (inputs.model_file)
-
-Model = Union[str, Path, "onnx.ModelProto"]
-Samples = Union[str, Path, Mapping, Iterable]
-Progress = Union[Callable[[str], None], Listener, None]
+    from fp16bisect.artifacts.mixed import Mixed
 
 __all__ = ["apply", "check", "run_check", "run_search", "scan", "search"]
 
 
-def search(model: Model, samples: Samples, *, reference: Samples | None = None, tolerance: ToleranceGiven = None,
-           judge: Given[Judge] = None, space: Given[Space] = None, strategy: Given[Strategy] = None,
-           parallel: Given[Parallel] = None, journal: Given[Journaling] = None, output: str | Path | None = None,
-           progress: Progress = None) -> SearchResult:
+def search(  # noqa: PLR0913  the public API: the data, then one keyword per concern (a record each, as the CLI)
+        model: Model, samples: Samples, *, reference: Samples | None = None, tolerance: ToleranceGiven = None,
+        judge: Given[Judge] = None, space: Given[Space] = None, strategy: Given[Strategy] = None,
+        parallel: Given[Parallel] = None, journal: Given[Journaling] = None, output: str | Path | None = None,
+        progress: Progress = None) -> SearchResult:
     """Find the smallest set of nodes to keep in FP32 so that the model, the rest in FP16, meets the tolerance.
 
     Each option is one record (``fp16bisect.Judge``, ``Space``, ``Strategy``, ``Parallel``, ``Journaling``;
@@ -134,7 +133,7 @@ def run_search(model: Model, samples: Samples, options: SearchOptions, *, refere
         outcome = pipeline.search_model(path, entries, references, options, inputs.listener(progress))
     if options.output:
         write_json(options.output, outcome.overrides.to_json())
-        remove_journals(outcome)
+        remove_journals(outcome.oracle.journal, outcome.prior, stopped=outcome.result.stopped is not None)
     result = _search_result(outcome)
     stop = outcome.result.stopped
     if stop is not None and stop.cause == INTERRUPT:  # Ctrl-C stays an interrupt, with the answer written
@@ -142,13 +141,13 @@ def run_search(model: Model, samples: Samples, options: SearchOptions, *, refere
     return result
 
 
-def _references(reference, entries: list) -> list | None:
+def _references(reference: Samples | None, entries: list) -> list | None:
     if reference is None:
         return None
     return inputs.sample_entries(reference, "reference")  # matched to the samples by load_samples
 
 
-def _search_result(outcome) -> SearchResult:
+def _search_result(outcome: Outcome) -> SearchResult:
     graph, result = outcome.graph, outcome.result
     fp16 = outcome.fp16
     return SearchResult(
@@ -161,9 +160,10 @@ def _search_result(outcome) -> SearchResult:
         overrides=outcome.overrides)
 
 
-def check(model: Model, samples: Samples, overrides=None, *, reference: Samples | None = None,
-          tolerance: ToleranceGiven = None, judge: Given[Judge] = None, space: Given[Space] = None,
-          parallel: Given[Parallel] = None, progress: Progress = None) -> CheckResult:
+def check(  # noqa: PLR0913  the public API: the data, then one keyword per concern (each a record, as search's)
+        model: Model, samples: Samples, overrides: OverridesGiven = None, *, reference: Samples | None = None,
+        tolerance: ToleranceGiven = None, judge: Given[Judge] = None, space: Given[Space] = None,
+        parallel: Given[Parallel] = None, progress: Progress = None) -> CheckResult:
     """Does the model meet the tolerance in FP16, with the override nodes (if any) kept in FP32? A CI gate.
 
     A failing check is a result (``passed`` False), not an exception. The options are ``search``'s records; each
@@ -212,7 +212,7 @@ def check(model: Model, samples: Samples, overrides=None, *, reference: Samples 
         return result
 
 
-def run_check(model: Model, samples: Samples, options: CheckOptions, *, overrides=None,
+def run_check(model: Model, samples: Samples, options: CheckOptions, *, overrides: OverridesGiven = None,
               reference: Samples | None = None, progress: Progress = None, as_command: bool = False) -> CheckResult:
     """``check`` with its options typed (``CheckOptions``: the tolerance given, the backend, its options,
     parallel, headroom, precision, strict_environment), as the command line and batch build them.
@@ -271,10 +271,11 @@ def scan(model: Model, samples: Samples, *, precision: str = "fp16", progress: P
                       graph=graph)
 
 
-def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = False, samples: Samples | None = None,
-          reference: Samples | None = None, tolerance: ToleranceGiven = None, space: Given[Space] = None,
-          fp16_io: bool = False, force: bool = False, keep_fp32: Iterable[str] = (), progress: Progress = None,
-          shown: Callable | None = None) -> ApplyResult:
+def apply(  # noqa: PLR0913  the public API: the data, then keywords, each a record or one of `apply`'s flags
+        model: Model, overrides: OverridesGiven, output: str | os.PathLike, *, verify: bool | str = False,
+        samples: Samples | None = None, reference: Samples | None = None, tolerance: ToleranceGiven = None,
+        space: Given[Space] = None, fp16_io: bool = False, force: bool = False, keep_fp32: Iterable[str] = (),
+        progress: Progress = None, shown: Callable[[Mixed], object] | None = None) -> ApplyResult:
     """Write the mixed-precision ONNX model the overrides describe (for strongly typed TensorRT builds).
 
     The file is checked with ``onnx.checker`` (full check) before it is returned.
@@ -348,7 +349,7 @@ def apply(model: Model, overrides, output: str | Path, *, verify: bool | str = F
                        mixed=written.mixed, fp16_sums=summed)
 
 
-def mixed_path(output: Any) -> str:
+def mixed_path(output: object) -> str:
     """Where a mixed-precision model goes: a path (a string or a ``PathLike``), not one ending in ``.json``."""
     if not inputs.is_path(output):
         raise UsageError(f"output is a {type(output).__name__}: pass the path of the .onnx file to write")
@@ -360,8 +361,8 @@ def mixed_path(output: Any) -> str:
 class _own_work_directories:
     """The work directories of the models a call loads are removed when it returns."""
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         self.count = weights.alive()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         weights.close_since(self.count)

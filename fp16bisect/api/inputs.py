@@ -9,23 +9,35 @@ import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, TypeGuard, Union
 
 from fp16bisect.errors import UsageError
+from fp16bisect.algorithm.search import Step
 from fp16bisect.report.console import step_line
 from fp16bisect.run.outcome import Listener
+
+if TYPE_CHECKING:
+    import onnx  # only when a ModelProto is given (model_file)
+
+    from fp16bisect.api.results import SearchResult
+
+# What the public functions take (each checked here: anything else is a UsageError, whatever a caller's types say).
+Model = Union[str, os.PathLike, "onnx.ModelProto"]
+Samples = Union[str, os.PathLike, Mapping, Iterable]  # a path, a dict of arrays, or an iterable of those
+OverridesGiven = Union[str, os.PathLike, Mapping, "SearchResult", None]  # a path, the JSON as a dict, a result
+Progress = Union[Callable[[str], None], Listener, None]
 
 # The name a model given as an onnx.ModelProto has in the override JSON and its exported commands.
 IN_MEMORY_MODEL = "model.onnx"
 _PROTOBUF_LIMIT = 2**31 - 1  # a model this large is saved with its weights in a file beside it
 
 
-def is_path(value) -> bool:
+def is_path(value: object) -> TypeGuard[str | os.PathLike]:
     return isinstance(value, (str, os.PathLike))
 
 
 @contextmanager
-def model_file(model) -> Iterator[str]:
+def model_file(model: object) -> Iterator[str]:
     """The model's path: ``model`` itself, or an ``onnx.ModelProto`` saved to a temporary file (removed after)."""
     if is_path(model):
         yield str(model)
@@ -41,7 +53,7 @@ def model_file(model) -> Iterator[str]:
         yield path
 
 
-def sample_entries(samples, what: str = "samples") -> list:
+def sample_entries(samples: object, what: str = "samples") -> list:
     """``samples`` as ``load_samples`` takes them: paths (an .npz, a directory: every ``*.npz`` in it, sorted by
     name; a glob; Polygraphy JSON; a data-loader script) and dicts of arrays (one sample each); a list or any
     iterable, one per item."""
@@ -53,6 +65,8 @@ def sample_entries(samples, what: str = "samples") -> list:
         raise UsageError(f"{what} is a {type(samples).__name__}: pass a dict {{input name: array}} per sample, "
                          "an .npz path, a directory of .npz files or a list of them")
     try:
+        if not isinstance(samples, Iterable):
+            raise TypeError
         given = list(samples)
     except TypeError:
         raise UsageError(f"{what} is a {type(samples).__name__}: pass an .npz path, a directory of them, a dict "
@@ -72,7 +86,7 @@ def sample_entries(samples, what: str = "samples") -> list:
 
 
 @contextmanager
-def overrides_file(overrides) -> Iterator[str | None]:
+def overrides_file(overrides: object) -> Iterator[str | None]:
     """The override file's path: a path as it is, or a search result (or the override JSON as a dict) written to
     a temporary file removed after; None stays None."""
     if overrides is None or is_path(overrides):
@@ -92,17 +106,17 @@ def overrides_file(overrides) -> Iterator[str | None]:
 class _Lines(Listener):
     """A ``Listener`` that hands each event to a function as one line of text."""
 
-    def __init__(self, write: Callable[[str], None]):
+    def __init__(self, write: Callable[[str], None]) -> None:
         self.write = write
 
     def stage(self, text: str) -> None:
         self.write(text)
 
-    def step(self, step, progress: dict) -> None:
+    def step(self, step: Step, progress: dict) -> None:
         self.write(step_line(step, progress))
 
 
-def listener(progress) -> Listener:
+def listener(progress: Progress) -> Listener:
     """``progress``: None (silent), a ``Listener``, or a function taking one line of text per event."""
     if progress is None:
         return Listener()

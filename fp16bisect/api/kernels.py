@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping, Union
 
 from fp16bisect.api import inputs
-from fp16bisect.api.functions import Model, Progress
+from fp16bisect.api.inputs import Model, OverridesGiven, Progress
 from fp16bisect.diagnose.kernel_plan import KernelPlan
 from fp16bisect.errors import UsageError
 from fp16bisect.model import shapes, weights
@@ -23,8 +23,9 @@ __all__ = ["KernelPlan", "kernel_plan"]
 Shapes = Union[str, Mapping, None]  # trtexec's "name:1x3x224x224,..." or {input name: shape}, as Judge's shape fields
 
 
-def kernel_plan(model: Model, overrides, *, fp16_io: bool = False, force: bool = False, min_shapes: Shapes = None,
-                opt_shapes: Shapes = None, max_shapes: Shapes = None, progress: Progress = None) -> KernelPlan:
+def kernel_plan(model: Model, overrides: OverridesGiven, *, fp16_io: bool = False, force: bool = False,
+                min_shapes: Shapes = None, opt_shapes: Shapes = None, max_shapes: Shapes = None,
+                progress: Progress = None) -> KernelPlan:
     """Build the answer's mixed-precision file and the all-FP16 file with TensorRT and say where each FP32 pin and
     FP32-accumulation node landed in the engine.
 

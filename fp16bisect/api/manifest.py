@@ -45,7 +45,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 from fp16bisect import records
 from fp16bisect.api.results import _names, _nodes
@@ -150,7 +150,7 @@ def read_manifest(path: str) -> list[Entry]:
     return _default_outputs(read, p.parent)
 
 
-def _parse(p: Path, path: str):
+def _parse(p: Path, path: str) -> Any:  # a TOML or JSON document, checked by the caller
     text = p.read_bytes()
     if p.suffix.lower() == ".toml":
         try:
@@ -189,7 +189,7 @@ def _written_to(options: SearchOptions | CheckOptions, output: str) -> SearchOpt
     return replace(options, output=output)
 
 
-def entry_of(raw, number: int, base: Path, manifest: str, defaults: dict | None = None) -> Entry:
+def entry_of(raw: object, number: int, base: Path, manifest: str, defaults: dict | None = None) -> Entry:
     """One manifest entry (its table; ``defaults``: the manifest's, those its action takes) as an ``Entry``;
     anything wrong is one ``UsageError`` naming the manifest and the entry."""
     where = f"manifest {manifest!r}, entry {number}"
@@ -241,7 +241,7 @@ def _options(action: str, raw: dict, base: Path, number: int) -> SearchOptions |
     return CheckOptions.of(**given, plans=str(base / f"entry-{number}.plans"))
 
 
-def _paths(value, key: str, base: Path, where: str) -> tuple[str, ...]:
+def _paths(value: object, key: str, base: Path, where: str) -> tuple[str, ...]:
     value = [value] if isinstance(value, str) else value
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise UsageError(f"{where}: '{key}' must be a path or a list of paths (.npz files, directories, globs)")
@@ -299,7 +299,7 @@ class BatchRow:
                 f"{seconds}{error})")
 
 
-def run_entry(_state, entry: Entry) -> BatchRow:
+def run_entry(_state: None, entry: Entry) -> BatchRow:
     """One entry's check or search (in a worker). Never raises for the entry's own faults: it fails alone."""
     from fp16bisect.errors import ToleranceUnreachable
     from fp16bisect.model import weights

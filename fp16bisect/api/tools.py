@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Callable
 
 from fp16bisect import records
 from fp16bisect.api import inputs
-from fp16bisect.api.functions import (Given, Model, Progress, Samples, ToleranceGiven, _own_work_directories,
-                                      _references, apply)
+from fp16bisect.api.functions import Given, ToleranceGiven, _own_work_directories, _references, apply
+from fp16bisect.api.inputs import Model, OverridesGiven, Progress, Samples
 from fp16bisect.api.results import ApplyResult, CheckResult, SearchResult, _names, _nodes
 from fp16bisect.errors import UsageError
 from fp16bisect.records import COMPARE
@@ -20,6 +20,7 @@ from fp16bisect.tolerance import GivenTolerance, Tolerance
 
 if TYPE_CHECKING:
     from fp16bisect.artifacts.migrate import Mapping, Pins
+    from fp16bisect.artifacts.mixed import Mixed
     from fp16bisect.diagnose.layerwise import Layerwise, LayerwiseRunner, NodeError
     from fp16bisect.evaluation.oracle import Evaluation
 
@@ -61,7 +62,7 @@ class CompareResult:
         write_csv(path, self.layerwise)
 
 
-def compare(model: Model, samples: Samples, *, reference: Samples | None = None, overrides=None,
+def compare(model: Model, samples: Samples, *, reference: Samples | None = None, overrides: OverridesGiven = None,
             tolerance: ToleranceGiven = None, space: Given[Space] = None, max_error: float | None = None,
             progress: Progress = None) -> CompareResult:
     """Compare every node's output in FP16 with FP32 (emulated) and name the first node that fails.
@@ -142,11 +143,12 @@ class MigrateResult:
         return self.applied.passed
 
 
-def migrate(model: str | Path, output: str | Path, *, trtexec_args: str | None = None,
-            layer_precisions: str | Path | None = None, overrides_out: str | Path | None = None,
-            verify: bool | str = False, samples: Samples | None = None, reference: Samples | None = None,
-            tolerance: ToleranceGiven = None, fp16_io: bool = False, progress: Progress = None,
-            shown: Callable | None = None) -> MigrateResult:
+def migrate(  # noqa: PLR0913  the public API: the files, then keywords, each one of `migrate`'s flags
+        model: str | Path, output: str | Path, *, trtexec_args: str | None = None,
+        layer_precisions: str | Path | None = None, overrides_out: str | Path | None = None,
+        verify: bool | str = False, samples: Samples | None = None, reference: Samples | None = None,
+        tolerance: ToleranceGiven = None, fp16_io: bool = False, progress: Progress = None,
+        shown: Callable[[Mixed], object] | None = None) -> MigrateResult:
     """Turn TensorRT 10 FP32 layer pins into an override JSON and the strongly typed mixed-precision model.
 
     Args:
@@ -193,8 +195,11 @@ def migrate(model: str | Path, output: str | Path, *, trtexec_args: str | None =
     overrides = Path(overrides_out or Path(output).with_suffix(".overrides.json"))
     check_writable(str(output))
     check_writable(str(overrides))
-    pins = pins_of.pins_from_trtexec(trtexec_args) if trtexec_args is not None else \
-        pins_of.pins_from_list(_text(layer_precisions), str(layer_precisions))
+    if layer_precisions is not None:
+        pins = pins_of.pins_from_list(_text(layer_precisions), str(layer_precisions))
+    else:
+        assert trtexec_args is not None  # one of the two (checked above)
+        pins = pins_of.pins_from_trtexec(trtexec_args)
     with _own_work_directories():
         graph = Graph.load(str(model))
         mapping = pins_of.map_layers(graph, pins.fp32)
@@ -206,7 +211,7 @@ def migrate(model: str | Path, output: str | Path, *, trtexec_args: str | None =
     return MigrateResult(pins=pins, mapping=mapping, overrides=overrides, applied=applied)
 
 
-def _text(path) -> str:
+def _text(path: str | Path) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

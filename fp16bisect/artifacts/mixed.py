@@ -139,6 +139,31 @@ class _Constants(Mapping):
         return len(self.names)
 
 
+class _Views:
+    """A tensor's name in a precision (``views(t, q)``): its own where it already is in ``q``, a constant's FP16
+    copy, else the output of a Cast inserted on first use (one per tensor and direction)."""
+
+    def __init__(self, converter: _Converter, out: onnx.GraphProto, half_name: dict[str, str], fresh_t: Fresh,
+                 fresh_n: Fresh) -> None:
+        self.converter, self.out, self.half_name = converter, out, half_name
+        self.fresh_t, self.fresh_n = fresh_t, fresh_n
+        self.casts: dict[tuple[str, int], str] = {}
+
+    def __call__(self, t: str, q: int) -> str:
+        c = self.converter
+        if t in c.constants:
+            return self.half_name[t] if q == c.half else t
+        if c.prec.get(t, q) == q:
+            return t
+        if (t, q) not in self.casts:
+            kind = "fp16" if q == c.half else "fp32"
+            name = self.fresh_t(f"{t}_{kind}")
+            self.out.node.append(helper.make_node("Cast", [t], [name], name=self.fresh_n(f"fp16bisect/cast_{kind}/{t}"),
+                                                  to=q))
+            self.casts[(t, q)] = name
+        return self.casts[(t, q)]
+
+
 class _Converter:
     def __init__(self, graph: Graph, plan: frozenset, fp16_io: bool):
         self.graph = graph
@@ -272,67 +297,17 @@ class _Converter:
     # -- pass 2: write --------------------------------------------------------------------------
     def run(self) -> Mixed:
         decisions = self.decide()
-        g = self.graph.model.graph
-        model = onnx.ModelProto()
-        model.CopyFrom(self.graph.model)
+        model, originals, fresh_t, fresh_n = self._emptied_copy()
         out = model.graph
-        originals = list(out.node)
-        del out.node[:]
-        taken_tensors = {t for n in originals for t in (*n.input, *n.output)} | {v.name for v in g.input}
-        taken_tensors |= {t.name for t in g.initializer}
-        taken_nodes = {n.name for n in originals if n.name}
-        fresh_t = Fresh(taken_tensors)
-        fresh_n = Fresh(taken_nodes)
-
         wants, readers = self.reads(decisions)
-        half_name = {}
-        for t in self.constants:
-            if self.half in wants.get(t, ()):
-                half_name[t] = t if wants[t] == {self.half} and t not in {o.name for o in g.output} else fresh_t(f"{t}_fp16")
+        half_name = self._half_names(wants, fresh_t)
         mixed = Mixed(model, pinned=[n.id for n in self.graph.nodes if n.id in self.plan], precision=self.graph.precision)
         mixed.accumulating = [n.id for n in self.graph.nodes if n.id in self.accumulate and decisions[n.id][0] == self.half]
         mixed.conversions = self.conversions(wants, readers)
         self._write_constants(out, half_name, readers, mixed)
-
-        casts: dict[tuple[str, int], str] = {}
-
-        def view(t: str, q: int) -> str:
-            """Name of tensor t in precision q, inserting the Cast on first use."""
-            if t in self.constants:
-                return half_name[t] if q == self.half else t
-            if self.prec.get(t, q) == q:
-                return t
-            if (t, q) not in casts:
-                name = fresh_t(f"{t}_{'fp16' if q == self.half else 'fp32'}")
-                out.node.append(helper.make_node(
-                    "Cast", [t], [name], name=fresh_n(f"fp16bisect/cast_{'fp16' if q == self.half else 'fp32'}/{t}"), to=q
-                ))
-                casts[(t, q)] = name
-            return casts[(t, q)]
-
+        views = _Views(self, out, half_name, fresh_t, fresh_n)
         for node in self.graph.nodes:
-            proto = onnx.NodeProto()
-            proto.CopyFrom(originals[node.index])
-            if node.id not in decisions:  # a float Constant: rewritten in place by _write_constants
-                const = out.node.add()
-                const.CopyFrom(self._constant_node(proto, half_name))
-                continue
-            p, required = decisions[node.id]
-            for i, (t, q) in enumerate(zip(node.inputs, required)):
-                if q is not None:
-                    proto.input[i] = view(t, q)
-            for t in node.implicit:  # subgraphs read outer tensors in FP32
-                if self.graph.is_float(t) and t not in self.constants and self.prec.get(t) == self.half:
-                    rename_reads(proto, t, view(t, FLOAT))
-            if p == self.half:
-                mixed.fp16_nodes.append(node.id)
-            if node.id in self.folds:
-                self._write_fold(out, node, proto, proto.input[0], fresh_t, fresh_n, mixed)
-            elif node.id in self.accumulate and p == self.half:
-                cast_around(out, proto, node.id, self.half, [i for i, q in enumerate(required) if q == self.half],
-                            [i for i, t in enumerate(node.outputs) if self.prec.get(t) == self.half], fresh_t, fresh_n)
-            else:
-                out.node.append(proto)
+            self._write_node(out, node, originals[node.index], decisions.get(node.id), views, mixed)
 
         if self.folds:
             self._drop_unread(out, {t for i in self.folds for t in self.graph.by_id[i].inputs[1:5]})
@@ -341,6 +316,52 @@ class _Converter:
         mixed.casts = sum(1 for n in out.node if n.name.startswith("fp16bisect/cast"))
         mixed.notes = self.notes
         return mixed
+
+    def _emptied_copy(self) -> tuple[onnx.ModelProto, list[onnx.NodeProto], Fresh, Fresh]:
+        """A copy of the model without its nodes, the nodes, and the makers of new tensor and node names (none
+        taken by the model)."""
+        g = self.graph.model.graph
+        model = onnx.ModelProto()
+        model.CopyFrom(self.graph.model)
+        originals = list(model.graph.node)
+        del model.graph.node[:]
+        taken_tensors = {t for n in originals for t in (*n.input, *n.output)} | {v.name for v in g.input}
+        taken_tensors |= {t.name for t in g.initializer}
+        taken_nodes = {n.name for n in originals if n.name}
+        return model, originals, Fresh(taken_tensors), Fresh(taken_nodes)
+
+    def _half_names(self, wants: dict[str, set], fresh_t: Fresh) -> dict[str, str]:
+        """Constant -> the name of its FP16 copy: its own when nothing reads it in FP32 and it is no graph output."""
+        outputs = {o.name for o in self.graph.model.graph.output}
+        return {t: t if wants[t] == {self.half} and t not in outputs else fresh_t(f"{t}_fp16")
+                for t in self.constants if self.half in wants.get(t, ())}
+
+    def _write_node(self, out: onnx.GraphProto, node: Node, original: onnx.NodeProto,
+                    decision: tuple[int, list[int | None]] | None, views: _Views, mixed: Mixed) -> None:
+        """One node as decided: its inputs read in the precisions required (Casts where they cross), written as
+        it is, as a BatchNormalization fold, or between the Casts of FP32 accumulation."""
+        proto = onnx.NodeProto()
+        proto.CopyFrom(original)
+        if decision is None:  # a float Constant: rewritten in place by _write_constants
+            out.node.add().CopyFrom(self._constant_node(proto, views.half_name))
+            return
+        p, required = decision
+        for i, (t, q) in enumerate(zip(node.inputs, required)):
+            if q is not None:
+                proto.input[i] = views(t, q)
+        for t in node.implicit:  # subgraphs read outer tensors in FP32
+            if self.graph.is_float(t) and t not in self.constants and self.prec.get(t) == self.half:
+                rename_reads(proto, t, views(t, FLOAT))
+        if p == self.half:
+            mixed.fp16_nodes.append(node.id)
+        if node.id in self.folds:
+            self._write_fold(out, node, proto, proto.input[0], views.fresh_t, views.fresh_n, mixed)
+        elif node.id in self.accumulate and p == self.half:
+            cast_around(out, proto, node.id, self.half, [i for i, q in enumerate(required) if q == self.half],
+                        [i for i, t in enumerate(node.outputs) if self.prec.get(t) == self.half], views.fresh_t,
+                        views.fresh_n)
+        else:
+            out.node.append(proto)
 
     def _write_constants(self, out: onnx.GraphProto, half_name: dict, readers: dict, mixed: Mixed) -> None:
         by_name = {t.name: t for t in out.initializer}

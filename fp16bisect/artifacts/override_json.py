@@ -1,6 +1,6 @@
 """Builds the override JSON (schema ``fp16bisect.overrides/1``), the one builder of that file, from plain values.
 
-A search's result file (``run/override_json.py`` turns its ``Outcome`` into these values) and the file the
+A search's result file (``run/outcome.py`` turns its ``Outcome`` into these values) and the file the
 command backend writes for each plan it judges (``{overrides}``) are both built here, so a judge reads a plan
 as a pipeline reads a result. ``overrides.schema.json`` beside this module declares the file; the sections are
 written in the order of ``SECTIONS``; the result is the file's one type, ``overrides.Overrides``.

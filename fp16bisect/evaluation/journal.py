@@ -37,11 +37,11 @@ import hashlib
 import json
 import os
 from pathlib import Path
-
+from typing import Iterable
 
 from fp16bisect.errors import UsageError
-from fp16bisect.model.samples import update_digest
-from fp16bisect.evaluation.oracle import Evaluation, Reason
+from fp16bisect.model.samples import Sample, update_digest
+from fp16bisect.evaluation.verdicts import Evaluation, Reason
 
 SCHEMA = "fp16bisect.journal/1"
 KEYS = ("model_sha256", "backend", "tolerance", "samples", "repeats", "headroom", "shapes")  # the last two: when given
@@ -49,7 +49,7 @@ CRASHED = ("the process died evaluating this plan (a crash or a kill); fp16bisec
            "evaluates it again")
 
 
-def samples_digest(samples) -> str:
+def samples_digest(samples: Iterable[Sample]) -> str:
     """What the user gave: the inputs, and the references when given (computed ones follow from them).
 
     Call it before references are computed."""
@@ -68,7 +68,7 @@ def journal_key(header: dict) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _key(plan, entry: dict) -> tuple:
+def _key(plan: Iterable, entry: dict) -> tuple[frozenset, int]:
     """What a started, abandoned or finished line is about: the plan, and which recheck of it (0: none)."""
     return frozenset(plan), int(entry.get("recheck") or 0)
 
@@ -139,6 +139,19 @@ class Journal:
                 from None
 
     def _load(self) -> None:
+        lines = self._checked_lines()
+        unfinished = self._read(lines[1:-1])  # the text after the last newline may be cut short: never read
+        if lines[-1]:  # drop the torn tail so the next line starts clean
+            with open(self.path, "wb") as f:
+                f.write(b"\n".join(lines[:-1]) + b"\n")
+            ended = _torn_plan(lines[-1])  # a kill while its result was being written: run it again, no crash
+            for key in [k for k in unfinished if k[0] == ended]:
+                del unfinished[key]
+        self._crashed(unfinished)
+
+    def _checked_lines(self) -> list[bytes]:
+        """The journal's lines (the last one empty, or cut short by a kill), once its header says it is this
+        search's."""
         try:
             lines = self.path.read_bytes().split(b"\n")
         except OSError as exc:
@@ -156,14 +169,18 @@ class Journal:
                 f"the journal {str(self.path)!r} belongs to another search (its {', '.join(differs)} differ): "
                 "pass --restart to discard it, or choose another -o path"
             )
-        if len(lines) == 1:  # the header alone, its newline lost
-            lines.append(b"")
-        unfinished: dict[tuple, list] = {}  # started, then neither finished nor abandoned: (plan, recheck) -> ids
-        for raw in lines[1:-1]:  # the text after the last newline may be cut short: never read
+        return lines if len(lines) > 1 else [*lines, b""]  # the header alone, its newline lost
+
+    def _read(self, lines: list[bytes]) -> dict[tuple, list]:
+        """The evaluations, noise and prior the lines hold, kept; the plans started and then neither finished nor
+        abandoned returned ((plan, recheck) -> ids). A line that is not JSON (cut short by a kill in an older run)
+        or not one this program wrote is skipped."""
+        unfinished: dict[tuple, list] = {}
+        for raw in lines:
             try:
                 entry = json.loads(raw)
             except (ValueError, UnicodeDecodeError):
-                continue  # a line cut short by a kill in an older run
+                continue
             if not isinstance(entry, dict):
                 continue
             try:
@@ -180,13 +197,7 @@ class Journal:
                     self.prior = entry["prior"]
             except (TypeError, ValueError):  # ids that cannot be a plan: not a line this program wrote
                 continue
-        if lines[-1]:  # drop the torn tail so the next line starts clean
-            with open(self.path, "wb") as f:
-                f.write(b"\n".join(lines[:-1]) + b"\n")
-            ended = _torn_plan(lines[-1])  # a kill while its result was being written: run it again, no crash
-            for key in [k for k in unfinished if k[0] == ended]:
-                del unfinished[key]
-        self._crashed(unfinished)
+        return unfinished
 
     def _crashed(self, unfinished: dict[tuple, list]) -> None:
         """Record the plans a process died evaluating as could not evaluate, or with ``retry_crashed`` drop their
@@ -203,13 +214,13 @@ class Journal:
             died = Evaluation(frozenset(ids), False, (), 0.0, reason=Reason("died", CRASHED))
             self.append({**died.to_json(), "crashed": True, **({"recheck": recheck} if recheck else {})})
 
-    def start(self, plan, recheck: int = 0) -> None:
+    def start(self, plan: Iterable, recheck: int = 0) -> None:
         """Mark a plan's evaluation (``recheck`` k: its k-th recheck) started, on disk, before it runs."""
         ids = sorted(plan)
         self._write({"started": ids, **({"recheck": recheck} if recheck else {})})
         self._open.add(_key(ids, {"recheck": recheck}))
 
-    def abandon(self, plans, recheck: int = 0) -> None:
+    def abandon(self, plans: Iterable[Iterable], recheck: int = 0) -> None:
         """Unmark the evaluations among ``plans`` that were started here and have not finished: the process is
         unwinding (Ctrl-C, an exception), not dying, so a resumed search runs them again. Best effort: a journal
         that cannot be written must not hide what is unwinding."""

@@ -53,12 +53,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Literal, Sequence, cast
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
 from fp16bisect.backends.base import Backend, PlanJudge, SampleRunner, Verdict
-from fp16bisect.errors import CouldNotEvaluate, ReasonKind, UsageError
+from fp16bisect.errors import CouldNotEvaluate, UsageError
+from fp16bisect.evaluation.verdicts import EXIT_CODE, OUTPUTS, Evaluation, Reason, VerdictFrom
 from fp16bisect.evaluation.whole_plans import judge_stage, stages
-from fp16bisect.tolerance import OutputMetrics, Tolerance, accepted, compare, worst_per_output
+from fp16bisect.tolerance import OutputMetrics, Tolerance, accepted, compare
+
+if TYPE_CHECKING:  # the journal writes evaluations (verdicts.py); the oracle only hands it them
+    from fp16bisect.evaluation.journal import Journal
+    from fp16bisect.model.samples import Sample
+
+__all__ = ["EXIT_CODE", "OUTPUTS", "Evaluation", "Judging", "JudgeBroken", "Oracle", "Reason", "SampleOrder",
+           "VerdictFrom", "evaluate_plan"]  # the evaluation's records too: callers import them from here
 
 UNEVALUABLE_AFTER = 8  # plans asked before the share that could not be evaluated can stop the search
 
@@ -67,95 +75,16 @@ class JudgeBroken(UsageError):
     """More than half of the plans asked could not be evaluated: exit 2 with the first reason."""
 
 
-@dataclass(frozen=True)
-class Reason:
-    """Why a plan could not be evaluated: neither pass nor fail, and never evidence."""
+class Executor(Protocol):
+    """What evaluates several plans at once (``fp16bisect.parallel``'s ``PlanExecutor``): ``width`` of them, each
+    ``Evaluation`` yielded as it completes."""
 
-    kind: ReasonKind  # build (a build or run failed) | cannot_evaluate (a command's exit 125) | outputs (outputs that do
-    # not fit the references) | pins_ignored (a weakly typed build dropped FP32 pins) | died (a worker died, or
-    # the process died evaluating it: fp16bisect.evaluation.journal)
-    message: str
-    pins: tuple = ()  # pins_ignored: (node, engine layer) pairs
+    width: int
 
-    def to_json(self) -> dict:
-        return {"kind": self.kind, "message": self.message, **({"pins": [list(p) for p in self.pins]} if self.pins
-                                                                else {})}
+    def evaluate(self, plans: list[frozenset], first_repeat: int, repeats: int,
+                 order: SampleOrder) -> Iterable[Evaluation]: ...
 
-    @classmethod
-    def from_json(cls, data) -> Reason:
-        if isinstance(data, str):  # journals written before reasons were data
-            return cls("build", data)
-        return cls(cast(ReasonKind, str(data["kind"])), str(data["message"]), tuple(tuple(p) for p in data.get("pins", ())))
-
-    @classmethod
-    def of(cls, exc: CouldNotEvaluate) -> Reason:
-        return cls(exc.kind, str(exc), tuple(exc.pins))
-
-
-VerdictFrom = Literal["outputs", "exit_code"]  # where an evaluation's verdict came from
-OUTPUTS: VerdictFrom = "outputs"
-EXIT_CODE: VerdictFrom = "exit_code"
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    plan: frozenset
-    passed: bool
-    metrics: tuple  # OutputMetrics, one per (repeat, sample, output); empty when the verdict is an exit code
-    seconds: float
-    reason: Reason | None = None  # the plan could not be evaluated (then passed is False and verdict None)
-    flaky: bool = False  # repeats disagreed: some passed, some failed
-    verdict_from: str = OUTPUTS  # OUTPUTS: the metrics under the tolerance; EXIT_CODE: the backend's bare verdict
-    detail: str = ""  # with EXIT_CODE: what the verdict rests on (the exit code, the command's last stderr line)
-    samples: tuple = ()  # the sample indices run, in order (a failing plan stops at its first failing sample)
-
-    @property
-    def failed_on(self) -> int | None:
-        """The first sample that failed the plan (None: none failed, or an exit code failed several samples at
-        once)."""
-        if self.verdict_from == EXIT_CODE:
-            lone = not self.passed and self.reason is None and len(self.samples) == 1
-            return self.samples[0] if lone else None
-        return next((m.sample for m in self.metrics if not m.passed), None)
-
-    @property
-    def error(self) -> str:
-        """The message of why the plan could not be evaluated ("" when it was)."""
-        return self.reason.message if self.reason is not None else ""
-
-    @property
-    def verdict(self) -> bool | None:
-        """True pass, False fail, None could not evaluate."""
-        return None if self.reason is not None else self.passed
-
-    def worst(self) -> dict[str, OutputMetrics]:
-        return worst_per_output(list(self.metrics))
-
-    def to_json(self) -> dict:
-        entry = {"plan": sorted(self.plan), "passed": self.passed, "seconds": round(self.seconds, 4),
-                 "error": self.error, "flaky": self.flaky, "metrics": [m.to_json() for m in self.metrics]}
-        if self.reason is not None:
-            entry["reason"] = self.reason.to_json()
-        if self.verdict_from != OUTPUTS:
-            entry["verdict_from"] = self.verdict_from
-        if self.detail:
-            entry["detail"] = self.detail
-        if self.samples:
-            entry["samples"] = list(self.samples)
-        return entry
-
-    @classmethod
-    def from_json(cls, entry: dict) -> Evaluation:
-        metrics = tuple(OutputMetrics(**{k: _number(v) for k, v in m.items()}) for m in entry.get("metrics", []))
-        reason = entry.get("reason") or entry.get("error") or None
-        return cls(frozenset(entry["plan"]), bool(entry["passed"]), metrics, float(entry.get("seconds", 0.0)),
-                   Reason.from_json(reason) if reason else None, bool(entry.get("flaky", False)),
-                   str(entry.get("verdict_from", OUTPUTS)), str(entry.get("detail", "")),
-                   tuple(int(i) for i in entry.get("samples", ())))
-
-
-def _number(value):
-    return float(value) if value in ("inf", "-inf", "nan") else value
+    def close(self) -> None: ...
 
 
 class Oracle:
@@ -163,8 +92,9 @@ class Oracle:
     evaluated as it is asked (a search adds its fixed members through a ``View``), once. Made with everything it
     judges by; afterwards only its evaluations change it."""
 
-    def __init__(self, backend, samples, tolerance: Tolerance, outputs: list[str], *, repeats: int = 1,
-                 journal=None, executor=None, stop_early: bool = True):
+    def __init__(self, backend: Backend, samples: list[Sample], tolerance: Tolerance, outputs: list[str], *,
+                 repeats: int = 1, journal: Journal | None = None, executor: Executor | None = None,
+                 stop_early: bool = True) -> None:
         self.backend = backend
         self.executor = executor  # evaluates several plans at once (``evaluate_many``); None: one by one, here
         self.samples = samples
@@ -202,7 +132,7 @@ class Oracle:
         if sample is not None and 0 <= sample < len(self.samples):
             self.failing = [sample, *(i for i in self.failing if i != sample)]
 
-    def __call__(self, plan) -> bool | None:
+    def __call__(self, plan: Iterable) -> bool | None:
         """The plan's verdict: True pass, False fail, None could not evaluate."""
         return self.evaluate(plan).verdict
 
@@ -211,13 +141,13 @@ class Oracle:
         """Plans evaluated at once."""
         return self.executor.width if self.executor is not None else 1
 
-    def test_many(self, plans) -> list[bool | None]:
+    def test_many(self, plans: Iterable[Iterable]) -> list[bool | None]:
         return [e.verdict for e in self.evaluate_many(plans)]
 
     def __enter__(self) -> Oracle:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         """Stops the executor's workers (if any); a run ended by an exception (a refusal, an interrupt) that
         evaluated nothing leaves no journal. The backend's own lifetime is ``with backend:``."""
         if self.executor is not None:
@@ -225,12 +155,12 @@ class Oracle:
         if exc[0] is not None and self.journal is not None:
             self.journal.discard_if_unused()
 
-    def evaluate_many(self, plans, *, stress: Sequence[int] = ()) -> list[Evaluation]:
+    def evaluate_many(self, plans: Iterable[Iterable], *, stress: Sequence[int] = ()) -> list[Evaluation]:
         """Evaluations of independent plans; those not yet known run together on the executor."""
-        plans = [frozenset(p) for p in plans]
-        todo = list(dict.fromkeys(p for p in plans if p not in self.memo))
+        asked = [frozenset(p) for p in plans]
+        todo = list(dict.fromkeys(p for p in asked if p not in self.memo))
         if self.executor is None or len(todo) <= 1:
-            return [self.evaluate(p, stress=stress) for p in plans]
+            return [self.evaluate(p, stress=stress) for p in asked]
         for plan in todo:  # each marked started before it is submitted (fp16bisect.evaluation.journal)
             self._start(plan, 0)
         try:
@@ -239,9 +169,9 @@ class Oracle:
         except BaseException:  # Ctrl-C or an error, unwinding: those still running are not crashes
             self._abandon(todo, 0)
             raise
-        return [self.memo[p] for p in plans]
+        return [self.memo[p] for p in asked]
 
-    def evaluate(self, plan, recheck: int = 0, *, stress: Sequence[int] = ()) -> Evaluation:
+    def evaluate(self, plan: Iterable, recheck: int = 0, *, stress: Sequence[int] = ()) -> Evaluation:
         """``recheck`` k > 0: a fresh evaluation of a plan already judged (its own builds), kept apart;
         ``stress``: the samples most stressing first (``order``)."""
         plan = frozenset(plan)
@@ -273,7 +203,7 @@ class Oracle:
         if self.journal is not None:
             self.journal.start(plan, recheck)
 
-    def _abandon(self, plans, recheck: int) -> None:
+    def _abandon(self, plans: Iterable[frozenset], recheck: int) -> None:
         if self.journal is not None:
             self.journal.abandon(plans, recheck)
 
@@ -368,7 +298,7 @@ def evaluate_plan(backend: Backend, judging: Judging, plan: frozenset, repeats: 
 class _Judge:
     """One plan's evaluation under way: a repeat's metrics and bare verdicts, and the samples run (``ran``)."""
 
-    def __init__(self, backend: Backend, judging: Judging):
+    def __init__(self, backend: Backend, judging: Judging) -> None:
         self.backend, self.judging = backend, judging
         self.plan_judge = backend if isinstance(backend, PlanJudge) else None  # judges whole plans: asked first
         self.runner = backend if isinstance(backend, SampleRunner) else None
@@ -389,7 +319,7 @@ class _Judge:
         metrics: list[OutputMetrics] = []
         said: list[Verdict] = []
         for stage in stages(self.judging.indices, self.judging.order.stop_early):
-            judged = judge_stage(judge, self.judging.samples, plan, stage, repeat, placeholders)
+            judged = judge_stage(judge, self.backend.name, self.judging.samples, plan, stage, repeat, placeholders)
             if isinstance(judged, Verdict):
                 self.ran.update(dict.fromkeys(stage))
                 said.append(judged)
@@ -402,7 +332,7 @@ class _Judge:
                 break
         return metrics, said
 
-    def _compare(self, outputs_of, indices: list[int]) -> list[OutputMetrics]:
+    def _compare(self, outputs_of: Callable[[int], dict], indices: list[int]) -> list[OutputMetrics]:
         """The metrics of the samples ``indices``, in that order, until one fails when the order stops early."""
         samples, tolerance, found = self.judging.samples, self.judging.tolerance, []
         for i in indices:

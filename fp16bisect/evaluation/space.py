@@ -20,8 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Protocol, Sequence
 
+from fp16bisect.backends.base import Backend
+from fp16bisect.evaluation.journal import Journal
 from fp16bisect.evaluation.oracle import Evaluation, Oracle
+from fp16bisect.model.graph import Graph
 from fp16bisect.model.profile import Profile
+from fp16bisect.model.samples import Sample
+from fp16bisect.tolerance import Tolerance
 
 
 @dataclass(frozen=True)
@@ -34,7 +39,7 @@ class PlanSpace:
     blocks: Mapping[str, tuple] = field(default_factory=dict, hash=False)
 
     @classmethod
-    def of(cls, graph) -> PlanSpace:
+    def of(cls, graph: Graph) -> PlanSpace:
         """Every candidate node of ``graph``, nothing fixed."""
         return cls(tuple(n.id for n in graph.candidates))
 
@@ -95,17 +100,17 @@ class View:
         """The same oracle, samples in the same order, over another space."""
         return replace(self, space=space)
 
-    def __call__(self, plan) -> bool | None:
+    def __call__(self, plan: Iterable) -> bool | None:
         """The plan's verdict: True pass, False fail, None could not evaluate."""
         return self.evaluate(plan).verdict
 
-    def evaluate(self, plan, recheck: int = 0) -> Evaluation:
+    def evaluate(self, plan: Iterable, recheck: int = 0) -> Evaluation:
         whole = self.space.plan(plan)
         if (whole, recheck) not in self.oracle.rechecks if recheck else whole not in self.oracle.memo:
             self._afford(1)
         return self.oracle.evaluate(whole, recheck, stress=self.stress)
 
-    def evaluate_many(self, plans) -> list[Evaluation]:
+    def evaluate_many(self, plans: Iterable[Iterable]) -> list[Evaluation]:
         wholes = [self.space.plan(p) for p in plans]
         todo = list(dict.fromkeys(p for p in wholes if p not in self.oracle.memo))
         afforded = self._afford(len(todo)) if todo else 0
@@ -118,10 +123,10 @@ class View:
         """How many of ``wanted`` evaluations about to run the budget allows (it raises when none)."""
         return wanted if self.budget is None else self.budget.take(wanted)
 
-    def test_many(self, plans) -> list[bool | None]:
+    def test_many(self, plans: Iterable[Iterable]) -> list[bool | None]:
         return [e.verdict for e in self.evaluate_many(plans)]
 
-    def asked(self, plan, phase: str) -> None:
+    def asked(self, plan: Iterable, phase: str) -> None:
         """Notes the phase of the search that asked ``plan`` (without the fixed members), the first time it is asked:
         the trace of a search that a budget or Ctrl-C ends (``run/stopping.py``)."""
         self.oracle.phases.setdefault(self.space.plan(plan), phase)
@@ -130,11 +135,11 @@ class View:
         """What the budget leaves, for a progress line ('' without a budget)."""
         return self.budget.left() if self.budget is not None else ""
 
-    def known(self, plan) -> Evaluation | None:
+    def known(self, plan: Iterable) -> Evaluation | None:
         """The evaluation of ``plan`` (without the fixed members), if there is one."""
         return self.oracle.memo.get(self.space.plan(plan))
 
-    def replayed(self, plan) -> bool:
+    def replayed(self, plan: Iterable) -> bool:
         """Whether a journal replayed ``plan``'s evaluation (without the fixed members)."""
         return self.space.plan(plan) in self.oracle.replayed
 
@@ -153,23 +158,23 @@ class View:
         return self.oracle.history
 
     @property
-    def backend(self):
+    def backend(self) -> Backend:
         return self.oracle.backend
 
     @property
-    def samples(self) -> list:
+    def samples(self) -> list[Sample]:
         return self.oracle.samples
 
     @property
-    def tolerance(self):
+    def tolerance(self) -> Tolerance:
         return self.oracle.tolerance
 
     @property
-    def outputs(self) -> list:
+    def outputs(self) -> list[str]:
         return self.oracle.outputs
 
     @property
-    def journal(self):
+    def journal(self) -> Journal | None:
         return self.oracle.journal
 
     @property

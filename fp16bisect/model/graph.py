@@ -314,7 +314,8 @@ def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
     return TensorSpec(value.name, t.elem_type, shape)
 
 
-def _tensor_types(model: onnx.ModelProto) -> tuple[dict, dict, dict, dict]:
+def _tensor_types(model: onnx.ModelProto) -> tuple[dict, dict, dict, dict]:  # noqa: C901  every source of a type
+    # or shape (declared, initializer, Constant, inferred, in subgraphs) in one pass; visit() counts into it
     """Element type of every tensor (declared, initializer, Constant, or inferred), the rank of those whose rank
     is declared or inferred, the shapes (ints, None for unknown dims) and the types of tensors inside subgraphs.
     One shape inference, on the model as loaded: its weights are in files, so this reads no weight bytes."""

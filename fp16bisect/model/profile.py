@@ -105,8 +105,6 @@ def profile(graph: Graph, samples, chunk: int = 256, accumulators: bool = True) 
         per = _PerSample(computed, len(samples), low)
         built = with_statistics(graph, computed, sizes)
         probes = add_probes(built[0], graph, graph.opset) if built is not None and with_accumulators else Probes([])
-        if built is not None:
-            share_constants(built[0])
         sess, why = (None, "") if built is None else _session(built[0], "the model with statistics nodes", fold,
                                                               arena=not graph.large_activations)
         whole, why = (None, why) if sess is None or built is None else _in_run(sess, built, samples, stats, per,
@@ -230,7 +228,9 @@ def _same_values(graph: Graph, names: list[str]) -> dict[str, str]:
 
 def _session(model: onnx.ModelProto, what: str, fold_constants: bool = True, arena: bool = True):
     """In producer order, so each tensor is freed once its statistics are taken (ONNX Runtime's default order
-    keeps them alive to the end of the run), and ""; (None, what ONNX Runtime said) if it refuses the model."""
+    keeps them alive to the end of the run), and ""; (None, what ONNX Runtime said) if it refuses the model. The
+    model's equal small constants are made one first (``share_constants``: fewer graph passes in the session)."""
+    share_constants(model)
     try:
         return session(model, what, producer_order=True, fold_constants=fold_constants, arena=arena), ""
     except UsageError as e:

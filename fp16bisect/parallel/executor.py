@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol
 
 from fp16bisect.backends.base import Backend, Options
 from fp16bisect import records
@@ -24,12 +24,13 @@ from fp16bisect.errors import UsageError
 from fp16bisect.parallel.processes import Died, LocalPool
 from fp16bisect.tolerance import Tolerance
 
-if TYPE_CHECKING:  # workers import the backends when they make one, not with this module
-    from fp16bisect.backends.base import Backend, Options
-    from fp16bisect.tolerance import Tolerance
+if TYPE_CHECKING:  # workers import what they evaluate with when they make it, not with this module
+    from fp16bisect.evaluation.oracle import Evaluation, SampleOrder
+    from fp16bisect.model.graph import Graph
+    from fp16bisect.model.samples import Sample
 
 
-def _devices(value, name: str) -> tuple[str, ...]:
+def _devices(value: object, name: str) -> tuple[str, ...]:
     """GPU ids: ``"0,1,3"`` (the flag's text), a list of ids, or None."""
     if value is None or value == "" or value == ():
         return ()
@@ -40,7 +41,7 @@ def _devices(value, name: str) -> tuple[str, ...]:
     return tuple(parse_devices(value))
 
 
-def _ray(value, name: str) -> str | None:
+def _ray(value: object, name: str) -> str | None:
     """A Ray address ("" a local Ray instance, "auto", host:port) or None; Ray must import (said before any work)."""
     address = records.text()(value, name)
     if address is not None:
@@ -84,7 +85,7 @@ class Job:
     workdir: str = ""  # where a worker's work directory goes: inside this process's, which removes it with its own
 
 
-def setup_backend(job: Job, device: str):
+def setup_backend(job: Job, device: str) -> WorkerState:
     """In a worker: the backend, built once, with what this worker needs of its own (``Backend.for_worker``)."""
     import onnx
 
@@ -97,7 +98,7 @@ def setup_backend(job: Job, device: str):
     return WorkerState(make_backend(job.backend, graph, job.options, device=device), job, device)
 
 
-def setup_in_process(shared, device: str):
+def setup_in_process(shared: tuple[Backend, Job], device: str) -> WorkerState:
     """In a thread of this process (the command backend): this process's backend, and the slot's device."""
     backend, job = shared
     return WorkerState(backend, job, device, owned=False)
@@ -118,7 +119,7 @@ class WorkerState:
 
 
 
-def evaluate_task(state: WorkerState, arg):
+def evaluate_task(state: WorkerState, arg: tuple) -> Evaluation:
     """In a worker: one plan's evaluation (every sample, every repeat)."""
     from fp16bisect.evaluation.oracle import Judging, SampleOrder, evaluate_plan
 
@@ -129,34 +130,47 @@ def evaluate_task(state: WorkerState, arg):
                          placeholders={"device": state.device})
 
 
+class Pool(Protocol):
+    """What runs tasks (``LocalPool``, ``RayPool``, ``ThreadSlots``): ``width`` at once, each ``(index, result)``
+    yielded as it completes (a ``Died`` when its worker died)."""
+
+    width: int
+
+    def run(self, args: Iterable[Any]) -> Iterator[tuple[int, Any]]: ...
+
+    def close(self, force: bool = False) -> None: ...
+
+
 class PlanExecutor:
     """Evaluates plans on a pool; ``evaluate`` yields each ``Evaluation`` as it completes. A plan whose worker
     died twice is a failed evaluation with the reason (a failed build, never dropped)."""
 
-    def __init__(self, pool, where: str):
+    def __init__(self, pool: Pool, where: str) -> None:
         self.pool = pool
         self.width = pool.width
         self.where = where  # for messages: "4 worker processes", "Ray (8 CPUs)"
 
-    def evaluate(self, plans, first_repeat: int = 0, repeats: int = 1, order=None):
+    def evaluate(self, plans: Iterable[frozenset], first_repeat: int = 0, repeats: int = 1,
+                 order: SampleOrder | None = None) -> Iterator[Evaluation]:
         started = time.perf_counter()
-        plans = list(plans)
-        for index, result in self.pool.run([(p, first_repeat, repeats, order) for p in plans]):
+        asked = list(plans)
+        for index, result in self.pool.run([(p, first_repeat, repeats, order) for p in asked]):
             if isinstance(result, Died):
-                result = _died(plans[index], result.reason, time.perf_counter() - started)
+                result = _died(asked[index], result.reason, time.perf_counter() - started)
             yield result
 
     def close(self) -> None:
         self.pool.close()
 
 
-def _died(plan, reason: str, seconds: float):
+def _died(plan: Iterable, reason: str, seconds: float) -> Evaluation:
     from fp16bisect.evaluation.oracle import Evaluation, Reason
 
     return Evaluation(frozenset(plan), False, (), seconds, reason=Reason("died", reason))
 
 
-def make_executor(parallel: Parallel, backend: Backend, graph, samples, tolerance, outputs, options: Options):
+def make_executor(parallel: Parallel, backend: Backend, graph: Graph, samples: list[Sample], tolerance: Tolerance,
+                  outputs: list[str], options: Options) -> PlanExecutor | None:
     """A ``PlanExecutor`` for ``backend`` (this process's, made with ``options``), or None when serial: what it
     declares says how (threads sharing it, or workers that rebuild it from its name and options; one GPU each)."""
     uses_devices = backend.uses_device and parallel.devices  # the emulator has no use for --devices
@@ -205,7 +219,8 @@ class ThreadSlots:
     ``(index, work(state, arg))`` as tasks complete, and an exception in ``work`` is raised here. The same
     interface as ``LocalPool``."""
 
-    def __init__(self, work, setup=None, shared=None, jobs: int = 1, devices=None):
+    def __init__(self, work: Callable[[Any, Any], Any], setup: Callable[[Any, str], Any] | None = None,
+                 shared: Any = None, jobs: int = 1, devices: Iterable[object] | None = None) -> None:
         self.work, self.setup, self.shared = work, setup, shared
         self.devices = [str(d) for d in devices] if devices else [str(i) for i in range(jobs)]
         self.width = len(self.devices)
@@ -217,13 +232,13 @@ class ThreadSlots:
     def _claim(self) -> None:  # a thread's slot: its device, and its state once set up
         self._local.device = self.devices[next(self._slots)]
 
-    def _task(self, arg):
+    def _task(self, arg: Any) -> Any:
         if not hasattr(self._local, "state"):
             self._local.state = self.setup(self.shared, self._local.device) if self.setup is not None else None
             self._states.append(self._local.state)
         return self.work(self._local.state, arg)
 
-    def run(self, args):
+    def run(self, args: Iterable[Any]) -> Iterator[tuple[int, Any]]:
         futures = {self._pool.submit(self._task, arg): index for index, arg in enumerate(args)}
         try:
             for done in as_completed(futures):
@@ -242,7 +257,7 @@ class ThreadSlots:
     def __enter__(self) -> "ThreadSlots":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -23,8 +23,9 @@ import os
 import signal
 import traceback
 from dataclasses import dataclass
-from multiprocessing.connection import wait
-from typing import Any
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any, Callable, Iterable, Iterator
 
 ATTEMPTS = 2  # a task whose worker dies is run once more, then counted as failed
 
@@ -40,7 +41,8 @@ class WorkerError(Exception):
     """An exception in a worker that could not be sent back as itself."""
 
 
-def _serve(conn, work, setup, shared, device, visible_devices: bool) -> None:
+def _serve(conn: Connection, work: Callable[[Any, Any], Any], setup: Callable[[Any, str], Any] | None, shared: Any,
+           device: str, visible_devices: bool) -> None:
     """A worker's loop: set up once, then one task per message until ``None``."""
     if visible_devices:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
@@ -57,7 +59,7 @@ def _serve(conn, work, setup, shared, device, visible_devices: bool) -> None:
             state.close()
 
 
-def _loop(conn, work, state, failure) -> None:
+def _loop(conn: Connection, work: Callable[[Any, Any], Any], state: Any, failure: BaseException | None) -> None:
     while True:
         try:
             arg = conn.recv()
@@ -76,7 +78,7 @@ def _loop(conn, work, state, failure) -> None:
         conn.send(("ok", result))
 
 
-def _send(conn, kind: str, exc: BaseException) -> None:
+def _send(conn: Connection, kind: str, exc: BaseException) -> None:
     try:
         conn.send((kind, exc))
     except Exception:  # an exception that does not pickle: its text and where it came from
@@ -96,7 +98,7 @@ def death_reason(exitcode: int | None) -> str:
 
 
 class _Worker:
-    def __init__(self, process, conn):
+    def __init__(self, process: BaseProcess, conn: Connection) -> None:
         self.process = process
         self.conn = conn
         self.task: int | None = None  # index of the task it is running
@@ -105,7 +107,9 @@ class _Worker:
 class LocalPool:
     """``jobs`` worker processes; ``run(args)`` yields ``(index, result)`` as tasks complete."""
 
-    def __init__(self, work, setup=None, shared=None, jobs: int = 1, devices=None, visible_devices: bool = False):
+    def __init__(self, work: Callable[[Any, Any], Any], setup: Callable[[Any, str], Any] | None = None,
+                 shared: Any = None, jobs: int = 1, devices: Iterable[object] | None = None,
+                 visible_devices: bool = False) -> None:
         self.work = work
         self.setup = setup
         self.shared = shared
@@ -125,7 +129,7 @@ class LocalPool:
         theirs.close()
         return _Worker(process, mine)
 
-    def run(self, args):
+    def run(self, args: Iterable[Any]) -> Iterator[tuple[int, Any]]:
         """Yields ``(index, result)`` for every arg, in completion order; ``result`` is ``work``'s return value
         or a ``Died``. Exceptions from ``setup`` or ``work`` propagate (the other tasks are abandoned)."""
         args = list(args)
@@ -134,15 +138,7 @@ class LocalPool:
         done = 0
         try:
             while done < len(args):
-                for slot, worker in enumerate(self._workers):
-                    if not queue:
-                        break
-                    if worker is None:
-                        worker = self._workers[slot] = self._spawn(slot)
-                    if worker.task is None:
-                        worker.task = queue.pop(0)
-                        attempts[worker.task] += 1
-                        worker.conn.send(args[worker.task])
+                self._hand_out(args, queue, attempts)
                 busy = [w for w in self._workers if w is not None and w.task is not None]
                 ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
                 for slot, worker in enumerate(self._workers):
@@ -150,29 +146,44 @@ class LocalPool:
                         continue
                     if worker.conn in ready or worker.process.sentinel in ready:
                         index = worker.task
-                        try:
-                            kind, value = worker.conn.recv() if worker.conn.poll() else (None, None)
-                        except (EOFError, OSError):
-                            kind, value = None, None
-                        if kind is None:  # the process died with the task
-                            worker.process.join(5)
-                            code = worker.process.exitcode
-                            worker.conn.close()
-                            self._workers[slot] = None
-                            if attempts[index] < ATTEMPTS:
-                                queue.insert(0, index)
-                                continue
-                            done += 1
-                            yield index, Died(death_reason(code))
+                        kind, value = self._receive(slot, worker)
+                        if kind == "died" and attempts[index] < ATTEMPTS:
+                            queue.insert(0, index)
                             continue
-                        worker.task = None
                         if kind == "error":
                             raise value
                         done += 1
-                        yield index, value
+                        yield index, Died(death_reason(value)) if kind == "died" else value
         except BaseException:
             self.close(force=True)  # tasks still running are abandoned: their workers go with them
             raise
+
+    def _hand_out(self, args: list, queue: list[int], attempts: list[int]) -> None:
+        """The next queued tasks to the idle workers, spawning those not running."""
+        for slot, worker in enumerate(self._workers):
+            if not queue:
+                break
+            if worker is None:
+                worker = self._workers[slot] = self._spawn(slot)
+            if worker.task is None:
+                worker.task = queue.pop(0)
+                attempts[worker.task] += 1
+                worker.conn.send(args[worker.task])
+
+    def _receive(self, slot: int, worker: _Worker) -> tuple[str, Any]:
+        """What a ready worker sent, ``("ok", result)`` or ``("error", exception)`` (then its task is done), or
+        ``("died", exit code)`` when its process died with the task (then its slot is freed)."""
+        try:
+            message = worker.conn.recv() if worker.conn.poll() else None
+        except (EOFError, OSError):
+            message = None
+        if message is None:
+            worker.process.join(5)
+            worker.conn.close()
+            self._workers[slot] = None
+            return "died", worker.process.exitcode
+        worker.task = None
+        return message
 
     def close(self, force: bool = False) -> None:
         for worker in self._workers:
@@ -198,5 +209,5 @@ class LocalPool:
     def __enter__(self) -> "LocalPool":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -13,6 +13,8 @@ is a ``Died`` with Ray's reason. ``num_gpus=1`` for GPU work (Ray then sets
 from __future__ import annotations
 
 import uuid
+from types import ModuleType
+from typing import Any, Callable, Iterable, Iterator
 
 from fp16bisect.errors import UsageError
 from fp16bisect.parallel.processes import Died
@@ -22,7 +24,7 @@ INSTALL = "Ray is not installed: pip install 'fp16bisect[ray]' (or pip install '
 _STATES: dict = {}  # in a Ray worker process: pool key -> what setup returned
 
 
-def load_ray():
+def load_ray() -> ModuleType:
     try:
         import ray
     except ImportError:
@@ -30,7 +32,7 @@ def load_ray():
     return ray
 
 
-def connect(address: str | None, num_cpus: int | None = None):
+def connect(address: str | None, num_cpus: int | None = None) -> ModuleType:
     """``ray.init`` once per process: ``address`` an existing cluster (``auto``: the one this machine belongs
     to), None a local one started here."""
     ray = load_ray()
@@ -44,7 +46,8 @@ def connect(address: str | None, num_cpus: int | None = None):
     return ray
 
 
-def _task(work, setup, shared, key: str, arg):
+def _task(work: Callable[[Any, Any], Any], setup: Callable[[Any, str], Any] | None, shared: list, key: str,
+          arg: Any) -> Any:
     if key not in _STATES:
         import ray
 
@@ -60,7 +63,8 @@ def _task(work, setup, shared, key: str, arg):
 class RayPool:
     """Tasks on a Ray cluster; ``run(args)`` yields ``(index, result)`` as tasks complete."""
 
-    def __init__(self, work, setup=None, shared=None, jobs: int = 0, gpu: bool = False, address: str | None = None):
+    def __init__(self, work: Callable[[Any, Any], Any], setup: Callable[[Any, str], Any] | None = None,
+                 shared: Any = None, jobs: int = 0, gpu: bool = False, address: str | None = None) -> None:
         ray = connect(address, num_cpus=jobs or None)
         self._ray = ray
         self.work, self.setup = work, setup
@@ -76,7 +80,7 @@ class RayPool:
             num_gpus=1 if gpu else 0, num_cpus=0 if gpu else 1, max_retries=1, retry_exceptions=False,
         )
 
-    def run(self, args):
+    def run(self, args: Iterable[Any]) -> Iterator[tuple[int, Any]]:
         ray = self._ray
         args = list(args)
         pending: dict = {}
@@ -109,5 +113,5 @@ class RayPool:
     def __enter__(self) -> "RayPool":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

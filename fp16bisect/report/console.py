@@ -20,7 +20,7 @@ from fp16bisect.model.shapes import said as shapes_said
 from fp16bisect.evaluation.oracle import EXIT_CODE
 from fp16bisect.artifacts.overrides import Overrides
 from fp16bisect.run.outcome import Listener, Outcome
-from fp16bisect.run.override_json import alternatives_json
+from fp16bisect.run.outcome import alternatives_json
 from fp16bisect.report.dataset import dataset_lines, table_metrics
 from fp16bisect.report.judged import judged_text, search_sources
 from fp16bisect.report.headroom import accumulator_lines, headroom_lines, scan_header, scan_headroom_lines

@@ -9,19 +9,22 @@ decided the answer) and ``headroom`` sections.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable, Iterable, Sequence
 
 from fp16bisect.algorithm.search import SearchResult
 from fp16bisect.evaluation.oracle import Oracle
 from fp16bisect.evaluation.space import PlanSpace
+from fp16bisect.model.graph import Graph
 from fp16bisect.model.headroom import (Forced, accumulator_reason, accumulators_json, fp16_accumulators,
                                        fp16_tensors, forced_nodes, forced_sums, headroom_json)
 from fp16bisect.model.plan_states import MARK, accumulating, is_mark
 from fp16bisect.model.profile import Profile
+from fp16bisect.model.samples import Sample
 
 ORDER_SHOWN = 10  # the JSON lists the first samples of the order tried; "decided" lists every deciding sample
 
 
-def sample_order(samples, prof: Profile, say) -> tuple[int, ...]:
+def sample_order(samples: Sequence[Sample], prof: Profile, say: Callable[[str], None]) -> tuple[int, ...]:
     """The samples' order, most stressing first (the FP32 profile's); said when there are several."""
     if len(samples) > 1 and prof.sample_order:
         say(f"{len(samples)} samples, most stressing first ({samples[prof.sample_order[0]].source}); a failing "
@@ -29,8 +32,8 @@ def sample_order(samples, prof: Profile, say) -> tuple[int, ...]:
     return tuple(prof.sample_order)
 
 
-def forcing(graph, space: PlanSpace, prof: Profile, factor: float | None, samples,
-            say) -> tuple[PlanSpace, list[Forced]]:
+def forcing(graph: Graph, space: PlanSpace, prof: Profile, factor: float | None, samples: Sequence[Sample],
+            say: Callable[[str], None]) -> tuple[PlanSpace, list[Forced]]:
     """The nodes ``--headroom factor`` forces to FP32, said, and ``space`` with them in every plan (not searched)."""
     forced = forced_nodes(graph, prof, factor)
     pinned = {f.node for f in forced}  # the same rule for a sum: its node in FP32 accumulation (if not in FP32)
@@ -47,7 +50,7 @@ def forcing(graph, space: PlanSpace, prof: Profile, factor: float | None, sample
     return space.fixing([*(f.node for f in forced), *(accumulating(a.node) for a in sums)]), forced
 
 
-def with_forced(result: SearchResult, forced: list[Forced], members=frozenset()) -> SearchResult:
+def with_forced(result: SearchResult, forced: list[Forced], members: frozenset = frozenset()) -> SearchResult:
     """The answer with the forced nodes first, then the FP32-accumulation marks of the forced sums (the marks
     among ``members``, the oracle's forced members); the search minimised the rest."""
     fp32 = {f.node for f in forced} | {n for n in result.fp32 if not is_mark(n)}
@@ -61,7 +64,7 @@ def with_forced(result: SearchResult, forced: list[Forced], members=frozenset())
     return replace(result, fp32=tuple(ids) + tuple(n for n in result.fp32 if n not in set(ids)), minimality=how)
 
 
-def samples_json(oracle: Oracle, stress: list[int]) -> dict:
+def samples_json(oracle: Oracle, stress: Sequence[int]) -> dict:
     """Which samples decided the answer: the order tried, and each sample that failed a plan (how many plans it
     decided, i.e. failed first); every passing plan ran every sample."""
     sources = [s.source for s in oracle.samples]
@@ -79,11 +82,12 @@ def samples_json(oracle: Oracle, stress: list[int]) -> dict:
                         for i, n in sorted(decided.items(), key=lambda kv: (-kv[1], kv[0]))]}
 
 
-def answer_headroom(graph, prof: Profile, fp32, sources, factor: float | None, forced: list[Forced]) -> dict:
+def answer_headroom(graph: Graph, prof: Profile, fp32: Iterable[str], sources: list[str], factor: float | None,
+                    forced: list[Forced]) -> dict:
     """The ``headroom`` section for the answer ``fp32``."""
     return headroom_json(fp16_tensors(graph, prof, fp32), sources, factor, forced, graph.precision)
 
 
-def answer_accumulators(graph, prof: Profile, plan, sources) -> list[dict]:
+def answer_accumulators(graph: Graph, prof: Profile, plan: Iterable[str], sources: list[str]) -> list[dict]:
     """The ``accumulators`` section for the answer ``plan``: the summing nodes it leaves in the low precision."""
     return accumulators_json(fp16_accumulators(prof, plan), sources, graph.precision)

@@ -15,6 +15,11 @@ from __future__ import annotations
 
 import glob
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fp16bisect.evaluation.journal import Journal
+    from fp16bisect.strategy.prior import Prior
 
 
 def journal_path(output: str, key: str = "", prior: bool = False) -> str:
@@ -35,17 +40,15 @@ def latest_journal(output: str) -> str:
     return str(max(found, key=lambda p: p.stat().st_mtime_ns))
 
 
-def remove_journals(outcome) -> list[str]:
-    """A finished search's journals (its own and its prior's), removed once its override JSON is written, unless
-    the search keeps them (``SearchOptions.keep_journal``: the journal's ``keep``); the paths removed. A search a
-    budget or Ctrl-C ended early keeps them, and a failed search never gets here: its journal stays for the rerun
-    that resumes it."""
-    journal = outcome.oracle.journal
-    if journal is None or journal.keep or outcome.result.stopped is not None:  # stopped early: it resumes
+def remove_journals(journal: Journal | None, prior: Prior | None, stopped: bool) -> list[str]:
+    """A finished search's journals (its own, ``journal``, and its ``prior``'s), removed once its override JSON is
+    written, unless the search keeps them (``SearchOptions.keep_journal``: the journal's ``keep``); the paths
+    removed. A search a budget or Ctrl-C ended early (``stopped``) keeps them, and a failed search never gets here:
+    its journal stays for the rerun that resumes it."""
+    if journal is None or journal.keep or stopped:  # stopped early: it resumes
         return []
-    prior = outcome.prior.journal if outcome.prior is not None else ""
     removed = []
-    for path in (str(journal.path), prior):
+    for path in (str(journal.path), prior.journal if prior is not None else ""):
         if path and Path(path).is_file():
             Path(path).unlink()
             removed.append(path)

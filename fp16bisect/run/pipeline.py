@@ -22,7 +22,7 @@ from fp16bisect.run.invocation import Invocation
 from fp16bisect.run.paths import journal_path
 from fp16bisect.run.searches import fp32_set, unreachable
 from fp16bisect.run.stopping import STOPS, budget_of, stopped
-from fp16bisect.backends import Options, PlanJudge, make_backend
+from fp16bisect.backends import Backend, Options, PlanJudge, make_backend
 from fp16bisect.strategy.build_noise import build_noise
 from fp16bisect.errors import ToleranceUnreachable, UsageError
 from fp16bisect.evaluation.journal import Journal, journal_key, samples_digest
@@ -30,7 +30,7 @@ from fp16bisect.evaluation.space import PlanSpace, View
 from fp16bisect.model.graph import Graph, notes
 from fp16bisect.model import shapes
 from fp16bisect.model.profile import Profile, profile
-from fp16bisect.model.samples import sample_shapes, add_fp32_references, load_samples
+from fp16bisect.model.samples import Sample, sample_shapes, add_fp32_references, load_samples
 from fp16bisect.evaluation.oracle import EXIT_CODE, OUTPUTS, Oracle
 from fp16bisect.parallel import one_line_at_a_time
 from fp16bisect.run.options import SearchOptions
@@ -44,7 +44,8 @@ __all__ = ["Listener", "Outcome", "prepare", "search_model", "unreachable"]
 
 
 def prepare(model: str, inputs: list[str], references: list[str] | None, options: SearchOptions,
-            listener: Listener | None = None, *, defer_references: bool = False, stop_early: bool = True):
+            listener: Listener | None = None, *, defer_references: bool = False,
+            stop_early: bool = True) -> tuple[Graph, Backend, Oracle]:
     """Model, samples, backend and oracle, as ``options`` say. With ``options.output``, the FP16 copies of the
     model's weights are written, when first needed, to a temporary work directory beside it (default: the
     system's temporary directory), removed at exit; and evaluations are journaled beside it, a journal of the
@@ -106,7 +107,7 @@ def prepare(model: str, inputs: list[str], references: list[str] | None, options
     return graph, chosen, oracle
 
 
-def _shared(options: Options, samples, tolerance: Tolerance, listener: Listener) -> Options:
+def _shared(options: Options, samples: list[Sample], tolerance: Tolerance, listener: Listener) -> Options:
     """``options`` with what every backend may use, where the caller did not set it."""
     shared: dict[str, Any] = {
         "input_shapes": sample_shapes(samples),
@@ -118,7 +119,7 @@ def _shared(options: Options, samples, tolerance: Tolerance, listener: Listener)
     return replace(options, **{k: v for k, v in shared.items() if getattr(options, k) is None})
 
 
-def _journal(graph, chosen, given: str, options: SearchOptions, listener: Listener) -> Journal | None:
+def _journal(graph: Graph, chosen: Backend, given: str, options: SearchOptions, listener: Listener) -> Journal | None:
     """The journal of this search beside ``options.output`` (None: not journaled), replayed when it holds
     evaluations."""
     if not options.output:
@@ -213,7 +214,7 @@ class Searched:
     said: dict | None
 
 
-def _searched(graph, judge: View, order: Profile, prof: Profile, options: SearchOptions, listener,
+def _searched(graph: Graph, judge: View, order: Profile, prof: Profile, options: SearchOptions, listener: Listener,
               run: Invocation) -> Searched:
     """The prior (when the judge takes one), the build noise, and the FP32 set's search over ``judge`` (``order``: the
     FP32 profile over its candidates; ``--accumulate fp16``: then the accumulators), with ``--minimum``'s set and the
@@ -243,7 +244,7 @@ def _searched(graph, judge: View, order: Profile, prof: Profile, options: Search
     return Searched(found, noise, result, least, picked, run, diagnosis.to_json() if diagnosis is not None else None)
 
 
-def _profiled(graph, oracle, listener) -> Profile:
+def _profiled(graph: Graph, oracle: Oracle, listener: Listener) -> Profile:
     """The FP32 profile, its run giving the references the samples lack; a model that does not run (or whose FP32
     outputs hold NaN) is a ``UsageError`` (the oracle's exit then leaves no journal: nothing was evaluated)."""
     lacking = [s for s in oracle.samples if s.reference is None]
@@ -254,7 +255,7 @@ def _profiled(graph, oracle, listener) -> Profile:
     return prof
 
 
-def _prior(graph, judge: View, prof, listener, options: SearchOptions) -> Prior | None:
+def _prior(graph: Graph, judge: View, prof: Profile, listener: Listener, options: SearchOptions) -> Prior | None:
     """The emulator's search (or its result, read back from this backend's journal when resuming)."""
     journal = judge.journal
     if journal is not None and journal.prior is not None:
@@ -277,7 +278,8 @@ def _prior(graph, judge: View, prof, listener, options: SearchOptions) -> Prior 
     return found
 
 
-def _wanted(graph, prof, options: SearchOptions, chosen, samples, listener) -> minima.Wanted | None:
+def _wanted(graph: Graph, prof: Profile, options: SearchOptions, chosen: Backend, samples: list[Sample],
+            listener: Listener) -> minima.Wanted | None:
     """What ``--minimum`` and ``--objective`` ask (None: neither); ``--objective cost`` alone implies ``--minimum``."""
     strategy = options.strategy
     if strategy.minimum is None and strategy.objective == "nodes":
@@ -286,7 +288,7 @@ def _wanted(graph, prof, options: SearchOptions, chosen, samples, listener) -> m
                          chosen, samples, listener.stage)
 
 
-def _backend_info(chosen, oracle, noise) -> dict:
+def _backend_info(chosen: Backend, oracle: Oracle, noise: dict) -> dict:
     """The override JSON's "backend", beyond its name: versions, what it says of itself, build noise."""
     info = {"versions": chosen.versions(), **chosen.describe()}
     if isinstance(chosen, PlanJudge):  # how its verdicts came: from outputs compared here, or bare (an exit code)

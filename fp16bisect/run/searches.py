@@ -8,21 +8,28 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Callable, Iterable, Sequence
 
 from fp16bisect.algorithm.progress import Phase
 from fp16bisect.algorithm.search import Hooks, SearchResult, Step, search
 from fp16bisect.errors import ToleranceUnreachable, UsageError
+from fp16bisect.evaluation.oracle import Evaluation
 from fp16bisect.evaluation.space import View
-from fp16bisect.run.outcome import stepper
+from fp16bisect.model.graph import Graph
+from fp16bisect.model.profile import Profile
+from fp16bisect.run.outcome import Listener, stepper
 from fp16bisect.strategy import blocks, hitting_solver, improve, ranking, rounding
 from fp16bisect.strategy import minimum as minima
 from fp16bisect.strategy.agreement import agreement
 from fp16bisect.strategy.alternatives import Alternatives
 from fp16bisect.strategy.blocks import Chosen
 from fp16bisect.strategy.prior import LABEL, Prior
+from fp16bisect.strategy.ranking import EffectRanking
+from fp16bisect.tolerance import Tolerance
 
 
-def fp32_set(graph, judge: View, listener, prof, prior: Prior | None, minimum: minima.Wanted | None,
+def fp32_set(graph: Graph, judge: View, listener: Listener, prof: Profile, prior: Prior | None,
+             minimum: minima.Wanted | None,
              diagnosis: rounding.Diagnosis | None = None
              ) -> tuple[SearchResult, minima.Least | improve.Improvement | None, Chosen | None]:
     """The search's result over ``judge.space`` (``prof``: its FP32 profile, ranked over its candidates), the
@@ -59,22 +66,24 @@ def fp32_set(graph, judge: View, listener, prof, prior: Prior | None, minimum: m
     return result, least, picked
 
 
-def _recheck(judge: View):
+def _recheck(judge: View) -> Callable[[frozenset], bool | None] | None:
     """A judge whose verdicts vary (engine builds): the final set evaluated once more, afresh."""
     return None if judge.backend.deterministic else lambda plan: judge.evaluate(plan, 1).verdict
 
 
-def _many(judge: View):
+def _many(judge: View) -> Callable[[list], list[bool | None]] | None:
     return judge.test_many if judge.width > 1 else None
 
 
-def _watched(judge: View, listener, diagnosis: rounding.Diagnosis | None):
+def _watched(judge: View, listener: Listener,
+             diagnosis: rounding.Diagnosis | None) -> Callable[[Step, dict], None]:
     """The progress line of each evaluation, the diagnosis (if any) told of each first."""
     step = stepper(judge, listener)
     return diagnosis.watch(step) if diagnosis is not None else step
 
 
-def _from_prior(graph, judge: View, listener, prior: Prior, start, diagnosis=None) -> SearchResult:
+def _from_prior(graph: Graph, judge: View, listener: Listener, prior: Prior, start: Sequence[str],
+                diagnosis: rounding.Diagnosis | None = None) -> SearchResult:
     """On an expensive judge: the emulator's set (or ``--minimum``'s on the emulator, ``start``) certified, or the
     search continued from it, the emulator's alternatives offered when it fails."""
     name = judge.backend.name
@@ -87,7 +96,8 @@ def _from_prior(graph, judge: View, listener, prior: Prior, start, diagnosis=Non
     return result
 
 
-def _flat(judge: View, listener, prof, reorder, diagnosis=None) -> SearchResult:
+def _flat(judge: View, listener: Listener, prof: Profile, reorder: EffectRanking | None,
+          diagnosis: rounding.Diagnosis | None = None) -> SearchResult:
     """The search from the FP32 profile's suspects, ranking by measured effect (``reorder``) when none explains a
     failure."""
     listener.stage(f"searching on the {judge.backend.name} backend ({prof.suspects} suspect(s) first)")
@@ -96,14 +106,15 @@ def _flat(judge: View, listener, prof, reorder, diagnosis=None) -> SearchResult:
                   test_many=_many(judge), width=judge.width)
 
 
-def _grouped(judge: View, listener, prof, reorder, diagnosis=None) -> tuple[SearchResult, Chosen | None]:
+def _grouped(judge: View, listener: Listener, prof: Profile, reorder: EffectRanking | None,
+             diagnosis: rounding.Diagnosis | None = None) -> tuple[SearchResult, Chosen | None]:
     """``--group-by``: the blocks to keep in FP32, then the nodes inside them (``strategy/blocks.py``)."""
     return blocks.search_blocks(judge, prof.order, prof.suspects, _watched(judge, listener, diagnosis),
                                 reorder=reorder)
 
 
-def _least_on_prior(ids, prior: Prior, minimum: minima.Wanted | None, evidence: improve.Evidence, judge: str,
-                    listener) -> minima.Least | improve.Improvement | None:
+def _least_on_prior(ids: list[str], prior: Prior, minimum: minima.Wanted | None, evidence: improve.Evidence,
+                    judge: str, listener: Listener) -> minima.Least | improve.Improvement | None:
     """On an expensive judge: ``--minimum``'s search on the emulator's oracle, its set the start set the judge
     certifies (else the default step's, which ran with the prior: ``pipeline._prior``)."""
     if minimum is None:
@@ -123,8 +134,8 @@ def _what(minimum: minima.Wanted) -> str:
     return "cheapest (estimated cost)" if minimum.costs else "smallest"
 
 
-def _least(ids, judge: View, order, first: SearchResult, minimum: minima.Wanted | None, evidence: improve.Evidence,
-           listener) -> tuple[SearchResult, minima.Least | improve.Improvement | None]:
+def _least(ids: list[str], judge: View, order: Sequence[str], first: SearchResult, minimum: minima.Wanted | None,
+           evidence: improve.Evidence, listener: Listener) -> tuple[SearchResult, minima.Least | improve.Improvement | None]:
     """``--minimum`` on the judge itself: its search on the judge's oracle, seeded with the search's evaluations
     (else the default step, ``improve.py``); a smaller set is certified (``_certify``: each single removal
     evaluated). The result counts every evaluation."""
@@ -153,7 +164,8 @@ def _least(ids, judge: View, order, first: SearchResult, minimum: minima.Wanted 
                    rounds=first.rounds + len(steps)), least
 
 
-def _certify(ids, judge: View, order, start, listener) -> SearchResult:
+def _certify(ids: list[str], judge: View, order: Sequence[str], start: Iterable[str],
+             listener: Listener) -> SearchResult:
     """The search from ``start`` (each single removal evaluated); the steps already evaluated are not said again."""
     seen, step = set(judge.memo), stepper(judge, listener)
 
@@ -165,7 +177,7 @@ def _certify(ids, judge: View, order, start, listener) -> SearchResult:
                   test_many=_many(judge), width=judge.width)
 
 
-def refuse_fp32_fails(ids, judge: View) -> None:
+def refuse_fp32_fails(ids: list[str], judge: View) -> None:
     """The all-FP32 plan (of the searched ``ids``) failed: bad input (it could not be evaluated), or a tolerance
     even FP32 misses."""
     everything = judge.known(frozenset(ids))
@@ -182,7 +194,7 @@ def refuse_fp32_fails(ids, judge: View) -> None:
     raise ToleranceUnreachable(unreachable(name, everything, judge.tolerance))
 
 
-def unreachable(backend: str, everything, tolerance) -> str:
+def unreachable(backend: str, everything: Evaluation, tolerance: Tolerance) -> str:
     """What a search and a check say when the all-FP32 plan (``everything``, with metrics) misses the tolerance."""
     worst = max((m for m in everything.metrics if not m.passed), key=lambda m: m.excess)
     fix = (

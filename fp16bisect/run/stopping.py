@@ -12,7 +12,7 @@ the same command run again replays them at no cost and goes on (a new budget cou
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Sequence, cast
+from typing import Callable, Iterable, Sequence, cast
 
 from fp16bisect.algorithm.budget import INTERRUPT, Budget, Stop, Stopped
 from fp16bisect.algorithm.memo import Step
@@ -36,7 +36,7 @@ def budget_of(strategy: Strategy) -> Budget | None:
     return Budget(strategy.max_evaluations, strategy.time_limit)
 
 
-def stopped(judge: View, stop: BaseException, order: Sequence, say) -> SearchResult:
+def stopped(judge: View, stop: BaseException, order: Sequence, say: Callable[[str], None]) -> SearchResult:
     """The answer of a search over ``judge`` that ``stop`` ended (``Stopped``: the budget; ``KeyboardInterrupt``:
     Ctrl-C): the smallest plan the judge saw pass, its members in ``order``; the all-FP32 plan when none did,
     evaluated first (beyond the budget; a second Ctrl-C ends the run with no answer). An all-FP32 plan that fails
@@ -61,7 +61,7 @@ def stopped(judge: View, stop: BaseException, order: Sequence, say) -> SearchRes
     return result
 
 
-def _size(plan) -> tuple[int, int]:
+def _size(plan: Iterable[str]) -> tuple[int, int]:
     """How large a plan is: its FP32 nodes, then its FP32-accumulation marks (``--accumulate fp16``)."""
     fp32, accumulating = states(plan)
     return len(fp32), len(accumulating)

@@ -8,15 +8,18 @@ first stage can be any search of the FP32 set (from the emulator's set, by block
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable
 
 from fp16bisect.algorithm.progress import Phase
 from fp16bisect.algorithm.search import Hooks, SearchResult, Step, search
 from fp16bisect.evaluation.space import PlanSpace, View
+from fp16bisect.model.graph import Graph
 from fp16bisect.model.plan_states import accumulates, accumulating
-from fp16bisect.run.outcome import stepper
+from fp16bisect.model.profile import Profile
+from fp16bisect.run.outcome import Listener, stepper
 
 
-def stored(graph, space: PlanSpace, say) -> PlanSpace:
+def stored(graph: Graph, space: PlanSpace, say: Callable[[str], None]) -> PlanSpace:
     """The first stage's plan space: ``space`` with every accumulator not fixed in FP32 accumulation in every
     plan, so that each member of the FP32 set found over it is 1-minimal against its removal to FP32 accumulation."""
     accumulators = _accumulators(graph, space)
@@ -25,7 +28,7 @@ def stored(graph, space: PlanSpace, say) -> PlanSpace:
     return space.fixing(accumulating(a) for a in accumulators)
 
 
-def summed(graph, judge: View, first: SearchResult, listener, prof) -> SearchResult:
+def summed(graph: Graph, judge: View, first: SearchResult, listener: Listener, prof: Profile) -> SearchResult:
     """``--accumulate fp16``'s answer from ``first`` (the FP32 set S, searched over ``stored``'s space): S pinned,
     the 1-minimal set T of the other accumulators to keep in FP32 accumulation (``judge``: the oracle over the plan
     space without the marks), every plan judged with FP16 sums elsewhere. The answer is S and T's marks: the plan
@@ -51,14 +54,15 @@ def summed(graph, judge: View, first: SearchResult, listener, prof) -> SearchRes
     return result
 
 
-def _accumulators(graph, space: PlanSpace) -> list:
+def _accumulators(graph: Graph, space: PlanSpace) -> list[str]:
     """The summing candidates not fixed in ``space`` (a ``--keep-fp16`` node among them: it may still add in FP32),
     in FP32 or in FP32 accumulation (a sum ``--headroom`` forces there stays so, not searched)."""
     return [n.id for n in graph.candidates if accumulates(n.op_type, n.domain) and n.id not in space.fixed
             and accumulating(n.id) not in space.fixed]
 
 
-def _certified(result: SearchResult, kept: frozenset, accumulators: frozenset, judge: View, step) -> SearchResult:
+def _certified(result: SearchResult, kept: frozenset, accumulators: frozenset, judge: View,
+               step: Callable[[Step, dict], None]) -> SearchResult:
     """``summed``'s answer with each FP32 node checked in the answer itself, on the judge: removed (to FP16,
     its sums in FP16) and, for an accumulator, demoted to FP32 accumulation, the rest of the answer as it is. The
     first search saw each removal fail with every other accumulator adding in FP32, which implies these only for
@@ -91,7 +95,7 @@ def _certified(result: SearchResult, kept: frozenset, accumulators: frozenset, j
                    unverified=tuple(result.unverified) + tuple(m for m in kept if m in unknown))
 
 
-def _rank(prof):
+def _rank(prof: Profile) -> Callable[[str], int]:
     order = {node: i for i, node in enumerate(prof.order)}
     return lambda node: order.get(node, len(order))
 

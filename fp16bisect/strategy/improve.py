@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Callable, Collection, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from fp16bisect.algorithm.claims import contradictions
 from fp16bisect.algorithm.explore import Explore, explore
+from fp16bisect.evaluation.space import View
+from fp16bisect.evaluation.verdicts import Evaluation
 from fp16bisect.strategy.prior import LABEL, Prior
 
 __all__ = ["AT_LEAST", "AT_MOST", "SPREAD", "Evidence", "Improvement", "Seen", "on_prior", "step", "worst_excess"]
@@ -47,16 +49,16 @@ class Evidence:
     suspects (near the FP16 limits) and the ranking's single-node errors (candidate -> excess; None when no
     ranking ran). The rule reads the last two."""
 
-    order: Sequence
-    suspects: frozenset
-    measured: Mapping | None = None
+    order: Sequence[str]
+    suspects: frozenset[str]
+    measured: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True)
 class Improvement:
     """What the step did: its set (the 1-minimal one when nothing smaller passed), why it ran or did not, where."""
 
-    fp32: frozenset
+    fp32: frozenset[str]
     one_minimal: int
     ran: bool
     why: str
@@ -70,22 +72,22 @@ class Improvement:
     label = "smaller set"  # the console line's
 
     @classmethod
-    def from_json(cls, data: dict, judge: str) -> Improvement:
+    def from_json(cls, data: dict[str, Any], judge: str) -> Improvement:  # Any: a record read from JSON
         """The record as a journal kept it (``to_json``, with the set under ``fp32``), for a resumed search."""
         return cls(frozenset(data["fp32"]), int(data["one_minimal"]), bool(data["ran"]), str(data["why"]),
                    int(data.get("evaluations", 0)), int(data.get("budget", 0)), str(data.get("backend", "")), judge,
                    int(data.get("found_at", 0)))
 
-    def certified(self, final: Collection) -> Improvement:
+    def certified(self, final: Collection[str]) -> Improvement:
         """After the judge certified the set (each single removal evaluated there): the set it kept."""
         return replace(self, fp32=frozenset(final))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {"ran": self.ran, "why": self.why, "one_minimal": self.one_minimal, "size": len(self.fp32),
                 "evaluations": self.evaluations, "found_at": self.found_at, "budget": self.budget,
                 **({"backend": self.on} if self.on else {})}
 
-    def line(self, final: Collection) -> str:
+    def line(self, final: Collection[str]) -> str:
         """What the console says of a step that ran: what it gained, in how many evaluations, and why it ran."""
         k = len(frozenset(final))
         said = (f"{self.one_minimal} -> {k} node(s), also 1-minimal, seen to pass at its evaluation {self.found_at}"
@@ -97,7 +99,7 @@ class Improvement:
         return said
 
 
-def worst_excess(evaluation) -> float | None:
+def worst_excess(evaluation: Evaluation | None) -> float | None:
     """How far an evaluated plan is from passing: its worst output error in units of the tolerance's allowance
     (infinite for NaN/inf); None when it could not be evaluated or the judge gave a bare verdict."""
     if evaluation is None or evaluation.reason is not None or not evaluation.metrics:
@@ -109,9 +111,9 @@ class Seen:
     """What ``oracle`` (plan -> True | False | None, with the ``memo`` of what it evaluated) has evaluated among
     the plans of ``ids`` (its forced nodes taken off): the verdicts, and how far each plan is from passing."""
 
-    def __init__(self, ids: Sequence, oracle):
+    def __init__(self, ids: Sequence[str], oracle: View) -> None:
         self.oracle, self.forced, allowed = oracle, frozenset(getattr(oracle, "forced", ())), set(ids)
-        self.verdicts = {plan - self.forced: e.verdict for plan, e in oracle.memo.items()
+        self.verdicts: dict[frozenset, bool | None] = {plan - self.forced: e.verdict for plan, e in oracle.memo.items()
                          if self.forced <= plan and plan - self.forced <= allowed}
 
     def excess(self, plan: frozenset) -> float | None:
@@ -122,8 +124,8 @@ class Seen:
         return _rule(frozenset(one_minimal), evidence, self.excess(frozenset()), contradictions(self.verdicts))
 
 
-def step(ids: Sequence, oracle, one_minimal: Sequence, evidence: Evidence, *, evaluations: int, on: tuple[str, str],
-         say: Callable[[str], None] = print) -> Improvement:
+def step(ids: Sequence[str], oracle: View, one_minimal: Sequence[str], evidence: Evidence, *, evaluations: int,
+         on: tuple[str, str], say: Callable[[str], None] = print) -> Improvement:
     """The step on ``oracle`` (plan -> True | False | None, with the ``memo`` of what it evaluated), from the
     1-minimal ``one_minimal``, when the rule says so; ``evaluations``: the search's there (the budget)."""
     seen = Seen(ids, oracle)
@@ -148,7 +150,8 @@ def step(ids: Sequence, oracle, one_minimal: Sequence, evidence: Evidence, *, ev
                        found.found_at)
 
 
-def on_prior(ids: Sequence, prior: Prior, suspects: frozenset, say: Callable[[str], None] = print) -> dict:
+def on_prior(ids: Sequence[str], prior: Prior, suspects: frozenset[str],
+             say: Callable[[str], None] = print) -> dict[str, object]:
     """The step on the emulator prior's oracle, from its 1-minimal set (``prior``: ``strategy/prior.Prior``), as the
     prior's record keeps it (``Improvement.to_json`` with the set under ``fp32``; empty when the prior found
     nothing to keep): the judge certifies that set, and a resumed search reads it back. The rule and the budget
@@ -160,7 +163,7 @@ def on_prior(ids: Sequence, prior: Prior, suspects: frozenset, say: Callable[[st
     return {**done.to_json(), "fp32": sorted(done.fp32)}
 
 
-def _rule(answer: frozenset, evidence: Evidence, fp16_excess: float | None, contradicted: int) -> tuple[bool, str]:
+def _rule(answer: frozenset[str], evidence: Evidence, fp16_excess: float | None, contradicted: int) -> tuple[bool, str]:
     """Whether the step runs, and why (the module docstring's rule)."""
     if len(answer) <= 1:
         return False, "a 1-node answer: the all-FP16 plan fails, so no set is smaller"

@@ -51,7 +51,7 @@ class Prior:
     improvement: dict = field(default_factory=dict)
     oracle: View | None = field(default=None, repr=False, compare=False)  # the emulator's (None when replayed)
     # each candidate's output error alone in FP16 on the emulator (None when replayed): strategy/improve.py's rule
-    measured: dict | None = field(default=None, repr=False, compare=False)
+    measured: dict[str, float] | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:
         return {"backend": "emulate", "status": self.status, "fp32": list(self.fp32), "order": list(self.order),

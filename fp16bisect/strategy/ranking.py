@@ -16,9 +16,15 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from fp16bisect.tolerance import Tolerance, compare
+
+if TYPE_CHECKING:  # the types only: this module imports no model or backend until the ranking runs
+    from fp16bisect.backends.base import Backend
+    from fp16bisect.evaluation.space import View
+    from fp16bisect.model.graph import Graph
+    from fp16bisect.model.profile import Profile
 
 # The ranking says its progress a tenth of the candidates at a time, once it has run this long (a quick one says
 # nothing more than its start and its end).
@@ -30,6 +36,12 @@ class Watcher(Protocol):
     many seconds."""
 
     def ranked(self, measured: dict[str, float], seconds: float) -> None: ...
+
+
+class Stages(Protocol):
+    """Whom the ranking tells its progress (``run/outcome.Listener``, a layer above)."""
+
+    def stage(self, text: str) -> None: ...
 
 
 def effects(backend, samples, tolerance: Tolerance, outputs: list[str], candidates: list[str],
@@ -88,13 +100,14 @@ class EffectRanking:
     measured; what it measured stays for what comes after the search (``measured``: candidate -> excess;
     ``order``: the ranking; both None until it ran)."""
 
-    def __init__(self, graph, backend, oracle, prof, listener, watcher: Watcher | None = None):
+    def __init__(self, graph: Graph, backend: Backend, oracle: View, prof: Profile, listener: Stages,
+                 watcher: Watcher | None = None) -> None:
         self.graph, self.backend, self.oracle, self.prof, self.listener = graph, backend, oracle, prof, listener
         self.watcher = watcher
         self.measured: dict[str, float] | None = None
-        self.order: list | None = None
+        self.order: list[str] | None = None
 
-    def __call__(self) -> list:
+    def __call__(self) -> list[str]:
         from fp16bisect.backends.emulate import EmulateBackend
 
         prof, oracle, say = self.prof, self.oracle, self.listener.stage
@@ -114,7 +127,8 @@ class EffectRanking:
         return self.order
 
 
-def reorder_by_effect(graph, backend, oracle, prof, listener, watcher: Watcher | None = None) -> EffectRanking | None:
+def reorder_by_effect(graph: Graph, backend: Backend, oracle: View, prof: Profile, listener: Stages,
+                      watcher: Watcher | None = None) -> EffectRanking | None:
     """On a backend that ``ranks_by_effect`` (the emulator): the ranking of every candidate by the output error each
     causes alone in FP16, which the search calls only when no suspect prefix explains the failure (accumulated
     rounding). None on other backends (there the prior brings the ranking)."""

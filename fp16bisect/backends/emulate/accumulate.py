@@ -113,7 +113,8 @@ class FP16Sums(Convolutions):
             raise Unmodelled("its input's rank is unknown: it did not run on the first sample")
         return tuple(shape)
 
-    def _reduction(self, op_type: str) -> str | None:
+    def _reduction(self, op_type: str) -> str | None:  # noqa: C901, PLR0912  the reduce family's one lowering: its
+        # axes, then each op type's own step before and after the one blocked sum, side by side to be compared
         shape = self._shape(0)
         rank = len(shape)
         axes: list[int] | None

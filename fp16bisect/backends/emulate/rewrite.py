@@ -84,10 +84,13 @@ class Emulation:
     """The emulation model and its sites: site ``s`` keeps its tensor unrounded when every candidate in
     ``owners[s]`` (one or two candidate indices) is in FP32."""
 
-    def __init__(self, graph: Graph, extra_outputs=(), where_max: int = WHERE_MAX_ELEMENTS, accumulate: str = "fp32",
-                 seen: Seen | None = None):
+    def __init__(  # noqa: C901, PLR0912, PLR0915  two steps in one body (below), to be split with emulate/'s rework
+            self, graph: Graph, extra_outputs=(), where_max: int = WHERE_MAX_ELEMENTS, accumulate: str = "fp32",
+            seen: Seen | None = None):
         """``seen``: the ranks and sizes of the summing nodes' tensors a run showed (``seen.py``), for
         ``accumulate="fp16"``."""
+        # the outputs that need a site, then each node rewritten: a method each, once backends/emulate/ (reworked at
+        # the same time, issue 40) settles
         self.graph = graph
         self.accumulators: list[int] = []  # candidates summing in FP16 unless in FP32 (accumulation): mask n + j
         self.unmodelled: list[tuple[str, str, str]] = []  # summing candidates not modelled: (id, op type, why)

@@ -18,6 +18,8 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -83,7 +85,7 @@ def polygraphy(failure: type[TensorRTError], what: str, verbose: bool = False):
         util.TRT_LOGGER.lowest = None
 
 
-def _forwarding(trt):
+def _forwarding(trt: ModuleType) -> Any:  # a trt.ILogger (TensorRT ships no annotations)
     """Polygraphy's TensorRT logger (``polygraphy/backend/trt/util.py``: each message to its logger, warnings once),
     without the dict it builds and the five lookups it makes for each message, and, inside ``polygraphy()``, a
     message below the severity kept dropped at once: a build logs thousands, and those cost an eighth of a small
@@ -94,8 +96,9 @@ def _forwarding(trt):
               trt.Logger.WARNING: G_LOGGER.WARNING, trt.Logger.INFO: G_LOGGER.VERBOSE,
               trt.Logger.VERBOSE: G_LOGGER.EXTRA_VERBOSE}
     modes = {level: LogMode.ONCE if level == G_LOGGER.WARNING else LogMode.EACH for level in levels.values()}
+    logger: Any = trt.ILogger  # the class of the TensorRT imported (tensorrt or tensorrt_rtx): no annotations
 
-    class Forwarding(trt.ILogger):
+    class Forwarding(logger):
         lowest: int | None = None  # inside polygraphy(): the lowest severity kept
 
         def __init__(self) -> None:
@@ -112,11 +115,13 @@ def _forwarding(trt):
     return Forwarding()
 
 
-def timing_profiler(trt):
+def timing_profiler(trt: ModuleType) -> Any:  # a trt.IProfiler with ``times``
     """An ``IProfiler`` summing, per engine layer, the milliseconds TensorRT reports (``report_layer_time``, called
     once per layer after each run of an execution context it is set on)."""
 
-    class Timing(trt.IProfiler):
+    profiler: Any = trt.IProfiler  # the class of the TensorRT imported: no annotations
+
+    class Timing(profiler):
         def __init__(self) -> None:
             trt.IProfiler.__init__(self)
             self.times: dict[str, float] = {}

@@ -12,9 +12,14 @@ models (PP-OCRv4 det and rec from a PyPI wheel, and a transformer export).
 
 Each measurement runs in a fresh Python process (so peak memory is that process's alone, read with
 ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` at its end); CPU seconds are the process's user + system time over
-the measured part (``getrusage``, every thread of ONNX Runtime's pool counted, its spinning included), wall
-seconds beside them; each cell is the median over ``--repeats`` processes, the modes' processes alternated so that
-all see the same load on a shared machine (CPU time and peak RSS move far less with the load than wall time).
+the measured part (``getrusage``, every thread of ONNX Runtime's pool counted), wall seconds beside them. Every
+ONNX Runtime session of every mode (the plain run's, the profile's, the emulation's) is made with its thread
+pools' spinning off (``session.intra_op.allow_spinning`` and ``session.inter_op.allow_spinning`` "0"): a thread
+waiting for work sleeps instead of spinning, so the CPU time counts work, the same way for the plain run and the
+profile (with spinning on, a profile of thousands of small nodes burnt CPU waiting, and the ratio said more about
+the load than about the work). Each cell is the median over ``--repeats`` processes (default 5), the modes'
+processes alternated so that all see the same load on a shared machine (CPU time and peak RSS move far less with
+the load than wall time; they still move: report the load average printed with the table).
 "plain" loads the model, makes one ONNX Runtime session (the options every fp16bisect session uses) and runs it
 once; "profile" loads the model and runs ``fp16bisect.model.profile.profile`` on one sample, session creation
 included. The emulation table: ``EmulateBackend`` with ``accumulate`` fp32 (storage) or fp16, its first run of the
@@ -51,6 +56,20 @@ sys.path.insert(0, code)
 sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith("__editable__")]  # pip -e
 import fp16bisect
 assert fp16bisect.__file__.startswith(code), (fp16bisect.__file__, code)
+import onnxruntime
+_made = onnxruntime.InferenceSession.__init__
+
+
+def quiet(self, model, options=None, *args, **kwargs):
+    # every session of the process (the plain run's and the profile's alike) with ONNX Runtime's thread pools
+    # not spinning: a waiting thread sleeps, so the CPU time counted is work, not waiting
+    options = options or onnxruntime.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    _made(self, model, options, *args, **kwargs)
+
+
+onnxruntime.InferenceSession.__init__ = quiet
 import numpy as np
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.samples import Sample
@@ -144,7 +163,7 @@ def emulate_table(code: Path, models, repeats: int, evaluations: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    parser.add_argument("--repeats", type=int, default=3, help="processes per median (default 3)")
+    parser.add_argument("--repeats", type=int, default=5, help="processes per median (default 5)")
     parser.add_argument("--code", type=Path, default=ROOT, help="import fp16bisect from this folder")
     parser.add_argument("--det-shape", default="1x3x736x1184", help="PP-OCRv4 det input (default 1x3x736x1184)")
     parser.add_argument("--rec-shape", default="1x3x48x320", help="PP-OCRv4 rec input (default 1x3x48x320)")

@@ -77,7 +77,9 @@ def _agrees(nodes, inputs, outputs, initializers, feed, opset=17):
 
 
 def test_modelled_ops_agree_with_fp32_where_their_sums_fit():
-    """Layouts: MatMul with batch broadcasting, Gemm transposed with C, grouped Conv with bias, a reduction over
+    """Layouts: MatMul with batch broadcasting, Gemm transposed with C, grouped Conv with bias (with few channels,
+    and with 20 channels a group under auto_pad SAME_UPPER, SAME_LOWER and VALID, strides and dilations), a Conv
+    with uneven pads on an input of symbolic size, a reduction over
     two middle axes, Softmax and LogSoftmax on a middle axis, LayerNormalization over two axes, GlobalAveragePool."""
     rng = np.random.default_rng(0)
     a = rng.uniform(-1, 1, (2, 3, 5, 40)).astype(np.float32)
@@ -95,6 +97,19 @@ def test_modelled_ops_agree_with_fp32_where_their_sums_fit():
     _agrees([helper.make_node("Conv", ["x", "w"], ["y"], name="conv1x1")], [("x", F, [1, 40, 5, 5])],
             [("y", F, [1, 3, 5, 5])], {"w": rng.uniform(-1, 1, (3, 40, 1, 1)).astype(np.float32)},
             {"x": rng.uniform(-1, 1, (1, 40, 5, 5)).astype(np.float32)})
+    x40 = rng.uniform(-1, 1, (1, 40, 9, 10)).astype(np.float32)  # 20 channels a group: blocks of 16 and 4 per tap
+    for auto_pad, strides, dilations, out in (("SAME_UPPER", [2, 2], [1, 1], [5, 5]), ("SAME_LOWER", [2, 3], [1, 1],
+                                                                                      [5, 4]),
+                                              ("VALID", [1, 2], [2, 1], [5, 4])):  # no dilation with SAME in ORT
+        _agrees([helper.make_node("Conv", ["x", "w", "bias"], ["y"], name="conv_" + auto_pad, group=2,
+                                  auto_pad=auto_pad, strides=strides, dilations=dilations)],
+                [("x", F, [1, 40, 9, 10])], [("y", F, [1, 6, *out])],
+                {"w": rng.uniform(-1, 1, (6, 20, 3, 3)).astype(np.float32), "bias": np.ones(6, np.float32)},
+                {"x": x40})
+    _agrees([helper.make_node("Conv", ["x", "w"], ["y"], name="conv_pads", pads=[2, 0, 1, 3], strides=[3, 1],
+                              dilations=[1, 3])],
+            [("x", F, [1, 40, "h", "w"])], [("y", F, None)], {"w": rng.uniform(-1, 1, (2, 40, 3, 2)).astype(np.float32)},
+            {"x": x40})
     r = rng.uniform(0, 1, (2, 6, 7, 3)).astype(np.float32)
     for op in ("ReduceMean", "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare", "ReduceL1", "ReduceLogSum"):
         _agrees([helper.make_node(op, ["r"], ["y"], name="reduce", axes=[1, 2], keepdims=1)], [("r", F, [2, 6, 7, 3])],
@@ -112,15 +127,22 @@ def test_modelled_ops_agree_with_fp32_where_their_sums_fit():
 
 
 def test_a_conv_whose_running_sum_passes_the_max_overflows_in_fp16_accumulation():
-    """A 3x3 convolution over 1024 channels of 16, weights +1 on the first 512 channels and -1 on the others: the
-    output is 0, but the first half's sum is 73728: not finite with FP16 sums, exact in FP32 accumulation."""
+    """A 3x3 convolution over 1024 channels of 16, its terms summed tap by tap, 16 channels of one tap a block (the
+    order of an implicit-GEMM kernel): weights +1 on the first four taps, -1 on the next four and 0 on the last,
+    the output is 0, but the first four taps' sum (the first 256 of 576 partials) is 65536 (the next four's
+    -65536): not finite with FP16 sums, exact in FP32 accumulation. Weights +1 on the first 512 channels and -1 on the others cancel within
+    each tap (8192 at most): 0 with FP16 sums too (a model adding each channel's 9 taps first, as this one did
+    before, overflowed there: 512 x 9 x 16 = 73728)."""
     x = np.full((1, 1024, 3, 3), 16.0, np.float32)
-    w = np.concatenate([np.ones((1, 512, 3, 3)), -np.ones((1, 512, 3, 3))], axis=1).astype(np.float32)
-    graph = Graph(make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], [("x", F, [1, 1024, 3, 3])],
-                             [("y", F, [1, 1, 1, 1])], {"w": w}))
-    fp16 = EmulateBackend(graph, accumulate="fp16")
-    assert not np.isfinite(fp16.run(frozenset(), {"x": x})["y"]).any()
-    assert fp16.run(plan_of(accumulate=["conv"]), {"x": x})["y"].item() == 0.0
+    by_tap = np.array([1, 1, 1, 1, -1, -1, -1, -1, 0], np.float32).reshape(1, 1, 3, 3)
+    by_channel = np.concatenate([np.ones((1, 512, 3, 3)), -np.ones((1, 512, 3, 3))], axis=1).astype(np.float32)
+    for w, finite in ((np.broadcast_to(by_tap, (1, 1024, 3, 3)).copy(), False), (by_channel, True)):
+        graph = Graph(make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")],
+                                 [("x", F, [1, 1024, 3, 3])], [("y", F, [1, 1, 1, 1])], {"w": w}))
+        fp16 = EmulateBackend(graph, accumulate="fp16")
+        y = fp16.run(frozenset(), {"x": x})["y"]
+        assert np.isfinite(y).all() == finite and (not finite or y.item() == 0.0)
+        assert fp16.run(plan_of(accumulate=["conv"]), {"x": x})["y"].item() == 0.0
 
 
 def test_the_ops_not_modelled_are_said_once():
@@ -245,8 +267,10 @@ def test_a_matmul_whose_summed_length_is_known_only_when_the_model_runs():
 @pytest.mark.parametrize("op", ["Conv", "MatMul"])
 def test_partials_made_one_at_a_time_give_the_values_of_the_whole_tree(monkeypatch, op):
     """A long sum's partials are made one at a time when the output is large (less memory), all at once when it
-    is small: the same values bit for bit, over 13 partials (an odd one out at every level of the tree), with sums
-    that overflow in places."""
+    is small: the same values bit for bit, with sums that overflow in places. MatMul: 13 partials (an odd one out
+    at every level of the tree), made by 13 MatMuls or one. Conv over 13 channels, 3x3: 9 partials (13 channels of
+    one tap each), rounded one by one and at each of the 8 Adds of the tree, or rounded at once and at each of
+    the tree's 4 levels."""
     from fp16bisect.backends.emulate import backend as emulate_backend
     from fp16bisect.backends.emulate.seen import Seen
 
@@ -263,14 +287,15 @@ def test_partials_made_one_at_a_time_give_the_values_of_the_whole_tree(monkeypat
                 .astype(np.float32)}
     graph = Graph(make_model(nodes, inputs, [("y", F, None)], weights))
     results, made = [], []
-    for elements in (1 << 30, 1):  # one partial at a time; all 13 at once
+    for elements in (1 << 30, 1):  # one partial at a time; all at once
         monkeypatch.setattr(emulate_backend, "seen", lambda graph, inputs, n=elements: Seen(sizes={"y": n}))
         backend = EmulateBackend(graph, accumulate="fp16")
         results.append(backend.run(frozenset(), feed)["y"])
         branch = next(n for n in backend.emulation.model.graph.node if n.op_type == "If" and n.name.endswith("/sum"))
         fp16_sums = next(a.g for a in branch.attribute if a.name == "else_branch")
-        made.append(sum(n.op_type == op for n in fp16_sums.node))
-    assert made == [13, 1]
+        rounds = sum(n.op_type == "Cast" and n.attribute[0].i == TensorProto.FLOAT16 for n in fp16_sums.node)
+        made.append(sum(n.op_type == op for n in fp16_sums.node) if op == "MatMul" else rounds)
+    assert made == ([13, 1] if op == "MatMul" else [17, 5])
     assert not np.isfinite(results[0]).all() and np.isfinite(results[0]).any()
     assert results[0].tobytes() == results[1].tobytes()
 

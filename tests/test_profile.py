@@ -55,21 +55,20 @@ def reference(graph: Graph, samples) -> dict:
     return stats
 
 
-@pytest.mark.parametrize("grouped, skip", [(True, False), (False, False), (False, True)],
-                         ids=["loop over groups", "nodes per tensor", "counts only where they can count"])
+@pytest.mark.parametrize("grouped", [True, False], ids=["loop over groups", "nodes per tensor"])
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.lists(st.sampled_from(EDGES) | st.floats(-1e5, 1e5, width=32), min_size=4, max_size=4),
                 min_size=1, max_size=3))
-@example(rows=[[1e-40, 0.001, 1.0, 2.0]])  # a row flagged for an FP32 denormal only: its min |x| is 0.001
+@example(rows=[[1e-40, 0.001, 1.0, 2.0]])  # a row picked for an FP32 denormal only: its min |x| is 0.001
 @example(rows=[[2.0**-25, -(2.0**-126), 3.0, 0.0], [1e-45, 2.0**-14, 0.5, -0.0]])
-def test_in_run_statistics_equal_whole_tensor_statistics(grouped, skip, rows):
-    """``skip``: large tensors' counts inside Ifs that run them only when a row's max or min can count anything
-    (here every tensor is large)."""
+@example(rows=[[3e38, 3e38, -3e38, 1.0]])  # |x| sums past float32's range: finite values all the same
+def test_in_run_statistics_equal_whole_tensor_statistics(grouped, rows):
+    """Nodes per tensor: only the rows whose min or max says they can hold what a count counts are counted (here
+    every tensor is large)."""
     graph = edge_model()
     samples = [Sample("s", {"x": np.array(r, F32)}) for r in rows]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(I, "GROUP_TENSOR", I.GROUP_TENSOR if grouped else 0)
-        patch.setattr(I, "SKIP_COUNTS", 0 if skip else I.SKIP_COUNTS)
         got = P.profile(graph, samples)
     want = reference(graph, samples)
     for name, stats in want.items():
@@ -117,15 +116,18 @@ def test_row_statistics_need_no_whole_tensor_when_values_are_finite(monkeypatch,
 
 @pytest.mark.parametrize("opset", [11, 13, 18])
 @pytest.mark.parametrize("grouped", [True, False], ids=["loop over groups", "nodes per tensor"])
-def test_statistics_outputs_hold_one_number_per_row(monkeypatch, opset, grouped):
+def test_statistics_outputs_hold_one_number_per_row_at_most(monkeypatch, opset, grouped):
     """What the instrumented run returns is O(rows) per tensor, never the tensor, even when every row holds
     values below FP16's normal range (the case that used to return the rows whole); a tensor measured in a
-    group is one row (at most 2^18 elements: its float32 counts are exact)."""
+    group is one row (at most 2^18 elements: its float32 counts are exact). A tensor of its own has its min
+    over |x| >= 2^-126 and its counts taken on the rows that can hold what they count, and only those."""
     from fp16bisect.model.runtime import session
 
     graph = rows_model(opset)
     x = np.full((3, 5, 7), 2.0**-20, F32)
     x[:, :, 0] = 3.0
+    x[0, 0, :] = 2.0  # one row with nothing below FP16's normal range
+    x[1, 1, 0] = 7e4  # one row past 65504
     monkeypatch.setattr(I, "GROUP_TENSOR", I.GROUP_TENSOR if grouped else 0)
     names = ["pos", "halved", "y", "total"]
     model, units = I.with_statistics(graph, names, I.tensor_sizes(graph, {"x": x}))
@@ -133,26 +135,27 @@ def test_statistics_outputs_hold_one_number_per_row(monkeypatch, opset, grouped)
     values = dict(zip(outputs, session(model).run(outputs, {"x": x})))
     assert {t for tensors, _ in units for t in tensors} == set(names)
     for tensors, outs in units:
-        got = [values[o] for o in outs]
-        shapes = got[-1].reshape(-1, 2)
-        assert len(shapes) == len(tensors)
-        rows = int(shapes[:, 0].sum())
-        assert all(v.shape == (rows,) for v in got[:-1])
-        for t, (row_max, row_sum, row_min, row_subnormal, row_flushed, _finite, shape) in zip(tensors,
-                                                                                              I.split_units(*got)):
+        for t, got in I.split_units(tensors, [values[o] for o in outs]):
+            row_max, row_sum, row_min, low_min, low_subnormal, low_flushed, high_finite, shape = got
             want = {"pos": (15, 7), "halved": (15, 7), "y": (15, 7), "total": (1, 1)}[t]
             assert tuple(shape) == ((1, want[0] * want[1]) if grouped else want)
-            if t != "total":
-                assert (row_subnormal == 6 * (15 if grouped else 1)).all() and (row_flushed == 0).all()
+            rows = int(shape[0])
+            assert row_max.shape == row_min.shape == (rows,) and row_sum.size == 1
+            if t == "total" or grouped:
+                continue
+            assert low_min.shape == low_subnormal.shape == low_flushed.shape == (14,)  # all rows but the first
+            assert (low_subnormal == 6).all() and (low_flushed == 0).all()
+            assert high_finite.shape == ((0,) if t == "halved" else (1,))  # 7e4 / 2 fits
 
 
 @pytest.mark.parametrize("grouped", [True, False], ids=["loop over groups", "nodes per tensor"])
 def test_finite_values_past_fp16_are_counted_in_the_run(monkeypatch, grouped):
-    """An overflow (the case a search is for) or a Hugging Face mask value (-3.4e38) needs no second run: only
-    NaN and inf do."""
+    """An overflow (the case a search is for) or Hugging Face mask values (-3.4e38, many to a row) need no second
+    run: only NaN and inf do."""
     graph = rows_model(17)
     x = np.linspace(-2, 2, 105, dtype=F32).reshape(3, 5, 7)
     x[0, 0, 0], x[1, 2, 3], x[2, 4, 6] = 7e4, -3.4028235e38, 65520.0
+    x[1, 2, 4] = -3.4028235e38  # a row of masks whose |x| sums past float32's range: still measured in the run
     samples = [Sample("s", {"x": x})]
     want = reference(graph, samples)
     fetched = []
@@ -162,7 +165,7 @@ def test_finite_values_past_fp16_are_counted_in_the_run(monkeypatch, grouped):
     assert fetched == []
     for name in ("pos", "halved", "y"):
         assert got.tensors[name] == want[name], name
-    assert got.tensors["pos"].overflow == 2 and got.tensors["halved"].overflow == 1  # 7e4/2 fits; 3.4e38/2 not
+    assert got.tensors["pos"].overflow == 2 and got.tensors["halved"].overflow == 2  # 7e4/2 fits; 3.4e38/2 not
 
 
 def test_rows_too_long_for_exact_counts_are_fetched_whole(monkeypatch):
@@ -251,3 +254,32 @@ def test_the_profile_run_gives_the_fp32_references_a_sample_lacks():
     plain = session(graph.runnable_copy()).run(None, samples[0].inputs)
     assert set(samples[0].reference) == {o.name for o in graph.outputs}
     np.testing.assert_allclose(samples[0].reference["y"], plain[0], rtol=1e-6, atol=1e-6)
+
+
+def test_equal_small_constants_become_one_and_the_values_stay():
+    """``share_constants`` (what ONNX Runtime's ConstantSharing would do, done once before the session so that its
+    graph optimisations do not go over the instrumented graph again): equal small constants, Constant nodes and
+    initializers alike, become the first of them; a large one, a graph output and one read inside a subgraph stay."""
+    from fp16bisect.model.runtime import session
+
+    big = np.arange(9, dtype=F32)
+    nodes = [
+        helper.make_node("Constant", [], ["c1"], value=numpy_helper.from_array(np.array([2.0], F32), "c1")),
+        helper.make_node("Constant", [], ["c2"], value=numpy_helper.from_array(np.array([2.0], F32), "c2")),
+        helper.make_node("Constant", [], ["c3"], value=numpy_helper.from_array(np.array([3.0], F32), "c3")),
+        helper.make_node("Mul", ["x", "c1"], ["a"]), helper.make_node("Mul", ["a", "c2"], ["b"]),
+        helper.make_node("Add", ["b", "i2"], ["c"]), helper.make_node("Add", ["c", "c3"], ["d"]),
+        helper.make_node("Add", ["d", "big1"], ["e"]), helper.make_node("Add", ["e", "big2"], ["y"]),
+    ]
+    model = make_model(nodes, [("x", F, [9])], [("y", F, [9])],
+                       {"i2": np.array([2.0], F32), "big1": big, "big2": big.copy()}, opset=17)
+    x = np.linspace(-1, 1, 9, dtype=F32)
+    want = session(model).run(None, {"x": x})[0]
+    I.share_constants(model)
+    kept = [n.output[0] for n in model.graph.node if n.op_type == "Constant"] + [t.name for t in
+                                                                                   model.graph.initializer]
+    # c1 and c2 hold i2's value (initializers are kept first: they precede every node); 9 elements: left alone
+    assert sorted(kept) == ["big1", "big2", "c3", "i2"]
+    assert [n.input[1] for n in model.graph.node if n.op_type in ("Mul", "Add")] == ["i2", "i2", "i2", "c3",
+                                                                                     "big1", "big2"]
+    np.testing.assert_array_equal(session(model).run(None, {"x": x})[0], want)

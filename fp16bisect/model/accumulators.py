@@ -68,15 +68,15 @@ class Accumulator:
 
 @dataclass
 class Probe:
-    """The nodes measuring one candidate's accumulator: its peak output (one number per sample) and the outputs
-    holding the shapes its terms are counted from."""
+    """The nodes measuring one candidate's accumulator: its peak output (one number per sample) and the shapes its
+    terms are counted from (the outputs holding them; a weight's, known)."""
 
     node: str
     op_type: str
     proto: onnx.NodeProto
     opset: int
     peak: str | None  # None: not measured
-    shapes: list[str] = field(default_factory=list)
+    shapes: list[str | tuple[int, ...]] = field(default_factory=list)  # an output, or a weight's shape
 
     def terms(self, shapes: list[tuple[int, ...]]) -> int | None:
         try:
@@ -95,12 +95,12 @@ class Probes:
 
     @property
     def outputs(self) -> set[str]:
-        return {o for p in self.probes for o in ([p.peak] if p.peak else []) + p.shapes}
+        return {o for p in self.probes for o in [p.peak, *p.shapes] if isinstance(o, str)}
 
     def take(self, values: dict, sample: int) -> None:
         """Note one sample's measures, removing the probes' outputs from ``values`` (the run's, by name)."""
         for p in self.probes:
-            shapes = [tuple(int(d) for d in values.pop(s)) for s in p.shapes]
+            shapes = [s if isinstance(s, tuple) else tuple(int(d) for d in values.pop(s)) for s in p.shapes]
             terms = p.terms(shapes)
             if terms is not None:
                 self.counted[p.node] = max(terms, self.counted.get(p.node, 0))
@@ -131,17 +131,19 @@ def add_probes(model: onnx.ModelProto, graph: Graph, opset: int) -> Probes:
         position = at[node.outputs[0]]
         proto = model.graph.node[position]
         v = f"{PREFIX}{len(probes)}"
+        build.position = position
         made, peak, shaped = build.measure(proto, v)
         for j, made_node in enumerate(made):  # named after what they measure: an error of ONNX Runtime names it
             made_node.name = f"{v}_{j} (measuring {node.id})"
         made, peak = build.looped(made, peak, v)
-        shapes = [f"{v}_shape{j}" for j in range(len(shaped))]
-        made += [helper.make_node("Shape", [t], [s]) for t, s in zip(shaped, shapes)]
+        shapes: list[str | tuple[int, ...]] = [build.dims.get(t) or f"{v}_shape{j}" for j, t in enumerate(shaped)]
+        # a weight's shape is known: no Shape node (ONNX Runtime would fold it, and go over the graph once more)
+        made += [helper.make_node("Shape", [t], [s]) for t, s in zip(shaped, shapes) if isinstance(s, str)]
         after.setdefault(position, []).extend(made)
         probes.append(Probe(node.id, node.op_type, proto, opset, peak, shapes))
         if peak:
             model.graph.output.append(onnx.ValueInfoProto(name=peak))
-        model.graph.output.extend(onnx.ValueInfoProto(name=s) for s in shapes)
+        model.graph.output.extend(onnx.ValueInfoProto(name=s) for s in shapes if isinstance(s, str))
     ordered = []
     for i, n in enumerate(model.graph.node):
         ordered.append(n)
@@ -165,8 +167,17 @@ class _Nodes:
 
     def __init__(self, model: onnx.ModelProto, opset: int, shapes: dict[str, tuple]):
         self.model = model
+        constants = {n.output[0]: n.attribute[0].t for n in model.graph.node
+                     if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
+        self.dims = {name: tuple(int(d) for d in t.dims)  # each weight's shape
+                     for name, t in [*((t.name, t) for t in model.graph.initializer), *constants.items()]}
         self.weights = {t.name for t in model.graph.initializer} | {
             o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+        self.absolute: dict[str, tuple[int, str]] = {}  # tensor -> the first Abs of it in the model: (position, output)
+        for i, n in enumerate(model.graph.node):
+            if n.op_type == "Abs" and n.domain in ("", "ai.onnx"):
+                self.absolute.setdefault(n.input[0], (i, n.output[0]))
+        self.position = 0  # the measured node's
         self.opset = opset
         self.shapes = shapes  # the graph's inferred shapes (Attention's heads)
         self.constants: dict[tuple, str] = {}
@@ -194,6 +205,15 @@ class _Nodes:
              helper.make_tensor_value_info(peak, TensorProto.FLOAT, None)])
         out = f"{v}_measured"
         return [helper.make_node("Loop", [f"{PREFIX}_once", "", f"{PREFIX}_zero"], [out], body=body)], out
+
+    def absolute_of(self, t: str, out: str) -> tuple[list, str]:
+        """|t|: an Abs node making ``out``, or the output of an Abs of ``t`` the model already computes before the
+        measured node (the statistics' own: the same values, one pass fewer, and nothing for ONNX Runtime's
+        common-subexpression elimination to merge)."""
+        at, made = self.absolute.get(t, (self.position, ""))
+        if at < self.position:
+            return [], made
+        return [helper.make_node("Abs", [t], [out])], out
 
     def live(self, t: str, v: str) -> tuple[list, str]:
         """``t``, or for a weight (an initializer or a Constant's output) ``t`` + 0 with the 0 from the Loop's
@@ -225,9 +245,9 @@ class _Nodes:
             return [], None, []
         peak = f"{v}_peak"
         if op == "Attention":
-            nodes = [helper.make_node("Abs", [ins[0]], [f"{v}_q"]), helper.make_node("Abs", [ins[1]], [f"{v}_k"]),
-                     helper.make_node("Transpose", [f"{v}_k"], [f"{v}_kt"], perm=[0, 1, 3, 2]),
-                     helper.make_node("MatMul", [f"{v}_q", f"{v}_kt"], [f"{v}_sum"])]
+            (q_made, q), (k_made, k) = self.absolute_of(ins[0], f"{v}_q"), self.absolute_of(ins[1], f"{v}_k")
+            nodes = [*q_made, *k_made, helper.make_node("Transpose", [k], [f"{v}_kt"], perm=[0, 1, 3, 2]),
+                     helper.make_node("MatMul", [q, f"{v}_kt"], [f"{v}_sum"])]
             bound, shaped = f"{v}_sum", ins[:1]
         elif op in ("MatMul", "Gemm", "Einsum", "Conv", "ConvTranspose"):
             nodes, bound, shaped = self.products(proto, v)
@@ -236,8 +256,8 @@ class _Nodes:
         elif op in ("LayerNormalization", "GroupNormalization", "InstanceNormalization"):
             nodes, bound, shaped = self.deviations(proto, v)
         elif op == "GlobalAveragePool":  # |x| summed per (N, C): ONNX Runtime has no GlobalLpPool at opset 22
-            nodes = [helper.make_node("Abs", [ins[0]], [f"{v}_abs"]),
-                     helper.make_node("Flatten", [f"{v}_abs"], [f"{v}_rows"], axis=2),
+            made, absolute = self.absolute_of(ins[0], f"{v}_abs")
+            nodes = [*made, helper.make_node("Flatten", [absolute], [f"{v}_rows"], axis=2),
                      self.reduce("ReduceSum", f"{v}_rows", f"{v}_sum", [1], 0)]
             bound, shaped = f"{v}_sum", [ins[0], proto.output[0]]
         elif op == "AveragePool":
@@ -247,9 +267,9 @@ class _Nodes:
         else:  # the Reduce ops: the same axes (attribute or input) and attributes
             kind = "ReduceSumSquare" if op in ("ReduceSumSquare", "ReduceL2") else "ReduceL1"
             if op == "ReduceSum":
-                nodes = [helper.make_node("Abs", [ins[0]], [f"{v}_abs"]),
-                         helper.make_node("ReduceSum", [f"{v}_abs", *ins[1:]], [f"{v}_sum"], **_copied(
-                             proto, ("keepdims", "noop_with_empty_axes")))]
+                made, absolute = self.absolute_of(ins[0], f"{v}_abs")
+                nodes = [*made, helper.make_node("ReduceSum", [absolute, *ins[1:]], [f"{v}_sum"], **_copied(
+                    proto, ("keepdims", "noop_with_empty_axes")))]
             else:
                 nodes = [helper.make_node(kind, ins, [f"{v}_sum"], **_copied(
                     proto, ("axes", "keepdims", "noop_with_empty_axes")))]
@@ -266,12 +286,15 @@ class _Nodes:
         Gemm's C added as |beta * C|, alpha as |alpha|)."""
         op, ins = proto.op_type, [i for i in proto.input]
         used = ins if op in ("Einsum", "Gemm") else ins[:2]
-        nodes = []
+        nodes, absolute = [], []
         for j, t in enumerate(used):
-            if t:
-                made, read = self.live(t, v)
-                nodes += [*made, helper.make_node("Abs", [read], [f"{v}_abs{j}"])]
-        absolute = [f"{v}_abs{j}" if t else "" for j, t in enumerate(used)]
+            made, read = self.live(t, v) if t else ([], "")
+            if made:  # a weight, read inside the Loop
+                made, read = [*made, helper.make_node("Abs", [read], [f"{v}_abs{j}"])], f"{v}_abs{j}"
+            elif t:
+                made, read = self.absolute_of(t, f"{v}_abs{j}")
+            nodes += made
+            absolute.append(read)
         attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
         if op == "Gemm":
             attrs["alpha"], attrs["beta"] = abs(attrs.get("alpha", 1.0)), abs(attrs.get("beta", 1.0))

@@ -39,9 +39,12 @@ then skipped. ``add_rows`` turns one run's statistics of a tensor into what
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import NamedTuple
+
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.precision import Precision
@@ -74,29 +77,31 @@ def _scale(bound: float) -> float:
     below_bound = np.float32(bound)
     return float(1.0 / (float(below_bound) - float(np.nextafter(below_bound, np.float32(0)))))
 EXACT_COUNT = 1 << 24  # float32 sums of 0 and 1 are exact up to here: the longest row counted in the run
-STATISTICS = ("row_max", "row_sum", "row_min", "row_subnormal", "row_flushed", "row_finite16", "shape")  # see with_statistics
+STATISTICS = ("row_max", "row_sum", "row_min", "low_min", "low_subnormal", "low_flushed", "high_finite",
+              "shape")  # see with_statistics
 GROUP_TENSOR = 1 << 18  # elements: tensors up to this size are measured in groups (one Loop for many tensors)
 GROUP_TOTAL = 1 << 22  # elements per group at most: the members stay alive until their group is measured
-SKIP_COUNTS = 1 << 21  # elements: from here a count runs only where its bound can count anything (an If per count:
-                       # about a millisecond of session creation each, against two passes over the tensor)
 PREFIX = "__fp16bisect_stat"
 
 
 def with_statistics(graph: Graph, names: list[str],
                     sizes: dict[str, tuple] | None = None) -> tuple[onnx.ModelProto, list] | None:
-    """The model with six statistics per tensor x of ``names``, computed on the rows of |x| (its last axis),
-    each a 1-D float tensor of one number per row: each row's max |x|; its sum of |x| - |x| (NaN exactly when
-    the row has NaN or inf); its min |x| over |x| >= 2^-126 (FP32's normal range; inf if none); its count of
-    2^-126 <= |x| < 2^-14 (subnormal in FP16); its count of 2^-126 <= |x| <= 2^-25 (flushed to 0 in FP16);
-    and its count of |x| < 65520 (the others overflow in FP16). The counts are float32 sums of 0 and 1, exact
-    for rows of up to 2^24 elements. A seventh output, int64, is the shape of the rows, [rows, row length].
-    Nothing is of the tensor's size. Large tensors get their own nodes, placed right after the tensor's
-    producer so that the tensor is freed early; tensors of at most ``GROUP_TENSOR`` elements (by ``sizes``, see
-    ``tensor_sizes``) are measured in groups, each group by one Loop over a sequence of its members (fewer
-    nodes: ONNX Runtime's session creation grows with the node count), placed after the last member's
-    producer. Returns the model and its units, (tensors, output names): a unit of one tensor has one output per
-    statistic, a group has its members' statistics concatenated, in the order of its tensors, and their shapes
-    one after the other (see ``split_units``); None if the model's opset is below 11."""
+    """The model with the statistics of every tensor x of ``names``, computed on the rows of |x| (its last axis),
+    each a 1-D float tensor: of one number per row, each row's max |x|, its sum of |x| (NaN or inf exactly when
+    the row has NaN or inf, or when its sum passes float32's range) and its min |x|; for the rows whose min is
+    below the low precision's normal range (2^-14 for FP16), each one's min |x| over |x| >= 2^-126 (FP32's normal
+    range; inf if none); for those of them with values in 2^-126 <= |x| < 2^-14, each one's count of them
+    (subnormal in FP16) and of 2^-126 <= |x| <= 2^-25 (flushed to 0 in FP16); for the rows whose max reaches
+    65520, each one's count of |x| < 65520 (the others overflow in FP16). The counts are float32 sums of 0 and
+    1, exact for rows of up to 2^24 elements. The last output, int64, is the shape of the rows, [rows, row
+    length]. Nothing is of the tensor's size. Large tensors get their own nodes, placed right after the
+    tensor's producer so that the tensor is freed early; tensors of at most ``GROUP_TENSOR`` elements (by
+    ``sizes``, see ``tensor_sizes``) are measured in groups, each group by one Loop over a sequence of its
+    members (fewer nodes: ONNX Runtime's session creation grows with the node count), placed after the last
+    member's producer, every statistic of every member then taken on its one row. Returns the model and its
+    units, (tensors, output names): a unit of one tensor has one output per statistic, a group has its members'
+    statistics concatenated, in the order of its tensors, and their shapes one after the other (see
+    ``split_units``); None if the model's opset is below 11."""
     opsets = [o.version for o in graph.model.opset_import if o.domain in ("", "ai.onnx")]
     if not opsets or opsets[0] < 11:  # ThresholdedRelu (10), Flatten with a negative axis, Loop on sequences (11)
         return None
@@ -142,8 +147,7 @@ def _placed(build: "_StatisticsNodes", graph: Graph, names: list[str], sizes: di
             continue
         v = f"{PREFIX}{len(units)}"
         outs = [f"{v}_{s}" for s in STATISTICS]
-        made = build.rows(t, v, outs, ranked=bool(graph.ranks.get(t) or sizes.get(t, (None, None))[1]),
-                          skip=(size or 0) >= SKIP_COUNTS)
+        made = build.rows(t, v, outs, ranked=bool(graph.ranks.get(t) or sizes.get(t, (None, None))[1]))
         (after.setdefault(producer[t], []) if t in producer else first).extend(made)
         units.append(([t], outs))
     close_group()
@@ -152,146 +156,204 @@ def _placed(build: "_StatisticsNodes", graph: Graph, names: list[str], sizes: di
 
 class _StatisticsNodes:
     """Makes the nodes that measure a tensor (``rows``) or a group of tensors (``loop``) for ``model`` at
-    ``opset``, adding the constants they read to its initializers."""
+    ``opset``, adding the constants they read to its initializers (each once, when first read)."""
 
     def __init__(self, model: onnx.ModelProto, opset: int, bounds: dict[str, tuple[float, float]]):
         self.model = model
         self.opset = opset
         self.bounds = bounds  # ``below``
-        self.k = {c: f"{PREFIX}_{c}" for c in ("overflow", "first", "axis", "two", "row", "flat", "no_max", "no_min",
-                                                 *bounds)}
-        model.graph.initializer.extend([
-            helper.make_tensor(self.k["overflow"], TensorProto.FLOAT, [], [OVERFLOWS_BELOW_NORMAL]),
-            helper.make_tensor(self.k["first"], TensorProto.INT64, [1], [0]),
-            helper.make_tensor(self.k["axis"], TensorProto.INT64, [1], [1]),
-            helper.make_tensor(self.k["two"], TensorProto.INT64, [1], [2]),
-            helper.make_tensor(self.k["row"], TensorProto.INT64, [2], [1, -1]),
-            helper.make_tensor(self.k["flat"], TensorProto.INT64, [1], [-1]),
-            helper.make_tensor(self.k["no_max"], TensorProto.FLOAT, [1], [0.0]),  # no row: nothing reaches 65520
-            helper.make_tensor(self.k["no_min"], TensorProto.FLOAT, [1], [float("inf")]),  # nor the small bounds
-            *[helper.make_tensor(self.k[b], TensorProto.FLOAT, [], [t]) for b, (t, _) in bounds.items()],
-        ])
+        top = bounds["finite16"][0]
+        self.values: dict[str, tuple[int, list[int], list[float] | list[int]]] = {  # name -> (type, dims, values)
+            "overflow": (TensorProto.FLOAT, [], [OVERFLOWS_BELOW_NORMAL]),
+            "first": (TensorProto.INT64, [1], [0]),
+            "axis": (TensorProto.INT64, [1], [1]),
+            "row": (TensorProto.INT64, [2], [1, -1]),
+            "flat": (TensorProto.INT64, [1], [-1]),
+            "subnormal": (TensorProto.FLOAT, [], [bounds["subnormal"][0]]),
+            "below_top": (TensorProto.FLOAT, [], [float(np.nextafter(np.float32(top), np.float32(0)))]),
+        }
+        self.made: set[str] = set()
+
+    def k(self, name: str) -> str:
+        """The name of the constant ``name`` of ``self.values``, added to the model's initializers when first read."""
+        full = f"{PREFIX}_{name}"
+        if name not in self.made:
+            self.made.add(name)
+            kind, dims, values = self.values[name]
+            self.model.graph.initializer.append(helper.make_tensor(full, kind, dims, values))
+        return full
 
     def reduce(self, op: str, x: str, out: str) -> onnx.NodeProto:
         """``op`` over axis 1 of a 2-D tensor."""
         if self.opset >= 18 or (op == "ReduceSum" and self.opset >= 13):
-            return helper.make_node(op, [x, self.k["axis"]], [out], keepdims=0)
+            return helper.make_node(op, [x, self.k("axis")], [out], keepdims=0)
         return helper.make_node(op, [x], [out], axes=[1], keepdims=0)
 
-    def count(self, lifted: str, v: str, below: str, out: str) -> list[onnx.NodeProto]:
-        """Per row: how many of ``lifted`` are below the bound ``self.bounds[below]``."""
+    def count(self, values: str, v: str, below: str, out: str) -> list[onnx.NodeProto]:
+        """Per row of ``values``: how many are below the bound ``self.bounds[below]``."""
         bound, scale = self.bounds[below]
-        return [helper.make_node("HardSigmoid", [lifted], [f"{v}_{below}"], alpha=-scale, beta=scale * bound),
+        return [helper.make_node("HardSigmoid", [values], [f"{v}_{below}"], alpha=-scale, beta=scale * bound),
                 self.reduce("ReduceSum", f"{v}_{below}", out)]
 
-    def rows(self, x: str, v: str, outs: list[str], ranked: bool, skip: bool = False) -> list[onnx.NodeProto]:
-        """The nodes computing tensor ``x``'s row statistics as ``outs`` (in the order of ``STATISTICS``), their
-        temporaries named after ``v``. Each elementwise node's first input is, where it can be, a temporary read
-        for the last time, which ONNX Runtime may then overwrite in place. ``skip``: each count only where its
-        bound can count anything (``counted``): two passes over the tensor fewer per count skipped."""
+    def rows(self, x: str, v: str, outs: list[str], ranked: bool, select: bool = True) -> list[onnx.NodeProto]:
+        """The nodes computing tensor ``x``'s statistics as ``outs`` (in the order of ``STATISTICS``), their
+        temporaries named after ``v``: one pass makes |x|, three reductions read it (each row's max and min, the
+        sum of all), and the rest runs on the few rows that need it (``select``; without it, on every row): the
+        rows whose min is below the low precision's normal range (zeros, FP32 denormals, subnormal or flushed
+        values) for their minimum over |x| >= 2^-126, and of those the rows with values that are subnormal in the
+        low precision for the two counts; the rows whose max reaches the overflow bound for the count below it."""
         a, lifted = f"{v}_a", f"{v}_lifted"
         rows = [helper.make_node("Flatten", [f"{v}_abs"], [a], axis=-1)]  # [rows, last axis]
         if not ranked:  # perhaps a scalar: one more axis first ([1] for a scalar, [1, ...] otherwise)
-            rows = [helper.make_node("Unsqueeze", [f"{v}_abs", self.k["first"]], [f"{v}_abs1"]) if self.opset >= 13
+            rows = [helper.make_node("Unsqueeze", [f"{v}_abs", self.k("first")], [f"{v}_abs1"]) if self.opset >= 13
                     else helper.make_node("Unsqueeze", [f"{v}_abs"], [f"{v}_abs1"], axes=[0]),
                     helper.make_node("Flatten", [f"{v}_abs1"], [a], axis=-1)]
-        def counted(values: str, below: str, out: str, extreme: str) -> list[onnx.NodeProto]:
-            if skip:
-                return self.counted(values, v, below, out, extreme, outs[6])
-            return self.count(values, v, below, out)
-
-        return [
+        nodes = [
             helper.make_node("Abs", [x], [f"{v}_abs"]),
             *rows,
-            helper.make_node("Shape", [a], [outs[6]]),
+            helper.make_node("Shape", [a], [outs[7]]),
             self.reduce("ReduceMax", a, outs[0]),
-            *counted(a, "finite16", outs[5], outs[0]),  # |x| < 65520: the others overflow in FP16
-            helper.make_node("Div", [self.k["overflow"], a], [f"{v}_inv"]),  # inf exactly where |x| < 2^-126
-            helper.make_node("ThresholdedRelu", [f"{v}_inv"], [f"{v}_excluded"], alpha=FLOAT32_MAX),  # 0, or inf
-            helper.make_node("Max", [f"{v}_excluded", a], [lifted]),  # |x| if |x| >= 2^-126, otherwise inf
-            self.reduce("ReduceMin", lifted, outs[2]),
-            *counted(lifted, "subnormal", outs[3], outs[2]),  # 2^-126 <= |x| < 2^-14
-            *counted(lifted, "flushed", outs[4], outs[2]),  # 2^-126 <= |x| <= 2^-25
-            helper.make_node("Sub", [a, a], [f"{v}_nan"]),  # 0, NaN where |x| is NaN or inf (huge values: 0)
-            self.reduce("ReduceSum", f"{v}_nan", outs[1]),
+            helper.make_node("ReduceSum", [a], [outs[1]], keepdims=0),  # NaN exactly when |x| holds a NaN
+            self.reduce("ReduceMin", a, outs[2]),
         ]
 
-    def counted(self, values: str, v: str, below: str, out: str, extreme: str, shape: str) -> list[onnx.NodeProto]:
-        """``count`` inside an If that runs it only when some row's ``extreme`` (its row max for the values below
-        65520, its row min for the small ones) is on the counted side of the bound; otherwise every value of a
-        row is below 65520 (the row's length, from ``shape``) or none is below the small bound (0), known from the
-        few numbers per row already computed. A NaN row max counts (the NaN check then fetches the tensor
-        whole)."""
-        w, top = f"{v}_{below}_if", below == "finite16"
-        edge = helper.make_node("Concat", [extreme, self.k["no_max" if top else "no_min"]], [f"{w}_rows"], axis=0)
-        whole = helper.make_node("ReduceMax" if top else "ReduceMin", [f"{w}_rows"], [f"{w}_extreme"], keepdims=0)
-        reached = helper.make_node("Less", [f"{w}_extreme", self.k[below]], [f"{w}_cond"])
-        counting = helper.make_graph(self.count(values, w, below, f"{w}_count"), f"{w}_count", [],
-                                     [helper.make_tensor_value_info(f"{w}_count", TensorProto.FLOAT, [None])])
-        known = [helper.make_node("Shape", [extreme], [f"{w}_rows_shape"]),
-                 helper.make_node("ConstantOfShape", [f"{w}_rows_shape"], [f"{w}_zeros"])]
-        if top:  # every value of every row below 65520: the row's length
-            known += [helper.make_node("Slice", [shape, self.k["axis"], self.k["two"]], [f"{w}_width"]),
-                      helper.make_node("Cast", [f"{w}_width"], [f"{w}_width_f"], to=TensorProto.FLOAT),
-                      helper.make_node("Add", [f"{w}_zeros", f"{w}_width_f"], [f"{w}_known"])]
-        else:
-            known.append(helper.make_node("Identity", [f"{w}_zeros"], [f"{w}_known"]))
-        filled = helper.make_graph(known, f"{w}_known", [], [helper.make_tensor_value_info(f"{w}_known",
-                                                                                        TensorProto.FLOAT, [None])])
-        return [edge, whole, reached, helper.make_node("If", [f"{w}_cond"], [out], then_branch=filled if top else
-                                                       counting, else_branch=counting if top else filled)]
+        def picked(values: str, cond: list[str], what: str) -> str:
+            """The rows of ``values`` where Less(*cond) holds (all of them without ``select``)."""
+            if not select:
+                return values
+            nodes.extend([helper.make_node("Less", cond, [f"{v}_{what}_rows"]),
+                          helper.make_node("Compress", [values, f"{v}_{what}_rows"], [f"{v}_{what}"], axis=0)])
+            return f"{v}_{what}"
+
+        small = picked(a, [outs[2], self.k("subnormal")], "small")  # zeros, FP32 denormals, values below 2^-14
+        nodes += [
+            helper.make_node("Div", [self.k("overflow"), small], [f"{v}_inv"]),  # inf exactly where |x| < 2^-126
+            helper.make_node("ThresholdedRelu", [f"{v}_inv"], [f"{v}_excluded"], alpha=FLOAT32_MAX),  # 0, or inf
+            helper.make_node("Max", [f"{v}_excluded", small], [lifted]),  # |x| if |x| >= 2^-126, otherwise inf
+            self.reduce("ReduceMin", lifted, outs[3]),
+        ]
+        counted = picked(lifted, [outs[3], self.k("subnormal")], "counted")  # 2^-126 <= |x| < 2^-14 in each row
+        nodes += self.count(counted, v, "subnormal", outs[4])  # 2^-126 <= |x| < 2^-14
+        nodes += self.count(counted, v, "flushed", outs[5])  # 2^-126 <= |x| <= 2^-25
+        high = picked(a, [self.k("below_top"), outs[0]], "high")  # a row max of at least 65520
+        return nodes + self.count(high, v, "finite16", outs[6])  # |x| < 65520
 
     def loop(self, members: list[str], v: str, outs: list[str]) -> list[onnx.NodeProto]:
         """One Loop over the members, each measured whole as one row (a member has at most ``GROUP_TENSOR``
-        elements: its float32 counts are exact): each iteration's six statistics and its shape [1, size] are the
-        Loop's scan outputs, stacked along a new first axis and flattened after it. Nothing is carried from one
-        iteration to the next (concatenating into carried tensors copied them again at every iteration)."""
+        elements: its float32 counts are exact; no rows selected, so that every statistic has one number per
+        member): each iteration's statistics and its shape [1, size] are the Loop's scan outputs, stacked along a
+        new first axis and flattened after it. Nothing is carried from one iteration to the next (concatenating
+        into carried tensors copied them again at every iteration)."""
         seq, trip, i, cond = f"{v}_seq", f"{v}_count", f"{v}_i", f"{v}_cond"
         self.model.graph.initializer.append(helper.make_tensor(trip, TensorProto.INT64, [], [len(members)]))
-        stat = [f"{v}_stat{j}" for j in range(7)]
+        count = len(STATISTICS)
+        stat = [f"{v}_stat{j}" for j in range(count)]
         body_nodes = [helper.make_node("SequenceAt", [seq, i], [f"{v}_x"]),
-                      helper.make_node("Reshape", [f"{v}_x", self.k["row"]], [f"{v}_row"])]
-        body_nodes += self.rows(f"{v}_row", f"{v}_b", stat, ranked=True)
+                      helper.make_node("Reshape", [f"{v}_x", self.k("row")], [f"{v}_row"])]
+        body_nodes += self.rows(f"{v}_row", f"{v}_b", stat, ranked=True, select=False)
         body_nodes.append(helper.make_node("Identity", [cond], [f"{v}_cond_out"]))
-        types = [TensorProto.FLOAT] * 6 + [TensorProto.INT64]
+        types = [TensorProto.FLOAT] * (count - 1) + [TensorProto.INT64]
         body = helper.make_graph(
             body_nodes, f"{v}_body",
             [helper.make_tensor_value_info(i, TensorProto.INT64, []),
              helper.make_tensor_value_info(cond, TensorProto.BOOL, [])],
             [helper.make_tensor_value_info(f"{v}_cond_out", TensorProto.BOOL, []),
-             *[helper.make_tensor_value_info(stat[j], types[j], [None]) for j in range(7)]])
-        stacked = [f"{v}_stacked{j}" for j in range(7)]
+             *[helper.make_tensor_value_info(stat[j], types[j], None) for j in range(count)]])
+        stacked = [f"{v}_stacked{j}" for j in range(count)]
         return [helper.make_node("SequenceConstruct", members, [seq]),
                 helper.make_node("Loop", [trip, ""], stacked, body=body),
-                *[helper.make_node("Reshape", [stacked[j], self.k["flat"]], [outs[j]]) for j in range(7)]]
+                *[helper.make_node("Reshape", [stacked[j], self.k("flat")], [outs[j]]) for j in range(count)]]
 
 
-def split_units(row_max, row_sum, row_min, row_subnormal, row_flushed, row_finite16, shapes):
-    """A unit's row statistics (see ``with_statistics``), member by member, each with its shape [rows, row
-    length]: a group's outputs are its members' rows one after the other, ``shapes`` their shapes."""
-    start = 0
-    for shape in shapes.reshape(-1, 2):
-        end = start + int(shape[0])
-        yield (row_max[start:end], row_sum[start:end], row_min[start:end], row_subnormal[start:end],
-               row_flushed[start:end], row_finite16[start:end], shape)
-        start = end
+class Measured(NamedTuple):
+    """One tensor's statistics from one run (see ``with_statistics``), in the order of ``STATISTICS``."""
+
+    row_max: np.ndarray
+    row_sum: np.ndarray
+    row_min: np.ndarray
+    low_min: np.ndarray
+    low_subnormal: np.ndarray
+    low_flushed: np.ndarray
+    high_finite: np.ndarray
+    shape: np.ndarray
 
 
-def add_rows(stats: TensorStats, row_max, row_sum, row_min, row_subnormal, row_flushed, row_finite16,
-             shape) -> bool:
-    """Add one run's row statistics of a tensor (see ``with_statistics``) to ``stats``, as ``add`` would on
-    the whole tensor; False (nothing added) if the tensor holds NaN/inf, or has rows too long for exact float32
-    counts. Finite values past the FP16 range are counted in the run (``row_finite16``)."""
-    rows, width = (int(n) for n in shape)
-    if not np.isfinite(row_sum).all() or width > EXACT_COUNT:
-        return False
+def split_units(members: list[str], got: list[np.ndarray]) -> Iterator[tuple[str, Measured]]:
+    """A unit's statistics (``got``, in the order of ``STATISTICS``; see ``with_statistics``), member by member:
+    a tensor of its own has them all; a group's members are one row each, every statistic one number per member
+    and the shapes [1, size] one after the other."""
+    if len(members) == 1:
+        yield members[0], Measured._make(got)
+        return
+    for j, member in enumerate(members):
+        yield member, Measured._make([*(v[j:j + 1] for v in got[:-1]), got[-1][2 * j:2 * j + 2]])
+
+
+def add_rows(stats: TensorStats, got: Measured) -> bool:
+    """Add one run's statistics of a tensor to ``stats``, as ``add`` would on the whole tensor; False (nothing
+    added) if the tensor holds NaN/inf, or has rows too long for exact float32 counts. Finite values past the FP16
+    range are counted in the run (``high_finite``: the rows that reach the bound)."""
+    rows, width = (int(n) for n in got.shape)
+    if np.isnan(got.row_sum).any() or np.isinf(got.row_max).any() or width > EXACT_COUNT:
+        return False  # NaN (the sum of |x| holds it) or inf (a max): measured whole
     if not rows * width:
         stats.add_counts(0, 0.0, float("inf"), 0, 0)
         return True
-    overflow = rows * width - int(row_finite16.astype(np.int64).sum())
-    stats.add_counts(rows * width, float(row_max.max()), float(row_min.min()),
-                     int(row_subnormal.astype(np.int64).sum()), int(row_flushed.astype(np.int64).sum()), overflow)
+    # a row left out of low_min has no |x| below the normal range: its min is its min over |x| >= 2^-126
+    normal = got.row_min[got.row_min >= np.float32(stats.low.smallest_normal)]
+    smallest = min(float(normal.min(initial=np.inf)), float(got.low_min.min(initial=np.inf)))
+    overflow = len(got.high_finite) * width - int(got.high_finite.astype(np.int64).sum())
+    stats.add_counts(rows * width, float(got.row_max.max()), smallest, int(got.low_subnormal.astype(np.int64).sum()),
+                     int(got.low_flushed.astype(np.int64).sum()), overflow)
     return True
+
+
+def share_constants(model: onnx.ModelProto) -> None:
+    """Make the small constants of equal value one (Constant nodes and initializers of at most 8 elements, the
+    first of each value kept, its duplicates' readers pointed at it), as ONNX Runtime's ConstantSharing would:
+    then the first pass of its graph optimisations changes nothing, and it does not go over the whole graph,
+    thousands of statistics nodes, a second time. The values read are the same. Constants read by name in a
+    subgraph, and the graph's outputs, are left alone."""
+    keep = {o.name for o in model.graph.output} | _read_in_subgraphs(model.graph)
+    first: dict[tuple, str] = {}
+    same: dict[str, str] = {}  # duplicate -> the constant kept
+
+    def note(name: str, tensor: onnx.TensorProto) -> bool:
+        """Whether ``name`` duplicates a constant kept (then noted in ``same``)."""
+        if name in keep or tensor.data_location == onnx.TensorProto.EXTERNAL or np.prod(tensor.dims) > 8:
+            return False
+        value = numpy_helper.to_array(tensor)
+        key = (value.dtype.str, value.shape, value.tobytes())
+        if key in first:
+            same[name] = first[key]
+            return True
+        first[key] = name
+        return False
+
+    initializers = [t for t in model.graph.initializer if not note(t.name, t)]
+    nodes = [n for n in model.graph.node if not (n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(
+        n.attribute) == 1 and n.attribute[0].name == "value" and note(n.output[0], n.attribute[0].t))]
+    if not same:
+        return
+    for node in nodes:
+        for j, t in enumerate(node.input):
+            if t in same:
+                node.input[j] = same[t]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(initializers)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+
+
+def _read_in_subgraphs(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name a node of a subgraph of ``graph`` reads (at any depth)."""
+    read: set[str] = set()
+    for node in graph.node:
+        for attr in node.attribute:
+            for body in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+                read.update(t for n in body.node for t in n.input)
+                read |= _read_in_subgraphs(body)
+    return read
 
 
 def tensor_sizes(graph: Graph, feed: dict) -> dict[str, tuple]:

@@ -21,10 +21,12 @@ Per op (the node's inputs are its FP16-rounded inputs, as in storage emulation; 
 * MatMul, Gemm: the block partials of a group of blocks by one MatMul of operands sliced and reshaped to
   ``[.., blocks, M, 16] @ [.., blocks, 16, N]`` (K padded with zeros to a multiple of 16), then the tree over the
   blocks; Gemm's alpha, beta and C after. A K known only when the model runs: one group, the tree in the graph.
-* Conv, ConvTranspose: the input channels in chunks of ``c`` (the largest divisor of the channels per group
-  with ``c`` times the terms one channel gives an output <= 16: the kernel volume, for ConvTranspose the taps
-  that reach one output), a group of chunks' partials by one grouped convolution (weights rearranged in the
-  graph), then the tree over the chunks; the bias after. One with <= 16 terms per output needs nothing.
+* Conv: the terms in the order of an implicit-GEMM kernel, tap by tap with the channels innermost, a block 16
+  channels of one tap (``convolution.py``); the bias after.
+* ConvTranspose: the input channels in chunks of ``c`` (the largest divisor of the channels per group with ``c``
+  times the taps that reach one output <= 16), a group of chunks' partials by one grouped ConvTranspose (weights
+  rearranged in the graph), then the tree over the chunks; the bias after.
+  A Conv or ConvTranspose with <= 16 terms per output needs nothing.
 * ReduceSum, ReduceMean, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp, GlobalAveragePool:
   the terms (x, x*x, |x|, exp(x - max)) summed, then divided, rooted or logged as the op says. AveragePool: a
   window of <= 16 terms is one block (nothing changes).
@@ -45,7 +47,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from fp16bisect.backends.emulate.sums import BLOCK, Nodes, group_size
+from fp16bisect.backends.emulate.convolution import Convolutions
+from fp16bisect.backends.emulate.sums import BLOCK, group_size
 
 REDUCTIONS = {"ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum",
               "ReduceLogSumExp", "GlobalAveragePool"}
@@ -59,7 +62,7 @@ class Unmodelled(Exception):
     """This node's FP16 accumulation is not modelled (the message says why)."""
 
 
-class FP16Sums(Nodes):
+class FP16Sums(Convolutions):
     """Builds, for one accumulating node, the nodes computing its first output with FP16 accumulation."""
 
     def __init__(self, model: onnx.ModelProto, fresh, shapes: dict, opset: int, low: int,
@@ -277,15 +280,17 @@ class FP16Sums(Nodes):
         return self.op("Reshape", [y, self.op("Concat", [self.dims(y, 0, batch), self.dims(y, batch + 1)], axis=0)])
 
     def _convolution(self, transposed: bool) -> str | None:
-        """Conv and ConvTranspose: the input channels in chunks, a group of chunks' partials by one convolution
-        of ``group`` x chunks groups, the tree over the chunks, then the bias."""
+        """Conv: blocks of 16 channels of one tap (``convolution.py``). ConvTranspose: the input channels in
+        chunks, a group of chunks' partials by one ConvTranspose of ``group`` x chunks groups, the tree over the
+        chunks, then the bias."""
         w = self._shape(1)
         if len(w) < 3 or _length(w) is None:
             raise Unmodelled("its weight's shape is known only when the model runs")
+        if not transposed:
+            return self.taps_conv(w)
         group, kernel = int(self.attrs.get("group", 1)), list(w[2:])
-        per_group = w[0] // group if transposed else w[1]
-        cout_g = w[1] if transposed else w[0] // group
-        reach = _taps(kernel, self.attrs) if transposed else int(np.prod(kernel))  # terms one channel gives
+        per_group, cout_g = w[0] // group, w[1]
+        reach = _taps(kernel, self.attrs)  # terms one channel gives
         if per_group * reach <= BLOCK:
             return None
         chunk = max([c for c in range(1, per_group + 1) if per_group % c == 0 and c * reach <= BLOCK] or [1])
@@ -294,12 +299,11 @@ class FP16Sums(Nodes):
         x = self.inputs[0]
         size = group_size(chunks, self._outputs())
         if size == 1:
-            y = self._chunk_by_chunk(transposed, chunks, chunk, per_group, group, attrs)
+            y = self._chunk_by_chunk(chunks, chunk, per_group, group, attrs)
             if len(self.inputs) > 2 and self.inputs[2]:
                 y = self.op("Add", [y, self.op("Reshape", [self.inputs[2], self.ints([-1] + [1] * len(kernel))])])
             return y
-        weights = self.op("Reshape", [self.inputs[1], self.ints(  # ConvTranspose: [group, chunks, chunk, cout_g, k]
-            [group, chunks, chunk, cout_g, *kernel] if transposed else [group, cout_g, chunks, chunk, *kernel])])
+        weights = self.op("Reshape", [self.inputs[1], self.ints([group, chunks, chunk, cout_g, *kernel])])
 
         def make(start: int, count: int) -> str:
             if count == chunks:
@@ -309,13 +313,9 @@ class FP16Sums(Nodes):
             else:
                 picked = [g * per_group + c for g in range(group) for c in range(start * chunk, (start + count) * chunk)]
                 xs = self.op("Gather", [x, self.ints(picked)], axis=1)
-            ws = weights if count == chunks else self.slice(weights, 1 if transposed else 2, start, start + count)
-            if not transposed:  # [group, count, cout_g, chunk, k]
-                ws = self.op("Transpose", [ws], perm=[0, 2, 1, 3, *range(4, 4 + len(kernel))])
-            ws = self.op("Reshape", [ws, self.ints([group * count * (chunk if transposed else cout_g),
-                                                    cout_g if transposed else chunk, *kernel])])
-            partial = self.round(self.op("ConvTranspose" if transposed else "Conv", [xs, ws], group=group * count,
-                                         **attrs))
+            ws = weights if count == chunks else self.slice(weights, 1, start, start + count)
+            ws = self.op("Reshape", [ws, self.ints([group * count * chunk, cout_g, *kernel])])
+            partial = self.round(self.op("ConvTranspose", [xs, ws], group=group * count, **attrs))
             shaped = self.op("Concat", [self.ints([0, group, count, cout_g]), self.dims(partial, 2)], axis=0)
             return self.op("Reshape", [partial, shaped])  # [N, group, count, cout_g, spatial..]
 
@@ -326,23 +326,20 @@ class FP16Sums(Nodes):
             y = self.op("Add", [y, self.op("Reshape", [self.inputs[2], self.ints([-1] + [1] * len(kernel))])])
         return y
 
-    def _chunk_by_chunk(self, transposed: bool, chunks: int, chunk: int, per_group: int, group: int,
-                        attrs: dict) -> str:
-        """The convolution's tree with each chunk's partial a tensor of its own (a large output): the input and the
-        weights cut into the chunks by one Split each (a Gather per chunk with groups), a convolution of ``group``
-        groups per chunk, already in the output's layout, the tree by Adds."""
+    def _chunk_by_chunk(self, chunks: int, chunk: int, per_group: int, group: int, attrs: dict) -> str:
+        """The ConvTranspose's tree with each chunk's partial a tensor of its own (a large output): the input and
+        the weights cut into the chunks by one Split each (a Gather per chunk with groups), a ConvTranspose of
+        ``group`` groups per chunk, already in the output's layout, the tree by Adds."""
         x, w = self.inputs[0], self.inputs[1]
         if group == 1:
-            xs = self.split(x, 1, chunks)
-            ws = self.split(w, 0 if transposed else 1, chunks)
+            xs, ws = self.split(x, 1, chunks), self.split(w, 0, chunks)
         else:
             picked = [[g * per_group + c for g in range(group) for c in range(j * chunk, (j + 1) * chunk)]
                       for j in range(chunks)]
             xs = [self.op("Gather", [x, self.ints(p)], axis=1) for p in picked]
-            ws = [self.op("Gather", [w, self.ints(p)], axis=0) for p in picked] if transposed else \
-                self.split(w, 1, chunks)
-        op = "ConvTranspose" if transposed else "Conv"
-        return self.pairwise([self.round(self.op(op, [xj, wj], group=group, **attrs)) for xj, wj in zip(xs, ws)])
+            ws = [self.op("Gather", [w, self.ints(p)], axis=0) for p in picked]
+        return self.pairwise([self.round(self.op("ConvTranspose", [xj, wj], group=group, **attrs))
+                              for xj, wj in zip(xs, ws)])
 
     def _constant_value(self, tensor: str) -> np.ndarray | None:
         """An initializer's or a Constant node's value (axes), None when computed."""

@@ -172,7 +172,10 @@ def test_a_time_limit_stops_and_writes(tmp_path, capsys, monkeypatch):
 
 
 SLOW_SEARCH = """
-    import sys, time
+    import signal, sys, time
+    # Ctrl-C as a terminal sends it: a job started in the background (CI under `&`, nohup) inherits SIGINT ignored,
+    # which Python then keeps, and the search would never see it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import fp16bisect.backends.emulate as emulate
     run = emulate.EmulateBackend.run
     def slow(self, plan, inputs, repeat=0):

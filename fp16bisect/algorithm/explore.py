@@ -33,14 +33,45 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 
-__all__ = ["Excess", "Explore", "Explored", "explore"]
+__all__ = ["Asked", "Excess", "Explore", "Explored", "OutOfBudget", "explore", "ordered"]
 
 Excess = Callable[[frozenset], "float | None"]
 Verdicts = Mapping[frozenset, "bool | None"]  # plan -> True | False | None (None: could not evaluate)
 
 
-class _OutOfBudget(Exception):
-    pass
+class OutOfBudget(Exception):
+    """``Asked`` was asked a plan it does not know with its budget spent."""
+
+
+class Asked:
+    """A predicate (plan -> True | False | None) asked within a budget: ``results`` holds every verdict known (seeded
+    with the ones given), a plan already there costs nothing, a new one costs one of ``budget`` evaluations, and
+    asking one more raises ``OutOfBudget``. ``passed_at``: the evaluation (1, 2, ...) that saw a plan pass."""
+
+    def __init__(self, test: Callable[[frozenset], bool | None], known: Verdicts, budget: int) -> None:
+        self.test, self.budget, self.asked = test, budget, 0
+        self.results: dict[frozenset, bool | None] = {frozenset(p): v for p, v in known.items()}
+        self.passed_at: dict[frozenset, int] = {}
+
+    def ask(self, plan: frozenset) -> bool | None:
+        if plan not in self.results:
+            if self.asked >= self.budget:
+                raise OutOfBudget
+            self.asked += 1
+            value = self.test(plan)
+            self.results[plan] = None if value is None else bool(value)
+            if value:
+                self.passed_at[plan] = self.asked
+        return self.results[plan]
+
+
+def ordered(candidates: Iterable[Hashable], order: Iterable[Hashable] | None) -> list[Hashable]:
+    """The candidates, each once: those ``order`` names first, in its order, then the others as given."""
+    ids = list(dict.fromkeys(candidates))
+    chosen = set(ids)
+    first = [c for c in dict.fromkeys(order if order is not None else ids) if c in chosen]
+    named = set(first)
+    return first + [c for c in ids if c not in named]
 
 
 @dataclass(frozen=True)
@@ -71,40 +102,27 @@ class Explored:
 
 def explore(test: Callable[[frozenset], bool | None], start: Iterable[Hashable], given: Explore) -> Explored:
     """The rounds of the module docstring, from ``start`` (a set seen to pass) or a smaller passing known one."""
-    ids = list(dict.fromkeys(given.candidates))
-    chosen = set(ids)
-    order = [c for c in dict.fromkeys(given.order if given.order is not None else ids) if c in chosen]
-    order += [c for c in ids if c not in set(order)]
-    state = _State(test, {frozenset(p): v for p, v in given.known.items()}, int(given.budget), given.excess)
+    order = ordered(given.candidates, given.order)
+    chosen = set(order)
+    state = _State(test, given.known, int(given.budget), given.excess)
     start = frozenset(start)
     best = min([start, *(p for p, v in state.results.items() if v and len(p) < len(start) and p <= chosen)], key=len)
     rank = {c: i for i, c in enumerate(order)}
     try:
         while (found := _round(state, best, order, rank)) is not None:
             best = found
-    except _OutOfBudget:
+    except OutOfBudget:
         pass
     smaller = [p for p, v in state.results.items() if v and len(p) < len(best) and p <= chosen]
     best = min(smaller, key=len) if smaller else best
     return Explored(best, start, state.asked, state.results, state.passed_at.get(best, 0))
 
 
-class _State:
-    def __init__(self, test: Callable[[frozenset], bool | None], results: dict[frozenset, bool | None], budget: int,
+class _State(Asked):
+    def __init__(self, test: Callable[[frozenset], bool | None], known: Verdicts, budget: int,
                  excess: Excess | None) -> None:
-        self.test, self.results, self.budget, self.asked, self.excess = test, results, budget, 0, excess
-        self.passed_at: dict[frozenset, int] = {}  # plan -> the evaluation that saw it pass
-
-    def __call__(self, plan: frozenset) -> bool | None:
-        if plan not in self.results:
-            if self.asked >= self.budget:
-                raise _OutOfBudget
-            self.asked += 1
-            value = self.test(plan)
-            self.results[plan] = None if value is None else bool(value)
-            if value:
-                self.passed_at[plan] = self.asked
-        return self.results[plan]
+        super().__init__(test, known, budget)
+        self.excess = excess
 
     def need(self, plan: frozenset, member: Hashable) -> float | None:
         """How much ``plan`` needs ``member``: how far its removal is from passing, when that was evaluated."""
@@ -119,7 +137,7 @@ def _round(state: _State, best: frozenset, order: list[Hashable], rank: dict[Has
     line = _line(state, best, order, rank)
     for picked in _best_first(len(line), len(best) - 1):
         plan = frozenset(line[i] for i in picked)
-        if state(plan):
+        if state.ask(plan):
             return _reduce(state, plan, best, rank)
     return None
 
@@ -163,6 +181,6 @@ def _reduce(state: _State, plan: frozenset, before: frozenset, rank: dict[Hashab
     while changed:
         changed = False
         for m in sorted(plan, key=need):
-            if m in plan and state(plan - {m}):
+            if m in plan and state.ask(plan - {m}):
                 plan, changed = plan - {m}, True
     return plan

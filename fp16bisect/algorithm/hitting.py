@@ -47,7 +47,7 @@ from itertools import combinations
 from typing import Callable, Hashable, Iterable, Mapping, Sequence
 
 from fp16bisect.algorithm import claims
-from fp16bisect.algorithm.explore import Excess, Explore, explore
+from fp16bisect.algorithm.explore import Asked, Excess, Explore, OutOfBudget, explore, ordered
 
 __all__ = ["Minimum", "MinimumResult", "Weights", "exact_hitting_set", "minimum", "weight"]
 
@@ -58,10 +58,6 @@ Solver = Callable[[list, Mapping], "frozenset | None"]  # (conflicts, weights) -
 # that exploring first found); the loop then gives its estimate with the rest, and what it leaves goes beyond again.
 EXPLORE_SHARE = 0.75
 SHARED_EXHAUSTIVE = 14  # nodes up to which the pure-Python solver weighs shared weights exactly (2^14 sets)
-
-
-class _OutOfBudget(Exception):
-    pass
 
 
 class Weights(dict):
@@ -123,8 +119,7 @@ class MinimumResult:
 def minimum(passes: Callable[[frozenset], bool | None], given: Minimum) -> MinimumResult:
     """The loop of the module docstring, then (counting nodes) the search beyond it with what is left."""
     ids = list(dict.fromkeys(given.candidates))
-    order = [c for c in dict.fromkeys(given.order if given.order is not None else ids) if c in set(ids)]
-    order += [c for c in ids if c not in set(order)]
+    order = ordered(ids, given.order)
     weights = Weights({c: float(given.weights.get(c, 1)) for c in ids}, getattr(given.weights, "shared", None))
     state = _State(passes, dict(given.known), int(given.budget), frozenset(ids))
     counting = _counts_nodes(weights)
@@ -173,7 +168,7 @@ def _loop(state: _State, solve: Solver, weights: Weights, order: list) -> tuple[
             closed = True  # the lightest passing set known weighs no more than the bound
             if best is None or best in checked or not _below(state, best, order):
                 break
-        except _OutOfBudget:  # closed stays as it was: in _below, the bound was met
+        except OutOfBudget:  # closed stays as it was: in _below, the bound was met
             break
         closed = False
         checked.add(best)  # a lighter set passed: the bound rested on verdicts it contradicts; go on without them
@@ -192,26 +187,14 @@ def _beyond(state: _State, order: list, excess: Excess | None, until: int) -> No
             return
 
 
-class _State:
-    """The verdicts known and asked, the budget left."""
+class _State(Asked):
+    """The verdicts known and asked, the budget left (``Asked``), and the hitting-set loop's conflicts."""
 
-    def __init__(self, passes: Callable[[frozenset], bool | None], known: dict, budget: int,
+    def __init__(self, passes: Callable[[frozenset], bool | None], known: Mapping, budget: int,
                  everything: frozenset) -> None:
-        self.passes = passes
-        self.results: dict[frozenset, bool | None] = {frozenset(p): v for p, v in known.items()}
-        self.budget = budget
-        self.asked = 0
+        super().__init__(passes, known, budget)
         self.everything = everything
         self.cut: set[frozenset] = set()  # hitting sets that could not be evaluated, cut as if they failed
-
-    def ask(self, plan: frozenset) -> bool | None:
-        if plan not in self.results:
-            if self.asked >= self.budget:
-                raise _OutOfBudget
-            self.asked += 1
-            value = self.passes(plan)
-            self.results[plan] = None if value is None else bool(value)
-        return self.results[plan]
 
     def conflicts(self) -> list:
         """From every failing plan that holds no passing one (a failing superset of a passing plan contradicts

@@ -35,7 +35,8 @@ from fp16bisect.evaluation.space import View
 from fp16bisect.evaluation.verdicts import Evaluation
 from fp16bisect.strategy.prior import LABEL, Prior
 
-__all__ = ["AT_LEAST", "AT_MOST", "SPREAD", "Evidence", "Improvement", "Seen", "on_prior", "step", "worst_excess"]
+__all__ = ["AT_LEAST", "AT_MOST", "SPREAD", "Evidence", "Improvement", "Seen", "on_prior", "said_each", "step",
+           "worst_excess"]
 
 SPREAD = 1.5  # single-node errors summing to more than this times the all-FP16 error: they do not simply add
 AT_LEAST = 20  # the step's budget: the search's own evaluations, at least this many
@@ -133,21 +134,29 @@ def step(ids: Sequence[str], oracle: View, one_minimal: Sequence[str], evidence:
     if not ran:
         return Improvement(frozenset(one_minimal), len(one_minimal), False, why, on=on[0], judge=on[1])
     spend = min(AT_MOST, max(AT_LEAST, int(evaluations)))
-    asked = [0]
-
-    def passes(plan: frozenset) -> bool | None:
-        verdict = oracle(plan)
-        asked[0] += 1
-        say(f"smaller set: evaluation {asked[0]} of at most {spend} on {on[0]}: {len(plan)} node(s) in FP32 -> "
-            + {True: "pass", False: "FAIL", None: "could not evaluate"}[verdict])
-        return verdict
-
+    passes = said_each(oracle, "smaller set", spend, on[0], say)
     say(f"smaller set: {why}; trying sets smaller than the {len(one_minimal)} node(s) (up to {spend} evaluation(s))")
     allowed = set(ids)
     found = explore(passes, one_minimal, Explore(list(ids), spend, order=[c for c in evidence.order if c in allowed],
                                                  known=seen.verdicts, excess=seen.excess))
     return Improvement(found.fp32, len(one_minimal), True, why, found.evaluations, spend, on[0], on[1],
                        found.found_at)
+
+
+def said_each(oracle: Callable[[frozenset], bool | None], label: str, spend: int, on: str,
+              say: Callable[[str], None]) -> Callable[[frozenset], bool | None]:
+    """``oracle``, saying a line per plan it is asked (``label: evaluation i of at most spend on BACKEND: ...``)."""
+    asked = 0
+
+    def passes(plan: frozenset) -> bool | None:
+        nonlocal asked
+        verdict = oracle(plan)
+        asked += 1
+        say(f"{label}: evaluation {asked} of at most {spend} on {on}: {len(plan)} node(s) in FP32 -> "
+            + {True: "pass", False: "FAIL", None: "could not evaluate"}[verdict])
+        return verdict
+
+    return passes
 
 
 def on_prior(ids: Sequence[str], prior: Prior, suspects: frozenset[str],

@@ -21,7 +21,7 @@ from fp16bisect.algorithm.hitting import Minimum, MinimumResult, Weights, minimu
 from fp16bisect.errors import UsageError
 from fp16bisect.model.cost import measured, node_costs, shared_casts
 from fp16bisect.strategy.hitting_solver import hitting_set
-from fp16bisect.strategy.improve import Evidence, Seen
+from fp16bisect.strategy.improve import Evidence, Seen, said_each
 
 __all__ = ["AUTO", "Least", "budget", "checked", "least", "wanted"]
 
@@ -227,15 +227,7 @@ def least(ids: Sequence, oracle, one_minimal: Sequence, wanted: Wanted, evidence
     spend, costs = budget(wanted.setting, evaluations), wanted.costs
     seen = Seen(ids, oracle)
     cancel, _ = seen.spread(one_minimal, evidence)
-    asked = [0]
-
-    def passes(plan: frozenset) -> bool | None:
-        verdict = oracle(plan)
-        asked[0] += 1
-        say(f"--minimum: evaluation {asked[0]} of at most {spend} on {on[0]}: {len(plan)} node(s) in FP32 -> "
-            + {True: "pass", False: "FAIL", None: "could not evaluate"}[verdict])
-        return verdict
-
+    passes = said_each(oracle, "--minimum", spend, on[0], say)
     given = Minimum(list(ids), hitting_set, spend, known=seen.verdicts, excess=seen.excess, explore_first=cancel,
                     order=[c for c in evidence.order if c in set(ids)])
     fewest = None

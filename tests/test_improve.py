@@ -68,12 +68,19 @@ def silero(factor: float):
     return model, x, factor * err
 
 
-def test_on_silero_vad_the_step_keeps_3_nodes_where_the_descent_kept_5(tmp_path, capsys):
+def silero_search(tmp_path) -> tuple[list, str, float]:
+    """The search command on ``silero(0.7)``, its input written to tmp_path/x.npz and its answer to tmp_path/o.json
+    (the step's case: the descent keeps 5 nodes, the step 3); the model and the atol too."""
     model, x, atol = silero(0.7)
     np.savez(tmp_path / "x.npz", **x)
+    return (["search", model, "--inputs", tmp_path / "x.npz", "--atol", atol, "--rtol", 0, "-o", tmp_path / "o.json"],
+            model, atol)
+
+
+def test_on_silero_vad_the_step_keeps_3_nodes_where_the_descent_kept_5(tmp_path, capsys):
+    command, model, atol = silero_search(tmp_path)
     out = tmp_path / "o.json"
-    code, said, _ = run(capsys, "search", model, "--inputs", tmp_path / "x.npz", "--atol", atol, "--rtol", 0,
-                        "-o", out)
+    code, said, _ = run(capsys, *command)
     data = json.loads(out.read_text())
     assert code == 0 and problems(data) == ""
     step = data["search"]["improvement"]
@@ -92,11 +99,9 @@ def test_on_silero_vad_the_step_keeps_3_nodes_where_the_descent_kept_5(tmp_path,
 def test_on_an_expensive_judge_the_step_runs_on_the_emulator_and_the_judge_certifies_its_set(
         fake_backend, tmp_path, capsys):
     engine = fake_backend(name="engine", deterministic=True, versions={"engine": "test double"})
-    model, x, atol = silero(0.7)
-    np.savez(tmp_path / "x.npz", **x)
+    command, _, _ = silero_search(tmp_path)
     out = tmp_path / "o.json"
-    code, said, _ = run(capsys, "search", model, "--inputs", tmp_path / "x.npz", "--atol", atol, "--rtol", 0,
-                        "-o", out)
+    code, said, _ = run(capsys, *command)
     data = json.loads(out.read_text())
     assert code == 0 and len(data["fp32_nodes"]) == 3 and data["search"]["minimal"] is True
     step = data["search"]["improvement"]
@@ -108,10 +113,8 @@ def test_on_an_expensive_judge_the_step_runs_on_the_emulator_and_the_judge_certi
 def test_a_search_resumed_on_an_expensive_judge_starts_from_the_steps_set_as_the_journal_kept_it(
         fake_backend, tmp_path, capsys):
     engine = fake_backend(name="engine", deterministic=True, versions={"engine": "test double"}, stop_at=3)
-    model, x, atol = silero(0.7)
-    np.savez(tmp_path / "x.npz", **x)
+    command, _, _ = silero_search(tmp_path)
     out = tmp_path / "o.json"
-    command = ["search", model, "--inputs", tmp_path / "x.npz", "--atol", atol, "--rtol", 0, "-o", out]
     assert run(capsys, *command)[0] == 130  # Ctrl-C on the engine's third build
     engine.stop_at = None
     code, _, progress = run(capsys, *command)  # resumed: the emulator does not run again, nor the step

@@ -48,6 +48,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.precision import Precision
+from fp16bisect.model.signs import non_negative
 from fp16bisect.model.statistics import FLOAT32_MAX, FP32_MIN_NORMAL, TensorStats
 
 # c / |x| is finite (at most FLOAT32_MAX) for |x| >= 2^-126 and inf below, 0 and FP32 denormals (c = 4 - 2^-22:
@@ -108,8 +109,8 @@ def with_statistics(graph: Graph, names: list[str],
     model = graph.runnable_copy()
     nodes = list(model.graph.node)
     producer = {o: p for p, node in enumerate(nodes) for o in node.output}
-    first, after, units = _placed(_StatisticsNodes(model, opsets[0], below(graph.precision)), graph, names,
-                                  sizes or {}, producer)
+    build = _StatisticsNodes(model, opsets[0], below(graph.precision), non_negative(graph))
+    first, after, units = _placed(build, graph, names, sizes or {}, producer)
     ordered = list(first)
     for p, node in enumerate(nodes):
         ordered.append(node)
@@ -158,8 +159,10 @@ class _StatisticsNodes:
     """Makes the nodes that measure a tensor (``rows``) or a group of tensors (``loop``) for ``model`` at
     ``opset``, adding the constants they read to its initializers (each once, when first read)."""
 
-    def __init__(self, model: onnx.ModelProto, opset: int, bounds: dict[str, tuple[float, float]]):
+    def __init__(self, model: onnx.ModelProto, opset: int, bounds: dict[str, tuple[float, float]],
+                 non_negative: set[str] | frozenset[str] = frozenset()):
         self.model = model
+        self.non_negative = non_negative  # tensors whose |x| is x (``signs.non_negative``): no Abs
         self.opset = opset
         self.bounds = bounds  # ``below``
         top = bounds["finite16"][0]
@@ -203,13 +206,14 @@ class _StatisticsNodes:
         values) for their minimum over |x| >= 2^-126, and of those the rows with values that are subnormal in the
         low precision for the two counts; the rows whose max reaches the overflow bound for the count below it."""
         a, lifted = f"{v}_a", f"{v}_lifted"
-        rows = [helper.make_node("Flatten", [f"{v}_abs"], [a], axis=-1)]  # [rows, last axis]
+        absolute = x if x in self.non_negative else f"{v}_abs"
+        rows = [helper.make_node("Flatten", [absolute], [a], axis=-1)]  # [rows, last axis]
         if not ranked:  # perhaps a scalar: one more axis first ([1] for a scalar, [1, ...] otherwise)
-            rows = [helper.make_node("Unsqueeze", [f"{v}_abs", self.k("first")], [f"{v}_abs1"]) if self.opset >= 13
-                    else helper.make_node("Unsqueeze", [f"{v}_abs"], [f"{v}_abs1"], axes=[0]),
+            rows = [helper.make_node("Unsqueeze", [absolute, self.k("first")], [f"{v}_abs1"]) if self.opset >= 13
+                    else helper.make_node("Unsqueeze", [absolute], [f"{v}_abs1"], axes=[0]),
                     helper.make_node("Flatten", [f"{v}_abs1"], [a], axis=-1)]
         nodes = [
-            helper.make_node("Abs", [x], [f"{v}_abs"]),
+            *([] if absolute == x else [helper.make_node("Abs", [x], [absolute])]),
             *rows,
             helper.make_node("Shape", [a], [outs[7]]),
             self.reduce("ReduceMax", a, outs[0]),
@@ -226,6 +230,9 @@ class _StatisticsNodes:
             return f"{v}_{what}"
 
         small = picked(a, [outs[2], self.k("subnormal")], "small")  # zeros, FP32 denormals, values below 2^-14
+        if absolute == x:  # x >= 0 but for the sign of a zero: -0 would make c / x -inf (and is counted as -0 < t)
+            nodes.append(helper.make_node("Abs", [small], [f"{v}_small_abs"]))
+            small = f"{v}_small_abs"
         nodes += [
             helper.make_node("Div", [self.k("overflow"), small], [f"{v}_inv"]),  # inf exactly where |x| < 2^-126
             helper.make_node("ThresholdedRelu", [f"{v}_inv"], [f"{v}_excluded"], alpha=FLOAT32_MAX),  # 0, or inf

@@ -44,6 +44,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fp16bisect.model import weights as weight_files
 from fp16bisect.model.graph import Graph
+from fp16bisect.model.instrument import SmallConstants
 from fp16bisect.model.plan_states import accumulates
 from fp16bisect.model.precision import Precision
 from fp16bisect.model.signs import non_negative
@@ -213,7 +214,8 @@ class _Nodes:
         self.opset = opset
         self.shapes = shapes  # the graph's inferred shapes (Attention's heads)
         self.constants: dict[tuple, str] = {}
-        self.looping = False  # the Loops' trip count and start value are in the model
+        self.looping: tuple[str, str] | None = None  # the Loops' trip count and start value, once in the model
+        self.small = SmallConstants(model)
         self.zeroed: set[str] = set()  # the probes whose Loop body has its 0 (``live``)
 
     def looped(self, nodes: list, peak: str | None, v: str) -> tuple[list, str | None]:
@@ -225,9 +227,8 @@ class _Nodes:
         if peak is None or v not in self.zeroed:
             return nodes, peak  # no weight read: the nodes wait for the measured node's inputs anyway
         if not self.looping:
-            self.model.graph.initializer.extend([helper.make_tensor(f"{PREFIX}_once", TensorProto.INT64, [], [1]),
-                                                 helper.make_tensor(f"{PREFIX}_zero", TensorProto.FLOAT, [], [0.0])])
-            self.looping = True
+            self.looping = (self.small.named(helper.make_tensor(f"{PREFIX}_once", TensorProto.INT64, [], [1])),
+                            self.small.named(helper.make_tensor(f"{PREFIX}_zero", TensorProto.FLOAT, [], [0.0])))
         body = helper.make_graph(
             [*nodes, helper.make_node("Identity", [f"{v}_cond"], [f"{v}_cond_out"])], f"{v}_body",
             [helper.make_tensor_value_info(f"{v}_i", TensorProto.INT64, []),
@@ -236,7 +237,8 @@ class _Nodes:
             [helper.make_tensor_value_info(f"{v}_cond_out", TensorProto.BOOL, []),
              helper.make_tensor_value_info(peak, TensorProto.FLOAT, None)])
         out = f"{v}_measured"
-        return [helper.make_node("Loop", [f"{PREFIX}_once", "", f"{PREFIX}_zero"], [out], body=body)], out
+        once, zero = self.looping
+        return [helper.make_node("Loop", [once, "", zero], [out], body=body)], out
 
     def absolute_weight(self, t: str, out: str) -> str:
         """|W| of a convolution's weight ``t`` as an initializer ``out``, computed here once: ONNX Runtime then
@@ -267,8 +269,7 @@ class _Nodes:
         key = tuple(values)
         if key not in self.constants:
             name = f"{PREFIX}_ints{len(self.constants)}"
-            self.model.graph.initializer.append(helper.make_tensor(name, TensorProto.INT64, [len(values)], values))
-            self.constants[key] = name
+            self.constants[key] = self.small.named(helper.make_tensor(name, TensorProto.INT64, [len(values)], values))
         return self.constants[key]
 
     def reduce(self, op: str, x: str, out: str, axes: list[int], keepdims: int) -> onnx.NodeProto:

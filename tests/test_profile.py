@@ -283,3 +283,34 @@ def test_equal_small_constants_become_one_and_the_values_stay():
     assert [n.input[1] for n in model.graph.node if n.op_type in ("Mul", "Add")] == ["i2", "i2", "i2", "c3",
                                                                                      "big1", "big2"]
     np.testing.assert_array_equal(session(model).run(None, {"x": x})[0], want)
+
+
+def test_tensors_that_cannot_be_negative_are_measured_without_a_pass_for_abs():
+    """``signs.non_negative``: a Relu's, a Sigmoid's, a Clip's at a minimum >= 0, a product or quotient of such by
+    a constant >= 0 and a copy of such are measured on x itself (no Abs over the whole tensor); a Clip at -1, a
+    product by a negative constant and a sum are not known to be; the statistics stay those of the whole tensor,
+    -0 (which Relu keeps) included."""
+    from fp16bisect.model.signs import non_negative
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["relu"]), helper.make_node("Sigmoid", ["x"], ["sig"]),
+        helper.make_node("Clip", ["x", "zero", "six"], ["clip"]), helper.make_node("Clip", ["x", "minus"], ["neg"]),
+        helper.make_node("Div", ["clip", "six"], ["scaled"]), helper.make_node("Mul", ["relu", "minus"], ["flip"]),
+        helper.make_node("Transpose", ["scaled"], ["moved"]), helper.make_node("Add", ["relu", "sig"], ["sum"]),
+        helper.make_node("Mul", ["sum", "moved"], ["y"]),
+    ]
+    graph = Graph(make_model(nodes, [("x", F, [2, 2])], [("y", F, [2, 2]), ("flip", F, [2, 2]), ("neg", F, [2, 2])],
+                             {"zero": np.float32(0), "six": np.float32(6), "minus": np.float32(-1)}))
+    assert non_negative(graph) == {"relu", "sig", "clip", "scaled", "moved"}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(I, "GROUP_TENSOR", 0)
+        model, _ = I.with_statistics(graph, ["relu", "sig", "clip", "neg", "scaled", "flip", "sum", "y"])
+    whole = {n.input[0] for n in model.graph.node if n.op_type == "Abs" and not n.input[0].startswith(I.PREFIX)}
+    assert whole == {"neg", "flip", "sum", "y"}
+    samples = [Sample("s", {"x": np.array([[-0.0, -2.0], [1e-40, 7.0]], F32)}),
+               Sample("t", {"x": np.array([[0.0, 2.0**-20], [-3.0, 2.0**-26]], F32)})]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(I, "GROUP_TENSOR", 0)
+        got = P.profile(graph, samples)
+    for name, stats in reference(graph, samples).items():
+        assert got.tensors[name] == stats, name

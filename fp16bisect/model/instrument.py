@@ -48,6 +48,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.precision import Precision
+from fp16bisect.model.signs import non_negative
 from fp16bisect.model.statistics import FLOAT32_MAX, FP32_MIN_NORMAL, TensorStats
 
 # c / |x| is finite (at most FLOAT32_MAX) for |x| >= 2^-126 and inf below, 0 and FP32 denormals (c = 4 - 2^-22:
@@ -106,10 +107,11 @@ def with_statistics(graph: Graph, names: list[str],
     if not opsets or opsets[0] < 11:  # ThresholdedRelu (10), Flatten with a negative axis, Loop on sequences (11)
         return None
     model = graph.runnable_copy()
+    share_constants(model)  # here, on the model's own nodes: the constants added below are made not to repeat them
     nodes = list(model.graph.node)
     producer = {o: p for p, node in enumerate(nodes) for o in node.output}
-    first, after, units = _placed(_StatisticsNodes(model, opsets[0], below(graph.precision)), graph, names,
-                                  sizes or {}, producer)
+    build = _StatisticsNodes(model, opsets[0], below(graph.precision), non_negative(graph), SmallConstants(model))
+    first, after, units = _placed(build, graph, names, sizes or {}, producer)
     ordered = list(first)
     for p, node in enumerate(nodes):
         ordered.append(node)
@@ -158,8 +160,11 @@ class _StatisticsNodes:
     """Makes the nodes that measure a tensor (``rows``) or a group of tensors (``loop``) for ``model`` at
     ``opset``, adding the constants they read to its initializers (each once, when first read)."""
 
-    def __init__(self, model: onnx.ModelProto, opset: int, bounds: dict[str, tuple[float, float]]):
+    def __init__(self, model: onnx.ModelProto, opset: int, bounds: dict[str, tuple[float, float]],
+                 non_negative: set[str] | frozenset[str] = frozenset(), constants: "SmallConstants | None" = None):
         self.model = model
+        self.constants = constants or SmallConstants(model)
+        self.non_negative = non_negative  # tensors whose |x| is x (``signs.non_negative``): no Abs
         self.opset = opset
         self.bounds = bounds  # ``below``
         top = bounds["finite16"][0]
@@ -172,16 +177,15 @@ class _StatisticsNodes:
             "subnormal": (TensorProto.FLOAT, [], [bounds["subnormal"][0]]),
             "below_top": (TensorProto.FLOAT, [], [float(np.nextafter(np.float32(top), np.float32(0)))]),
         }
-        self.made: set[str] = set()
+        self.made: dict[str, str] = {}  # name -> the constant holding it
 
     def k(self, name: str) -> str:
-        """The name of the constant ``name`` of ``self.values``, added to the model's initializers when first read."""
-        full = f"{PREFIX}_{name}"
+        """The name of the constant ``name`` of ``self.values``: one of the model's of that value, or one added
+        to its initializers when first read."""
         if name not in self.made:
-            self.made.add(name)
             kind, dims, values = self.values[name]
-            self.model.graph.initializer.append(helper.make_tensor(full, kind, dims, values))
-        return full
+            self.made[name] = self.constants.named(helper.make_tensor(f"{PREFIX}_{name}", kind, dims, values))
+        return self.made[name]
 
     def reduce(self, op: str, x: str, out: str) -> onnx.NodeProto:
         """``op`` over axis 1 of a 2-D tensor."""
@@ -203,13 +207,14 @@ class _StatisticsNodes:
         values) for their minimum over |x| >= 2^-126, and of those the rows with values that are subnormal in the
         low precision for the two counts; the rows whose max reaches the overflow bound for the count below it."""
         a, lifted = f"{v}_a", f"{v}_lifted"
-        rows = [helper.make_node("Flatten", [f"{v}_abs"], [a], axis=-1)]  # [rows, last axis]
+        absolute = x if x in self.non_negative else f"{v}_abs"
+        rows = [helper.make_node("Flatten", [absolute], [a], axis=-1)]  # [rows, last axis]
         if not ranked:  # perhaps a scalar: one more axis first ([1] for a scalar, [1, ...] otherwise)
-            rows = [helper.make_node("Unsqueeze", [f"{v}_abs", self.k("first")], [f"{v}_abs1"]) if self.opset >= 13
-                    else helper.make_node("Unsqueeze", [f"{v}_abs"], [f"{v}_abs1"], axes=[0]),
+            rows = [helper.make_node("Unsqueeze", [absolute, self.k("first")], [f"{v}_abs1"]) if self.opset >= 13
+                    else helper.make_node("Unsqueeze", [absolute], [f"{v}_abs1"], axes=[0]),
                     helper.make_node("Flatten", [f"{v}_abs1"], [a], axis=-1)]
         nodes = [
-            helper.make_node("Abs", [x], [f"{v}_abs"]),
+            *([] if absolute == x else [helper.make_node("Abs", [x], [absolute])]),
             *rows,
             helper.make_node("Shape", [a], [outs[7]]),
             self.reduce("ReduceMax", a, outs[0]),
@@ -226,6 +231,9 @@ class _StatisticsNodes:
             return f"{v}_{what}"
 
         small = picked(a, [outs[2], self.k("subnormal")], "small")  # zeros, FP32 denormals, values below 2^-14
+        if absolute == x:  # x >= 0 but for the sign of a zero: -0 would make c / x -inf (and is counted as -0 < t)
+            nodes.append(helper.make_node("Abs", [small], [f"{v}_small_abs"]))
+            small = f"{v}_small_abs"
         nodes += [
             helper.make_node("Div", [self.k("overflow"), small], [f"{v}_inv"]),  # inf exactly where |x| < 2^-126
             helper.make_node("ThresholdedRelu", [f"{v}_inv"], [f"{v}_excluded"], alpha=FLOAT32_MAX),  # 0, or inf
@@ -244,8 +252,8 @@ class _StatisticsNodes:
         member): each iteration's statistics and its shape [1, size] are the Loop's scan outputs, stacked along a
         new first axis and flattened after it. Nothing is carried from one iteration to the next (concatenating
         into carried tensors copied them again at every iteration)."""
-        seq, trip, i, cond = f"{v}_seq", f"{v}_count", f"{v}_i", f"{v}_cond"
-        self.model.graph.initializer.append(helper.make_tensor(trip, TensorProto.INT64, [], [len(members)]))
+        seq, i, cond = f"{v}_seq", f"{v}_i", f"{v}_cond"
+        trip = self.constants.named(helper.make_tensor(f"{v}_count", TensorProto.INT64, [], [len(members)]))
         count = len(STATISTICS)
         stat = [f"{v}_stat{j}" for j in range(count)]
         body_nodes = [helper.make_node("SequenceAt", [seq, i], [f"{v}_x"]),
@@ -308,6 +316,49 @@ def add_rows(stats: TensorStats, got: Measured) -> bool:
     return True
 
 
+SMALL = 8  # elements: the constants ``share_constants`` makes one
+
+
+def _value_key(tensor: onnx.TensorProto) -> tuple | None:
+    """A small constant's value (type, shape, bytes), None for a larger or external one."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL or np.prod(tensor.dims) > SMALL:
+        return None
+    value = numpy_helper.to_array(tensor)
+    return value.dtype.str, value.shape, value.tobytes()
+
+
+class SmallConstants:
+    """A model's small constants by value: a constant added through ``named`` is one the model already holds
+    when it has its value, so that nothing added repeats a constant and ONNX Runtime's ConstantSharing, which
+    would otherwise go over the whole instrumented graph a second time, finds nothing to share (see
+    ``share_constants``, run on the model's own nodes first)."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        self.names: dict[tuple, str] = {}
+        for t in model.graph.initializer:
+            self._note(t.name, t)
+        for n in model.graph.node:
+            if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.attribute) == 1 and (
+                    n.attribute[0].name == "value"):
+                self._note(n.output[0], n.attribute[0].t)
+
+    def _note(self, name: str, tensor: onnx.TensorProto) -> None:
+        key = _value_key(tensor)
+        if key is not None:
+            self.names.setdefault(key, name)
+
+    def named(self, tensor: onnx.TensorProto) -> str:
+        """The name of a constant holding ``tensor``'s value: the model's, or ``tensor`` added as an initializer."""
+        key = _value_key(tensor)
+        if key is not None and key in self.names:
+            return self.names[key]
+        self.model.graph.initializer.append(tensor)
+        if key is not None:
+            self.names[key] = tensor.name
+        return tensor.name
+
+
 def share_constants(model: onnx.ModelProto) -> None:
     """Make the small constants of equal value one (Constant nodes and initializers of at most 8 elements, the
     first of each value kept, its duplicates' readers pointed at it), as ONNX Runtime's ConstantSharing would:
@@ -320,10 +371,9 @@ def share_constants(model: onnx.ModelProto) -> None:
 
     def note(name: str, tensor: onnx.TensorProto) -> bool:
         """Whether ``name`` duplicates a constant kept (then noted in ``same``)."""
-        if name in keep or tensor.data_location == onnx.TensorProto.EXTERNAL or np.prod(tensor.dims) > 8:
+        key = None if name in keep else _value_key(tensor)
+        if key is None:
             return False
-        value = numpy_helper.to_array(tensor)
-        key = (value.dtype.str, value.shape, value.tobytes())
         if key in first:
             same[name] = first[key]
             return True

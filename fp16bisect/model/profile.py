@@ -42,7 +42,7 @@ from fp16bisect.model import weights
 from fp16bisect.model.accumulators import Accumulator, Probes, add_probes
 from fp16bisect.model.graph import Graph
 from fp16bisect.model.plan_states import accumulates
-from fp16bisect.model.instrument import add_rows, share_constants, split_units, tensor_sizes, with_statistics
+from fp16bisect.model.instrument import add_rows, split_units, tensor_sizes, with_statistics
 from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.relative_rounding import rank_relative
 from fp16bisect.model.runtime import nothing_to_fold, run, session
@@ -228,9 +228,8 @@ def _same_values(graph: Graph, names: list[str]) -> dict[str, str]:
 
 def _session(model: onnx.ModelProto, what: str, fold_constants: bool = True, arena: bool = True):
     """In producer order, so each tensor is freed once its statistics are taken (ONNX Runtime's default order
-    keeps them alive to the end of the run), and ""; (None, what ONNX Runtime said) if it refuses the model. The
-    model's equal small constants are made one first (``share_constants``: fewer graph passes in the session)."""
-    share_constants(model)
+    keeps them alive to the end of the run), and ""; (None, what ONNX Runtime said) if it refuses the model. (Its
+    equal small constants are one already: ``instrument.share_constants`` and ``SmallConstants``.)"""
     try:
         return session(model, what, producer_order=True, fold_constants=fold_constants, arena=arena), ""
     except UsageError as e:

@@ -96,8 +96,8 @@ class Convolutions(Nodes):
         shape = (group * len(chosen) * cout_g, channels, *w[2:])
         weights = self._weights()
         if weights is not None:
-            split = np.asarray(weights, dtype=np.float32).reshape(group, 1, cout_g, channels, taps)
-            ws = self.constant(np.ascontiguousarray(np.where(mask, split, np.float32(0)).reshape(shape)))
+            values = np.asarray(weights, dtype=np.float32).reshape(group, 1, cout_g, channels, taps)
+            ws = self.constant(np.ascontiguousarray(np.where(mask, values, np.float32(0)).reshape(shape)))
         else:
             split = self.op("Reshape", [self.inputs[1], self.ints([group, 1, cout_g, channels, taps])])
             ws = self.op("Reshape", [self.op("Where", [self.constant(mask), split, self.float(0.0)]),

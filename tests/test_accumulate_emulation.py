@@ -145,6 +145,24 @@ def test_a_conv_whose_running_sum_passes_the_max_overflows_in_fp16_accumulation(
         assert fp16.run(plan_of(accumulate=["conv"]), {"x": x})["y"].item() == 0.0
 
 
+def test_a_conv_over_few_channels_adds_whole_taps_in_a_block():
+    """Two channels, 3x3: a block is 8 whole taps (16 terms), the last tap a block of its own. Weights 8192 on the
+    first four taps and -8192 on the next four cancel inside the first block (its FP32 sum is 0): the output, 4
+    from the last tap, is exact with FP16 sums. Weights 4096 on the first eight taps and -32768 on the last: each
+    block's sum (65536, -65536) passes 65504, NaN with FP16 sums, 0 in FP32 accumulation."""
+    x = np.ones((1, 2, 3, 3), np.float32)
+    inside = np.array([1, 1, 1, 1, -1, -1, -1, -1, 0], np.float32) * 8192 + np.array([0] * 8 + [2], np.float32)
+    across = np.array([4096] * 8 + [-32768], np.float32)
+    for taps, expected in ((inside, 4.0), (across, None)):
+        w = np.broadcast_to(taps.reshape(1, 1, 3, 3), (1, 2, 3, 3)).copy()
+        graph = Graph(make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")],
+                                 [("x", F, [1, 2, 3, 3])], [("y", F, [1, 1, 1, 1])], {"w": w}))
+        fp16 = EmulateBackend(graph, accumulate="fp16")
+        y = fp16.run(frozenset(), {"x": x})["y"].item()
+        assert y == expected if expected is not None else np.isnan(y)
+        assert fp16.run(plan_of(accumulate=["conv"]), {"x": x})["y"].item() == (expected or 0.0)
+
+
 def test_the_ops_not_modelled_are_said_once():
     """An Einsum keeps FP32 sums in the emulation: a notice names it, once, when the emulation is set up."""
     said = []

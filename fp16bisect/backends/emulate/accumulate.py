@@ -66,12 +66,12 @@ class FP16Sums(Convolutions):
     """Builds, for one accumulating node, the nodes computing its first output with FP16 accumulation."""
 
     def __init__(self, model: onnx.ModelProto, fresh, shapes: dict, opset: int, low: int,
-                 sizes: dict[str, int] | None = None):
+                 sizes: dict[str, int] | None = None, shared: dict | None = None):
         """``model``: the emulation being built (its initializers and the nodes so far give constant axes);
         ``fresh(what)``: a model-unique name; ``shapes``: each tensor's shape, None for a dim known only when the
         model runs; ``low``: the low precision's ONNX type; ``sizes``: element counts seen in a run (how many
-        partials a group makes, ``sums.group_size``)."""
-        super().__init__(model, fresh, opset, low)
+        partials a group makes, ``sums.group_size``); ``shared``: the model's small constants (``sums.Nodes``)."""
+        super().__init__(model, fresh, opset, low, shared)
         self.shapes, self.sizes = shapes, sizes or {}
 
     # ------------------------------------------------------------------ what a node becomes

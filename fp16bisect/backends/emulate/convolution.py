@@ -39,41 +39,70 @@ class Convolutions(Nodes):
         channels, taps = int(w[1]), int(np.prod(kernel))
         if channels * taps <= BLOCK:
             return None
-        if channels >= BLOCK:  # each tap's channels in blocks of 16
+        cout_g, per = int(w[0]) // group, BLOCK // channels
+        if per < 2:  # each tap's channels in blocks of 16 (fewer than 16: a tap a block)
             blocks = [[(t, c, min(c + BLOCK, channels))] for t in range(taps) for c in range(0, channels, BLOCK)]
-        else:  # whole taps, as many as fit
-            per = BLOCK // channels
-            blocks = [[(t, 0, channels) for t in range(s, min(s + per, taps))] for s in range(0, taps, per)]
-        x = self._padded(self.inputs[0], kernel)
-        weights = self._weights()
+            x = self._padded(self.inputs[0], kernel)
+            weights = self._weights()
 
-        def block(pieces: list[tuple[int, int, int]]) -> str:  # [N, Cout, spatial..], in FP32
-            parts = [self._piece(x, weights, kernel, group, channels, *piece) for piece in pieces]
-            total = parts[0]
-            for part in parts[1:]:
-                total = self.op("Add", [total, part])
-            return total
+            def block(pieces: list[tuple[int, int, int]]) -> str:  # [N, Cout, spatial..], in FP32
+                parts = [self._piece(x, weights, kernel, group, channels, *piece) for piece in pieces]
+                total = parts[0]
+                for part in parts[1:]:
+                    total = self.op("Add", [total, part])
+                return total
 
-        size = group_size(len(blocks), self._outputs())
-        if size == 1:  # each partial a tensor of its own, the tree by Adds
-            y = self.pairwise([self.round(block(b)) for b in blocks])
-        else:
-            cout_g = int(w[0]) // group
-
-            def make(start: int, count: int) -> str:  # [N, group, count, cout_g, spatial..], rounded
+            def stacked(start: int, count: int) -> str:  # [N, group, count, cout_g, spatial..], in FP32
                 made = []
                 for b in blocks[start:start + count]:
                     one = block(b)
                     shape = self.op("Concat", [self.ints([0, group, 1, cout_g]), self.dims(one, 2)], axis=0)
                     made.append(self.op("Reshape", [one, shape]))
-                return self.round(made[0] if len(made) == 1 else self.op("Concat", made, axis=2))
+                return made[0] if len(made) == 1 else self.op("Concat", made, axis=2)
+        else:  # whole taps, as many as fit: each block by the node's own convolution of the block's taps
+            starts = list(range(0, taps, per))
+            blocks = [[(t, 0, channels) for t in range(s, min(s + per, taps))] for s in starts]
 
-            y = self.grouped(len(blocks), size, make, 2, 4 + len(kernel))
+            def block(pieces: list[tuple[int, int, int]]) -> str:
+                return self._masked(w, [starts.index(pieces[0][0])], per)
+
+            def stacked(start: int, count: int) -> str:
+                y = self._masked(w, list(range(start, start + count)), per)
+                shape = self.op("Concat", [self.ints([0, group, count, cout_g]), self.dims(y, 2)], axis=0)
+                return self.op("Reshape", [y, shape])
+
+        size = group_size(len(blocks), self._outputs())
+        if size == 1:  # each partial a tensor of its own, the tree by Adds
+            y = self.pairwise([self.round(block(b)) for b in blocks])
+        else:
+            y = self.grouped(len(blocks), size, lambda start, count: self.round(stacked(start, count)), 2,
+                             4 + len(kernel))
             y = self.op("Reshape", [y, self.op("Concat", [self.dims(y, 0, 1), self.ints([group * cout_g]),
                                                           self.dims(y, 4)], axis=0)])
         if len(self.inputs) > 2 and self.inputs[2]:
             y = self.op("Add", [y, self.op("Reshape", [self.inputs[2], self.ints([-1] + [1] * len(kernel))])])
         return y
+
+    def _masked(self, w: tuple, chosen: list[int], per: int) -> str:
+        """The sums of blocks ``chosen`` (each ``per`` whole taps, in tap order) by one convolution with the node's
+        own attributes: the weights of each block's taps, zeros at the others, the blocks' filters side by side
+        in each group ([N, group x blocks x Cout/group, spatial..], in FP32; a block's 16 or fewer products
+        summed in FP32 by that convolution)."""
+        group = int(self.attrs.get("group", 1))
+        cout_g, channels, taps = int(w[0]) // group, int(w[1]), int(np.prod(w[2:]))
+        mask = np.zeros((1, len(chosen), 1, 1, taps), dtype=bool)
+        for j, b in enumerate(chosen):
+            mask[0, j, 0, 0, b * per:(b + 1) * per] = True
+        shape = (group * len(chosen) * cout_g, channels, *w[2:])
+        weights = self._weights()
+        if weights is not None:
+            values = np.asarray(weights, dtype=np.float32).reshape(group, 1, cout_g, channels, taps)
+            ws = self.constant(np.ascontiguousarray(np.where(mask, values, np.float32(0)).reshape(shape)))
+        else:
+            split = self.op("Reshape", [self.inputs[1], self.ints([group, 1, cout_g, channels, taps])])
+            ws = self.op("Reshape", [self.op("Where", [self.constant(mask), split, self.float(0.0)]),
+                                     self.ints(list(shape))])
+        return self.op("Conv", [self.inputs[0], ws], **self.attrs)
 
     def _weights(self):
         """The weights' values when they are an initializer or a Constant (each tap's slices are then constants

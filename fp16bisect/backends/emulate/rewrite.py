@@ -106,6 +106,7 @@ class Emulation:
         self._names = 0
         self._rounded: dict[str, str] = {}  # tensor -> name of r(tensor) (shared by its Where sites)
         self._halves: dict[str, str] = {}  # weight -> its FP16 initializer (the writer's copy)
+        self._shared: dict = {}  # the FP16 sums' small constants, by value (``sums.Nodes.constant``)
         originals = list(g.node)
         del g.node[:]
         self._out = g.node
@@ -269,7 +270,7 @@ class Emulation:
         it or its FP16 sums, never both."""
         raw = proto.output[0]
         sums = FP16Sums(self.model, self._name, self.summed_shapes, self.graph.opset,
-                        self.graph.precision.onnx_type, self.seen.sizes)
+                        self.graph.precision.onnx_type, self.seen.sizes, self._shared)
         try:
             summed = sums.build(proto, node)
         except Unmodelled as why:

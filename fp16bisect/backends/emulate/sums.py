@@ -26,6 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 BLOCK = 16  # terms summed in FP32 before the FP16 accumulator (a tensor-core m16n8k16 step)
 LEVELS = 20  # tree levels for a summed length known only when the model runs: up to 16 * 2^20 terms
 GROUP_ELEMENTS = 1 << 22  # partials alive at once per sum at most (16 MiB of FP32), when they share a tensor
+SHARED = 64  # constants of at most this many elements are made once per model and shared
 SEPARATE = 1 << 15  # output elements from which each partial is a tensor of its own (see ``group_size``)
 
 
@@ -52,8 +53,10 @@ class Nodes:
     """Nodes appended to ``self.nodes``, named by ``fresh``, their constants added to ``model``; the accumulator
     (``sum_last``, ``tree``, ``grouped``) built of them in the low precision ``low`` (an ONNX type)."""
 
-    def __init__(self, model: onnx.ModelProto, fresh, opset: int, low: int):
+    def __init__(self, model: onnx.ModelProto, fresh, opset: int, low: int, shared: dict | None = None):
+        """``shared``: the small constants made so far, by value (one dict per model: ``constant``)."""
         self.model, self.fresh, self.opset, self.low = model, fresh, opset, low
+        self.shared = {} if shared is None else shared
         self.nodes: list[onnx.NodeProto] = []
 
     # ------------------------------------------------------------------ the accumulator
@@ -139,8 +142,16 @@ class Nodes:
         return self.op("Cast", [self.op("Cast", [x], to=self.low)], to=TensorProto.FLOAT)
 
     def constant(self, value: np.ndarray) -> str:
+        """An initializer holding ``value``: one per distinct small value in the model (a Slice's starts, a shape),
+        shared by every node reading it."""
+        value = np.asarray(value)
+        key = (value.dtype.str, value.shape, value.tobytes()) if value.size <= SHARED else None
+        if key is not None and key in self.shared:
+            return self.shared[key]
         name = self.fresh("acc_const")
         self.model.graph.initializer.append(numpy_helper.from_array(value, name))
+        if key is not None:
+            self.shared[key] = name
         return name
 
     def ints(self, values) -> str:

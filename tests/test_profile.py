@@ -314,3 +314,20 @@ def test_tensors_that_cannot_be_negative_are_measured_without_a_pass_for_abs():
         got = P.profile(graph, samples)
     for name, stats in reference(graph, samples).items():
         assert got.tensors[name] == stats, name
+
+
+def test_an_initializer_a_run_can_feed_is_never_taken_for_a_statistics_constant():
+    """``scale`` is an initializer and an input: it holds the constant c the statistics divide by |x| to tell FP32
+    denormals from normal values (c / |x| overflows exactly below 2^-126), but a run feeds 1.0. The statistics'
+    constants are their own, so the denormal 2^-127 still counts as a zero: the smallest value is 1e-3."""
+    nodes = [helper.make_node("Mul", ["x", "scale"], ["y"], name="mul")]
+    model = make_model(nodes, [("x", F, [4]), ("scale", F, [])], [("y", F, [4])],
+                       {"scale": np.float32(I.OVERFLOWS_BELOW_NORMAL)})
+    graph = Graph(model)
+    samples = [Sample("s", {"x": np.array([2.0**-127, 1e-3, 0.5, 3.0], F32), "scale": np.array(1.0, F32)})]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(I, "GROUP_TENSOR", 0)
+        got = P.profile(graph, samples)
+    assert got.tensors["y"].min_nonzero == np.float32(1e-3)
+    for name, stats in reference(graph, samples).items():
+        assert got.tensors[name] == stats, name

@@ -336,8 +336,10 @@ class SmallConstants:
     def __init__(self, model: onnx.ModelProto):
         self.model = model
         self.names: dict[tuple, str] = {}
+        fed = {i.name for i in model.graph.input}  # an initializer that is also an input can be fed another value
         for t in model.graph.initializer:
-            self._note(t.name, t)
+            if t.name not in fed:
+                self._note(t.name, t)
         for n in model.graph.node:
             if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.attribute) == 1 and (
                     n.attribute[0].name == "value"):
@@ -364,8 +366,8 @@ def share_constants(model: onnx.ModelProto) -> None:
     first of each value kept, its duplicates' readers pointed at it), as ONNX Runtime's ConstantSharing would:
     then the first pass of its graph optimisations changes nothing, and it does not go over the whole graph,
     thousands of statistics nodes, a second time. The values read are the same. Constants read by name in a
-    subgraph, and the graph's outputs, are left alone."""
-    keep = {o.name for o in model.graph.output} | _read_in_subgraphs(model.graph)
+    subgraph, the graph's outputs and an initializer that is also an input (a run may feed it) are left alone."""
+    keep = {o.name for o in [*model.graph.output, *model.graph.input]} | _read_in_subgraphs(model.graph)
     first: dict[tuple, str] = {}
     same: dict[str, str] = {}  # duplicate -> the constant kept
 

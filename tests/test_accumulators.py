@@ -285,3 +285,15 @@ def test_the_html_report_has_the_accumulator_table(tmp_path, capsys):
     page = (tmp_path / "r.html").read_text()
     assert "<h2>Accumulator headroom of the summing nodes left in FP16</h2>" in page
     assert '<tr><td>matmul</td><td>MatMul</td><td>4096</td><td>2.053e+05</td><td class="fail">0.319x</td>' in page
+
+
+def test_a_conv_weight_a_run_feeds_is_bounded_with_the_weight_fed():
+    """A 3x3 Conv's weight is an initializer and an input: the accumulator bound is sum |x| |W| of the weight the
+    run feeds (10x the stored one here), never of the value in the file."""
+    stored = np.full((1, 2, 3, 3), 0.5, np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])]
+    graph = Graph(make_typed(nodes, [("x", F, [1, 2, 4, 4]), ("w", F, [1, 2, 3, 3])], [("y", F, [1, 1, 4, 4])],
+                             {"w": stored}))
+    x = np.ones((1, 2, 4, 4), np.float32)
+    got = profile(graph, [Sample("s", {"x": x, "w": stored * 10})]).accumulators
+    assert [(a.node, a.peak, a.terms) for a in got] == [("conv", 18 * 5.0, 18)]

@@ -202,7 +202,8 @@ class _Nodes:
                      if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
         self.dims = {name: tuple(int(d) for d in t.dims)  # each weight's shape
                      for name, t in [*((t.name, t) for t in model.graph.initializer), *constants.items()]}
-        self.values = _ValuesOf(model.graph.initializer, constants)
+        fed = {i.name for i in model.graph.input}  # an initializer that is also an input: a run may feed it
+        self.values = _ValuesOf([t for t in model.graph.initializer if t.name not in fed], constants)
         self.weights = {t.name for t in model.graph.initializer} | {
             o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
         self.absolute: dict[str, tuple[int, str]] = {}  # tensor -> the first Abs of it in the model: (position, output)

@@ -1,40 +1,33 @@
 """The FP32 model instrumented to measure its own tensors: row statistics computed in the run.
 
-Every float tensor x the profile computes is measured inside one FP32 ONNX
-Runtime run per sample, on the rows of |x| (its last axis), by eight elementwise
-passes and six row reductions, giving six numbers per row (the run returns
-O(rows) numbers per tensor, never the tensor):
+Every float tensor x the profile computes is measured inside one FP32 ONNX Runtime run per sample, on the rows
+of |x| (its last axis; x itself for a tensor no run can make negative, ``signs.py``), and the run returns
+O(rows) numbers per tensor, never the tensor (see ``with_statistics``):
 
-    row max |x|
-    row sum of |x| - |x|                    NaN exactly when the row has NaN or inf
-    row count of |x| < 65520                the others become inf in FP16
-    row min |x| over |x| >= 2^-126          float32 denormals count as zeros (inf
-                                            if the row has no such value)
-    row count of 2^-126 <= |x| < 2^-14      subnormal in FP16
-    row count of 2^-126 <= |x| <= 2^-25     flushed to 0 in FP16 (round to nearest
-                                            even sends 2^-25 to 0, above it to 2^-24)
+    row max |x|, row min |x|
+    sum of |x| over the whole tensor        NaN exactly when it holds NaN (or it sums past float32's range)
+    row count of |x| < 65520                the others become inf in FP16 (rows whose max reaches it only)
+    row min |x| over |x| >= 2^-126          float32 denormals count as zeros (inf if the row has no such
+                                            value; rows whose min is below 2^-14 only)
+    row count of 2^-126 <= |x| < 2^-14      subnormal in FP16 (rows that hold such values only)
+    row count of 2^-126 <= |x| <= 2^-25     flushed to 0 in FP16 (round to nearest even sends 2^-25 to 0,
+                                            above it to 2^-24)
 
-The minimum and the counts are taken on |x| with the values below 2^-126 lifted
-to inf, as max(ThresholdedRelu(c / |x|, FLOAT32_MAX), |x|): c / |x| (c = 4 -
-2^-22) is finite exactly when |x| >= 2^-126. A count of the values below t is a
-row sum of HardSigmoid(v) = clip(s (t - v), 0, 1), 1 / s the spacing of the
-float32 just below t: 1 for v < t, 0 otherwise; float32 sums of 0 and 1 are
-exact for rows of up to 2^24 elements (a tensor with longer rows is fetched
-whole). Arithmetic rather than comparisons: ONNX Runtime's Where is slow, and
-its Cast slower than arithmetic. Large tensors get these nodes right after their
-producer, and the model runs in producer order, so ONNX Runtime frees each
-activation soon after it is measured (the measuring takes a few temporaries of
-its size at a time), and no tensor is copied out or widened to float64. Tensors
-of at most 2^18 elements (by ONNX shape inference with the first sample's
-shapes, ``tensor_sizes``) are measured in groups, one Loop per group, so the
-instrumented model has a few nodes per group rather than a dozen per tensor
-(session creation grows with the node count); each member is one row (its
-counts are exact), its statistics a scan output of the Loop. Tensors of at
-least ``SKIP_COUNTS`` elements run each count inside an If, only when a row's
-max (for 65520) or min (for the small bounds) shows it can count anything: on
-PP-OCRv4 det two of the three counts, four passes over each large tensor, are
-then skipped. ``add_rows`` turns one run's statistics of a tensor into what
-``TensorStats.add`` gives on the whole tensor.
+One pass makes |x| and three reductions read it; the rest runs on the few rows that can hold what it counts
+(``Compress``). The minimum and the counts are taken on |x| with the values below 2^-126 lifted to inf, as
+max(ThresholdedRelu(c / |x|, FLOAT32_MAX), |x|): c / |x| (c = 4 - 2^-22) is finite exactly when |x| >= 2^-126.
+A count of the values below t is a row sum of HardSigmoid(v) = clip(s (t - v), 0, 1), 1 / s the spacing of
+the float32 just below t: 1 for v < t, 0 otherwise; float32 sums of 0 and 1 are exact for rows of up to 2^24
+elements (a tensor with longer rows is fetched whole). Arithmetic rather than comparisons: ONNX Runtime's
+Where is slow, and its Cast slower than arithmetic. Large tensors get these nodes right after their producer,
+and the model runs in producer order, so ONNX Runtime frees each activation soon after it is measured (the
+measuring takes a few temporaries of its size at a time), and no tensor is copied out or widened to float64.
+Tensors of at most 2^18 elements (by ONNX shape inference with the first sample's shapes, ``tensor_sizes``)
+are measured in groups, one Loop per group, so the instrumented model has a few nodes per group rather than a
+dozen per tensor (session creation grows with the node count); each member is one row (its counts are exact),
+its statistics a scan output of the Loop. The constants the statistics read are the model's own where it has
+one of that value (``SmallConstants``; never an initializer a run can feed). ``add_rows`` turns one run's
+statistics of a tensor into what ``TensorStats.add`` gives on the whole tensor.
 """
 
 from __future__ import annotations

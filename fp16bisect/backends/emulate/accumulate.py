@@ -299,10 +299,7 @@ class FP16Sums(Convolutions):
         x = self.inputs[0]
         size = group_size(chunks, self._outputs())
         if size == 1:
-            y = self._chunk_by_chunk(chunks, chunk, per_group, group, attrs)
-            if len(self.inputs) > 2 and self.inputs[2]:
-                y = self.op("Add", [y, self.op("Reshape", [self.inputs[2], self.ints([-1] + [1] * len(kernel))])])
-            return y
+            return self.biased(self._chunk_by_chunk(chunks, chunk, per_group, group, attrs), len(kernel))
         weights = self.op("Reshape", [self.inputs[1], self.ints([group, chunks, chunk, cout_g, *kernel])])
 
         def make(start: int, count: int) -> str:
@@ -319,12 +316,8 @@ class FP16Sums(Convolutions):
             shaped = self.op("Concat", [self.ints([0, group, count, cout_g]), self.dims(partial, 2)], axis=0)
             return self.op("Reshape", [partial, shaped])  # [N, group, count, cout_g, spatial..]
 
-        y = self.grouped(chunks, size, make, 2, 4 + len(kernel))
-        y = self.op("Reshape", [y, self.op("Concat", [self.dims(y, 0, 1), self.ints([group * cout_g]),
-                                                      self.dims(y, 4)], axis=0)])
-        if len(self.inputs) > 2 and self.inputs[2]:
-            y = self.op("Add", [y, self.op("Reshape", [self.inputs[2], self.ints([-1] + [1] * len(kernel))])])
-        return y
+        return self.biased(self.ungrouped(self.grouped(chunks, size, make, 2, 4 + len(kernel)), group * cout_g),
+                           len(kernel))
 
     def _chunk_by_chunk(self, chunks: int, chunk: int, per_group: int, group: int, attrs: dict) -> str:
         """The ConvTranspose's tree with each chunk's partial a tensor of its own (a large output): the input and

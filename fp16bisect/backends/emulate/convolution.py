@@ -75,12 +75,20 @@ class Convolutions(Nodes):
         if size == 1:  # each partial a tensor of its own, the tree by Adds
             y = self.pairwise([self.round(block(b)) for b in blocks])
         else:
-            y = self.grouped(len(blocks), size, lambda start, count: self.round(stacked(start, count)), 2,
-                             4 + len(kernel))
-            y = self.op("Reshape", [y, self.op("Concat", [self.dims(y, 0, 1), self.ints([group * cout_g]),
-                                                          self.dims(y, 4)], axis=0)])
+            y = self.ungrouped(self.grouped(len(blocks), size, lambda start, count: self.round(stacked(start, count)),
+                                            2, 4 + len(kernel)), group * cout_g)
+        return self.biased(y, len(kernel))
+
+    def ungrouped(self, y: str, channels: int) -> str:
+        """A convolution's tree over ``[N, group, 1, Cout/group, spatial..]`` as ``[N, channels, spatial..]``."""
+        return self.op("Reshape", [y, self.op("Concat", [self.dims(y, 0, 1), self.ints([channels]), self.dims(y, 4)],
+                                              axis=0)])
+
+    def biased(self, y: str, spatial: int) -> str:
+        """``y`` plus the node's bias (its third input, one value per output channel), when it has one: added after
+        the sum, in FP32."""
         if len(self.inputs) > 2 and self.inputs[2]:
-            y = self.op("Add", [y, self.op("Reshape", [self.inputs[2], self.ints([-1] + [1] * len(kernel))])])
+            return self.op("Add", [y, self.op("Reshape", [self.inputs[2], self.ints([-1] + [1] * spatial)])])
         return y
 
     def _masked(self, w: tuple, chosen: list[int], per: int) -> str:

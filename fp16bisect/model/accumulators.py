@@ -126,10 +126,11 @@ class Probes:
         return sorted(found, key=lambda a: (a.peak is None, -(a.peak or 0.0)))
 
 
-def add_probes(model: onnx.ModelProto, graph: Graph, opset: int) -> Probes:
+def add_probes(model: onnx.ModelProto, graph: Graph, opset: int, signs: set[str] | None = None) -> Probes:
     """Add to ``model`` (the instrumented copy of ``graph``'s model) the nodes measuring the accumulator of every
-    summing candidate, each placed right after its node, and their outputs; the probes that read them back."""
-    build = _Nodes(model, opset, graph.shapes, non_negative(graph))
+    summing candidate, each placed right after its node, and their outputs; the probes that read them back.
+    ``signs``: ``signs.non_negative(graph)`` when the caller has it already."""
+    build = _Nodes(model, opset, graph.shapes, non_negative(graph) if signs is None else signs)
     at = {o: i for i, n in enumerate(model.graph.node) for o in n.output if o}
     after: dict[int, list] = {}
     probes: list[Probe] = []
@@ -161,23 +162,6 @@ def add_probes(model: onnx.ModelProto, graph: Graph, opset: int) -> Probes:
     return Probes(probes)
 
 
-class _ValuesOf:
-    """The values of the model's float initializers and Constant tensors, by name, read when asked."""
-
-    def __init__(self, initializers, constants: dict[str, onnx.TensorProto]):
-        self.tensors = {t.name: t for t in initializers if t.data_type == TensorProto.FLOAT}
-        self.tensors.update((k, t) for k, t in constants.items() if t.data_type == TensorProto.FLOAT)
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.tensors
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(int(d) for d in self.tensors[name].dims)
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return weight_files.array(self.tensors[name])
-
-
 def _im2col(proto: onnx.NodeProto, weight: tuple[int, ...]) -> bool:
     """Whether a Conv with weights of shape ``weight`` is one that ONNX Runtime's plain (NCHW) kernel runs as an
     im2col and a GEMM (one group, a kernel larger than 1x1)"""
@@ -203,7 +187,8 @@ class _Nodes:
         self.dims = {name: tuple(int(d) for d in t.dims)  # each weight's shape
                      for name, t in [*((t.name, t) for t in model.graph.initializer), *constants.items()]}
         fed = {i.name for i in model.graph.input}  # an initializer that is also an input: a run may feed it
-        self.values = _ValuesOf([t for t in model.graph.initializer if t.name not in fed], constants)
+        self.floats = {name: t for name, t in [*((t.name, t) for t in model.graph.initializer if t.name not in fed),
+                                               *constants.items()] if t.data_type == TensorProto.FLOAT}
         self.weights = {t.name for t in model.graph.initializer} | {
             o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
         self.absolute: dict[str, tuple[int, str]] = {}  # tensor -> the first Abs of it in the model: (position, output)
@@ -245,7 +230,7 @@ class _Nodes:
         """|W| of a convolution's weight ``t`` as an initializer ``out``, computed here once: ONNX Runtime then
         runs the bound convolution in the kernels it picks for the model's own (NCHWc, weights reordered when the
         session is made), not in a Loop."""
-        self.model.graph.initializer.append(numpy_helper.from_array(np.abs(self.values[t]), out))
+        self.model.graph.initializer.append(numpy_helper.from_array(np.abs(weight_files.array(self.floats[t])), out))
         return out
 
     def absolute_of(self, t: str, out: str) -> tuple[list, str]:
@@ -329,7 +314,7 @@ class _Nodes:
         used = ins if op in ("Einsum", "Gemm") else ins[:2]
         nodes, absolute = [], []
         for j, t in enumerate(used):
-            if j == 1 and op == "Conv" and t in self.values and _im2col(proto, self.values.shape(t)):
+            if j == 1 and op == "Conv" and t in self.floats and _im2col(proto, self.dims[t]):
                 absolute.append(self.absolute_weight(t, f"{v}_abs{j}"))
                 continue
             made, read = self.live(t, v) if t else ([], "")

@@ -78,8 +78,8 @@ GROUP_TOTAL = 1 << 22  # elements per group at most: the members stay alive unti
 PREFIX = "__fp16bisect_stat"
 
 
-def with_statistics(graph: Graph, names: list[str],
-                    sizes: dict[str, tuple] | None = None) -> tuple[onnx.ModelProto, list] | None:
+def with_statistics(graph: Graph, names: list[str], sizes: dict[str, tuple] | None = None,
+                    signs: set[str] | None = None) -> tuple[onnx.ModelProto, list] | None:
     """The model with the statistics of every tensor x of ``names``, computed on the rows of |x| (its last axis),
     each a 1-D float tensor: of one number per row, each row's max |x|, its sum of |x| (NaN or inf exactly when
     the row has NaN or inf, or when its sum passes float32's range) and its min |x|; for the rows whose min is
@@ -95,7 +95,8 @@ def with_statistics(graph: Graph, names: list[str],
     member's producer, every statistic of every member then taken on its one row. Returns the model and its
     units, (tensors, output names): a unit of one tensor has one output per statistic, a group has its members'
     statistics concatenated, in the order of its tensors, and their shapes one after the other (see
-    ``split_units``); None if the model's opset is below 11."""
+    ``split_units``); None if the model's opset is below 11. ``signs``: ``signs.non_negative(graph)`` when the
+    caller has it already (those tensors are measured on x, with no Abs)."""
     opsets = [o.version for o in graph.model.opset_import if o.domain in ("", "ai.onnx")]
     if not opsets or opsets[0] < 11:  # ThresholdedRelu (10), Flatten with a negative axis, Loop on sequences (11)
         return None
@@ -103,7 +104,8 @@ def with_statistics(graph: Graph, names: list[str],
     share_constants(model)  # here, on the model's own nodes: the constants added below are made not to repeat them
     nodes = list(model.graph.node)
     producer = {o: p for p, node in enumerate(nodes) for o in node.output}
-    build = _StatisticsNodes(model, opsets[0], below(graph.precision), non_negative(graph), SmallConstants(model))
+    build = _StatisticsNodes(model, opsets[0], below(graph.precision),
+                             non_negative(graph) if signs is None else signs, SmallConstants(model))
     first, after, units = _placed(build, graph, names, sizes or {}, producer)
     ordered = list(first)
     for p, node in enumerate(nodes):

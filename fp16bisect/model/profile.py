@@ -46,6 +46,7 @@ from fp16bisect.model.instrument import add_rows, split_units, tensor_sizes, wit
 from fp16bisect.model.precision import FP16, Precision
 from fp16bisect.model.relative_rounding import rank_relative
 from fp16bisect.model.runtime import nothing_to_fold, run, session
+from fp16bisect.model.signs import non_negative
 from fp16bisect.model.statistics import TensorStats, stress_order
 
 VALUE_PRESERVING = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"}
@@ -101,10 +102,12 @@ def profile(graph: Graph, samples, chunk: int = 256, accumulators: bool = True) 
     sizes = tensor_sizes(graph, samples[0].inputs) if samples else {}
     fold = not nothing_to_fold(graph.model)  # the statistics nodes read activations: never foldable
     note = ""
+    signs = non_negative(graph)  # measured on x, and x their accumulators' |x|
     for with_accumulators in (True, False)[0 if accumulators else 1:]:  # without them if ONNX Runtime refuses them
         per = _PerSample(computed, len(samples), low)
-        built = with_statistics(graph, computed, sizes)
-        probes = add_probes(built[0], graph, graph.opset) if built is not None and with_accumulators else Probes([])
+        built = with_statistics(graph, computed, sizes, signs)
+        probes = (add_probes(built[0], graph, graph.opset, signs) if built is not None and with_accumulators
+                  else Probes([]))
         sess, why = (None, "") if built is None else _session(built[0], "the model with statistics nodes", fold,
                                                               arena=not graph.large_activations)
         whole, why = (None, why) if sess is None or built is None else _in_run(sess, built, samples, stats, per,

@@ -322,6 +322,12 @@ def _value_key(tensor: onnx.TensorProto) -> tuple | None:
     return value.dtype.str, value.shape, value.tobytes()
 
 
+def _holds_value(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` is a Constant holding a tensor (its one attribute ``value``)."""
+    return node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1 and (
+        node.attribute[0].name == "value")
+
+
 class SmallConstants:
     """A model's small constants by value: a constant added through ``named`` is one the model already holds
     when it has its value, so that nothing added repeats a constant and ONNX Runtime's ConstantSharing, which
@@ -336,8 +342,7 @@ class SmallConstants:
             if t.name not in fed:
                 self._note(t.name, t)
         for n in model.graph.node:
-            if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.attribute) == 1 and (
-                    n.attribute[0].name == "value"):
+            if _holds_value(n):
                 self._note(n.output[0], n.attribute[0].t)
 
     def _note(self, name: str, tensor: onnx.TensorProto) -> None:
@@ -378,8 +383,7 @@ def share_constants(model: onnx.ModelProto) -> None:
         return False
 
     initializers = [t for t in model.graph.initializer if not note(t.name, t)]
-    nodes = [n for n in model.graph.node if not (n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(
-        n.attribute) == 1 and n.attribute[0].name == "value" and note(n.output[0], n.attribute[0].t))]
+    nodes = [n for n in model.graph.node if not (_holds_value(n) and note(n.output[0], n.attribute[0].t))]
     if not same:
         return
     for node in nodes:
